@@ -1,0 +1,192 @@
+"""The engine's exceptions, and the error-handler contracts of the tool loop.
+
+    AgentForgeError
+    ├── ToolError                       one tool call went wrong
+    │   ├── ToolArgumentsError          arguments: invalid JSON, not an object, missing or
+    │   │                               ill-typed values (default handler: rethrow)
+    │   ├── ToolExecutionError          the tool raised (default handler: text to the model)
+    │   │   ├── ToolTimeoutError        the tool ran past its timeout
+    │   │   └── ToolUnknownOutcomeError the worker died while the call was in flight
+    │   └── HallucinatedToolError       the model named a tool that is not registered
+    ├── ToolLoopError                   the loop itself stopped
+    │   └── MaxRoundTripsExceededError  more tool-calling round trips than allowed
+    └── ProviderError                   a model provider failed; `retryable` decides retries
+
+Handlers receive the error and a ToolErrorContext. They return
+`ToolErrorHandlerResult.text(...)` (the text goes to the model as the tool result, with
+is_error set) or raise (the run stops with that exception).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .messages import ToolExecutionRequest, ToolExecutionResultMessage
+
+
+class AgentForgeError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class ToolError(AgentForgeError):
+    def __init__(self, message: str, *, tool_name: str | None = None) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+
+
+class ToolArgumentsError(ToolError):
+    """The arguments of a tool call could not be parsed or did not validate.
+
+    `errors` keeps pydantic's structured errors (loc, msg, type) when there are some.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool_name: str | None = None,
+        errors: list[dict[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(message, tool_name=tool_name)
+        self.errors = errors or []
+
+
+class ToolExecutionError(ToolError):
+    """The tool itself raised; the original exception is `__cause__` and `.cause`."""
+
+    def __init__(
+        self, message: str, *, tool_name: str | None = None, cause: BaseException | None = None
+    ) -> None:
+        super().__init__(message, tool_name=tool_name)
+        self.cause = cause
+
+
+class ToolTimeoutError(ToolExecutionError):
+    def __init__(self, tool_name: str, timeout: float) -> None:
+        super().__init__(f"Tool '{tool_name}' timed out after {timeout:g} s", tool_name=tool_name)
+        self.timeout = timeout
+
+
+class ToolUnknownOutcomeError(ToolExecutionError):
+    """A non-idempotent call was in flight when its worker died; it was not re-executed."""
+
+
+class HallucinatedToolError(ToolError):
+    def __init__(self, tool_name: str, available: list[str]) -> None:
+        names = ", ".join(available) or "(none)"
+        super().__init__(
+            f"The model requested tool '{tool_name}', which is not registered. "
+            f"Available tools: {names}",
+            tool_name=tool_name,
+        )
+        self.available = available
+
+
+class ToolLoopError(AgentForgeError):
+    pass
+
+
+class MaxRoundTripsExceededError(ToolLoopError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"The model kept requesting tools after {limit} tool-calling round trips "
+            f"(max_tool_calling_round_trips={limit})"
+        )
+        self.limit = limit
+
+
+class ProviderError(AgentForgeError):
+    """Any failure talking to a model. The retry loop decides on `retryable` alone.
+
+    The message never contains credentials: adapters build it from the provider's
+    error body, which never echoes the key.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str = "",
+        status: int | None = None,
+        error_type: str | None = None,
+        code: str | None = None,
+        request_id: str | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.status = status
+        self.error_type = error_type
+        self.code = code
+        self.request_id = request_id
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class ToolErrorContext:
+    """Where a tool error happened, for handlers that want to tailor their message."""
+
+    request: ToolExecutionRequest
+    round_index: int
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class ToolErrorHandlerResult:
+    """What a handler sends to the model instead of the tool's result."""
+
+    text_value: str
+
+    @classmethod
+    def text(cls, text: str) -> ToolErrorHandlerResult:
+        return cls(text_value=text)
+
+
+HandlerReturn = ToolErrorHandlerResult | Awaitable[ToolErrorHandlerResult]
+ToolArgumentsErrorHandler = Callable[[ToolArgumentsError, ToolErrorContext], HandlerReturn]
+ToolExecutionErrorHandler = Callable[[ToolExecutionError, ToolErrorContext], HandlerReturn]
+HallucinatedToolStrategy = Callable[
+    ["ToolExecutionRequest", list[str]],
+    "ToolExecutionResultMessage | Awaitable[ToolExecutionResultMessage]",
+]
+
+
+def rethrow_arguments_error(
+    error: ToolArgumentsError, context: ToolErrorContext
+) -> ToolErrorHandlerResult:
+    """Default for argument errors (seed 4.4): stop the run."""
+    raise error
+
+
+def execution_error_to_model(
+    error: ToolExecutionError, context: ToolErrorContext
+) -> ToolErrorHandlerResult:
+    """Default for execution errors (seed 4.4): the error text goes back to the model."""
+    return ToolErrorHandlerResult.text(str(error))
+
+
+def throw_on_hallucinated_tool(
+    request: ToolExecutionRequest, available: list[str]
+) -> ToolExecutionResultMessage:
+    """Default hallucinated-tool strategy (seed 4.4): stop the run."""
+    raise HallucinatedToolError(request.name, available)
+
+
+def tell_model_available_tools(
+    request: ToolExecutionRequest, available: list[str]
+) -> ToolExecutionResultMessage:
+    """Replacement strategy: answer the call with the list of tools that do exist."""
+    from .messages import ToolExecutionResultMessage
+
+    names = ", ".join(available) or "(none)"
+    return ToolExecutionResultMessage(
+        id=request.id,
+        tool_name=request.name,
+        text=f"Error: unknown tool '{request.name}'. Available tools: {names}",
+        is_error=True,
+    )

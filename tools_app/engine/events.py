@@ -1,0 +1,201 @@
+"""The typed events the tool loop and the providers emit.
+
+Every event is plain, JSON-serialisable data (a pydantic model with a `kind` tag), so
+the recorder can persist it and the UI can stream it without knowing engine types.
+
+Providers do not receive observers as arguments: the loop binds an emitter to a
+context variable around each model call, and `emit()` reaches it from any depth
+(including the retry loop and stream parsers). Outside a loop `emit()` does nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .messages import ChatResponse, ToolExecutionRequest, TokenUsage
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    at: float = Field(default_factory=time.time)
+    round_index: int | None = None
+
+
+class ChatStarted(_Event):
+    kind: Literal["chat_started"] = "chat_started"
+    tool_names: list[str]
+    message_count: int
+
+
+class RoundStarted(_Event):
+    kind: Literal["round_started"] = "round_started"
+
+
+class ModelRequestSent(_Event):
+    kind: Literal["model_request_sent"] = "model_request_sent"
+    message_count: int
+    tool_names: list[str]
+
+
+class ProviderWireRequest(_Event):
+    """The exact body sent on the wire (credentials are in headers, never here)."""
+
+    kind: Literal["provider_wire_request"] = "provider_wire_request"
+    provider: str
+    url: str
+    body: dict[str, Any]
+    stream: bool = False
+
+
+class ProviderWireResponse(_Event):
+    """The exact body received (for streams: the aggregated body)."""
+
+    kind: Literal["provider_wire_response"] = "provider_wire_response"
+    provider: str
+    status: int
+    body: Any
+    request_id: str | None = None
+
+
+class ProviderAttempt(_Event):
+    """One attempt of the retry loop that failed; `wait_s` is the pause before the next."""
+
+    kind: Literal["provider_attempt"] = "provider_attempt"
+    provider: str
+    attempt: int
+    status: int | None = None
+    error: str
+    retryable: bool
+    wait_s: float | None = None
+
+
+class PartialText(_Event):
+    kind: Literal["partial_text"] = "partial_text"
+    delta: str
+
+
+class PartialToolCall(_Event):
+    """A streamed fragment of a tool call; id and name arrive once, arguments in pieces."""
+
+    kind: Literal["partial_tool_call"] = "partial_tool_call"
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+
+
+class ModelResponseReceived(_Event):
+    kind: Literal["model_response_received"] = "model_response_received"
+    response: ChatResponse
+    latency_ms: float
+    first_token_ms: float | None = None
+    usage: TokenUsage | None = None
+
+
+class ToolCallProposed(_Event):
+    kind: Literal["tool_call_proposed"] = "tool_call_proposed"
+    call_index: int
+    request: ToolExecutionRequest
+    known_tool: bool
+
+
+class ToolCallStarted(_Event):
+    kind: Literal["tool_call_started"] = "tool_call_started"
+    call_id: str
+    tool_name: str
+
+
+ToolCallOutcome = Literal[
+    "succeeded",
+    "arguments_error",
+    "execution_error",
+    "timed_out",
+    "hallucinated",
+    "unknown_outcome",
+    "cancelled",
+]
+
+
+class ToolCallFinished(_Event):
+    kind: Literal["tool_call_finished"] = "tool_call_finished"
+    call_id: str
+    tool_name: str
+    outcome: ToolCallOutcome
+    text: str | None = None
+    """What went back to the model (None when the error stopped the run)."""
+    is_error: bool = False
+    result_json: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    error_details: list[dict[str, Any]] | None = None
+    traceback: str | None = None
+    handled_by: str | None = None
+    """The handler that decided: its name, and whether it answered or stopped the run."""
+    stopped_run: bool = False
+    started_at: float | None = None
+    finished_at: float | None = None
+    duration_ms: float | None = None
+
+
+class ChatFinished(_Event):
+    kind: Literal["chat_finished"] = "chat_finished"
+    final_text: str | None
+    reason: Literal["model_stopped", "immediate_return"]
+    rounds: int
+    tool_calls: int
+    usage: TokenUsage | None = None
+
+
+class ChatFailed(_Event):
+    kind: Literal["chat_failed"] = "chat_failed"
+    error_type: str
+    message: str
+    cancelled: bool = False
+
+
+EngineEvent = Annotated[
+    ChatStarted
+    | RoundStarted
+    | ModelRequestSent
+    | ProviderWireRequest
+    | ProviderWireResponse
+    | ProviderAttempt
+    | PartialText
+    | PartialToolCall
+    | ModelResponseReceived
+    | ToolCallProposed
+    | ToolCallStarted
+    | ToolCallFinished
+    | ChatFinished
+    | ChatFailed,
+    Field(discriminator="kind"),
+]
+
+Observer = Callable[[Any], Awaitable[None] | None]
+"""Receives every event. May be sync or async; an exception it raises stops the loop."""
+
+Emitter = Callable[[Any], Awaitable[None]]
+
+_current_emitter: ContextVar[Emitter | None] = ContextVar("agentforge_emitter", default=None)
+
+
+async def emit(event: _Event) -> None:
+    """Send an event to the observers of the loop that is running in this context."""
+    emitter = _current_emitter.get()
+    if emitter is not None:
+        await emitter(event)
+
+
+def bind_emitter(emitter: Emitter | None) -> Any:
+    """Bind `emitter` for the current context; returns the token for `reset_emitter`."""
+    return _current_emitter.set(emitter)
+
+
+def reset_emitter(token: Any) -> None:
+    _current_emitter.reset(token)

@@ -1,0 +1,213 @@
+"""Executing one tool call: argument parsing, validation, invocation, result text.
+
+The seed's DefaultToolExecutor and ToolExecutionRequestUtil in Python form:
+- arguments "" or "{}" -> empty object; invalid JSON / non-object -> ToolArgumentsError;
+- arguments are validated by the pydantic model derived from the signature, so a
+  missing or ill-typed value is a ToolArgumentsError naming the argument;
+- result text: str as-is, None -> "Success", anything else -> JSON;
+- the tool raising -> ToolExecutionError, except that a ToolArgumentsError raised inside
+  the tool stays what it is (no exception disguise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast, runtime_checkable
+
+import pydantic_core
+from pydantic import BaseModel, ValidationError
+
+from .errors import ToolArgumentsError, ToolExecutionError
+from .messages import ToolExecutionRequest
+from .spec import ArgumentsModel, arguments_model_for, tool_name_from, tool_options
+
+
+@dataclass(frozen=True)
+class ToolExecutionResult:
+    """`text` goes to the model; `result` is the raw object, kept for the audit log only."""
+
+    text: str
+    result: Any = None
+    is_error: bool = False
+    error: BaseException | None = None
+
+    @classmethod
+    def success(cls, text: str, result: Any = None) -> ToolExecutionResult:
+        return cls(text=text, result=result)
+
+    @classmethod
+    def failure(cls, text: str, cause: BaseException | None = None) -> ToolExecutionResult:
+        return cls(text=text, is_error=True, error=cause)
+
+
+@dataclass(frozen=True)
+class ToolExecution:
+    """One executed call: request, result, and when it ran (epoch seconds)."""
+
+    request: ToolExecutionRequest
+    result: ToolExecutionResult
+    started_at: float
+    finished_at: float
+
+    @property
+    def result_text(self) -> str:
+        return self.result.text
+
+    @property
+    def has_failed(self) -> bool:
+        return self.result.is_error
+
+    @property
+    def duration(self) -> float:
+        return self.finished_at - self.started_at
+
+
+@runtime_checkable
+class ToolExecutor(Protocol):
+    """How one tool call is executed. Raise ToolArgumentsError / ToolExecutionError."""
+
+    async def execute_with_result(self, request: ToolExecutionRequest) -> ToolExecutionResult: ...
+
+
+async def execute_text(executor: ToolExecutor, request: ToolExecutionRequest) -> str:
+    """The seed's `execute(request) -> str` for any executor."""
+    return (await executor.execute_with_result(request)).text
+
+
+def arguments_as_map(request: ToolExecutionRequest) -> dict[str, Any]:
+    """Parse the raw arguments JSON into an object (seed: ToolExecutionRequestUtil)."""
+    raw = (request.arguments or "").strip()
+    if raw in ("", "{}", "null"):
+        # "null" is what some OpenAI-compatible servers send for a no-argument call.
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ToolArgumentsError(
+            f"Arguments of tool '{request.name}' are not valid JSON: {exc.msg} "
+            f"at line {exc.lineno} column {exc.colno}",
+            tool_name=request.name,
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise ToolArgumentsError(
+            f"Arguments of tool '{request.name}' must be a JSON object, "
+            f"got {type(parsed).__name__}",
+            tool_name=request.name,
+        )
+    return parsed
+
+
+def result_text(result: Any) -> str:
+    """str as-is; None -> "Success"; anything else -> deterministic JSON."""
+    if result is None:
+        return "Success"
+    if isinstance(result, str):
+        return result
+    return json.dumps(to_jsonable(result), ensure_ascii=False)
+
+
+def to_jsonable(value: Any) -> Any:
+    """JSON-compatible form of any tool result: pydantic models, dataclasses, sets..."""
+    return pydantic_core.to_jsonable_python(value, fallback=repr)
+
+
+class FunctionToolExecutor:
+    """Executes a Python function (sync or async) with validated, coerced arguments.
+
+    Sync functions run in a worker thread so they never block the event loop.
+    """
+
+    def __init__(self, func: Callable[..., Any], *, strict: bool | None = None) -> None:
+        options = tool_options(func)
+        self.func = func
+        self.name = tool_name_from(func)
+        use_strict = strict if strict is not None else bool(options and options.strict)
+        self.arguments: ArgumentsModel = arguments_model_for(func, strict=use_strict)
+        self.is_async = inspect.iscoroutinefunction(func)
+
+    async def execute(self, request: ToolExecutionRequest) -> str:
+        return (await self.execute_with_result(request)).text
+
+    async def execute_with_result(self, request: ToolExecutionRequest) -> ToolExecutionResult:
+        validated = self.validate(request)
+        args, kwargs = self._call_arguments(validated)
+        value = await self._invoke(args, kwargs)
+        return ToolExecutionResult.success(result_text(value), result=value)
+
+    def validate(self, request: ToolExecutionRequest) -> BaseModel:
+        raw = arguments_as_map(request)
+        try:
+            return self.arguments.model.model_validate(raw)
+        except ValidationError as exc:
+            raise ToolArgumentsError(
+                _describe_validation_error(request.name, exc),
+                tool_name=request.name,
+                errors=_plain_errors(exc),
+            ) from exc
+
+    def _call_arguments(self, validated: BaseModel) -> tuple[list[Any], dict[str, Any]]:
+        args = [getattr(validated, name) for name in self.arguments.positional]
+        kwargs = {name: getattr(validated, name) for name in self.arguments.keyword}
+        return args, kwargs
+
+    async def _invoke(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        try:
+            if self.is_async:
+                return await cast(Awaitable[Any], self.func(*args, **kwargs))
+            return await asyncio.to_thread(self.func, *args, **kwargs)
+        except ToolArgumentsError:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise ToolExecutionError(
+                f"{type(exc).__name__}: {exc}", tool_name=self.name, cause=exc
+            ) from exc
+
+
+class CallableToolExecutor:
+    """Wraps a plain callable `request -> str | ToolExecutionResult` (sync or async).
+
+    The seed's "a lambda is enough" executor.
+    """
+
+    def __init__(self, func: Callable[[ToolExecutionRequest], Any]) -> None:
+        self.func = func
+
+    async def execute(self, request: ToolExecutionRequest) -> str:
+        return (await self.execute_with_result(request)).text
+
+    async def execute_with_result(self, request: ToolExecutionRequest) -> ToolExecutionResult:
+        try:
+            value = self.func(request)
+            if inspect.isawaitable(value):
+                value = await value
+        except (ToolArgumentsError, ToolExecutionError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            raise ToolExecutionError(
+                f"{type(exc).__name__}: {exc}", tool_name=request.name, cause=exc
+            ) from exc
+        if isinstance(value, ToolExecutionResult):
+            return value
+        return ToolExecutionResult.success(result_text(value), result=value)
+
+
+def _plain_errors(exc: ValidationError) -> list[dict[str, Any]]:
+    return [
+        {"loc": [str(part) for part in err["loc"]], "msg": err["msg"], "type": err["type"]}
+        for err in exc.errors(include_url=False, include_input=False)
+    ]
+
+
+def _describe_validation_error(tool_name: str, exc: ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}"
+        for err in exc.errors(include_url=False)
+    )
+    return f"Invalid arguments for tool '{tool_name}': {problems}"

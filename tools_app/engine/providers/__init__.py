@@ -1,0 +1,1 @@
+"""Model providers: the ChatModel protocol, wire adapters, and the offline models."""

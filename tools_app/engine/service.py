@@ -1,0 +1,634 @@
+"""ToolService: the tool registry and the model <-> tools loop (seed chapter 4).
+
+One `chat()` call:
+  1. calls the model with every registered tool merged into the request parameters;
+  2. if the answer has no tool calls, returns it;
+  3. otherwise executes the round's calls (concurrently unless told otherwise, results
+     kept in request order), turns errors into text for the model or stops per the
+     handlers, appends the assistant message and the results, and either returns at
+     once (ReturnBehavior) or goes back to 1, at most `max_tool_calling_round_trips`
+     times.
+Every step is reported to observers as a typed event (see events.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import traceback
+import types
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from .errors import (
+    HallucinatedToolStrategy,
+    MaxRoundTripsExceededError,
+    ToolArgumentsError,
+    ToolArgumentsErrorHandler,
+    ToolErrorContext,
+    ToolErrorHandlerResult,
+    ToolExecutionError,
+    ToolExecutionErrorHandler,
+    ToolTimeoutError,
+    ToolUnknownOutcomeError,
+    execution_error_to_model,
+    rethrow_arguments_error,
+    throw_on_hallucinated_tool,
+)
+from .events import (
+    ChatFailed,
+    ChatFinished,
+    ChatStarted,
+    ModelRequestSent,
+    ModelResponseReceived,
+    Observer,
+    RoundStarted,
+    ToolCallFinished,
+    ToolCallOutcome,
+    ToolCallProposed,
+    ToolCallStarted,
+    bind_emitter,
+    reset_emitter,
+)
+from .execution import (
+    CallableToolExecutor,
+    FunctionToolExecutor,
+    ToolExecution,
+    ToolExecutionResult,
+    ToolExecutor,
+    to_jsonable,
+)
+from .messages import (
+    AiMessage,
+    ChatMessage,
+    ChatRequest,
+    ChatRequestParameters,
+    ChatResponse,
+    TokenUsage,
+    ToolExecutionRequest,
+    ToolExecutionResultMessage,
+)
+from .providers.base import ChatModel
+from .spec import (
+    ReturnBehavior,
+    ToolOptions,
+    ToolSpecification,
+    tool_functions_of,
+    tool_options,
+    tool_specification_from,
+    validate_specifications,
+)
+
+DEFAULT_MAX_ROUND_TRIPS = 100
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    specification: ToolSpecification
+    executor: ToolExecutor
+    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM
+    timeout: float | None = None
+    idempotent: bool = False
+    requires_approval: bool = False
+
+
+@dataclass(frozen=True)
+class ToolChatResult:
+    final_response: ChatResponse
+    tool_executions: list[ToolExecution]
+    intermediate_responses: list[ChatResponse]
+    messages: list[ChatMessage]
+    usage: TokenUsage | None
+    returned_immediately: bool = False
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """Where a persisted run stopped, so a new worker continues without redoing work.
+
+    `messages` passed to chat() hold every completed round. `pending_response` is the
+    model answer whose tool calls were not all finished (its AiMessage is not in
+    `messages`: the loop appends it); `completed_results`
+    holds the calls of that round that did finish (never re-executed), and
+    `unknown_outcome_ids` the calls that were in flight on a non-idempotent tool: they
+    are not re-executed and become ToolUnknownOutcomeError for the execution handler.
+    """
+
+    round_index: int
+    round_trips_done: int
+    pending_response: ChatResponse | None = None
+    completed_results: Mapping[str, ToolExecutionResultMessage] = field(default_factory=dict)
+    unknown_outcome_ids: frozenset[str] = frozenset()
+    intermediate_responses: tuple[ChatResponse, ...] = ()
+
+
+def should_return_immediately(behaviors: Sequence[ReturnBehavior]) -> bool:
+    """The seed's ReturnBehavior table (tool errors are checked by the caller).
+
+    []                                -> continue
+    any TO_LLM                        -> continue
+    all IMMEDIATE                     -> return
+    [IMMEDIATE_IF_LAST]               -> return
+    [IMMEDIATE..., IMMEDIATE_IF_LAST] -> return (an IMMEDIATE_IF_LAST that is not the
+                                         last call of the round means continue)
+    """
+    if not behaviors:
+        return False
+    last = len(behaviors) - 1
+    for index, behavior in enumerate(behaviors):
+        if behavior is ReturnBehavior.TO_LLM:
+            return False
+        if behavior is ReturnBehavior.IMMEDIATE_IF_LAST and index != last:
+            return False
+    return True
+
+
+class ToolService:
+    """Registry of tools plus the configurable chat loop."""
+
+    def __init__(
+        self,
+        *,
+        max_tool_calling_round_trips: int = DEFAULT_MAX_ROUND_TRIPS,
+        parallel: bool = True,
+        max_concurrency: int | None = None,
+        default_timeout: float | None = None,
+        arguments_error_handler: ToolArgumentsErrorHandler = rethrow_arguments_error,
+        execution_error_handler: ToolExecutionErrorHandler = execution_error_to_model,
+        hallucinated_tool_strategy: HallucinatedToolStrategy = throw_on_hallucinated_tool,
+        observers: Iterable[Observer] = (),
+    ) -> None:
+        if max_tool_calling_round_trips < 1:
+            raise ValueError("max_tool_calling_round_trips must be at least 1")
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self._tools: dict[str, RegisteredTool] = {}
+        self.max_tool_calling_round_trips = max_tool_calling_round_trips
+        self.parallel = parallel
+        self.max_concurrency = max_concurrency
+        self.default_timeout = default_timeout
+        self.arguments_error_handler = arguments_error_handler
+        self.execution_error_handler = execution_error_handler
+        self.hallucinated_tool_strategy = hallucinated_tool_strategy
+        self.observers: list[Observer] = list(observers)
+
+    # -- registration ------------------------------------------------------------------
+
+    def tools(self, source: object) -> ToolService:
+        """Register @tool functions of an object, class or module, a list mixing those
+        and @tool functions, or a mapping / list of (specification, executor) pairs."""
+        if isinstance(source, Mapping):
+            for spec, executor in source.items():
+                self.tool(spec, executor)
+        elif isinstance(source, (list, tuple)):
+            for item in source:
+                self._register_item(item)
+        else:
+            self._register_item(source)
+        return self
+
+    def _register_item(self, item: object) -> None:
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], ToolSpecification):
+            self.tool(item[0], item[1])
+        elif callable(item) and not isinstance(item, type) and tool_options(item) is not None:
+            self.tool(item)
+        else:
+            functions = tool_functions_of(item)
+            if not functions and not isinstance(item, types.ModuleType):
+                raise ValueError(f"{item!r} has no @tool functions")
+            for func in functions:
+                self.tool(func)
+
+    def tool(
+        self,
+        target: object,
+        executor_or_method: object = None,
+        *,
+        return_behavior: ReturnBehavior | None = None,
+        timeout: float | None = None,
+        idempotent: bool | None = None,
+        requires_approval: bool | None = None,
+    ) -> ToolService:
+        """Register one tool: a function, `(obj, "method_name")`, or `(spec, executor)`."""
+        if isinstance(target, ToolSpecification):
+            executor = _as_executor(executor_or_method)
+            options = ToolOptions()
+            spec = target
+        else:
+            func = _resolve_function(target, executor_or_method)
+            options = tool_options(func) or ToolOptions()
+            spec = tool_specification_from(func)
+            executor = FunctionToolExecutor(func)
+        self.register(
+            RegisteredTool(
+                specification=spec,
+                executor=executor,
+                return_behavior=return_behavior or options.return_behavior,
+                timeout=timeout if timeout is not None else options.timeout,
+                idempotent=idempotent if idempotent is not None else options.idempotent,
+                requires_approval=(
+                    requires_approval
+                    if requires_approval is not None
+                    else options.requires_approval
+                ),
+            )
+        )
+        return self
+
+    def register(self, registered: RegisteredTool) -> ToolService:
+        name = registered.specification.name
+        if name in self._tools:
+            raise ValueError(f"Duplicate tool name: {name!r} is already registered")
+        validate_specifications([registered.specification])
+        self._tools[name] = registered
+        return self
+
+    @property
+    def tool_specifications(self) -> list[ToolSpecification]:
+        return [t.specification for t in self._tools.values()]
+
+    @property
+    def registered_tools(self) -> Mapping[str, RegisteredTool]:
+        return types.MappingProxyType(self._tools)
+
+    def request_parameters(
+        self, user_parameters: ChatRequestParameters | None
+    ) -> ChatRequestParameters:
+        """Registered tools are always included; the caller's other fields win (seed 4.3)."""
+        registered = tuple(self.tool_specifications)
+        merged = ChatRequestParameters().override_with(user_parameters)
+        extra = tuple(
+            spec for spec in (merged.tools or ()) if spec.name not in self._tools
+        )
+        tools = registered + extra
+        return merged.model_copy(update={"tools": tools or None})
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def chat(
+        self,
+        model: ChatModel,
+        messages: Sequence[ChatMessage],
+        parameters: ChatRequestParameters | None = None,
+        *,
+        observers: Iterable[Observer] = (),
+        resume: ResumeState | None = None,
+    ) -> ToolChatResult:
+        run = _ChatRun(self, model, list(messages), parameters, [*self.observers, *observers])
+        return await run.execute(resume)
+
+
+def _resolve_function(target: object, method: object) -> Callable[..., Any]:
+    if isinstance(method, str):
+        func = getattr(target, method, None)
+        if func is None or not callable(func):
+            raise ValueError(f"{target!r} has no method {method!r}")
+        return cast(Callable[..., Any], func)
+    if method is not None:
+        raise TypeError("the second argument must be a method name or omitted")
+    if not callable(target):
+        raise TypeError(f"{target!r} is not a function")
+    return cast(Callable[..., Any], target)
+
+
+def _as_executor(executor: object) -> ToolExecutor:
+    if isinstance(executor, ToolExecutor):
+        return executor
+    if callable(executor):
+        return CallableToolExecutor(executor)
+    raise TypeError(f"{executor!r} is neither a ToolExecutor nor a callable")
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def _handler_name(handler: object) -> str:
+    return str(getattr(handler, "handler_name", None) or getattr(handler, "__name__", None)
+               or type(handler).__name__)
+
+
+@dataclass
+class _CallOutcome:
+    message: ToolExecutionResultMessage
+    behavior: ReturnBehavior
+    is_error: bool
+    execution: ToolExecution | None
+
+
+class _ChatRun:
+    """State of one chat() call. Kept separate so ToolService stays reusable."""
+
+    def __init__(
+        self,
+        service: ToolService,
+        model: ChatModel,
+        messages: list[ChatMessage],
+        parameters: ChatRequestParameters | None,
+        observers: list[Observer],
+    ) -> None:
+        self.service = service
+        self.model = model
+        self.messages = messages
+        self.parameters = service.request_parameters(parameters)
+        self.observers = observers
+        self.round_index = 0
+        self.executions: list[ToolExecution] = []
+        self.intermediate: list[ChatResponse] = []
+        self.usage: TokenUsage | None = None
+
+    async def _emit(self, event: Any) -> None:
+        if event.round_index is None and not isinstance(event, (ChatStarted, ChatFinished)):
+            event = event.model_copy(update={"round_index": self.round_index})
+        for observer in self.observers:
+            await _maybe_await(observer(event))
+
+    async def execute(self, resume: ResumeState | None) -> ToolChatResult:
+        token = bind_emitter(self._emit)
+        try:
+            await self._emit(
+                ChatStarted(
+                    tool_names=[s.name for s in self.service.tool_specifications],
+                    message_count=len(self.messages),
+                )
+            )
+            return await self._loop(resume)
+        except asyncio.CancelledError:
+            await self._emit(ChatFailed(error_type="CancelledError", message="The run was cancelled",
+                                        cancelled=True))
+            raise
+        except Exception as exc:
+            await self._emit(ChatFailed(error_type=type(exc).__name__, message=str(exc)))
+            raise
+        finally:
+            reset_emitter(token)
+
+    async def _loop(self, resume: ResumeState | None) -> ToolChatResult:
+        round_trips = 0
+        pending: ChatResponse | None = None
+        if resume is not None:
+            self.round_index = resume.round_index
+            round_trips = resume.round_trips_done
+            pending = resume.pending_response
+            self.intermediate.extend(resume.intermediate_responses)
+        limit = self.service.max_tool_calling_round_trips
+        while True:
+            response = pending if pending is not None else await self._call_model()
+            ai_message = response.ai_message
+            if not ai_message.has_tool_execution_requests():
+                return await self._finish(response, immediate=False)
+            if round_trips >= limit:
+                raise MaxRoundTripsExceededError(limit)
+            round_trips += 1
+            self.intermediate.append(response)
+            self.messages.append(ai_message)
+            outcomes = await self._execute_round(ai_message, resume if pending else None)
+            pending = None
+            self.messages.extend(outcome.message for outcome in outcomes)
+            any_error = any(outcome.is_error for outcome in outcomes)
+            if not any_error and should_return_immediately([o.behavior for o in outcomes]):
+                self.intermediate.pop()
+                return await self._finish(response, immediate=True)
+            self.round_index += 1
+
+    async def _call_model(self) -> ChatResponse:
+        request = ChatRequest(messages=tuple(self.messages), parameters=self.parameters)
+        await self._emit(RoundStarted())
+        await self._emit(
+            ModelRequestSent(
+                message_count=len(request.messages),
+                tool_names=[t.name for t in request.parameters.tools or ()],
+            )
+        )
+        started = time.perf_counter()
+        response = await self.model.chat(request)
+        latency_ms = (time.perf_counter() - started) * 1000
+        self.usage = response.usage + self.usage if response.usage else self.usage
+        await self._emit(
+            ModelResponseReceived(response=response, latency_ms=latency_ms, usage=response.usage)
+        )
+        return response
+
+    async def _finish(self, response: ChatResponse, *, immediate: bool) -> ToolChatResult:
+        await self._emit(
+            ChatFinished(
+                final_text=response.ai_message.text,
+                reason="immediate_return" if immediate else "model_stopped",
+                rounds=self.round_index + 1,
+                tool_calls=len(self.executions),
+                usage=self.usage,
+                round_index=self.round_index,
+            )
+        )
+        if not immediate:
+            self.messages.append(response.ai_message)
+        return ToolChatResult(
+            final_response=response,
+            tool_executions=list(self.executions),
+            intermediate_responses=list(self.intermediate),
+            messages=list(self.messages),
+            usage=self.usage,
+            returned_immediately=immediate,
+        )
+
+    # -- one round of tool calls -------------------------------------------------------
+
+    async def _execute_round(
+        self, ai_message: AiMessage, resume: ResumeState | None
+    ) -> list[_CallOutcome]:
+        requests = list(ai_message.tool_execution_requests)
+        for index, request in enumerate(requests):
+            await self._emit(
+                ToolCallProposed(
+                    call_index=index,
+                    request=request,
+                    known_tool=request.name in self.service.registered_tools,
+                )
+            )
+        done = dict(resume.completed_results) if resume else {}
+        unknown = resume.unknown_outcome_ids if resume else frozenset()
+
+        async def run_one(request: ToolExecutionRequest) -> _CallOutcome:
+            if request.id in done:
+                return self._replayed(request, done[request.id])
+            return await self._execute_call(request, in_doubt=request.id in unknown)
+
+        if not self.service.parallel or len(requests) == 1:
+            outcomes = [await run_one(request) for request in requests]
+        else:
+            outcomes = await self._run_concurrently(requests, run_one)
+        self.executions.extend(o.execution for o in outcomes if o.execution is not None)
+        return outcomes
+
+    async def _run_concurrently(
+        self,
+        requests: list[ToolExecutionRequest],
+        run_one: Callable[[ToolExecutionRequest], Awaitable[_CallOutcome]],
+    ) -> list[_CallOutcome]:
+        cap = self.service.max_concurrency or len(requests)
+        semaphore = asyncio.Semaphore(cap)
+
+        async def limited(request: ToolExecutionRequest) -> _CallOutcome:
+            async with semaphore:
+                return await run_one(request)
+
+        # A TaskGroup cancels the siblings when one call stops the run (a handler raised).
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(limited(request)) for request in requests]
+        return [task.result() for task in tasks]
+
+    def _replayed(
+        self, request: ToolExecutionRequest, message: ToolExecutionResultMessage
+    ) -> _CallOutcome:
+        registered = self.service.registered_tools.get(request.name)
+        behavior = registered.return_behavior if registered else ReturnBehavior.TO_LLM
+        return _CallOutcome(message=message, behavior=behavior, is_error=message.is_error,
+                            execution=None)
+
+    async def _execute_call(self, request: ToolExecutionRequest, *, in_doubt: bool) -> _CallOutcome:
+        registered = self.service.registered_tools.get(request.name)
+        if registered is None:
+            return await self._hallucinated(request)
+        await self._emit(ToolCallStarted(call_id=request.id, tool_name=request.name))
+        started = time.time()
+        try:
+            if in_doubt:
+                raise ToolUnknownOutcomeError(
+                    f"The outcome of tool '{request.name}' is unknown: its worker stopped while "
+                    "it ran, and the tool is not idempotent, so it was not run again",
+                    tool_name=request.name,
+                )
+            result = await self._invoke(registered, request)
+        except asyncio.CancelledError:
+            await self._emit(self._finished(request, started, "cancelled", None,
+                                            error=None, handled_by=None))
+            raise
+        except ToolArgumentsError as error:
+            return await self._handle(registered, request, started, error, "arguments_error")
+        except ToolExecutionError as error:
+            return await self._handle(registered, request, started, error, _outcome_of(error))
+        execution = ToolExecution(request, result, started, time.time())
+        await self._emit(self._finished(request, started, "succeeded", result, error=None,
+                                        handled_by=None))
+        message = ToolExecutionResultMessage(id=request.id, tool_name=request.name,
+                                             text=result.text, is_error=result.is_error)
+        return _CallOutcome(message, registered.return_behavior, result.is_error, execution)
+
+    async def _invoke(
+        self, registered: RegisteredTool, request: ToolExecutionRequest
+    ) -> ToolExecutionResult:
+        timeout = registered.timeout or self.service.default_timeout
+        call = registered.executor.execute_with_result(request)
+        try:
+            if timeout is None:
+                return await call
+            return await asyncio.wait_for(call, timeout)
+        except TimeoutError as exc:
+            if timeout is None:
+                raise ToolExecutionError(f"TimeoutError: {exc}", tool_name=request.name,
+                                         cause=exc) from exc
+            raise ToolTimeoutError(request.name, timeout) from exc
+        except (ToolArgumentsError, ToolExecutionError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            # A custom executor that raised something else still counts as the tool failing.
+            raise ToolExecutionError(f"{type(exc).__name__}: {exc}", tool_name=request.name,
+                                     cause=exc) from exc
+
+    async def _handle(
+        self,
+        registered: RegisteredTool,
+        request: ToolExecutionRequest,
+        started: float,
+        error: ToolArgumentsError | ToolExecutionError,
+        outcome: ToolCallOutcome,
+    ) -> _CallOutcome:
+        handler: Callable[[Any, ToolErrorContext], Any] = (
+            self.service.arguments_error_handler
+            if isinstance(error, ToolArgumentsError)
+            else self.service.execution_error_handler
+        )
+        context = ToolErrorContext(request=request, round_index=self.round_index)
+        name = _handler_name(handler)
+        try:
+            decision = await _maybe_await(handler(error, context))
+            if not isinstance(decision, ToolErrorHandlerResult):
+                raise TypeError(f"error handler {name} returned {decision!r}, "
+                                "expected ToolErrorHandlerResult")
+        except BaseException:
+            await self._emit(self._finished(request, started, outcome, None, error=error,
+                                            handled_by=name, stopped_run=True))
+            raise
+        text = decision.text_value
+        result = ToolExecutionResult.failure(text, error)
+        await self._emit(self._finished(request, started, outcome, result, error=error,
+                                        handled_by=name))
+        execution = ToolExecution(request, result, started, time.time())
+        message = ToolExecutionResultMessage(id=request.id, tool_name=request.name, text=text,
+                                             is_error=True)
+        return _CallOutcome(message, registered.return_behavior, True, execution)
+
+    async def _hallucinated(self, request: ToolExecutionRequest) -> _CallOutcome:
+        strategy = self.service.hallucinated_tool_strategy
+        available = list(self.service.registered_tools)
+        started = time.time()
+        name = _handler_name(strategy)
+        try:
+            message = await _maybe_await(strategy(request, available))
+        except BaseException as error:
+            await self._emit(self._finished(request, started, "hallucinated", None,
+                                            error=error, handled_by=name, stopped_run=True))
+            raise
+        message = message.model_copy(update={"id": request.id, "is_error": True})
+        result = ToolExecutionResult.failure(message.text)
+        await self._emit(self._finished(request, started, "hallucinated", result, error=None,
+                                        handled_by=name))
+        execution = ToolExecution(request, result, started, time.time())
+        return _CallOutcome(message, ReturnBehavior.TO_LLM, True, execution)
+
+    def _finished(
+        self,
+        request: ToolExecutionRequest,
+        started: float,
+        outcome: ToolCallOutcome,
+        result: ToolExecutionResult | None,
+        *,
+        error: BaseException | None,
+        handled_by: str | None,
+        stopped_run: bool = False,
+    ) -> ToolCallFinished:
+        finished = time.time()
+        return ToolCallFinished(
+            call_id=request.id,
+            tool_name=request.name,
+            outcome=outcome,
+            text=result.text if result else None,
+            is_error=bool(result and result.is_error) or error is not None,
+            result_json=to_jsonable(result.result) if result and not result.is_error else None,
+            error_type=type(error).__name__ if error else None,
+            error_message=str(error) if error else None,
+            error_details=getattr(error, "errors", None) or None,
+            traceback=_traceback_of(error),
+            handled_by=handled_by,
+            stopped_run=stopped_run,
+            started_at=started,
+            finished_at=finished,
+            duration_ms=(finished - started) * 1000,
+        )
+
+
+def _outcome_of(error: ToolExecutionError) -> ToolCallOutcome:
+    if isinstance(error, ToolTimeoutError):
+        return "timed_out"
+    if isinstance(error, ToolUnknownOutcomeError):
+        return "unknown_outcome"
+    return "execution_error"
+
+
+def _traceback_of(error: BaseException | None) -> str | None:
+    if error is None:
+        return None
+    cause = getattr(error, "cause", None) or error
+    return "".join(traceback.format_exception(cause)).strip()

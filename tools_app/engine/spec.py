@@ -1,0 +1,258 @@
+"""Tool declarations: `@tool`, `ToolSpecification`, and JSON Schema from signatures.
+
+The JSON schema of a tool is never written by hand: it is derived from the
+function signature through a pydantic model built with `create_model`, and the same
+model validates the model's arguments at execution time, so the schema the LLM sees
+and the validation the tool gets can never drift apart.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, cast
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_MARKER = "__agentforge_tool__"
+
+
+class ReturnBehavior(StrEnum):
+    TO_LLM = "to_llm"
+    IMMEDIATE = "immediate"
+    IMMEDIATE_IF_LAST = "immediate_if_last"
+
+
+class ToolSpecification(BaseModel):
+    """The provider-neutral declaration of one tool (name, description, JSON schema)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    strict: bool | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+ToolParameters = dict[str, Any]
+"""A JSON-Schema object describing a tool's arguments (the seed's ToolParameters)."""
+
+
+@dataclass(frozen=True)
+class ToolOptions:
+    """What `@tool` records on a function besides its schema."""
+
+    name: str | None = None
+    description: str | None = None
+    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM
+    strict: bool | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    timeout: float | None = None
+    requires_approval: bool = False
+    idempotent: bool = False
+
+
+def P(name: str | None = None, description: str | None = None) -> Any:  # noqa: N802
+    """The seed's @P: rename a parameter for the model and/or describe it.
+
+    Use as `city: Annotated[str, P("city", "City name")]`; it is a pydantic Field
+    whose alias is the name the model sees.
+    """
+    return Field(alias=name, description=description)
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM,
+    strict: bool | None = None,
+    metadata: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    requires_approval: bool = False,
+    idempotent: bool = False,
+) -> Any:
+    """Mark a function or method as a tool. Works as `@tool`, `@tool()` and `@tool(...)`."""
+    options = ToolOptions(
+        name=name,
+        description=description,
+        return_behavior=ReturnBehavior(return_behavior),
+        strict=strict,
+        metadata=dict(metadata or {}),
+        timeout=timeout,
+        requires_approval=requires_approval,
+        idempotent=idempotent,
+    )
+
+    def mark(target: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(target, _MARKER, options)
+        return target
+
+    return mark(func) if func is not None else mark
+
+
+def tool_options(func: Callable[..., Any]) -> ToolOptions | None:
+    """The `@tool` options of a function or bound method, or None if it is not a tool."""
+    target = getattr(func, "__func__", func)
+    return cast(ToolOptions | None, getattr(target, _MARKER, None))
+
+
+def is_tool(obj: object) -> bool:
+    return callable(obj) and tool_options(cast(Callable[..., Any], obj)) is not None
+
+
+def tool_name_from(func: Callable[..., Any]) -> str:
+    options = tool_options(func)
+    return (options.name if options and options.name else None) or func.__name__
+
+
+@dataclass(frozen=True)
+class ArgumentsModel:
+    """The pydantic model of a function's parameters and how to call the function with it."""
+
+    model: type[BaseModel]
+    # python parameter name -> how to pass it (positional-only parameters go first)
+    positional: tuple[str, ...]
+    keyword: tuple[str, ...]
+
+
+def arguments_model_for(func: Callable[..., Any], *, strict: bool = False) -> ArgumentsModel:
+    """Build the pydantic model of `func`'s parameters (self/cls excluded)."""
+    signature = inspect.signature(func)
+    hints = _resolved_hints(func)
+    fields: dict[str, Any] = {}
+    positional: list[str] = []
+    keyword: list[str] = []
+    for param in signature.parameters.values():
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            raise TypeError(f"tool {func.__name__!r}: *{param.name} cannot be a tool argument")
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            raise TypeError(f"tool {func.__name__!r}: **{param.name} cannot be a tool argument")
+        annotation = hints.get(param.name, Any)
+        fields[param.name] = _field_for(param, annotation)
+        target = positional if param.kind is inspect.Parameter.POSITIONAL_ONLY else keyword
+        target.append(param.name)
+    config = ConfigDict(
+        extra="forbid" if strict else "ignore",
+        populate_by_name=False,
+        arbitrary_types_allowed=False,
+    )
+    model = create_model(f"{func.__name__}_arguments", __config__=config, **fields)
+    return ArgumentsModel(model=model, positional=tuple(positional), keyword=tuple(keyword))
+
+
+def _resolved_hints(func: Callable[..., Any]) -> dict[str, Any]:
+    """Type hints with string annotations resolved (`from __future__ import annotations`)."""
+    target = getattr(func, "__func__", func)
+    try:
+        return typing.get_type_hints(target, include_extras=True)
+    except NameError as exc:
+        raise TypeError(f"tool {target.__name__!r}: cannot resolve annotation: {exc}") from exc
+
+
+def _field_for(param: inspect.Parameter, annotation: Any) -> tuple[Any, Any]:
+    # An Annotated[..., Field(...)] already carries a FieldInfo; pydantic merges it with
+    # the default given here, so descriptions and aliases survive. A default (any
+    # default, None included) is what makes a parameter optional.
+    default = ... if param.default is inspect.Parameter.empty else param.default
+    return (annotation, default)
+
+
+def tool_specification_from(
+    func: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> ToolSpecification:
+    """The ToolSpecification of a function or method (taken from a class or an instance)."""
+    options = tool_options(func) or ToolOptions()
+    arguments = arguments_model_for(func, strict=bool(options.strict))
+    schema = _clean_schema(arguments.model.model_json_schema(by_alias=True))
+    if options.strict:
+        schema["additionalProperties"] = False
+    return ToolSpecification(
+        name=name or tool_name_from(func),
+        description=description or options.description or _docstring(func),
+        parameters=schema,
+        strict=options.strict,
+        metadata=dict(options.metadata),
+    )
+
+
+def tool_specifications_from(source: object) -> list[ToolSpecification]:
+    """Specifications of every @tool function of an object, class or module."""
+    return [tool_specification_from(func) for func in tool_functions_of(source)]
+
+
+def tool_functions_of(source: object) -> list[Callable[..., Any]]:
+    """The @tool callables of an object (bound methods), a class, or a module, in order."""
+    if isinstance(source, types.ModuleType):
+        members = [value for value in vars(source).values() if _defined_in(value, source)]
+    elif isinstance(source, type):
+        members = [getattr(source, n) for n in _ordered_attribute_names(source)]
+    else:
+        members = [getattr(source, n) for n in _ordered_attribute_names(type(source))]
+    return [member for member in members if is_tool(member)]
+
+
+def _defined_in(value: object, module: types.ModuleType) -> bool:
+    return getattr(value, "__module__", None) == module.__name__
+
+
+def _ordered_attribute_names(cls: type) -> list[str]:
+    """Attribute names in definition order, base classes first, without duplicates."""
+    seen: dict[str, None] = {}
+    for klass in reversed(cls.__mro__):
+        for attr in vars(klass):
+            seen.setdefault(attr, None)
+    return [n for n in seen if not n.startswith("__")]
+
+
+def validate_specifications(specifications: Iterable[ToolSpecification]) -> None:
+    """Reject duplicate names and names the providers do not accept."""
+    seen: set[str] = set()
+    for spec in specifications:
+        if not TOOL_NAME_PATTERN.match(spec.name):
+            raise ValueError(
+                f"tool name {spec.name!r} is invalid: providers require 1-64 characters "
+                "from a-z, A-Z, 0-9, '_' and '-'"
+            )
+        if spec.name in seen:
+            raise ValueError(f"tool {spec.name!r} is declared more than once")
+        seen.add(spec.name)
+
+
+def _docstring(func: Callable[..., Any]) -> str:
+    return inspect.cleandoc(func.__doc__) if func.__doc__ else ""
+
+
+def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's auto-generated titles, which only add noise to the model's prompt."""
+    cleaned = _strip_titles(schema)
+    cleaned.setdefault("properties", {})
+    cleaned["type"] = "object"
+    if not cleaned.get("required"):
+        cleaned.pop("required", None)
+    return cast(dict[str, Any], cleaned)
+
+
+def _strip_titles(node: Any, *, in_properties: bool = False) -> Any:
+    if isinstance(node, dict):
+        return {
+            key: _strip_titles(value, in_properties=key in ("properties", "$defs"))
+            for key, value in node.items()
+            if in_properties or key != "title" or not isinstance(value, str)
+        }
+    if isinstance(node, list):
+        return [_strip_titles(item) for item in node]
+    return node
