@@ -10,6 +10,7 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
 from tools_app.routing import websocket_urlpatterns  # noqa: E402
 
@@ -21,3 +22,10 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+if settings.TASK_BACKEND == "inprocess" and os.environ.get("AGENTFORGE_EMBEDDED_WORKER") != "0":
+    # The embedded default: this server process is also the worker. Resume what a
+    # previous process left behind, then reap lost leases periodically.
+    from tools_app.worker import start_embedded_worker
+
+    start_embedded_worker()

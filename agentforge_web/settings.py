@@ -44,8 +44,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "tools_app",  # before django_tasks_db: its db_worker command adds the run reaper
     "django_tasks_db",
-    "tools_app",
 ]
 
 MIDDLEWARE = [
@@ -144,8 +144,9 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-TASK_BACKEND = envstr("TASK_BACKEND", "immediate")
+TASK_BACKEND = envstr("TASK_BACKEND", "inprocess")
 _TASK_BACKENDS = {
+    "inprocess": "tools_app.task_backend.InProcessBackend",
     "database": "django_tasks_db.DatabaseBackend",
     "immediate": "django.tasks.backends.immediate.ImmediateBackend",
 }

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .messages import ChatResponse, ToolExecutionRequest, TokenUsage
+from .messages import ChatResponse, TokenUsage, ToolExecutionRequest
 
 
 class _Event(BaseModel):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable

@@ -127,12 +127,12 @@ class ChatRequestParameters(_Frozen):
         """Fields set in `other` win; unset ones keep this object's values."""
         if other is None:
             return self
-        return self.model_copy(update=other.model_dump(exclude_none=True, exclude={"tools"})
-                               | _tools_update(other))
-
-
-def _tools_update(other: ChatRequestParameters) -> dict[str, Any]:
-    return {} if other.tools is None else {"tools": other.tools}
+        # Copy the field values themselves: a model_dump() would turn a NamedToolChoice
+        # (or any nested model) into a plain dict that model_copy never validates back.
+        values = {name: getattr(other, name) for name in type(other).model_fields}
+        return self.model_copy(
+            update={name: value for name, value in values.items() if value is not None}
+        )
 
 
 class ChatRequest(_Frozen):

@@ -356,8 +356,8 @@ class _ChatRun:
             )
             return await self._loop(resume)
         except asyncio.CancelledError:
-            await self._emit(ChatFailed(error_type="CancelledError", message="The run was cancelled",
-                                        cancelled=True))
+            await self._emit(ChatFailed(error_type="CancelledError",
+                                        message="The run was cancelled", cancelled=True))
             raise
         except Exception as exc:
             await self._emit(ChatFailed(error_type=type(exc).__name__, message=str(exc)))
@@ -475,8 +475,16 @@ class _ChatRun:
                 return await run_one(request)
 
         # A TaskGroup cancels the siblings when one call stops the run (a handler raised).
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(limited(request)) for request in requests]
+        # The run then stops with that error itself, exactly as in a sequential round,
+        # not with the ExceptionGroup the TaskGroup wraps it in.
+        stop: BaseException | None = None
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(limited(request)) for request in requests]
+        except BaseExceptionGroup as failure:
+            stop = failure.exceptions[0]
+        if stop is not None:
+            raise stop
         return [task.result() for task in tasks]
 
     def _replayed(

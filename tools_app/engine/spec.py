@@ -9,6 +9,7 @@ and the validation the tool gets can never drift apart.
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import types
 import typing
@@ -42,6 +43,11 @@ class ToolSpecification(BaseModel):
     strict: bool | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    def __hash__(self) -> int:
+        # Hashable despite its dict fields, so a {specification: executor} mapping works
+        # (seed 4.1); equal specifications have the same canonical JSON.
+        return hash(json.dumps(self.model_dump(mode="json"), sort_keys=True))
+
 
 ToolParameters = dict[str, Any]
 """A JSON-Schema object describing a tool's arguments (the seed's ToolParameters)."""
@@ -61,7 +67,7 @@ class ToolOptions:
     idempotent: bool = False
 
 
-def P(name: str | None = None, description: str | None = None) -> Any:  # noqa: N802
+def P(name: str | None = None, description: str | None = None) -> Any:
     """The seed's @P: rename a parameter for the model and/or describe it.
 
     Use as `city: Annotated[str, P("city", "City name")]`; it is a pydantic Field
@@ -133,7 +139,7 @@ def arguments_model_for(func: Callable[..., Any], *, strict: bool = False) -> Ar
     fields: dict[str, Any] = {}
     positional: list[str] = []
     keyword: list[str] = []
-    for param in signature.parameters.values():
+    for param in _tool_parameters(func, signature):
         if param.kind is inspect.Parameter.VAR_POSITIONAL:
             raise TypeError(f"tool {func.__name__!r}: *{param.name} cannot be a tool argument")
         if param.kind is inspect.Parameter.VAR_KEYWORD:
@@ -149,6 +155,25 @@ def arguments_model_for(func: Callable[..., Any], *, strict: bool = False) -> Ar
     )
     model = create_model(f"{func.__name__}_arguments", __config__=config, **fields)
     return ArgumentsModel(model=model, positional=tuple(positional), keyword=tuple(keyword))
+
+
+def _tool_parameters(
+    func: Callable[..., Any], signature: inspect.Signature
+) -> list[inspect.Parameter]:
+    """The parameters the model fills in: `self`/`cls` of a method taken from its class
+    (a plain function whose qualified name places it in a class) is not one of them."""
+    params = list(signature.parameters.values())
+    qualname = getattr(func, "__qualname__", "")
+    owner = qualname.rsplit(".", 2)[-2] if "." in qualname else "<locals>"
+    if (
+        params
+        and not inspect.ismethod(func)
+        and owner != "<locals>"
+        and params[0].name in ("self", "cls")
+        and params[0].kind is not inspect.Parameter.KEYWORD_ONLY
+    ):
+        return params[1:]
+    return params
 
 
 def _resolved_hints(func: Callable[..., Any]) -> dict[str, Any]:

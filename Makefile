@@ -1,0 +1,49 @@
+# Two commands: `make run` (serve the app on the embedded default) and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+HOST ?= 127.0.0.1
+STAMP := $(VENV)/.installed
+
+.PHONY: run test install migrate seed assets lint typecheck check bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || "$$(.ci/find-python)" -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP) assets
+
+assets:
+	@.ci/vendor-assets
+
+migrate: install
+	$(PY) manage.py migrate --noinput
+
+seed: migrate
+	$(PY) manage.py seed_demo
+
+run: seed
+	$(PY) manage.py first_login_hint
+	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) agentforge_web.asgi:application
+
+test: install
+	$(PY) manage.py check --fail-level WARNING
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest
+
+lint:
+	$(VENV)/bin/ruff check .
+
+typecheck:
+	$(VENV)/bin/mypy
+
+bench: install
+	$(PY) -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) staticfiles static/vendor

@@ -1,0 +1,488 @@
+"""The one HTTP layer every wire adapter uses: client, credentials, errors, retries.
+
+    ProviderHttpClient.post_json()    one JSON request, retried per RetryPolicy
+    ProviderHttpClient.open_stream()  the same, until the response headers; the
+                                      event stream itself is never retried
+
+The retry policy is the official OpenAI/Anthropic SDKs' one, and this is the only
+retry loop in the engine: connection errors, timeouts, 408, 409, 429 and every 5xx
+(529 overloaded included) are retried `max_retries` times (2 by default) after
+min(0.5 * 2^n, 8) s with jitter (x0.75..1.0), or after the `retry-after-ms` /
+`Retry-After` the server sent when that is at most 60 s. A server that asks for a
+longer pause is not retried: the error says how long it asked for. `x-should-retry`
+overrides the status rule both ways, as in the SDKs.
+
+Every failed attempt is reported with `emit(ProviderAttempt(...))` and logged. Every
+failure becomes a ProviderError built from the provider's error body (type, code,
+message) and headers (request id, Retry-After). Credentials travel in headers only;
+they are never put in an event, a log line or an exception message, and any text that
+comes back from the server or the transport is scrubbed of them before it is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..errors import ProviderError
+from ..events import ProviderAttempt, ProviderWireRequest, emit
+from .sse import SseEvent, aiter_sse
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 600.0
+DEFAULT_MAX_RETRIES = 2
+EXCERPT_BYTES = 512
+REDACTED = "[redacted]"
+
+_RETRYABLE_STATUSES = frozenset({408, 409, 429})
+_SENSITIVE_HEADER_PARTS = ("auth", "key", "token", "secret", "cookie", "password")
+_REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-goog-request-id", "cf-ray")
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class ProviderStreamError(ProviderError):
+    """The response stream started and then failed: it broke, carried an error event,
+    or ended inside a tool call. Never retried by this layer (the SDKs' rule), and
+    nothing from the broken stream is returned, so no partial tool call can run."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The SDKs' retry policy; `sleep`, `random` and `clock` are test seams."""
+
+    max_retries: int = DEFAULT_MAX_RETRIES
+    initial_delay: float = 0.5
+    max_delay: float = 8.0
+    max_retry_after: float = 60.0
+    sleep: Sleep = asyncio.sleep
+    random: Callable[[], float] = random.random
+    clock: Callable[[], float] = time.time
+
+    def backoff(self, retries_done: int) -> float:
+        """The pause before retry number `retries_done + 1`: 0.5, 1, 2... up to 8 s."""
+        delay = min(self.initial_delay * 2.0 ** min(retries_done, 1000), self.max_delay)
+        return max(delay * (1 - 0.25 * self.random()), 0.0)
+
+
+# -- credentials -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """Replaces every secret value by a marker in text and JSON coming back to us."""
+
+    secrets: tuple[str, ...] = ()
+
+    def text(self, value: str) -> str:
+        for secret in self.secrets:
+            value = value.replace(secret, REDACTED)
+        return value
+
+    def json(self, value: Any) -> Any:
+        if not self.secrets:
+            return value
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(str(k)): self.json(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.json(item) for item in value]
+        return value
+
+
+def is_sensitive_header(name: str) -> bool:
+    lowered = name.lower()
+    return any(part in lowered for part in _SENSITIVE_HEADER_PARTS)
+
+
+def _secret_values(values: Iterable[str]) -> tuple[str, ...]:
+    # Also scrub the bare token of "Bearer <token>"; ignore values too short to matter.
+    found: set[str] = set()
+    for value in values:
+        found.add(value)
+        found.update(part for part in value.split() if len(part) >= 8)
+    return tuple(sorted((v for v in found if len(v) >= 4), key=len, reverse=True))
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def is_retryable_status(status: int) -> bool:
+    return status in _RETRYABLE_STATUSES or status >= 500
+
+
+def parse_retry_after(headers: httpx.Headers, clock: Callable[[], float] = time.time) -> float | None:
+    """Seconds from `retry-after-ms`, or `Retry-After` as seconds or an HTTP date."""
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            return float(milliseconds) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return moment.timestamp() - clock()
+
+
+def request_id_from(headers: httpx.Headers, body: Any = None) -> str | None:
+    for name in _REQUEST_ID_HEADERS:
+        if headers.get(name):
+            return headers[name]
+    if isinstance(body, dict) and isinstance(body.get("request_id"), str):
+        return body["request_id"]
+    return None
+
+
+def excerpt(content: bytes | str, redactor: Redactor) -> str:
+    """The first 512 bytes of a body, decoded leniently and scrubbed of secrets."""
+    raw = content if isinstance(content, bytes) else content.encode("utf-8", "replace")
+    text = raw[:EXCERPT_BYTES].decode("utf-8", "replace")
+    suffix = f" ... [{len(raw) - EXCERPT_BYTES} more bytes]" if len(raw) > EXCERPT_BYTES else ""
+    return redactor.text(text) + suffix
+
+
+@dataclass(frozen=True)
+class ErrorDetails:
+    """What a provider's error body says: `{"error": {"message", "type"|"status", "code"}}`
+    (OpenAI, Gemini, most compatible servers) or Anthropic's `{"type": "error", "error":
+    {"type", "message"}, "request_id"}`."""
+
+    message: str | None = None
+    error_type: str | None = None
+    code: str | None = None
+
+    @classmethod
+    def from_body(cls, body: Any) -> ErrorDetails:
+        if isinstance(body, list) and body:
+            body = body[0]
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, str):
+            return cls(message=error)
+        if not isinstance(error, dict):
+            return cls()
+        code = error.get("code")
+        kind = error.get("type") or error.get("status")
+        message = error.get("message")
+        return cls(
+            message=message if isinstance(message, str) else None,
+            error_type=kind if isinstance(kind, str) else None,
+            code=None if code is None else str(code),
+        )
+
+    def describe(self) -> str:
+        parts = [p for p in (self.error_type, self.message) if p]
+        text = ": ".join(parts) if parts else "no error details"
+        return f"{text} (code {self.code})" if self.code and self.code != self.error_type else text
+
+
+def _decode_json(content: bytes) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None
+
+
+def status_error(
+    provider: str, response: httpx.Response, content: bytes, redactor: Redactor,
+    clock: Callable[[], float] = time.time,
+) -> ProviderError:
+    """The ProviderError for a response with an error status."""
+    body = _decode_json(content)
+    details = ErrorDetails.from_body(body)
+    text = details.describe() if body is not None else f"non-JSON body: {excerpt(content, redactor)}"
+    message = f"{provider}: HTTP {response.status_code} {redactor.text(text)}"
+    if response.status_code in (401, 403):
+        message += f"; check the API key and permissions for provider {provider}"
+    request_id = request_id_from(response.headers, body)
+    if request_id:
+        message += f" [request id {request_id}]"
+    return ProviderError(
+        message,
+        provider=provider,
+        status=response.status_code,
+        error_type=details.error_type,
+        code=details.code,
+        request_id=request_id,
+        retryable=_should_retry(response),
+        retry_after=parse_retry_after(response.headers, clock),
+    )
+
+
+def _should_retry(response: httpx.Response) -> bool:
+    override = response.headers.get("x-should-retry")
+    if override in ("true", "false"):
+        return override == "true"
+    return is_retryable_status(response.status_code)
+
+
+def invalid_response_error(
+    provider: str, reason: str, content: bytes | str, redactor: Redactor,
+    *, status: int | None = 200, request_id: str | None = None,
+) -> ProviderError:
+    """A response we cannot use (garbage 200, HTML from a proxy, missing fields)."""
+    return ProviderError(
+        f"{provider}: invalid provider response ({reason}); body starts: "
+        f"{excerpt(content, redactor)}",
+        provider=provider, status=status, request_id=request_id, retryable=False,
+    )
+
+
+def transport_error(provider: str, exc: httpx.TransportError, timeouts: httpx.Timeout,
+                    redactor: Redactor) -> ProviderError:
+    """Connection failures and timeouts; only the transient ones are retryable."""
+    detail = redactor.text(str(exc)) or "no details"
+    if isinstance(exc, httpx.TimeoutException):
+        limit = timeouts.connect if isinstance(exc, httpx.ConnectTimeout) else timeouts.read
+        phase = "connecting" if isinstance(exc, httpx.ConnectTimeout) else "waiting for data"
+        message = f"{provider}: timed out after {limit:g} s {phase} ({type(exc).__name__})"
+    else:
+        message = f"{provider}: connection failed ({type(exc).__name__}: {detail})"
+    retryable = isinstance(exc, (httpx.TimeoutException, httpx.NetworkError,
+                                 httpx.RemoteProtocolError))
+    return ProviderError(message, provider=provider, retryable=retryable)
+
+
+# -- the client --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JsonResponse:
+    status: int
+    body: Any
+    request_id: str | None
+    headers: httpx.Headers
+
+
+@dataclass
+class EventStream:
+    """An open event-stream response. `events()` turns transport failures into
+    ProviderStreamError; the status and request id are known before the first event."""
+
+    provider: str
+    response: httpx.Response
+    redactor: Redactor
+    timeouts: httpx.Timeout
+    events_seen: int = 0
+    request_id: str | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.request_id = request_id_from(self.response.headers)
+
+    @property
+    def status(self) -> int:
+        return self.response.status_code
+
+    async def events(self) -> AsyncIterator[SseEvent]:
+        try:
+            async for event in aiter_sse(self.response.aiter_lines()):
+                self.events_seen += 1
+                yield event
+        except httpx.TransportError as exc:
+            cause = transport_error(self.provider, exc, self.timeouts, self.redactor)
+            raise self.broken(f"the response stream broke ({cause})") from None
+
+    def broken(self, reason: str, **details: Any) -> ProviderStreamError:
+        """The error for a stream that cannot be used; nothing from it is returned."""
+        return ProviderStreamError(
+            f"{self.provider}: {reason} after {self.events_seen} events; the partial "
+            "response was discarded and no tool call from it was executed",
+            provider=self.provider, status=self.status, request_id=self.request_id,
+            retryable=False, **details,
+        )
+
+
+class ProviderHttpClient:
+    """Builds the httpx client, sends with credentials, retries, maps failures."""
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        base_url: str,
+        credentials: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.provider = provider
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self.timeouts = httpx.Timeout(read_timeout, connect=connect_timeout)
+        self._transport = transport
+        plain = {k: v for k, v in (headers or {}).items() if not is_sensitive_header(k)}
+        secret = {k: v for k, v in (headers or {}).items() if is_sensitive_header(k)}
+        self._headers = {**plain, **secret, **(credentials or {})}
+        self.redactor = Redactor(_secret_values([*secret.values(),
+                                                 *(credentials or {}).values()]))
+
+    def __repr__(self) -> str:
+        return f"ProviderHttpClient(provider={self.provider!r}, base_url={self.base_url!r})"
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url}/{path.lstrip('/')}"
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> JsonResponse:
+        url = await self._announce(path, body, stream=False)
+        async with self._client() as client:
+            response, content = await self._with_retries(
+                lambda: self._attempt_json(client, url, body))
+        decoded = _decode_json(content)
+        request_id = request_id_from(response.headers, decoded)
+        if decoded is None:
+            raise invalid_response_error(self.provider, "the body is not JSON", content,
+                                         self.redactor, request_id=request_id)
+        return JsonResponse(response.status_code, self.redactor.json(decoded), request_id,
+                            response.headers)
+
+    @asynccontextmanager
+    async def open_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[EventStream]:
+        url = await self._announce(path, body, stream=True)
+        async with self._client() as client:
+            response = await self._with_retries(lambda: self._attempt_stream(client, url, body))
+            try:
+                await self._check_event_stream(response)
+                yield EventStream(self.provider, response, self.redactor, self.timeouts)
+            finally:
+                await response.aclose()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=self._transport, timeout=self.timeouts,
+                                 headers=self._headers, follow_redirects=False)
+
+    async def _announce(self, path: str, body: dict[str, Any], *, stream: bool) -> str:
+        url = self.url(path)
+        await emit(ProviderWireRequest(provider=self.provider, url=self.redactor.text(url),
+                                       body=body, stream=stream))
+        return url
+
+    async def _attempt_json(
+        self, client: httpx.AsyncClient, url: str, body: dict[str, Any]
+    ) -> tuple[httpx.Response, bytes]:
+        response = await client.post(url, json=body)
+        if not response.is_success:
+            raise _Failed(status_error(self.provider, response, response.content,
+                                       self.redactor, self.retry.clock))
+        return response, response.content
+
+    async def _attempt_stream(
+        self, client: httpx.AsyncClient, url: str, body: dict[str, Any]
+    ) -> httpx.Response:
+        request = client.build_request("POST", url, json=body,
+                                       headers={"accept": "text/event-stream"})
+        response = await client.send(request, stream=True)
+        if not response.is_success:
+            try:
+                content = await response.aread()
+            finally:
+                await response.aclose()
+            raise _Failed(status_error(self.provider, response, content, self.redactor,
+                                       self.retry.clock))
+        return response
+
+    async def _check_event_stream(self, response: httpx.Response) -> None:
+        content_type = response.headers.get("content-type", "")
+        if "event-stream" in content_type or not content_type:
+            return
+        content = await response.aread()
+        body = _decode_json(content)
+        details = ErrorDetails.from_body(body)
+        request_id = request_id_from(response.headers, body)
+        if details.message or details.error_type:
+            raise ProviderError(
+                f"{self.provider}: HTTP {response.status_code} "
+                f"{self.redactor.text(details.describe())}",
+                provider=self.provider, status=response.status_code,
+                error_type=details.error_type, code=details.code, request_id=request_id)
+        raise invalid_response_error(
+            self.provider, f"expected an event stream, got {content_type}", content,
+            self.redactor, status=response.status_code, request_id=request_id)
+
+    async def _with_retries[T](self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """THE retry loop: run `attempt` until it succeeds or the policy says stop."""
+        number = 0
+        while True:
+            number += 1
+            try:
+                return await attempt()
+            except _Failed as failed:
+                error = failed.error
+            except httpx.TransportError as exc:
+                error = transport_error(self.provider, exc, self.timeouts, self.redactor)
+            wait = self._wait_before_retry(number, error)
+            await self._report(number, error, wait)
+            if wait is None:
+                raise self._final_error(number, error)
+            await self.retry.sleep(wait)
+
+    def _wait_before_retry(self, number: int, error: ProviderError) -> float | None:
+        if not error.retryable or number > self.retry.max_retries:
+            return None
+        asked = error.retry_after
+        if asked is not None and asked > self.retry.max_retry_after:
+            return None
+        if asked is not None and asked > 0:
+            return asked
+        return self.retry.backoff(number - 1)
+
+    async def _report(self, number: int, error: ProviderError, wait: float | None) -> None:
+        logger.warning("%s attempt %d failed (retryable=%s, next in %s s): %s",
+                       self.provider, number, error.retryable,
+                       "-" if wait is None else f"{wait:.3g}", error)
+        await emit(ProviderAttempt(provider=self.provider, attempt=number, status=error.status,
+                                   error=str(error), retryable=error.retryable, wait_s=wait))
+
+    def _final_error(self, attempts: int, error: ProviderError) -> ProviderError:
+        asked = error.retry_after
+        if error.retryable and asked is not None and asked > self.retry.max_retry_after:
+            return _copy_error(
+                error, f"{self.provider}: rate-limited or unavailable (HTTP {error.status}); "
+                f"the provider asked to retry after {asked:g} s, more than the "
+                f"{self.retry.max_retry_after:g} s this client waits, so it was not retried "
+                f"(last error: {error})")
+        if error.retryable and attempts > 1:
+            return _copy_error(
+                error, f"{self.provider}: provider unavailable after {attempts} attempts "
+                f"(last: {error})")
+        return error
+
+
+class _Failed(Exception):
+    """One attempt got an error status; carries the mapped ProviderError."""
+
+    def __init__(self, error: ProviderError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _copy_error(error: ProviderError, message: str) -> ProviderError:
+    return ProviderError(
+        message, provider=error.provider, status=error.status, error_type=error.error_type,
+        code=error.code, request_id=error.request_id, retryable=error.retryable,
+        retry_after=error.retry_after,
+    )

@@ -1,0 +1,91 @@
+"""What every wire format provides, and the helpers they share."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+import time
+from typing import Any, Protocol
+
+from ..conversation import Conversation, Reply
+
+StreamItem = tuple[str | None, Any]
+"""One server-sent event: (event name or None, data: a JSON value or a raw string)."""
+
+_ALNUM = string.ascii_letters + string.digits
+# Not a security boundary: ids only have to look real and not collide in a test run.
+_rng = random.Random()  # noqa: S311
+
+
+class WireError(Exception):
+    """A request this wire format cannot accept; answered with a provider-shaped 4xx."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Wire(Protocol):
+    name: str
+    stream_content_type: str
+    event_separator: str
+
+    def parse(self, body: dict[str, Any], path_model: str | None, stream: bool) -> Conversation:
+        """Read the neutral conversation out of a request body (raise WireError)."""
+        ...
+
+    def json_body(self, reply: Reply, conversation: Conversation) -> Any: ...
+
+    def stream_items(self, reply: Reply, conversation: Conversation,
+                     chunk_size: int) -> list[StreamItem]: ...
+
+    def error_body(self, status: int, message: str, error_type: str | None) -> Any: ...
+
+    def error_item(self, status: int, message: str, error_type: str | None) -> StreamItem:
+        """The event a provider sends when a stream fails midway."""
+        ...
+
+    def response_headers(self) -> list[tuple[bytes, bytes]]: ...
+
+
+def random_id(prefix: str, length: int) -> str:
+    return prefix + "".join(_rng.choices(_ALNUM, k=length))
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, as the real APIs send it."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def encode_item(item: StreamItem, separator: str) -> bytes:
+    event, data = item
+    payload = data if isinstance(data, str) else dumps(data)
+    head = f"event: {event}{separator[:len(separator) // 2]}" if event else ""
+    return f"{head}data: {payload}{separator}".encode()
+
+
+def pieces(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def arguments_object(raw: str) -> Any:
+    """Arguments as the JSON value providers that send objects put on the wire.
+
+    A script may hold invalid JSON on purpose; then the raw string is sent as is, so
+    the client meets the same kind of malformed call a misbehaving model produces.
+    """
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def bool_or(value: Any, default: bool) -> bool:
+    return value if isinstance(value, bool) else default

@@ -1,0 +1,142 @@
+"""The Run row owns crash safety: lease, fencing token, heartbeats and the reaper.
+
+django-tasks-db has no lease (a SIGKILLed worker leaves its task RUNNING forever), so a
+worker must hold the run's lease to write anything about it. Claiming bumps
+`lease_token`; every later write is `... WHERE lease_token = <mine>`, so a worker that
+lost its lease (it stalled past expiry and someone else took over) changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from .models import Run, RunEvent, RunStatus
+
+logger = logging.getLogger(__name__)
+
+CLAIMABLE = (RunStatus.QUEUED, RunStatus.INTERRUPTED)
+
+
+class LeaseLost(Exception):  # noqa: N818 - a state, not an error of the caller
+    """This worker no longer holds the run's lease: it must stop writing and leave."""
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def lease_duration() -> timedelta:
+    return timedelta(seconds=settings.AGENTFORGE_LEASE_SECONDS)
+
+
+def claim(run_id: str, worker_id: str) -> int | None:
+    """Take the run's lease if it is claimable; return the fencing token or None."""
+    now = timezone.now()
+    claimable = Q(status__in=CLAIMABLE) | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(claimable, pk=run_id).first()
+        if run is None or run.cancel_requested:
+            return None
+        token = run.lease_token + 1
+        Run.objects.filter(pk=run_id, lease_token=run.lease_token).update(
+            status=RunStatus.RUNNING,
+            lease_owner=worker_id,
+            lease_token=token,
+            lease_expires_at=now + lease_duration(),
+            started_at=run.started_at or now,
+        )
+    return token
+
+
+def renew(run_id: str, token: int) -> bool:
+    """Extend the lease; False if it was lost."""
+    updated = Run.objects.filter(pk=run_id, lease_token=token).update(
+        lease_expires_at=timezone.now() + lease_duration()
+    )
+    return updated == 1
+
+
+def cancel_requested(run_id: str) -> bool:
+    return Run.objects.filter(pk=run_id, cancel_requested=True).exists()
+
+
+def next_seq(run_id: str, token: int | None) -> int:
+    """Allocate the run's next event seq, fenced on the lease token (inside a transaction).
+
+    token=None is for writers that already own the row in this transaction (the reaper,
+    services acting on a run that is not executing).
+    """
+    rows = Run.objects.filter(pk=run_id)
+    if token is not None:
+        rows = rows.filter(lease_token=token)
+    if rows.update(last_seq=F("last_seq") + 1) != 1:
+        raise LeaseLost(f"run {run_id}: lease token {token} is no longer valid")
+    return Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).get()
+
+
+def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, Any]) -> int:
+    seq = next_seq(run_id, token)
+    RunEvent.objects.create(run_id=run_id, seq=seq, kind=kind, payload=payload)
+    return seq
+
+
+def reap_expired_runs() -> list[str]:
+    """Runs whose lease expired: re-queue them (bounded) or fail them as worker lost.
+
+    Returns the ids of runs to (re-)enqueue; the caller enqueues them after commit.
+    """
+    now = timezone.now()
+    expired = Run.objects.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+    to_enqueue: list[str] = []
+    for run_id in expired.values_list("pk", flat=True):
+        with transaction.atomic():
+            run = Run.objects.select_for_update().filter(
+                pk=run_id, status=RunStatus.RUNNING, lease_expires_at__lt=now
+            ).first()
+            if run is None:
+                continue
+            if _interrupt_or_fail(run):
+                to_enqueue.append(str(run.pk))
+    return to_enqueue
+
+
+def _interrupt_or_fail(run: Run) -> bool:
+    # Bumping the token fences the lost worker out before anything else is written.
+    token = run.lease_token + 1
+    previous_owner = run.lease_owner
+    if run.resume_count >= settings.AGENTFORGE_MAX_RESUMES:
+        message = (f"worker lost: the run's worker stopped {run.resume_count + 1} times "
+                   f"(last: {previous_owner or 'unknown'}); giving up")
+        Run.objects.filter(pk=run.pk).update(
+            status=RunStatus.FAILED, lease_token=token, lease_owner="", lease_expires_at=None,
+            error_type="WorkerLost", error_message=message, finished_at=timezone.now(),
+        )
+        append_event(str(run.pk), token, "run_status",
+                     {"status": RunStatus.FAILED, "error_type": "WorkerLost", "message": message})
+        return False
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.INTERRUPTED, lease_token=token, lease_owner="", lease_expires_at=None,
+        resume_count=F("resume_count") + 1,
+    )
+    append_event(str(run.pk), token, "run_status", {
+        "status": RunStatus.INTERRUPTED,
+        "message": f"worker {previous_owner or 'unknown'} stopped responding; resuming",
+    })
+    return True
+
+
+def runs_to_recover_at_start() -> list[str]:
+    """For the in-process backend: runs a previous server process left behind."""
+    ids = reap_expired_runs()
+    pending = Run.objects.filter(status__in=CLAIMABLE, cancel_requested=False)
+    return ids + [str(pk) for pk in pending.values_list("pk", flat=True) if str(pk) not in ids]

@@ -1,0 +1,210 @@
+"""Engine events -> database rows + one RunEvent each, then a live notification.
+
+Each event's state change (Round / ToolCall / Run totals) and its RunEvent are written
+in ONE transaction, with the seq allocated under the worker's lease token. Only after
+the commit is the channel-layer group `run.<id>` notified, with just the seq: the
+WebSocket consumer reads rows by seq, so a dropped notification never loses anything.
+Streaming fragments (partial text / tool-call pieces) are not stored: they are only
+broadcast, and the stored model response supersedes them.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.db import transaction
+from django.db.models import F
+
+from .engine.events import (
+    ModelResponseReceived,
+    PartialText,
+    PartialToolCall,
+    ProviderAttempt,
+    ProviderWireRequest,
+    ProviderWireResponse,
+    RoundStarted,
+    ToolCallFinished,
+    ToolCallProposed,
+    ToolCallStarted,
+)
+from .engine.execution import arguments_as_map
+from .leases import append_event
+from .models import Round, Run, ToolCall
+from .storage import clean_json, clean_text, redact
+from .task_backend import on_server_loop
+
+logger = logging.getLogger(__name__)
+
+EPHEMERAL_KINDS = frozenset({"partial_text", "partial_tool_call"})
+
+
+def group_name(run_id: str) -> str:
+    return f"run.{run_id}"
+
+
+async def notify(run_id: str, message: dict[str, Any]) -> None:
+    """Tell live viewers something happened. Best effort: the database is the truth."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        send = layer.group_send(group_name(run_id), {"type": "run.event", **message})
+        if isinstance(layer, InMemoryChannelLayer):
+            await on_server_loop(send)  # the in-memory layer is bound to the serving loop
+        else:
+            await send
+    except Exception:  # a broken channel layer must never fail a run
+        logger.warning("could not notify viewers of run %s", run_id, exc_info=True)
+
+
+class RunRecorder:
+    """An engine observer bound to one run and one lease token."""
+
+    def __init__(self, run_id: str, token: int, secrets: tuple[str, ...] = ()) -> None:
+        self.run_id = run_id
+        self.token = token
+        self.secrets = secrets
+        self.before_round: Any = None  # an async hook the runner uses as a checkpoint
+
+    async def __call__(self, event: Any) -> None:
+        if isinstance(event, RoundStarted) and self.before_round is not None:
+            await self.before_round()
+        if event.kind in EPHEMERAL_KINDS:
+            await notify(self.run_id, {"fragment": self._fragment(event)})
+            return
+        payload = self._payload(event)
+        seq = await sync_to_async(self.record, thread_sensitive=True)(event, payload)
+        await notify(self.run_id, {"seq": seq})
+
+    def _payload(self, event: Any) -> dict[str, Any]:
+        data = event.model_dump(mode="json")
+        return clean_json(redact(data, self.secrets))  # type: ignore[no-any-return]
+
+    def _fragment(self, event: PartialText | PartialToolCall) -> dict[str, Any]:
+        return clean_json(redact(event.model_dump(mode="json"), self.secrets))  # type: ignore[no-any-return]
+
+    def record(self, event: Any, payload: dict[str, Any]) -> int:
+        with transaction.atomic():
+            seq = append_event(self.run_id, self.token, event.kind, payload)
+            apply = _APPLIERS.get(event.kind)
+            if apply is not None:
+                apply(self, event, payload)
+        return seq
+
+    # -- state changes, one per event kind ---------------------------------------------
+
+    def _round(self, index: int | None) -> Round:
+        round_, _ = Round.objects.get_or_create(run_id=self.run_id, index=index or 0)
+        return round_
+
+    def on_round_started(self, event: RoundStarted, payload: dict[str, Any]) -> None:
+        Round.objects.update_or_create(
+            run_id=self.run_id, index=event.round_index or 0,
+            defaults={"status": "requested", "started_at": _dt(event.at), "attempts": [],
+                      "finished_at": None},
+        )
+        Run.objects.filter(pk=self.run_id).update(rounds_count=(event.round_index or 0) + 1)
+
+    def on_wire_request(self, event: ProviderWireRequest, payload: dict[str, Any]) -> None:
+        Round.objects.filter(run_id=self.run_id, index=event.round_index or 0).update(
+            request_json=payload["body"])
+
+    def on_wire_response(self, event: ProviderWireResponse, payload: dict[str, Any]) -> None:
+        Round.objects.filter(run_id=self.run_id, index=event.round_index or 0).update(
+            response_json=payload["body"])
+
+    def on_attempt(self, event: ProviderAttempt, payload: dict[str, Any]) -> None:
+        round_ = self._round(event.round_index)
+        round_.attempts = [*round_.attempts, payload]
+        round_.save(update_fields=["attempts"])
+
+    def on_response(self, event: ModelResponseReceived, payload: dict[str, Any]) -> None:
+        response = event.response
+        usage = response.usage
+        Round.objects.filter(run_id=self.run_id, index=event.round_index or 0).update(
+            status="responded",
+            response=payload["response"],
+            ai_text=clean_text(response.ai_message.text),
+            thinking=clean_text(response.ai_message.thinking),
+            finish_reason=response.finish_reason or "",
+            input_tokens=usage.input_tokens if usage else None,
+            output_tokens=usage.output_tokens if usage else None,
+            latency_ms=event.latency_ms,
+            first_token_ms=event.first_token_ms,
+            finished_at=_dt(event.at),
+        )
+        if usage:
+            Run.objects.filter(pk=self.run_id).update(
+                input_tokens=F("input_tokens") + (usage.input_tokens or 0),
+                output_tokens=F("output_tokens") + (usage.output_tokens or 0),
+                total_tokens=F("total_tokens") + (usage.total_tokens or 0),
+            )
+
+    def on_proposed(self, event: ToolCallProposed, payload: dict[str, Any]) -> None:
+        request = event.request
+        ToolCall.objects.get_or_create(
+            round=self._round(event.round_index), call_index=event.call_index,
+            defaults={
+                "run_id": self.run_id,
+                "call_id": clean_text(request.id, limit=200),
+                "tool_name": clean_text(request.name, limit=200),
+                "arguments_raw": clean_text(request.arguments),
+                "arguments": clean_json(_parsed_or_none(request)),
+            },
+        )
+
+    def on_started(self, event: ToolCallStarted, payload: dict[str, Any]) -> None:
+        self._calls(event).update(state="started", started_at=_dt(event.at), finished_at=None,
+                                  attempts=F("attempts") + 1)
+
+    def on_finished(self, event: ToolCallFinished, payload: dict[str, Any]) -> None:
+        self._calls(event).update(
+            state=event.outcome,
+            result_text=clean_text(event.text),
+            result_json=payload["result_json"],
+            is_error=event.is_error,
+            error_type=event.error_type or "",
+            error_message=clean_text(event.error_message) or "",
+            error_details=payload["error_details"],
+            traceback=clean_text(event.traceback) or "",
+            handled_by=event.handled_by or "",
+            stopped_run=event.stopped_run,
+            started_at=_dt(event.started_at),
+            finished_at=_dt(event.finished_at),
+            duration_ms=event.duration_ms,
+        )
+        Run.objects.filter(pk=self.run_id).update(
+            tool_calls_count=F("tool_calls_count") + 1,
+            errors_count=F("errors_count") + (1 if event.is_error else 0),
+        )
+
+    def _calls(self, event: ToolCallStarted | ToolCallFinished) -> Any:
+        return ToolCall.objects.filter(run_id=self.run_id, round__index=event.round_index or 0,
+                                       call_id=event.call_id)
+
+
+def _parsed_or_none(request: Any) -> Any:
+    try:
+        return arguments_as_map(request)
+    except Exception:  # invalid arguments are recorded raw; the engine reports the error
+        return None
+
+
+def _dt(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, tz=UTC) if epoch is not None else None
+
+
+_APPLIERS: dict[str, Any] = {
+    "round_started": RunRecorder.on_round_started,
+    "provider_wire_request": RunRecorder.on_wire_request,
+    "provider_wire_response": RunRecorder.on_wire_response,
+    "provider_attempt": RunRecorder.on_attempt,
+    "model_response_received": RunRecorder.on_response,
+    "tool_call_proposed": RunRecorder.on_proposed,
+    "tool_call_started": RunRecorder.on_started,
+    "tool_call_finished": RunRecorder.on_finished,
+}

@@ -1,0 +1,221 @@
+"""Executing one run in a worker: claim the lease, resume from history, record, finish.
+
+This is the body of the `execute_run` task. It is safe to call for any run id at any
+time: if the run is not claimable (finished, or leased by a live worker) it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .engine import (
+    ChatMessage,
+    ChatResponse,
+    ResumeState,
+    ToolChatResult,
+    ToolExecutionResultMessage,
+)
+from .leases import LeaseLost, append_event, cancel_requested, claim, new_worker_id, renew
+from .models import Round, Run, RunStatus, ToolCall, ToolCallState
+from .recorder import RunRecorder, notify
+from .snapshot import engine_for_snapshot, snapshot_messages, snapshot_parameters
+from .storage import clean_text
+
+logger = logging.getLogger(__name__)
+
+# Set by the worker's SIGTERM handler: finish the current step, then hand the run back.
+shutdown_requested = threading.Event()
+
+FINISHED_CALL_STATES = frozenset(
+    {ToolCallState.SUCCEEDED, ToolCallState.ARGUMENTS_ERROR, ToolCallState.EXECUTION_ERROR,
+     ToolCallState.HALLUCINATED, ToolCallState.TIMED_OUT, ToolCallState.REJECTED,
+     ToolCallState.UNKNOWN_OUTCOME}
+)
+
+
+class WorkerShutdown(Exception):  # noqa: N818 - a control signal, not a failure
+    """The worker is stopping; the run is checkpointed and handed to another worker."""
+
+
+class _Stop:
+    """Why the heartbeat stopped the chat task, if it did."""
+
+    reason: str | None = None
+
+
+async def execute_run(run_id: str) -> str | None:
+    """Run (or resume) a run to its end. Returns the final status, or None if not claimed."""
+    worker_id = new_worker_id()
+    token = await sync_to_async(claim)(run_id, worker_id)
+    if token is None:
+        return None
+    started = time.perf_counter()
+    try:
+        status, fields = await _drive(run_id, token)
+    except LeaseLost:
+        logger.warning("run %s: lease lost, leaving it to its new owner", run_id)
+        return None
+    fields["wall_ms"] = await sync_to_async(_wall_ms)(run_id, started)
+    try:
+        seq = await sync_to_async(_finish)(run_id, token, status, fields)
+    except LeaseLost:
+        return None
+    await notify(run_id, {"seq": seq})
+    if status == RunStatus.INTERRUPTED:
+        await sync_to_async(_requeue)(run_id)
+    return str(status)
+
+
+async def _drive(run_id: str, token: int) -> tuple[RunStatus, dict[str, Any]]:
+    run = await Run.objects.aget(pk=run_id)
+    try:
+        engine = engine_for_snapshot(run.snapshot)
+        messages, resume = await sync_to_async(load_history)(run)
+    except Exception as exc:  # a broken snapshot (missing key, tool gone) fails the run
+        return RunStatus.FAILED, {"error_type": type(exc).__name__, "error_message": str(exc)}
+    recorder = RunRecorder(run_id, token, engine.secrets)
+    recorder.before_round = _checkpoint
+    stop = _Stop()
+    chat = asyncio.ensure_future(
+        engine.service.chat(engine.model, messages, snapshot_parameters(run.snapshot),
+                            observers=[recorder], resume=resume)
+    )
+    heartbeat = asyncio.ensure_future(_heartbeat(run_id, token, chat, stop))
+    try:
+        result = await chat
+    except asyncio.CancelledError:
+        if stop.reason == "lease_lost":
+            raise LeaseLost(run_id) from None
+        if stop.reason == "cancelled":
+            return RunStatus.CANCELLED, {"error_type": "Cancelled",
+                                         "error_message": "Cancelled by the user"}
+        raise
+    except WorkerShutdown:
+        return RunStatus.INTERRUPTED, {}
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        return RunStatus.FAILED, {"error_type": type(exc).__name__,
+                                  "error_message": clean_text(str(exc)) or ""}
+    finally:
+        heartbeat.cancel()
+    return RunStatus.SUCCEEDED, _success_fields(result)
+
+
+async def _checkpoint() -> None:
+    if shutdown_requested.is_set():
+        raise WorkerShutdown("the worker is shutting down; the run will resume elsewhere")
+
+
+async def _heartbeat(run_id: str, token: int, chat: asyncio.Future[Any], stop: _Stop) -> None:
+    interval = settings.AGENTFORGE_HEARTBEAT_SECONDS
+    poll = min(interval, 0.5)
+    last_renewal = time.monotonic()
+    while not chat.done():
+        await asyncio.sleep(poll)
+        if await sync_to_async(cancel_requested)(run_id):
+            stop.reason = "cancelled"
+            chat.cancel()
+            return
+        if time.monotonic() - last_renewal >= interval:
+            if not await sync_to_async(renew)(run_id, token):
+                stop.reason = "lease_lost"
+                chat.cancel()
+                return
+            last_renewal = time.monotonic()
+
+
+def _success_fields(result: ToolChatResult) -> dict[str, Any]:
+    return {"final_text": clean_text(result.final_response.ai_message.text),
+            "error_type": "", "error_message": ""}
+
+
+def _wall_ms(run_id: str, started: float) -> float:
+    run = Run.objects.only("started_at").get(pk=run_id)
+    if run.started_at is None:
+        return (time.perf_counter() - started) * 1000
+    return (timezone.now() - run.started_at).total_seconds() * 1000
+
+
+def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any]) -> int:
+    with transaction.atomic():
+        seq = append_event(run_id, token, "run_status", {"status": status, **fields})
+        terminal = status != RunStatus.INTERRUPTED
+        Run.objects.filter(pk=run_id, lease_token=token).update(
+            status=status, lease_owner="", lease_expires_at=None,
+            finished_at=timezone.now() if terminal else None, **fields,
+        )
+    return seq
+
+
+def _requeue(run_id: str) -> None:
+    from .tasks import enqueue_run
+
+    transaction.on_commit(lambda: enqueue_run(run_id))
+
+
+# -- resuming from the stored history --------------------------------------------------
+
+
+def load_history(run: Run) -> tuple[list[ChatMessage], ResumeState | None]:
+    """Rebuild the conversation from stored rounds; the unfinished round becomes resume state."""
+    messages = snapshot_messages(run.snapshot)
+    rounds = list(Round.objects.filter(run=run).order_by("index").prefetch_related("tool_calls"))
+    if not rounds:
+        return messages, None
+    idempotent = {t["name"]: t["idempotent"] for t in run.snapshot["tools"]}
+    round_trips = 0
+    for round_ in rounds:
+        response = _stored_response(round_)
+        if response is None:
+            # The model call never completed: ask again (cost only, no side effects).
+            return messages, ResumeState(round_index=round_.index, round_trips_done=round_trips)
+        calls = sorted(round_.tool_calls.all(), key=lambda c: c.call_index)
+        requests = response.ai_message.tool_execution_requests
+        if requests and len(calls) == len(requests) and all(_finished(c) for c in calls):
+            messages.append(response.ai_message)
+            messages.extend(_result_message(c) for c in calls)
+            round_trips += 1
+            continue
+        return messages, _pending(round_, response, calls, idempotent, round_trips)
+    last = rounds[-1]
+    return messages, ResumeState(round_index=last.index + 1, round_trips_done=round_trips)
+
+
+def _stored_response(round_: Round) -> ChatResponse | None:
+    if round_.status != "responded" or not round_.response:
+        return None
+    return ChatResponse.model_validate(round_.response)
+
+
+def _finished(call: ToolCall) -> bool:
+    return call.state in FINISHED_CALL_STATES and call.result_text is not None
+
+
+def _result_message(call: ToolCall) -> ToolExecutionResultMessage:
+    return ToolExecutionResultMessage(id=call.call_id, tool_name=call.tool_name,
+                                      text=call.result_text or "", is_error=call.is_error)
+
+
+def _pending(
+    round_: Round, response: ChatResponse, calls: list[ToolCall],
+    idempotent: dict[str, bool], round_trips: int,
+) -> ResumeState:
+    done = {c.call_id: _result_message(c) for c in calls if _finished(c)}
+    in_doubt = frozenset(
+        c.call_id for c in calls
+        if c.state == ToolCallState.STARTED and not idempotent.get(c.tool_name, False)
+    )
+    return ResumeState(round_index=round_.index, round_trips_done=round_trips,
+                       pending_response=response, completed_results=done,
+                       unknown_outcome_ids=in_doubt)
+

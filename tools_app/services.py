@@ -1,0 +1,116 @@
+"""Writes. Keyword-only, typed, atomic; views and the API call these, never the ORM."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+
+from .engine import (
+    ChatMessage,
+    ChatRequestParameters,
+    SystemMessage,
+    UserMessage,
+    validate_specifications,
+)
+from .engine.spec import ToolSpecification
+from .leases import append_event
+from .models import (
+    ErrorPolicy,
+    ModelEndpoint,
+    Run,
+    RunStatus,
+    ToolRegistration,
+)
+from .snapshot import build_snapshot
+from .tasks import enqueue_run
+
+
+class RunRequestError(ValueError):
+    """The run cannot start as asked; the message says exactly why."""
+
+
+def run_create(
+    *,
+    user: AbstractBaseUser | AnonymousUser | None,
+    endpoint: ModelEndpoint,
+    tools: Sequence[ToolRegistration],
+    policy: ErrorPolicy,
+    messages: Sequence[ChatMessage],
+    parameters: ChatRequestParameters | None = None,
+    parent: Run | None = None,
+) -> Run:
+    """Freeze everything the run uses, store it queued, and enqueue it after commit."""
+    _check_request(tools, messages)
+    snapshot = build_snapshot(endpoint=endpoint, tools=tools, policy=policy,
+                              messages=messages, parameters=parameters or ChatRequestParameters())
+    with transaction.atomic():
+        run = Run.objects.create(
+            created_by=user if user is not None and user.is_authenticated else None,
+            endpoint=endpoint, policy=policy, parent=parent,
+            title=_title(messages), status=RunStatus.QUEUED, snapshot=snapshot,
+        )
+        append_event(str(run.pk), None, "run_status", {"status": RunStatus.QUEUED})
+        transaction.on_commit(lambda: enqueue_run(str(run.pk)))
+    return run
+
+
+def _check_request(tools: Sequence[ToolRegistration], messages: Sequence[ChatMessage]) -> None:
+    if not any(isinstance(m, UserMessage) for m in messages):
+        raise RunRequestError("A run needs at least one user message")
+    disabled = [t.name for t in tools if not t.enabled]
+    if disabled:
+        raise RunRequestError(f"Disabled tools cannot be used: {', '.join(disabled)}")
+    try:
+        validate_specifications(
+            ToolSpecification(name=t.name, description=t.description, parameters=t.json_schema)
+            for t in tools
+        )
+    except ValueError as exc:
+        raise RunRequestError(str(exc)) from exc
+
+
+def _title(messages: Sequence[ChatMessage]) -> str:
+    first = next((m for m in messages if isinstance(m, UserMessage)), None)
+    text = " ".join((first.text if first else "").split())
+    return text[:197] + "..." if len(text) > 200 else text
+
+
+def conversation(*, system_prompt: str = "", user_message: str) -> list[ChatMessage]:
+    messages: list[ChatMessage] = []
+    if system_prompt.strip():
+        messages.append(SystemMessage(text=system_prompt))
+    messages.append(UserMessage(text=user_message))
+    return messages
+
+
+def run_cancel(*, run: Run) -> Run:
+    """Queued runs stop at once; running ones are cancelled by their worker's heartbeat."""
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.is_terminal:
+            return locked
+        if locked.status in (RunStatus.QUEUED, RunStatus.INTERRUPTED):
+            _cancel_now(locked)
+        else:
+            Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+    run.refresh_from_db()
+    return run
+
+
+def _cancel_now(run: Run) -> None:
+    from django.utils import timezone
+
+    token = run.lease_token + 1
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.CANCELLED, cancel_requested=True, lease_token=token,
+        error_type="Cancelled", error_message="Cancelled by the user before it ran",
+        finished_at=timezone.now(),
+    )
+    append_event(str(run.pk), token, "run_status", {"status": RunStatus.CANCELLED})
+
+
+def parameters_from(data: dict[str, Any]) -> ChatRequestParameters:
+    return ChatRequestParameters.model_validate(data)

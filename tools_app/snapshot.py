@@ -1,0 +1,221 @@
+"""A run's frozen snapshot: built once at start, the only input a worker uses.
+
+`build_snapshot` freezes endpoint (without secrets: only the NAME of the key's
+environment variable), tools (with version hashes), policy values, input messages and
+request parameters. `engine_for_snapshot` rebuilds the engine objects from it in any
+worker process, reading the API key from the environment at that moment.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from pydantic import TypeAdapter
+
+from .engine import (
+    ChatMessage,
+    ChatModel,
+    ChatRequestParameters,
+    FunctionToolExecutor,
+    RegisteredTool,
+    ReturnBehavior,
+    ScriptedChatModel,
+    ToolArgumentsError,
+    ToolErrorContext,
+    ToolErrorHandlerResult,
+    ToolExecutionError,
+    ToolService,
+    ToolSpecification,
+    execution_error_to_model,
+    rethrow_arguments_error,
+    tell_model_available_tools,
+    throw_on_hallucinated_tool,
+)
+from .models import ErrorPolicy, ModelEndpoint, ToolRegistration
+
+SNAPSHOT_VERSION = 1
+_messages_adapter: TypeAdapter[list[ChatMessage]] = TypeAdapter(list[ChatMessage])
+
+ENDPOINT_FIELDS = ("name", "kind", "base_url", "model", "default_parameters", "api_key_env",
+                   "stream", "extra_headers", "script")
+TOOL_FIELDS = ("name", "description", "json_schema", "kind", "python_path", "config",
+               "return_behavior", "strict", "timeout_seconds", "requires_approval",
+               "idempotent", "version_hash")
+POLICY_FIELDS = ("name", "arguments_error", "arguments_error_template", "execution_error",
+                 "execution_error_template", "hallucinated_tool", "max_round_trips",
+                 "default_tool_timeout", "parallel", "max_concurrency", "provider_max_retries")
+
+
+def build_snapshot(
+    *,
+    endpoint: ModelEndpoint,
+    tools: Sequence[ToolRegistration],
+    policy: ErrorPolicy,
+    messages: Sequence[ChatMessage],
+    parameters: ChatRequestParameters,
+) -> dict[str, Any]:
+    return {
+        "version": SNAPSHOT_VERSION,
+        "endpoint": {"id": str(endpoint.pk)} | _fields(endpoint, ENDPOINT_FIELDS),
+        "tools": [{"id": str(t.pk)} | _fields(t, TOOL_FIELDS) for t in tools],
+        "policy": {"id": policy.pk} | _fields(policy, POLICY_FIELDS),
+        "messages": _messages_adapter.dump_python(list(messages), mode="json"),
+        "parameters": parameters.model_dump(mode="json", exclude_none=True, exclude={"tools"}),
+    }
+
+
+def _fields(obj: object, names: Sequence[str]) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in names}
+
+
+def snapshot_messages(snapshot: dict[str, Any]) -> list[ChatMessage]:
+    return _messages_adapter.validate_python(snapshot["messages"])
+
+
+def snapshot_parameters(snapshot: dict[str, Any]) -> ChatRequestParameters:
+    defaults = ChatRequestParameters.model_validate(snapshot["endpoint"]["default_parameters"])
+    given = ChatRequestParameters.model_validate(snapshot["parameters"])
+    return defaults.override_with(given)
+
+
+@dataclass(frozen=True)
+class RunEngine:
+    model: ChatModel
+    service: ToolService
+    secrets: tuple[str, ...]
+
+
+def engine_for_snapshot(snapshot: dict[str, Any]) -> RunEngine:
+    policy = snapshot["policy"]
+    model, secrets = _model_for(snapshot["endpoint"], policy)
+    service = ToolService(
+        max_tool_calling_round_trips=policy["max_round_trips"],
+        parallel=policy["parallel"],
+        max_concurrency=policy["max_concurrency"],
+        default_timeout=policy["default_tool_timeout"],
+        arguments_error_handler=_arguments_handler(policy),
+        execution_error_handler=_execution_handler(policy),
+        hallucinated_tool_strategy=(
+            tell_model_available_tools if policy["hallucinated_tool"] == "tell_model"
+            else throw_on_hallucinated_tool
+        ),
+    )
+    for tool in snapshot["tools"]:
+        service.register(_registered_tool(tool))
+    return RunEngine(model=model, service=service, secrets=secrets)
+
+
+def _model_for(endpoint: dict[str, Any], policy: dict[str, Any]) -> tuple[ChatModel, tuple[str, ...]]:
+    if endpoint["kind"] == "scripted":
+        return ScriptedChatModel(endpoint["script"], stream=endpoint["stream"],
+                                 model_name=endpoint["model"] or "scripted"), ()
+    from .engine.providers.registry import build_chat_model
+
+    api_key = _api_key(endpoint)
+    headers = {k: _header_value(v) for k, v in (endpoint["extra_headers"] or {}).items()}
+    model = build_chat_model(
+        endpoint["kind"],
+        base_url=endpoint["base_url"] or None,
+        model=endpoint["model"],
+        api_key=api_key,
+        stream=endpoint["stream"],
+        extra_headers=headers,
+        max_retries=policy["provider_max_retries"],
+    )
+    secrets = tuple(s for s in (api_key, *headers.values()) if s)
+    return model, secrets
+
+
+def _api_key(endpoint: dict[str, Any]) -> str | None:
+    name = endpoint["api_key_env"]
+    if not name:
+        return None
+    value = os.environ.get(name)
+    if not value:
+        raise ImproperlyConfigured(
+            f"Endpoint {endpoint['name']!r} reads its API key from the environment variable "
+            f"{name}, which is not set in the worker's environment"
+        )
+    return value
+
+
+def _header_value(value: str) -> str:
+    """Header values written as env:NAME are read from the environment (not stored)."""
+    if isinstance(value, str) and value.startswith("env:"):
+        return os.environ.get(value[4:], "")
+    return str(value)
+
+
+def _registered_tool(tool: dict[str, Any]) -> RegisteredTool:
+    if tool["kind"] != "python":
+        raise ImproperlyConfigured(
+            f"Tool {tool['name']!r} is of kind {tool['kind']!r}, which this version cannot run"
+        )
+    spec = ToolSpecification(
+        name=tool["name"], description=tool["description"], parameters=tool["json_schema"],
+        strict=tool["strict"] or None,
+    )
+    return RegisteredTool(
+        specification=spec,
+        executor=FunctionToolExecutor(import_tool_function(tool["python_path"])),
+        return_behavior=ReturnBehavior(tool["return_behavior"]),
+        timeout=tool["timeout_seconds"],
+        idempotent=tool["idempotent"],
+        requires_approval=tool["requires_approval"],
+    )
+
+
+def import_tool_function(path: str) -> Callable[..., Any]:
+    module_name, _, attr = path.rpartition(".")
+    try:
+        func = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ImproperlyConfigured(f"Cannot import tool function {path!r}: {exc}") from exc
+    if not callable(func):
+        raise ImproperlyConfigured(f"{path!r} is not callable")
+    return func  # type: ignore[no-any-return]
+
+
+def _format(template: str, request_name: str, error: Exception, arguments: str) -> str:
+    return template.format(tool=request_name, error=str(error), arguments=arguments)
+
+
+def _arguments_handler(policy: dict[str, Any]) -> Any:
+    if policy["arguments_error"] != "to_model":
+        return rethrow_arguments_error
+    template = policy["arguments_error_template"]
+
+    def policy_arguments_to_model(
+        error: ToolArgumentsError, context: ToolErrorContext
+    ) -> ToolErrorHandlerResult:
+        req = context.request
+        return ToolErrorHandlerResult.text(_format(template, req.name, error, req.arguments))
+
+    return policy_arguments_to_model
+
+
+def _execution_handler(policy: dict[str, Any]) -> Any:
+    if policy["execution_error"] != "to_model":
+
+        def policy_execution_rethrow(
+            error: ToolExecutionError, context: ToolErrorContext
+        ) -> ToolErrorHandlerResult:
+            raise error
+
+        return policy_execution_rethrow
+    template = policy["execution_error_template"]
+    if template == "{error}":
+        return execution_error_to_model
+
+    def policy_execution_to_model(
+        error: ToolExecutionError, context: ToolErrorContext
+    ) -> ToolErrorHandlerResult:
+        req = context.request
+        return ToolErrorHandlerResult.text(_format(template, req.name, error, req.arguments))
+
+    return policy_execution_to_model

@@ -1,0 +1,63 @@
+"""Making untrusted values safe to store: NUL escaping, size caps, secret redaction.
+
+PostgreSQL text and jsonb cannot hold NUL (U+0000), and a tool can return anything,
+so every string on its way into the database passes through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+
+NUL_REPLACEMENT = "\\u0000"
+REDACTED = "[redacted]"
+
+
+def max_value_bytes() -> int:
+    return int(settings.AGENTFORGE_MAX_VALUE_BYTES)
+
+
+def clean_text(value: str | None, *, limit: int | None = None) -> str | None:
+    """Escape NULs and truncate past `limit` bytes with an explicit marker."""
+    if value is None:
+        return None
+    text = value.replace("\x00", NUL_REPLACEMENT)
+    cap = max_value_bytes() if limit is None else limit
+    encoded = text.encode("utf-8")
+    if len(encoded) <= cap:
+        return text
+    head = encoded[:cap].decode("utf-8", errors="ignore")
+    return f"{head}[truncated {len(encoded) - cap} bytes]"
+
+
+def clean_json(value: Any, *, limit: int | None = None) -> Any:
+    """Apply clean_text to every string (keys included) inside a JSON value."""
+    if isinstance(value, str):
+        return clean_text(value, limit=limit)
+    if isinstance(value, dict):
+        return {str(clean_text(str(k))): clean_json(v, limit=limit) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_json(v, limit=limit) for v in value]
+    return value
+
+
+def redact(value: Any, secrets: Iterable[str]) -> Any:
+    """Replace every occurrence of a secret inside a JSON value with a marker."""
+    needles = [s for s in secrets if s and len(s) >= 4]
+    if not needles:
+        return value
+    return _redact(value, needles)
+
+
+def _redact(value: Any, needles: list[str]) -> Any:
+    if isinstance(value, str):
+        for needle in needles:
+            value = value.replace(needle, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {k: _redact(v, needles) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact(v, needles) for v in value]
+    return value

@@ -1,0 +1,91 @@
+"""The embedded task backend: an in-process worker, no extra process or service.
+
+`make run` needs only daphne. Tasks run on one private event loop in a daemon thread of
+the server process ("agentforge-worker"), not on the loop that serves requests: a tool
+that blocks its loop can then never freeze the WebSockets. Live notifications still
+have to be published on the serving loop, because the in-memory channel layer is not
+safe across event loops: consumers record that loop (`remember_server_loop`) and
+`publish()` hops onto it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Coroutine
+from concurrent.futures import Future
+from typing import Any
+
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import Task, TaskResult, TaskResultStatus
+from django.utils.crypto import get_random_string
+
+logger = logging.getLogger(__name__)
+
+_server_loop: asyncio.AbstractEventLoop | None = None
+_worker_loop: asyncio.AbstractEventLoop | None = None
+_lock = threading.Lock()
+_running: set[Future[Any]] = set()
+
+
+def remember_server_loop(loop: asyncio.AbstractEventLoop) -> None:
+    global _server_loop
+    _server_loop = loop
+
+
+def server_loop() -> asyncio.AbstractEventLoop | None:
+    loop = _server_loop
+    return loop if loop is not None and not loop.is_closed() else None
+
+
+def worker_loop() -> asyncio.AbstractEventLoop:
+    global _worker_loop
+    with _lock:
+        if _worker_loop is None or _worker_loop.is_closed():
+            _worker_loop = asyncio.new_event_loop()
+            threading.Thread(target=_worker_loop.run_forever, name="agentforge-worker",
+                             daemon=True).start()
+        return _worker_loop
+
+
+def submit(coroutine: Coroutine[Any, Any, Any]) -> Future[Any]:
+    """Run a coroutine on the in-process worker loop; returns a concurrent Future."""
+    future = asyncio.run_coroutine_threadsafe(_guarded(coroutine), worker_loop())
+    _running.add(future)
+    future.add_done_callback(_running.discard)
+    return future
+
+
+async def _guarded(coroutine: Awaitable[Any]) -> Any:
+    try:
+        return await coroutine
+    except Exception:
+        logger.exception("in-process task failed")
+        raise
+
+
+def running_count() -> int:
+    return len(_running)
+
+
+async def on_server_loop(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Await `coroutine` on the serving loop (directly if we are already on it)."""
+    target = server_loop()
+    if target is None or target is asyncio.get_running_loop():
+        return await coroutine
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, target))
+
+
+class InProcessBackend(BaseTaskBackend):
+    supports_async_task = True
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[type-arg]
+        self.validate_task(task)
+        result = TaskResult(
+            task=task, id=get_random_string(32), status=TaskResultStatus.READY,
+            enqueued_at=None, started_at=None, last_attempted_at=None, finished_at=None,
+            args=args, kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
+        )
+        submit(task.acall(*args, **kwargs))
+        return result

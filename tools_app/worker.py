@@ -1,0 +1,78 @@
+"""Recovery that every kind of worker runs: at start, then periodically."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+
+from .leases import reap_expired_runs, runs_to_recover_at_start
+from .tasks import enqueue_run
+
+logger = logging.getLogger(__name__)
+_embedded_started = threading.Event()
+
+
+def reap_interval() -> float:
+    return max(settings.AGENTFORGE_LEASE_SECONDS / 2, 0.2)
+
+
+def reap_and_enqueue() -> list[str]:
+    ids = reap_expired_runs()
+    for run_id in ids:
+        enqueue_run(run_id)
+    if ids:
+        logger.info("re-queued %d run(s) whose worker was lost", len(ids))
+    return ids
+
+
+def recover_at_start() -> list[str]:
+    """Embedded worker start: resume what a previous server process left behind."""
+    ids = runs_to_recover_at_start()
+    for run_id in ids:
+        enqueue_run(run_id)
+    return ids
+
+
+async def reap_forever() -> None:
+    while True:
+        await asyncio.sleep(reap_interval())
+        try:
+            await sync_to_async(reap_and_enqueue)()
+        except Exception:
+            logger.exception("run reaper failed; retrying")
+
+
+def start_embedded_worker() -> None:
+    """Called once by the ASGI app when the in-process backend is in use."""
+    if _embedded_started.is_set():
+        return
+    _embedded_started.set()
+    from .task_backend import submit
+
+    async def recover_then_reap() -> None:
+        await sync_to_async(recover_at_start)()
+        await reap_forever()
+
+    submit(recover_then_reap())
+
+
+def start_reaper_thread(stop: threading.Event) -> threading.Thread:
+    """For `db_worker` processes: reap in a daemon thread while tasks run in the main one."""
+
+    def loop() -> None:
+        while not stop.wait(reap_interval()):
+            try:
+                reap_and_enqueue()
+            except Exception:
+                logger.exception("run reaper failed; retrying")
+            finally:
+                close_old_connections()
+
+    thread = threading.Thread(target=loop, name="agentforge-reaper", daemon=True)
+    thread.start()
+    return thread
