@@ -170,3 +170,5 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
 }
+# Values longer than this (characters) show a head with "show all" / download.
+AGENTFORGE_DISPLAY_LIMIT = envint("AGENTFORGE_DISPLAY_LIMIT", 20_000, minimum=100)

@@ -351,3 +351,12 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}...)"
+
+
+class PlaygroundState(models.Model):
+    """The playground form's last inputs, per user."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                related_name="playground_state")
+    data = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(auto_now=True)

@@ -1,3 +1,7 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-websocket_urlpatterns: list = []
+from .consumers import RunConsumer
+
+websocket_urlpatterns = [
+    path("ws/runs/<uuid:run_id>/", RunConsumer.as_asgi()),
+]

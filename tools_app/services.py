@@ -41,11 +41,17 @@ def run_create(
     messages: Sequence[ChatMessage],
     parameters: ChatRequestParameters | None = None,
     parent: Run | None = None,
+    policy_overrides: dict[str, Any] | None = None,
 ) -> Run:
-    """Freeze everything the run uses, store it queued, and enqueue it after commit."""
+    """Freeze everything the run uses, store it queued, and enqueue it after commit.
+
+    `policy_overrides` changes policy values for this run only (the playground's
+    parallel switch and max rounds); unknown keys are refused.
+    """
     _check_request(tools, messages)
     snapshot = build_snapshot(endpoint=endpoint, tools=tools, policy=policy,
                               messages=messages, parameters=parameters or ChatRequestParameters())
+    snapshot["policy"] |= _checked_overrides(snapshot["policy"], policy_overrides or {})
     with transaction.atomic():
         run = Run.objects.create(
             created_by=user if user is not None and user.is_authenticated else None,
@@ -70,6 +76,16 @@ def _check_request(tools: Sequence[ToolRegistration], messages: Sequence[ChatMes
         )
     except ValueError as exc:
         raise RunRequestError(str(exc)) from exc
+
+
+def _checked_overrides(policy: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(overrides) - set(policy) - {"id"})
+    if unknown:
+        raise RunRequestError(f"Unknown policy fields: {', '.join(unknown)}")
+    rounds = overrides.get("max_round_trips")
+    if rounds is not None and not (isinstance(rounds, int) and 1 <= rounds <= 1000):
+        raise RunRequestError("max_round_trips must be an integer from 1 to 1000")
+    return {k: v for k, v in overrides.items() if v is not None}
 
 
 def _title(messages: Sequence[ChatMessage]) -> str:

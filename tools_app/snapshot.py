@@ -92,7 +92,8 @@ class RunEngine:
 
 def engine_for_snapshot(snapshot: dict[str, Any]) -> RunEngine:
     policy = snapshot["policy"]
-    model, secrets = _model_for(snapshot["endpoint"], policy)
+    model, secrets = chat_model_for(snapshot["endpoint"],
+                                    max_retries=policy["provider_max_retries"])
     service = ToolService(
         max_tool_calling_round_trips=policy["max_round_trips"],
         parallel=policy["parallel"],
@@ -110,7 +111,10 @@ def engine_for_snapshot(snapshot: dict[str, Any]) -> RunEngine:
     return RunEngine(model=model, service=service, secrets=secrets)
 
 
-def _model_for(endpoint: dict[str, Any], policy: dict[str, Any]) -> tuple[ChatModel, tuple[str, ...]]:
+def chat_model_for(
+    endpoint: dict[str, Any], *, max_retries: int
+) -> tuple[ChatModel, tuple[str, ...]]:
+    """The ChatModel of an endpoint config, and the secret values it uses (to redact)."""
     if endpoint["kind"] == "scripted":
         return ScriptedChatModel(endpoint["script"], stream=endpoint["stream"],
                                  model_name=endpoint["model"] or "scripted"), ()
@@ -125,7 +129,7 @@ def _model_for(endpoint: dict[str, Any], policy: dict[str, Any]) -> tuple[ChatMo
         api_key=api_key,
         stream=endpoint["stream"],
         extra_headers=headers,
-        max_retries=policy["provider_max_retries"],
+        max_retries=max_retries,
     )
     secrets = tuple(s for s in (api_key, *headers.values()) if s)
     return model, secrets

@@ -1,7 +1,18 @@
 from django.urls import path
 
-from . import views
+from . import api, views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("playground/", views.playground, name="playground"),
+    path("runs/", views.run_list, name="run_list"),
+    path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
+    path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),
+    path("runs/<uuid:run_id>/calls/<int:call_id>/result.txt", views.call_result,
+         name="call_result"),
+    path("endpoints/", views.endpoint_list, name="endpoint_list"),
+    path("endpoints/<uuid:endpoint_id>/probe/", views.endpoint_probe, name="endpoint_probe"),
+    path("api/runs", api.runs, name="api_runs"),
+    path("api/runs/<uuid:run_id>", api.run_detail, name="api_run_detail"),
+    path("api/runs/<uuid:run_id>/events", api.run_events, name="api_run_events"),
 ]

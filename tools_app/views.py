@@ -1,12 +1,137 @@
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+"""Thin views: one access selector, one form, one service, then redirect or render."""
 
-from .engine import ToolService
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from . import selectors, services
+from .engine import ChatRequestParameters, NamedToolChoice
+from .forms import PlaygroundForm
+from .models import ModelEndpoint, PlaygroundState, Run, ToolCall
+from .tasks import enqueue_probe
 
 
 @require_GET
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "tools_app/home.html", {"engine": ToolService.__name__})
+    return redirect("playground")
+
+
+def _run_for_user(request: HttpRequest, run_id: Any) -> Run:
+    run = selectors.run_get_for_user(run_id, request.user)
+    if run is None:
+        raise Http404("No such run")
+    return run
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def playground(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        form = PlaygroundForm(request.POST)
+        if form.is_valid():
+            run = _start_from_form(request, form)
+            if run is not None:
+                if getattr(request, "htmx", False):
+                    return HttpResponseClientRedirect(run_url(run))
+                return redirect("run_detail", run_id=run.pk)
+    else:
+        form = PlaygroundForm(initial=_remembered(request))
+    return render(request, "tools_app/playground.html", {"form": form})
+
+
+def _start_from_form(request: HttpRequest, form: PlaygroundForm) -> Run | None:
+    data = form.cleaned_data
+    choice: Any = data["tool_choice"]
+    if choice == "named":
+        choice = NamedToolChoice(name=data["tool_choice_name"].strip())
+    try:
+        run = services.run_create(
+            user=request.user, endpoint=data["endpoint"], tools=list(data["tools"]),
+            policy=data["policy"],
+            messages=services.conversation(system_prompt=data["system_prompt"],
+                                           user_message=data["user_message"]),
+            parameters=ChatRequestParameters(tool_choice=choice if data["tools"] else None),
+            policy_overrides={"parallel": data["parallel"],
+                              "max_round_trips": data["max_round_trips"]},
+        )
+    except services.RunRequestError as exc:
+        form.add_error(None, str(exc))
+        return None
+    PlaygroundState.objects.update_or_create(user=request.user,
+                                             defaults={"data": form.remembered()})
+    return run
+
+
+def _remembered(request: HttpRequest) -> dict[str, Any]:
+    state = PlaygroundState.objects.filter(user_id=request.user.pk).first()
+    if state is not None:
+        return dict(state.data)
+    policy = selectors.default_policy()
+    return {"policy": policy.pk if policy else None, "parallel": True, "tool_choice": "auto",
+            "user_message": "What's the weather in Hangzhou and in Paris?"}
+
+
+def run_url(run: Run) -> str:
+    from django.urls import reverse
+
+    return reverse("run_detail", kwargs={"run_id": run.pk})
+
+
+@require_GET
+@login_required
+def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
+    run = _run_for_user(request, run_id)
+    return render(request, "tools_app/run_detail.html",
+                  {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq})
+
+
+@require_POST
+@login_required
+def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
+    run = services.run_cancel(run=_run_for_user(request, run_id))
+    messages.info(request, f"Run {run.status}")
+    return redirect("run_detail", run_id=run.pk)
+
+
+@require_GET
+@login_required
+def call_result(request: HttpRequest, run_id: Any, call_id: int) -> HttpResponse:
+    """The full result text of one call, as a download (never rendered as HTML)."""
+    run = _run_for_user(request, run_id)
+    call = get_object_or_404(ToolCall, run=run, pk=call_id)
+    response = HttpResponse(call.result_text or "", content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="call-{call.pk}-result.txt"'
+    return response
+
+
+@require_GET
+@login_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    page = Paginator(selectors.run_list_for_user(request.user), 25).get_page(
+        request.GET.get("page"))
+    return render(request, "tools_app/run_list.html", {"page": page})
+
+
+@require_GET
+@login_required
+def endpoint_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "tools_app/endpoint_list.html",
+                  {"endpoints": selectors.endpoints_for_playground()})
+
+
+@require_POST
+@login_required
+def endpoint_probe(request: HttpRequest, endpoint_id: Any) -> HttpResponse:
+    endpoint = get_object_or_404(ModelEndpoint, pk=endpoint_id)
+    enqueue_probe(str(endpoint.pk))
+    messages.info(request, f"Probing {endpoint.name}; reload in a few seconds for the report.")
+    return redirect("endpoint_list")

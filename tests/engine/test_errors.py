@@ -185,6 +185,12 @@ async def test_an_error_that_stops_a_parallel_round_is_raised_as_itself() -> Non
         await ToolService().tools([reserve]).chat(model, [user()])
 
 
+async def test_a_hallucinated_call_in_a_parallel_round_is_raised_as_itself() -> None:
+    model = scripted(calls(call("reserve", {"seats": 2}), call("imaginary")), final())
+    with pytest.raises(HallucinatedToolError, match="imaginary"):
+        await ToolService().tools([reserve]).chat(model, [user()])
+
+
 async def test_a_raising_handler_in_a_parallel_round_cancels_the_other_calls() -> None:
     cancelled: list[str] = []
 

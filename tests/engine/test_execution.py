@@ -19,6 +19,7 @@ from tools_app.engine import (
     ToolExecutionResult,
     arguments_as_map,
     result_text,
+    tool,
 )
 
 from .support import WEATHER, WeatherTools
@@ -163,6 +164,17 @@ async def test_coercions_that_pydantic_allows_work() -> None:
 async def test_defaults_fill_in_missing_optional_arguments() -> None:
     executor = FunctionToolExecutor(forecast)
     assert await executor.execute(request('{"city": "杭州"}')) == "杭州 x1 (int)"
+
+
+async def test_unknown_arguments_are_ignored_unless_the_tool_is_strict() -> None:
+    @tool(strict=True)
+    def exact(city: str) -> str:
+        return city
+
+    lenient = FunctionToolExecutor(forecast)
+    assert await lenient.execute(request('{"city": "杭州", "mood": "sunny"}')) == "杭州 x1 (int)"
+    with pytest.raises(ToolArgumentsError, match="mood"):
+        await FunctionToolExecutor(exact).execute(request('{"city": "杭州", "mood": "sunny"}'))
 
 
 async def test_an_aliased_parameter_is_bound_from_the_name_the_model_sees() -> None:

@@ -5,7 +5,9 @@ import pytest
 from tools_app.engine import (
     ReturnBehavior,
     ToolErrorHandlerResult,
+    ToolExecutionResult,
     ToolService,
+    ToolSpecification,
     should_return_immediately,
     tool,
 )
@@ -125,6 +127,19 @@ async def test_a_tool_error_forces_another_round_even_if_every_tool_is_immediate
     errors = [m for m in model.tool_results(1) if m.is_error]
     assert [m.tool_name for m in errors] == ["fragile"]
     assert "temporarily down" in errors[0].text
+
+
+async def test_an_error_result_from_a_custom_executor_also_forces_another_round() -> None:
+    refusing = ToolService().tool(
+        ToolSpecification(name="refuse"),
+        lambda request: ToolExecutionResult.failure("not allowed"),
+        return_behavior=IMMEDIATE,
+    )
+    model = scripted(calls(call("refuse")), final("ok, I will not"))
+    result = await refusing.chat(model, [user()])
+    assert model.calls == 2
+    assert model.tool_results(1)[0].is_error is True
+    assert result.final_response.ai_message.text == "ok, I will not"
 
 
 async def test_a_handled_arguments_error_also_forces_another_round() -> None:

@@ -176,7 +176,7 @@ class ScriptSet(_Strict):
     @classmethod
     def _bare_script_is_the_default(cls, data: Any) -> Any:
         # A file holding one script (no "scripts" key) means "this script for every model".
-        if isinstance(data, dict) and "scripts" not in data:
+        if isinstance(data, dict) and data and "scripts" not in data:
             return {"scripts": {"*": data}}
         return data
 

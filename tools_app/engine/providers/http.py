@@ -124,7 +124,9 @@ def is_retryable_status(status: int) -> bool:
     return status in _RETRYABLE_STATUSES or status >= 500
 
 
-def parse_retry_after(headers: httpx.Headers, clock: Callable[[], float] = time.time) -> float | None:
+def parse_retry_after(
+    headers: httpx.Headers, clock: Callable[[], float] = time.time
+) -> float | None:
     """Seconds from `retry-after-ms`, or `Retry-After` as seconds or an HTTP date."""
     milliseconds = headers.get("retry-after-ms")
     if milliseconds is not None:
@@ -150,9 +152,8 @@ def request_id_from(headers: httpx.Headers, body: Any = None) -> str | None:
     for name in _REQUEST_ID_HEADERS:
         if headers.get(name):
             return headers[name]
-    if isinstance(body, dict) and isinstance(body.get("request_id"), str):
-        return body["request_id"]
-    return None
+    value = body.get("request_id") if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def excerpt(content: bytes | str, redactor: Redactor) -> str:
@@ -210,9 +211,10 @@ def status_error(
 ) -> ProviderError:
     """The ProviderError for a response with an error status."""
     body = _decode_json(content)
-    details = ErrorDetails.from_body(body)
-    text = details.describe() if body is not None else f"non-JSON body: {excerpt(content, redactor)}"
-    message = f"{provider}: HTTP {response.status_code} {redactor.text(text)}"
+    details = ErrorDetails.from_body(redactor.json(body))
+    text = (details.describe() if body is not None
+            else f"non-JSON body: {excerpt(content, redactor)}")
+    message = f"{provider}: HTTP {response.status_code} {text}"
     if response.status_code in (401, 403):
         message += f"; check the API key and permissions for provider {provider}"
     request_id = request_id_from(response.headers, body)
@@ -231,7 +233,7 @@ def status_error(
 
 
 def _should_retry(response: httpx.Response) -> bool:
-    override = response.headers.get("x-should-retry")
+    override = str(response.headers.get("x-should-retry", ""))
     if override in ("true", "false"):
         return override == "true"
     return is_retryable_status(response.status_code)
@@ -249,7 +251,7 @@ def invalid_response_error(
     )
 
 
-def transport_error(provider: str, exc: httpx.TransportError, timeouts: httpx.Timeout,
+def transport_error(provider: str, exc: httpx.RequestError, timeouts: httpx.Timeout,
                     redactor: Redactor) -> ProviderError:
     """Connection failures and timeouts; only the transient ones are retryable."""
     detail = redactor.text(str(exc)) or "no details"
@@ -299,7 +301,7 @@ class EventStream:
             async for event in aiter_sse(self.response.aiter_lines()):
                 self.events_seen += 1
                 yield event
-        except httpx.TransportError as exc:
+        except httpx.RequestError as exc:
             cause = transport_error(self.provider, exc, self.timeouts, self.redactor)
             raise self.broken(f"the response stream broke ({cause})") from None
 
@@ -411,12 +413,11 @@ class ProviderHttpClient:
             return
         content = await response.aread()
         body = _decode_json(content)
-        details = ErrorDetails.from_body(body)
+        details = ErrorDetails.from_body(self.redactor.json(body))
         request_id = request_id_from(response.headers, body)
         if details.message or details.error_type:
             raise ProviderError(
-                f"{self.provider}: HTTP {response.status_code} "
-                f"{self.redactor.text(details.describe())}",
+                f"{self.provider}: HTTP {response.status_code} {details.describe()}",
                 provider=self.provider, status=response.status_code,
                 error_type=details.error_type, code=details.code, request_id=request_id)
         raise invalid_response_error(
@@ -432,7 +433,7 @@ class ProviderHttpClient:
                 return await attempt()
             except _Failed as failed:
                 error = failed.error
-            except httpx.TransportError as exc:
+            except httpx.RequestError as exc:
                 error = transport_error(self.provider, exc, self.timeouts, self.redactor)
             wait = self._wait_before_retry(number, error)
             await self._report(number, error, wait)
@@ -459,16 +460,17 @@ class ProviderHttpClient:
 
     def _final_error(self, attempts: int, error: ProviderError) -> ProviderError:
         asked = error.retry_after
+        detail = str(error).removeprefix(f"{self.provider}: ")
         if error.retryable and asked is not None and asked > self.retry.max_retry_after:
             return _copy_error(
-                error, f"{self.provider}: rate-limited or unavailable (HTTP {error.status}); "
-                f"the provider asked to retry after {asked:g} s, more than the "
-                f"{self.retry.max_retry_after:g} s this client waits, so it was not retried "
-                f"(last error: {error})")
+                error, f"{self.provider}: rate-limited or unavailable; the provider asked to "
+                f"retry after {asked:g} s, more than the {self.retry.max_retry_after:g} s this "
+                f"client waits, so it was not retried (HTTP {error.status} "
+                f"{detail.removeprefix(f'HTTP {error.status} ')})")
         if error.retryable and attempts > 1:
             return _copy_error(
                 error, f"{self.provider}: provider unavailable after {attempts} attempts "
-                f"(last: {error})")
+                f"(last: {detail})")
         return error
 
 

@@ -63,9 +63,10 @@ class AnthropicWire:
 
     def stream_items(self, reply: Reply, conversation: Conversation,
                      chunk_size: int) -> list[StreamItem]:
-        start = {"id": random_id("msg_01", 22), "type": "message", "role": "assistant",
-                 "model": conversation.model, "content": [], "stop_reason": None,
-                 "stop_sequence": None, "usage": _usage(reply.input_tokens, 1)}
+        start: dict[str, Any] = {
+            "id": random_id("msg_01", 22), "type": "message", "role": "assistant",
+            "model": conversation.model, "content": [], "stop_reason": None,
+            "stop_sequence": None, "usage": _usage(reply.input_tokens, 1)}
         items: list[StreamItem] = [("message_start", {"type": "message_start",
                                                       "message": start})]
         index = 0

@@ -1,0 +1,33 @@
+"""The named users of the web-layer tests: alice (staff superuser) and bob (plain user).
+
+Imported by the test modules that need them through `pytest_plugins`, since
+tests/conftest.py belongs to the engine tests. No passwords: tests log in with
+force_login, which also skips the deliberately slow password hasher.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractUser
+from django.test import Client
+
+
+@pytest.fixture
+def alice(db: None) -> AbstractUser:
+    user: AbstractUser = get_user_model().objects.create_user(
+        "alice", "alice@example.com", is_staff=True, is_superuser=True
+    )
+    return user
+
+
+@pytest.fixture
+def bob(db: None) -> AbstractUser:
+    user: AbstractUser = get_user_model().objects.create_user("bob", "bob@example.com")
+    return user
+
+
+@pytest.fixture
+def alice_client(client: Client, alice: AbstractUser) -> Client:
+    client.force_login(alice)
+    return client

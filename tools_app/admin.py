@@ -1,0 +1,468 @@
+"""The admin: endpoints, tools and error policies are edited here; the audit log is read.
+
+Runs, rounds, tool calls, run events and policy revisions are read-only: they record
+what happened, and only the engine (or a policy save) writes them. No page ever shows
+an API key: endpoints store only the NAME of the environment variable holding it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+from typing import Any
+from urllib.parse import urlsplit
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import Model
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.timezone import localtime
+from pydantic import ValidationError as PydanticValidationError
+
+from .api_tokens import assign_new_secret
+from .engine.providers.scripted import ScriptStep
+from .models import (
+    ApiToken,
+    ErrorPolicy,
+    ModelEndpoint,
+    PolicyRevision,
+    ProviderKind,
+    Round,
+    Run,
+    RunEvent,
+    ToolCall,
+    ToolKind,
+    ToolRegistration,
+)
+from .tool_registry import compute_version_hash, resolve_tool_function
+
+admin.site.site_header = "AgentForge admin"
+admin.site.site_title = "AgentForge admin"
+
+
+def _pretty_json(value: Any) -> SafeString:
+    # format_html escapes: capability reports and scripts hold provider/model text.
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
+
+
+# -- model endpoints -------------------------------------------------------------------
+
+# Header names that carry credentials; their values must come from the environment.
+_SECRET_HEADER_WORDS = ("authorization", "api-key", "apikey", "token", "secret", "cookie")
+
+
+def script_problems(script: Any) -> list[str]:
+    """Why a scripted endpoint's script would not play, one message per problem."""
+    if not isinstance(script, list) or not script:
+        return ['A scripted endpoint needs a list of steps, e.g. [{"text": "Hello"}].']
+    problems = []
+    for number, step in enumerate(script, start=1):
+        try:
+            ScriptStep.model_validate(step)
+        except PydanticValidationError as exc:
+            problems += [
+                f"Step {number}: {'.'.join(map(str, e['loc'])) or 'step'}: {e['msg']}"
+                for e in exc.errors()
+            ]
+    return problems
+
+
+class ModelEndpointForm(forms.ModelForm):
+    class Meta:
+        model = ModelEndpoint
+        fields = ("name", "kind", "model", "base_url", "stream", "api_key_env",
+                  "extra_headers", "default_parameters", "script")
+
+    def clean_base_url(self) -> str:
+        url: str = self.cleaned_data["base_url"].strip()
+        if not url:
+            return url
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
+                or any(c.isspace() for c in url):
+            raise ValidationError("Give an http:// or https:// URL, e.g. http://localhost:11434/v1")
+        if parts.username or parts.password:
+            raise ValidationError(
+                "No credentials in the URL: name the environment variable holding the key "
+                "in 'API key environment variable'."
+            )
+        return url
+
+    def clean_default_parameters(self) -> dict[str, Any]:
+        value = self.cleaned_data["default_parameters"]
+        if not isinstance(value, dict):
+            raise ValidationError('Give a JSON object, e.g. {"temperature": 0}.')
+        return value
+
+    def clean_extra_headers(self) -> dict[str, str]:
+        headers = self.cleaned_data["extra_headers"]
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise ValidationError('Give a JSON object of strings, e.g. {"X-Team": "docs"}.')
+        for name, value in headers.items():
+            if any(word in name.lower() for word in _SECRET_HEADER_WORDS) and not (
+                value.startswith("env:") and len(value) > 4
+            ):
+                raise ValidationError(
+                    f"{name} carries a credential: write env:VARIABLE_NAME so the value is "
+                    "read from the environment and never stored."
+                )
+        return headers
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        kind = cleaned.get("kind")
+        if kind == ProviderKind.SCRIPTED:
+            for problem in script_problems(cleaned.get("script")):
+                self.add_error("script", problem)
+        elif kind and not (cleaned.get("model") or "").strip():
+            self.add_error("model", "Name the model to call, e.g. gpt-4o-mini or llama3.1.")
+        return cleaned
+
+
+@admin.register(ModelEndpoint)
+class ModelEndpointAdmin(admin.ModelAdmin):
+    form = ModelEndpointForm
+    list_display = ("name", "kind", "model", "base_url", "api_key_env", "api_key_status",
+                    "stream", "updated_at")
+    list_filter = ("kind", "stream")
+    search_fields = ("name", "model", "base_url")
+    readonly_fields = ("api_key_status", "capability_report_pretty", "capability_checked_at",
+                       "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "kind", "model", "base_url", "stream")}),
+        ("Credentials", {"fields": ("api_key_env", "api_key_status", "extra_headers")}),
+        ("Requests", {"fields": ("default_parameters",)}),
+        ("Scripted model", {"fields": ("script",)}),
+        ("Capabilities", {"fields": ("capability_report_pretty", "capability_checked_at")}),
+        ("Dates", {"fields": ("created_at", "updated_at")}),
+    )
+
+    @admin.display(description="API key")
+    def api_key_status(self, obj: ModelEndpoint) -> str:
+        # Whether the variable is set, never its value.
+        if not obj.api_key_env:
+            return "none needed"
+        return "set" if os.environ.get(obj.api_key_env) else "NOT SET in this environment"
+
+    @admin.display(description="Capability report")
+    def capability_report_pretty(self, obj: ModelEndpoint) -> str:
+        if obj.capability_report is None:
+            return "Not checked yet."
+        return _pretty_json(obj.capability_report)
+
+
+# -- tools -----------------------------------------------------------------------------
+
+
+def json_schema_problems(schema: Any) -> list[str]:
+    """What keeps `schema` from being the JSON Schema object of a tool's arguments."""
+    if not isinstance(schema, dict):
+        return ["The schema must be a JSON object."]
+    problems = []
+    if schema.get("type") != "object":
+        problems.append('Its "type" must be "object": tool arguments are always an object.')
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict) or not all(
+        isinstance(p, dict) for p in properties.values()
+    ):
+        problems.append('"properties" must map each argument name to a schema object.')
+        properties = {}
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        problems.append('"required" must be a list of argument names.')
+    elif missing := [r for r in required if r not in properties]:
+        problems.append(f'"required" names arguments missing from "properties": {missing}.')
+    if not isinstance(schema.get("additionalProperties", True), bool | dict):
+        problems.append('"additionalProperties" must be true, false or a schema object.')
+    return problems
+
+
+class ToolRegistrationForm(forms.ModelForm):
+    class Meta:
+        model = ToolRegistration
+        fields = ("name", "kind", "python_path", "description", "json_schema", "config",
+                  "return_behavior", "strict", "timeout_seconds", "requires_approval",
+                  "idempotent", "enabled")
+
+    def clean_json_schema(self) -> dict[str, Any]:
+        schema: dict[str, Any] = self.cleaned_data["json_schema"]
+        if problems := json_schema_problems(schema):
+            raise ValidationError(problems)
+        return schema
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        path = (cleaned.get("python_path") or "").strip()
+        if cleaned.get("kind") == ToolKind.PYTHON:
+            if not path:
+                self.add_error("python_path", "A Python tool needs module.function.")
+            else:
+                try:
+                    resolve_tool_function(path)
+                except ValueError as exc:
+                    self.add_error("python_path", str(exc))
+        elif path:
+            self.add_error("python_path", "Only Python tools have a Python path.")
+        return cleaned
+
+    def save(self, commit: bool = True) -> ToolRegistration:
+        # The hash must describe what is saved, whichever field the admin changed.
+        self.instance.version_hash = compute_version_hash(self.instance)
+        registration: ToolRegistration = super().save(commit)
+        return registration
+
+
+@admin.register(ToolRegistration)
+class ToolRegistrationAdmin(admin.ModelAdmin):
+    form = ToolRegistrationForm
+    list_display = ("name", "kind", "enabled", "return_behavior", "timeout_seconds",
+                    "requires_approval", "idempotent", "short_hash", "updated_at")
+    list_filter = ("kind", "enabled", "return_behavior", "requires_approval", "idempotent",
+                   "strict")
+    search_fields = ("name", "description", "python_path")
+    readonly_fields = ("version_hash", "created_at", "updated_at")
+
+    @admin.display(description="version", ordering="version_hash")
+    def short_hash(self, obj: ToolRegistration) -> str:
+        return obj.version_hash[:12]
+
+
+# -- error policies --------------------------------------------------------------------
+
+TEMPLATE_PLACEHOLDERS = ("tool", "error", "arguments")
+# The fields a revision records: everything an admin can edit.
+POLICY_FIELDS = tuple(
+    f.name for f in ErrorPolicy._meta.concrete_fields if f.editable and not f.primary_key
+)
+
+
+def template_problem(template: str) -> str | None:
+    """Why a policy template would not format, or None.
+
+    Conversions and format specs are refused too: "{error:>999999999}" would format,
+    and allocate a gigabyte on the worker.
+    """
+    allowed = ", ".join(f"{{{name}}}" for name in TEMPLATE_PLACEHOLDERS)
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"Not a valid template ({exc}). Write {{{{ and }}}} for literal braces."
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in TEMPLATE_PLACEHOLDERS or spec or conversion:
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + (
+                f":{spec}" if spec else "") + "}"
+            return (f"Unknown placeholder {shown}: use only {allowed}. "
+                    "Write {{ and }} for literal braces.")
+    try:
+        template.format(tool="tool", error="error", arguments="{}")
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        return f"The template does not format: {exc}"
+    return None
+
+
+class ErrorPolicyForm(forms.ModelForm):
+    class Meta:
+        model = ErrorPolicy
+        fields = POLICY_FIELDS
+
+    def clean_arguments_error_template(self) -> str:
+        return self._clean_template("arguments_error_template")
+
+    def clean_execution_error_template(self) -> str:
+        return self._clean_template("execution_error_template")
+
+    def _clean_template(self, field: str) -> str:
+        template: str = self.cleaned_data[field]
+        if problem := template_problem(template):
+            raise ValidationError(problem)
+        return template
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        if cleaned.get("max_concurrency") is not None and cleaned.get("parallel") is False:
+            self.add_error(
+                "max_concurrency",
+                "Only meaningful when calls run in parallel: turn parallel on or clear this.",
+            )
+        return cleaned
+
+
+def policy_values(policy: ErrorPolicy) -> dict[str, Any]:
+    return {name: getattr(policy, name) for name in POLICY_FIELDS}
+
+
+def policy_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, list[Any]]:
+    """field -> [old, new] for what differs; a creation (before None) records everything."""
+    if before is None:
+        return {name: [None, value] for name, value in after.items()}
+    return {name: [before[name], value] for name, value in after.items()
+            if before[name] != value}
+
+
+def describe_changes(changes: dict[str, list[Any]]) -> str:
+    return "; ".join(
+        f"{name}: {json.dumps(old, ensure_ascii=False)} → {json.dumps(new, ensure_ascii=False)}"
+        for name, (old, new) in changes.items()
+    )
+
+
+@admin.register(ErrorPolicy)
+class ErrorPolicyAdmin(admin.ModelAdmin):
+    form = ErrorPolicyForm
+    list_display = ("name", "is_default", "arguments_error", "execution_error",
+                    "hallucinated_tool", "max_round_trips", "default_tool_timeout", "parallel",
+                    "max_concurrency", "provider_max_retries", "updated_at")
+    list_filter = ("is_default", "arguments_error", "execution_error", "hallucinated_tool",
+                   "parallel")
+    search_fields = ("name",)
+    readonly_fields = ("revision_history", "created_at", "updated_at")
+
+    def save_model(
+        self, request: HttpRequest, obj: ErrorPolicy, form: forms.ModelForm, change: bool
+    ) -> None:
+        # The admin runs this inside a transaction: the policy, its revision and the
+        # demotion of the previous default are saved together or not at all.
+        before = (policy_values(ErrorPolicy.objects.select_for_update().get(pk=obj.pk))
+                  if change else None)
+        super().save_model(request, obj, form, change)
+        user = request.user if request.user.is_authenticated else None
+        if changes := policy_changes(before, policy_values(obj)):
+            PolicyRevision.objects.create(policy=obj, changed_by=user, changes=changes)
+        if obj.is_default:
+            for other in ErrorPolicy.objects.filter(is_default=True).exclude(pk=obj.pk):
+                other.is_default = False
+                other.save(update_fields=["is_default", "updated_at"])
+                PolicyRevision.objects.create(
+                    policy=other, changed_by=user, changes={"is_default": [True, False]}
+                )
+
+    @admin.display(description="Change history")
+    def revision_history(self, obj: ErrorPolicy) -> str:
+        if obj.pk is None:
+            return "Every save is recorded here."
+        revisions = list(obj.revisions.select_related("changed_by")[:50])
+        if not revisions:
+            return "No changes recorded."
+        rows = format_html_join(
+            "", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((date_format(localtime(r.changed_at), "DATETIME_FORMAT"),
+              r.changed_by.get_username() if r.changed_by else "—",
+              describe_changes(r.changes)) for r in revisions),
+        )
+        url = reverse("admin:tools_app_policyrevision_changelist") + f"?policy__id__exact={obj.pk}"
+        return format_html(
+            "<table><thead><tr><th>When</th><th>Who</th><th>What changed</th></tr></thead>"
+            '<tbody>{}</tbody></table><p><a href="{}">All revisions of this policy</a></p>',
+            rows, url,
+        )
+
+
+# -- the audit log (read-only) ---------------------------------------------------------
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Viewable, never added, changed or deleted through the admin."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ("id", "title", "status", "created_by", "rounds_count", "tool_calls_count",
+                    "errors_count", "created_at")
+    list_filter = ("status", "endpoint", "policy", "created_by")
+    search_fields = ("title", "error_type", "error_message")
+    list_select_related = ("created_by",)
+    date_hierarchy = "created_at"
+
+
+@admin.register(Round)
+class RoundAdmin(ReadOnlyAdmin):
+    list_display = ("id", "run", "index", "status", "finish_reason", "input_tokens",
+                    "output_tokens", "latency_ms", "started_at")
+    list_filter = ("status", "finish_reason")
+    search_fields = ("run__title",)
+    list_select_related = ("run",)
+
+
+@admin.register(ToolCall)
+class ToolCallAdmin(ReadOnlyAdmin):
+    list_display = ("id", "run", "round_index", "call_index", "tool_name", "state", "is_error",
+                    "duration_ms", "started_at")
+    list_filter = ("state", "is_error", "stopped_run", "tool_name")
+    search_fields = ("tool_name", "call_id", "error_type", "error_message")
+    list_select_related = ("run", "round")
+
+    @admin.display(description="round", ordering="round__index")
+    def round_index(self, obj: ToolCall) -> int:
+        return obj.round.index
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(ReadOnlyAdmin):
+    list_display = ("id", "run", "seq", "kind", "created_at")
+    list_filter = ("kind",)
+    search_fields = ("run__title", "kind")
+    list_select_related = ("run",)
+
+
+@admin.register(PolicyRevision)
+class PolicyRevisionAdmin(ReadOnlyAdmin):
+    list_display = ("policy", "changed_by", "changed_at", "summary")
+    list_filter = ("policy", "changed_by")
+    search_fields = ("policy__name",)
+    list_select_related = ("policy", "changed_by")
+
+    @admin.display(description="what changed")
+    def summary(self, obj: PolicyRevision) -> str:
+        return describe_changes(obj.changes)
+
+
+# -- API tokens ------------------------------------------------------------------------
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ("name", "user", "prefix", "created_at", "last_used_at")
+    list_filter = ("created_at", "last_used_at")
+    search_fields = ("name", "prefix", "user__username")
+    list_select_related = ("user",)
+
+    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+        if obj is None:
+            return ["user", "name"]
+        return ["user", "name", "prefix", "created_at", "last_used_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+        # Moving a token to another user would hand them a credential: issue a new one.
+        return [] if obj is None else ["user", "prefix", "created_at", "last_used_at"]
+
+    def save_model(
+        self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm, change: bool
+    ) -> None:
+        plaintext = None if change else assign_new_secret(obj)
+        super().save_model(request, obj, form, change)
+        if plaintext is not None:
+            messages.success(
+                request, f"Copy the token now, it will not be shown again: {plaintext}"
+            )

@@ -1,0 +1,226 @@
+"""The JSON API: bearer-token auth, clear 4xx errors with a JSON body for bad input.
+
+POST /api/runs                       start a run -> {"id": ..., "url": ...}
+GET  /api/runs/<id>                  status, rounds, tool calls, final answer
+GET  /api/runs/<id>/events?after=N   the run's events after seq N
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods
+from pydantic import ValidationError
+
+from . import selectors, services
+from .api_tokens import user_for_token
+from .engine import ChatRequestParameters, SystemMessage, UserMessage
+from .models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
+
+MAX_BODY_BYTES = 1_000_000
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.extra = status, code, extra
+
+    def response(self) -> JsonResponse:
+        body = {"error": {"code": self.code, "message": str(self)} | self.extra}
+        return JsonResponse(body, status=self.status)
+
+
+View = Callable[..., JsonResponse]
+
+
+def token_required(view: View) -> View:
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        user = user_for_token(token.strip()) if scheme.lower() == "bearer" and token else None
+        if user is None or not user.is_active:
+            response = ApiError(401, "unauthorized",
+                                "Send a valid API token: Authorization: Bearer <token>").response()
+            response["WWW-Authenticate"] = "Bearer"
+            return response
+        request.user = user
+        try:
+            return view(request, *args, **kwargs)
+        except ApiError as error:
+            return error.response()
+
+    return wrapper
+
+
+@csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
+@require_http_methods(["GET", "POST"])
+@token_required
+def runs(request: HttpRequest) -> JsonResponse:
+    if request.method == "GET":
+        items = selectors.run_list_for_user(request.user)[:50]
+        return JsonResponse({"runs": [_run_summary(r) for r in items]})
+    body = _json_body(request)
+    run = _start_run(request, body)
+    return JsonResponse({"id": str(run.pk), "status": run.status,
+                         "url": f"/runs/{run.pk}/"}, status=201)
+
+
+def _json_body(request: HttpRequest) -> dict[str, Any]:
+    if len(request.body) > MAX_BODY_BYTES:
+        raise ApiError(413, "too_large", f"The body is over {MAX_BODY_BYTES} bytes")
+    try:
+        body = json.loads(request.body or b"")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"The body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_body", "The body must be a JSON object")
+    return body
+
+
+def _start_run(request: HttpRequest, body: dict[str, Any]) -> Run:
+    endpoint = _lookup(ModelEndpoint, _required(body, "endpoint"), "endpoint")
+    tool_names = body.get("tools", [])
+    if not isinstance(tool_names, list) or not all(isinstance(t, str) for t in tool_names):
+        raise ApiError(400, "invalid_field", "tools must be a list of tool names", field="tools")
+    tools = _tools(tool_names)
+    policy = (_lookup(ErrorPolicy, body["policy"], "policy") if body.get("policy")
+              else selectors.default_policy())
+    if policy is None:
+        raise ApiError(400, "missing_field", "No policy given and none exists", field="policy")
+    try:
+        return services.run_create(
+            user=request.user, endpoint=endpoint, tools=tools, policy=policy,
+            messages=_messages(_required(body, "messages")),
+            parameters=_parameters(body.get("parameters") or {}),
+            policy_overrides=body.get("policy_overrides") or None,
+        )
+    except services.RunRequestError as exc:
+        raise ApiError(400, "invalid_request", str(exc)) from exc
+
+
+def _required(body: dict[str, Any], field: str) -> Any:
+    if field not in body or body[field] in (None, "", []):
+        raise ApiError(400, "missing_field", f"'{field}' is required", field=field)
+    return body[field]
+
+
+def _lookup(model: Any, key: Any, field: str) -> Any:
+    if not isinstance(key, (str, int)):
+        raise ApiError(400, "invalid_field", f"{field} must be a name or an id", field=field)
+    by_id = _as_id(key, model)
+    found = (model.objects.filter(pk=by_id).first() if by_id is not None else None) or \
+        model.objects.filter(name=str(key)).first()
+    if found is None:
+        raise ApiError(404 if field == "endpoint" else 400, f"unknown_{field}",
+                       f"No {field} named or with id {key!r}", field=field)
+    return found
+
+
+def _as_id(key: Any, model: Any) -> Any:
+    if model is ErrorPolicy:
+        return int(key) if str(key).isdigit() else None
+    try:
+        return uuid.UUID(str(key))
+    except ValueError:
+        return None
+
+
+def _tools(names: list[str]) -> list[ToolRegistration]:
+    found = {t.name: t for t in ToolRegistration.objects.filter(name__in=names)}
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        raise ApiError(400, "unknown_tool", f"Unknown tools: {', '.join(unknown)}",
+                       field="tools", unknown=unknown)
+    return [found[n] for n in names]
+
+
+def _messages(raw: Any) -> list[Any]:
+    if not isinstance(raw, list):
+        raise ApiError(400, "invalid_field", "messages must be a list", field="messages")
+    messages: list[Any] = []
+    for i, item in enumerate(raw):
+        role = item.get("role") if isinstance(item, dict) else None
+        content = item.get("content") if isinstance(item, dict) else None
+        if role not in ("system", "user") or not isinstance(content, str):
+            raise ApiError(400, "invalid_field",
+                           f"messages[{i}] must be {{'role': 'system'|'user', 'content': str}}",
+                           field=f"messages[{i}]")
+        messages.append(SystemMessage(text=content) if role == "system"
+                        else UserMessage(text=content))
+    return messages
+
+
+def _parameters(raw: Any) -> ChatRequestParameters:
+    if not isinstance(raw, dict):
+        raise ApiError(400, "invalid_field", "parameters must be an object", field="parameters")
+    try:
+        return ChatRequestParameters.model_validate(raw)
+    except ValidationError as exc:
+        problems = [{"loc": [str(p) for p in e["loc"]], "msg": e["msg"]}
+                    for e in exc.errors(include_url=False, include_input=False)]
+        raise ApiError(400, "invalid_field", "parameters are invalid", field="parameters",
+                       problems=problems) from exc
+
+
+def _visible(request: HttpRequest, run_id: Any) -> Run:
+    run = selectors.run_get_for_user(run_id, request.user)
+    if run is None:
+        raise ApiError(404, "not_found", "No such run")
+    return run
+
+
+@require_GET
+@token_required
+def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
+    run = _visible(request, run_id)
+    rounds = selectors.round_views(run)
+    return JsonResponse(_run_summary(run) | {
+        "final_answer": run.final_text,
+        "error": {"type": run.error_type, "message": run.error_message} if run.error_type else None,
+        "rounds": [_round_json(r) for r in rounds],
+    })
+
+
+@require_GET
+@token_required
+def run_events(request: HttpRequest, run_id: Any) -> JsonResponse:
+    run = _visible(request, run_id)
+    after_raw = request.GET.get("after", "0")
+    if not after_raw.isdigit():
+        raise ApiError(400, "invalid_field", "after must be a non-negative integer", field="after")
+    events = selectors.events_after(run.pk, int(after_raw))
+    return JsonResponse({"events": [{"seq": e.seq, "kind": e.kind, "payload": e.payload,
+                                     "created_at": e.created_at.isoformat()} for e in events],
+                         "last_seq": events[-1].seq if events else int(after_raw)})
+
+
+def _run_summary(run: Run) -> dict[str, Any]:
+    return {
+        "id": str(run.pk), "status": run.status, "title": run.title,
+        "endpoint": run.snapshot["endpoint"]["name"],
+        "tools": [t["name"] for t in run.snapshot["tools"]],
+        "rounds": run.rounds_count, "tool_calls": run.tool_calls_count,
+        "errors": run.errors_count, "total_tokens": run.total_tokens, "wall_ms": run.wall_ms,
+        "created_at": run.created_at.isoformat(),
+    }
+
+
+def _round_json(round_view: Any) -> dict[str, Any]:
+    return {
+        "index": round_view.index, "status": round_view.status,
+        "text": round_view.ai_text, "finish_reason": round_view.finish_reason,
+        "latency_ms": round_view.latency_ms,
+        "tool_calls": [{
+            "id": c.call_id, "name": c.tool_name, "arguments": c.arguments_raw,
+            "state": c.state, "result": c.result_text, "is_error": c.is_error,
+            "error_type": c.error_type or None, "error_message": c.error_message or None,
+            "handled_by": c.handled_by or None, "duration_ms": c.duration_ms,
+        } for c in round_view.calls],
+    }

@@ -1,0 +1,57 @@
+"""Bearer tokens for the JSON API: created once, shown once, stored only as SHA-256.
+
+A token is "afw_" + 32 random bytes (urlsafe base64), so it is unguessable and a plain
+(unsalted, fast) SHA-256 is enough: salting and slow hashes protect low-entropy
+passwords, not random secrets, and an unsalted hash lets us look the token up by index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
+
+from .models import ApiToken
+
+TOKEN_PREFIX = "afw_"  # noqa: S105 - a public marker that makes leaked tokens greppable
+PREFIX_LENGTH = 8  # what the admin shows to tell tokens apart: "afw_" + 4 characters
+_MAX_TOKEN_LENGTH = 100  # a real token is 47 characters; refuse to hash junk of any size
+
+
+def hash_token(plaintext: str) -> str:
+    return hashlib.sha256(plaintext.encode()).hexdigest()
+
+
+def assign_new_secret(token: ApiToken) -> str:
+    """Give an unsaved token a fresh secret and return its plaintext (never stored)."""
+    plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token.token_hash = hash_token(plaintext)
+    token.prefix = plaintext[:PREFIX_LENGTH]
+    return plaintext
+
+
+def create_token(user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
+    token = ApiToken(user=user, name=name)
+    plaintext = assign_new_secret(token)
+    token.save()
+    return token, plaintext
+
+
+def user_for_token(plaintext: str) -> AbstractBaseUser | None:
+    """The active user a token belongs to (recording its use), or None."""
+    if not plaintext.startswith(TOKEN_PREFIX) or len(plaintext) > _MAX_TOKEN_LENGTH:
+        return None
+    digest = hash_token(plaintext)
+    token = ApiToken.objects.select_related("user").filter(token_hash=digest).first()
+    # The index lookup already matched; compare_digest keeps the final check
+    # constant-time in case the lookup ever becomes case- or collation-insensitive.
+    if token is None or not hmac.compare_digest(token.token_hash, digest):
+        return None
+    if not token.user.is_active:
+        return None
+    # A queryset update: no read-modify-write race with the admin editing the name.
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    return token.user

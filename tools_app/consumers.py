@@ -1,0 +1,94 @@
+"""The live timeline socket. It relays; it never runs the loop.
+
+On connect it checks who may watch; the client then says which seq it has seen, and
+the consumer sends every later event's fragments, read from the database by seq.
+Notifications from the channel layer only say "something new" (or carry an ephemeral
+streaming fragment), so a dropped notification or a reconnect never leaves a gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from .fragments import render_fragment, render_updates
+from .models import Run
+from .recorder import group_name
+from .selectors import events_after, run_get_for_user
+from .task_backend import remember_server_loop
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_BAD_MESSAGE = 4400
+
+
+@database_sync_to_async
+def _visible_run(run_id: str, user: Any) -> Run | None:
+    return run_get_for_user(run_id, user)
+
+
+@database_sync_to_async
+def _updates_after(run: Run, seq: int) -> tuple[str, int]:
+    events = events_after(run.pk, seq)
+    if not events:
+        return "", seq
+    return render_updates(run.pk, events), events[-1].seq
+
+
+class RunConsumer(AsyncWebsocketConsumer):
+    run: Run | None = None
+    sent_seq: int | None = None
+
+    async def connect(self) -> None:
+        remember_server_loop(asyncio.get_running_loop())
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        self.run = await _visible_run(self.scope["url_route"]["kwargs"]["run_id"], user)
+        if self.run is None:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.group = group_name(str(self.run.pk))
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.run is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            message = json.loads(text_data or "")
+            after = int(message["after"]) if message.get("type") == "resume" else None
+        except (ValueError, TypeError, KeyError, AttributeError):
+            after = None
+        if after is None or after < 0:
+            await self.close(code=CLOSE_BAD_MESSAGE)
+            return
+        self.sent_seq = after
+        await self.flush()
+
+    async def run_event(self, message: dict[str, Any]) -> None:
+        if self.sent_seq is None:
+            return  # the client has not said where it is yet; resume will cover this
+        if "fragment" in message:
+            html = render_fragment(message["fragment"])
+            if html:
+                await self.send(text_data=html)
+            return
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Send everything after the last seq sent, in batches, until caught up."""
+        assert self.run is not None and self.sent_seq is not None
+        while True:
+            html, seq = await _updates_after(self.run, self.sent_seq)
+            if not html:
+                return
+            await self.send(text_data=html)
+            self.sent_seq = seq

@@ -1,0 +1,244 @@
+"""What the wire adapters share: the chat() skeleton and small translation helpers.
+
+A wire adapter (OpenAI, Anthropic, Gemini) only translates. It says which headers carry
+its credentials, how a ChatRequest becomes a request body, how a response body becomes
+a ChatResponse, and how an event stream folds into that same body. Client
+construction, credentials, retries and error mapping live in `http.py`. A streamed
+response is aggregated into the body the provider would have sent without streaming
+and then parsed by the same code, so both paths give the same ChatResponse.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, ClassVar, NotRequired, Required, TypedDict
+
+import httpx
+
+from ..errors import ProviderError
+from ..events import ProviderWireResponse, emit
+from ..messages import ChatMessage, ChatRequest, ChatRequestParameters, ChatResponse
+from .http import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    EventStream,
+    ProviderHttpClient,
+    RetryPolicy,
+    invalid_response_error,
+)
+
+JsonObject = dict[str, Any]
+
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class WireConfig(TypedDict, total=False):
+    """The constructor arguments every wire adapter accepts (see WireChatModel)."""
+
+    base_url: str | None
+    model: Required[str]
+    api_key: str | None
+    stream: bool
+    extra_headers: Mapping[str, str] | None
+    parameters: ChatRequestParameters | None
+    connect_timeout: float
+    read_timeout: float
+    max_retries: int | None
+    retry: RetryPolicy | None
+    transport: NotRequired[httpx.AsyncBaseTransport | None]
+
+
+class WireChatModel(ABC):
+    """A ChatModel that talks to one HTTP API. Subclasses implement the translation."""
+
+    provider: ClassVar[str]
+    default_base_url: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        model: str,
+        api_key: str | None = None,
+        stream: bool = False,
+        extra_headers: Mapping[str, str] | None = None,
+        parameters: ChatRequestParameters | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        base = base_url or self.default_base_url
+        if not base:
+            raise ValueError(f"{self.provider}: base_url is required")
+        if not model:
+            raise ValueError(f"{self.provider}: model is required")
+        policy = retry or RetryPolicy()
+        if max_retries is not None:
+            if max_retries < 0:
+                raise ValueError("max_retries must be 0 or more")
+            policy = replace(policy, max_retries=max_retries)
+        self.model = model
+        self.stream = stream
+        self.parameters = parameters or ChatRequestParameters()
+        self.http = ProviderHttpClient(
+            provider=self.provider,
+            base_url=base,
+            credentials=self.credentials(api_key) if api_key else {},
+            headers={**self.default_headers(), **dict(extra_headers or {})},
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            retry=policy,
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(base_url={self.http.base_url!r}, model={self.model!r}, "
+                f"stream={self.stream!r})")
+
+    @property
+    def model_name(self) -> str:
+        return self.model
+
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        parameters = self.parameters.override_with(request.parameters)
+        model = parameters.model_name or self.model
+        body = self.build_body(request.messages, parameters, model=model, stream=self.stream)
+        path = self.path(model, stream=self.stream)
+        if self.stream:
+            async with self.http.open_stream(path, body) as stream:
+                data = await self.read_stream(stream)
+                status, request_id = stream.status, stream.request_id
+        else:
+            response = await self.http.post_json(path, body)
+            data, status, request_id = response.body, response.status, response.request_id
+        await emit(ProviderWireResponse(provider=self.provider, status=status, body=data,
+                                        request_id=request_id))
+        if not isinstance(data, dict):
+            raise self.invalid("the body is not a JSON object", data, request_id)
+        return self.parse_response(data, request_id)
+
+    # -- what an adapter provides -----------------------------------------------------
+
+    def default_headers(self) -> dict[str, str]:
+        return {}
+
+    @abstractmethod
+    def credentials(self, api_key: str) -> dict[str, str]:
+        """The headers that carry the API key (kept out of every event and message)."""
+
+    @abstractmethod
+    def path(self, model: str, *, stream: bool) -> str: ...
+
+    @abstractmethod
+    def build_body(
+        self,
+        messages: Sequence[ChatMessage],
+        parameters: ChatRequestParameters,
+        *,
+        model: str,
+        stream: bool,
+    ) -> JsonObject: ...
+
+    @abstractmethod
+    async def read_stream(self, stream: EventStream) -> JsonObject:
+        """Fold the event stream into the body a non-streamed call would have returned."""
+
+    @abstractmethod
+    def parse_response(self, body: JsonObject, request_id: str | None) -> ChatResponse: ...
+
+    # -- helpers for adapters ---------------------------------------------------------
+
+    def invalid(self, reason: str, body: Any, request_id: str | None = None) -> ProviderError:
+        text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False,
+                                                             default=str)
+        return invalid_response_error(self.provider, reason, text, self.http.redactor,
+                                      request_id=request_id)
+
+    def truncated_tool_call(self, names: Sequence[str], reason: str,
+                            request_id: str | None) -> ProviderError:
+        """A response cut off while the model was writing tool calls: nothing runs."""
+        listed = ", ".join(repr(n) for n in names) or "(unnamed)"
+        return ProviderError(
+            f"{self.provider}: the response was cut off ({reason}) while the model was "
+            f"writing a call to tool {listed}; the incomplete call was not executed. "
+            "Raise max_output_tokens or ask for a shorter answer.",
+            provider=self.provider, status=200, error_type="truncated_tool_call",
+            request_id=request_id, retryable=False,
+        )
+
+
+# -- translation helpers shared by the adapters ------------------------------------------
+
+
+def synthesize_call_id(response_id: str | None, index: int, name: str, arguments: str) -> str:
+    """A stable id for a tool call that came without one (Gemini, some compatible
+    servers): the same response always gives the same id, so results still pair."""
+    if response_id:
+        seed = _ID_UNSAFE.sub("_", response_id)[:48]
+    else:
+        seed = hashlib.sha256(f"{name}\x00{arguments}".encode()).hexdigest()[:16]
+    return f"call_{seed}_{index}"
+
+
+def dedupe_call_ids(ids: Sequence[str | None], response_id: str | None,
+                    names: Sequence[str], arguments: Sequence[str]) -> list[str]:
+    """Fill empty ids and replace repeated ones, so every result pairs with one call."""
+    result: list[str] = []
+    for index, call_id in enumerate(ids):
+        if not call_id or call_id in result:
+            call_id = synthesize_call_id(response_id, index, names[index], arguments[index])
+        result.append(call_id)
+    return result
+
+
+def normalize_arguments(value: Any) -> str:
+    """The raw arguments string; no arguments at all (None, "") is the empty object."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return "{}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def arguments_object(arguments: str) -> JsonObject | None:
+    """The arguments as a JSON object, or None when they are not one."""
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def as_dict(value: Any) -> JsonObject:
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def parse_json_event(data: str, stream: EventStream, what: str) -> JsonObject:
+    """One SSE payload as a JSON object; a cut-off or garbled payload breaks the stream."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        raise stream.broken(f"the stream carried a {what} that is not valid JSON "
+                            f"({len(data)} bytes)") from None
+    if not isinstance(value, dict):
+        raise stream.broken(f"the stream carried a {what} that is not a JSON object")
+    return value

@@ -1,0 +1,351 @@
+"""OpenAI Chat Completions (POST {base_url}/chat/completions), and every server that
+speaks it: Ollama, vLLM, DeepSeek, Groq, LiteLLM, OpenRouter...
+
+Request: system/user/assistant(+tool_calls)/tool messages; tools[].function with name,
+description, parameters and strict; tool_choice auto/required/none/named;
+parallel_tool_calls; max_output_tokens goes out as `max_completion_tokens` for
+OpenAI (`max_tokens` is deprecated there and refused by reasoning models) and as
+`max_tokens` for OpenAI-compatible servers, which mostly know only that one (both are
+configurable with `max_tokens_field`); `custom` parameters are merged into the body last.
+
+Streaming quirks of compatible servers that are tolerated (all seen in recordings): a
+function name repeated in every chunk, `arguments: null`, arguments resent whole,
+a leading space before `data:`, no finish_reason at all, and an empty, missing or
+repeated tool-call id (replaced by a stable id made from the response id and index).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Unpack
+
+from ..events import PartialText, PartialToolCall, emit
+from ..messages import (
+    AiMessage,
+    ChatMessage,
+    ChatRequestParameters,
+    ChatResponse,
+    FinishReason,
+    NamedToolChoice,
+    SystemMessage,
+    TokenUsage,
+    ToolChoice,
+    ToolExecutionRequest,
+    ToolExecutionResultMessage,
+    UserMessage,
+)
+from ..spec import ToolSpecification
+from .adapter import (
+    JsonObject,
+    WireChatModel,
+    WireConfig,
+    arguments_object,
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    dedupe_call_ids,
+    normalize_arguments,
+    parse_json_event,
+)
+from .http import ErrorDetails, EventStream
+
+MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
+
+_FINISH_REASONS = {
+    "stop": FinishReason.STOP,
+    "tool_calls": FinishReason.TOOL_EXECUTION,
+    "function_call": FinishReason.TOOL_EXECUTION,
+    "length": FinishReason.LENGTH,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
+
+
+class OpenAIChatModel(WireChatModel):
+    """OpenAI Chat Completions. `api_key=None` sends no Authorization header."""
+
+    provider: ClassVar[str] = "openai"
+    default_base_url: ClassVar[str | None] = "https://api.openai.com/v1"
+    default_max_tokens_field: ClassVar[MaxTokensField] = "max_completion_tokens"
+
+    def __init__(self, *, max_tokens_field: MaxTokensField | None = None,
+                 **config: Unpack[WireConfig]) -> None:
+        super().__init__(**config)
+        self.max_tokens_field: MaxTokensField = (max_tokens_field
+                                                 or self.default_max_tokens_field)
+
+    def credentials(self, api_key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {api_key}"}
+
+    def path(self, model: str, *, stream: bool) -> str:
+        return "chat/completions"
+
+    def build_body(
+        self,
+        messages: Sequence[ChatMessage],
+        parameters: ChatRequestParameters,
+        *,
+        model: str,
+        stream: bool,
+    ) -> JsonObject:
+        body: JsonObject = {"model": model, "messages": map_messages(messages), "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        body.update(self._map_parameters(parameters))
+        body.update(parameters.custom or {})
+        return body
+
+    def _map_parameters(self, parameters: ChatRequestParameters) -> JsonObject:
+        mapped: JsonObject = {}
+        if parameters.tools:
+            mapped["tools"] = [map_tool(spec) for spec in parameters.tools]
+            if parameters.tool_choice is not None:
+                mapped["tool_choice"] = map_tool_choice(parameters.tool_choice)
+            if parameters.parallel_tool_calls is not None:
+                mapped["parallel_tool_calls"] = parameters.parallel_tool_calls
+        if parameters.max_output_tokens is not None:
+            mapped[self.max_tokens_field] = parameters.max_output_tokens
+        optional = {"temperature": parameters.temperature, "top_p": parameters.top_p,
+                    "stop": list(parameters.stop_sequences or ()) or None}
+        mapped.update({k: v for k, v in optional.items() if v is not None})
+        return mapped
+
+    async def read_stream(self, stream: EventStream) -> JsonObject:
+        folder = _StreamFolder()
+        async for event in stream.events():
+            if event.data.strip() == "[DONE]":
+                folder.done = True
+                break
+            chunk = parse_json_event(event.data, stream, "chunk")
+            if "error" in chunk:
+                details = ErrorDetails.from_body(stream.redactor.json(chunk))
+                raise stream.broken(f"the stream carried an error: {details.describe()}",
+                                    error_type=details.error_type, code=details.code)
+            await folder.add(chunk)
+        if not folder.complete:
+            raise stream.broken("the stream ended before the response was complete "
+                                "(no finish_reason and no [DONE])")
+        return folder.completion()
+
+    def parse_response(self, body: JsonObject, request_id: str | None) -> ChatResponse:
+        choices = as_list(body.get("choices"))
+        if not choices or not isinstance(choices[0], dict):
+            if "error" in body:
+                raise self.invalid("the body carries an error: "
+                                   + ErrorDetails.from_body(body).describe(), body, request_id)
+            raise self.invalid("no choices", body, request_id)
+        choice = choices[0]
+        message = as_dict(choice.get("message"))
+        requests = map_tool_calls(as_list(message.get("tool_calls")), as_str(body.get("id")))
+        finish = map_finish_reason(as_str(choice.get("finish_reason")), bool(requests))
+        if finish is FinishReason.LENGTH and requests:
+            raise self.truncated_tool_call([r.name for r in requests], "finish_reason length",
+                                           request_id)
+        return ChatResponse(
+            ai_message=AiMessage(text=_message_text(message), tool_execution_requests=requests,
+                                 thinking=_reasoning(message)),
+            finish_reason=finish,
+            usage=map_usage(as_dict(body.get("usage"))),
+            model_name=as_str(body.get("model")),
+            response_id=as_str(body.get("id")),
+        )
+
+
+class OpenAICompatibleChatModel(OpenAIChatModel):
+    """Any OpenAI-compatible server: a base_url, a model name, extra headers, and an API
+    key only when the server needs one."""
+
+    provider: ClassVar[str] = "openai_compatible"
+    default_base_url: ClassVar[str | None] = None
+    default_max_tokens_field: ClassVar[MaxTokensField] = "max_tokens"
+
+
+# -- request -----------------------------------------------------------------------------
+
+
+def map_messages(messages: Sequence[ChatMessage]) -> list[JsonObject]:
+    return [_map_message(message) for message in messages]
+
+
+def _map_message(message: ChatMessage) -> JsonObject:
+    if isinstance(message, SystemMessage):
+        return {"role": "system", "content": message.text}
+    if isinstance(message, UserMessage):
+        return {"role": "user", "content": message.text}
+    if isinstance(message, ToolExecutionResultMessage):
+        return {"role": "tool", "tool_call_id": message.id, "content": message.text}
+    return _map_ai_message(message)
+
+
+def _map_ai_message(message: AiMessage) -> JsonObject:
+    if not message.tool_execution_requests:
+        return {"role": "assistant", "content": message.text or ""}
+    return {
+        "role": "assistant",
+        "content": message.text or None,
+        "tool_calls": [
+            {"id": r.id, "type": "function",
+             "function": {"name": r.name, "arguments": normalize_arguments(r.arguments)}}
+            for r in message.tool_execution_requests
+        ],
+    }
+
+
+def map_tool(spec: ToolSpecification) -> JsonObject:
+    function: JsonObject = {"name": spec.name, "description": spec.description,
+                            "parameters": spec.parameters}
+    if spec.strict is not None:
+        function["strict"] = spec.strict
+    return {"type": "function", "function": function}
+
+
+def map_tool_choice(choice: ToolChoice) -> str | JsonObject:
+    if isinstance(choice, NamedToolChoice):
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice
+
+
+# -- response ----------------------------------------------------------------------------
+
+
+def map_tool_calls(calls: list[Any], response_id: str | None) -> tuple[ToolExecutionRequest, ...]:
+    functions = [as_dict(as_dict(call).get("function")) for call in calls]
+    names = [as_str(f.get("name")) or "" for f in functions]
+    arguments = [normalize_arguments(f.get("arguments")) for f in functions]
+    ids = dedupe_call_ids([as_str(as_dict(call).get("id")) for call in calls], response_id,
+                          names, arguments)
+    return tuple(ToolExecutionRequest(id=i, name=n, arguments=a)
+                 for i, n, a in zip(ids, names, arguments, strict=True))
+
+
+def map_finish_reason(reason: str | None, has_tool_calls: bool) -> FinishReason:
+    """Compatible servers may send no reason, or "stop" next to tool calls."""
+    mapped = _FINISH_REASONS.get(reason or "", FinishReason.OTHER if reason else None)
+    if has_tool_calls and mapped in (None, FinishReason.STOP):
+        return FinishReason.TOOL_EXECUTION
+    return mapped or FinishReason.STOP
+
+
+def map_usage(usage: JsonObject) -> TokenUsage | None:
+    if not usage:
+        return None
+    return TokenUsage(input_tokens=as_int(usage.get("prompt_tokens")),
+                      output_tokens=as_int(usage.get("completion_tokens")),
+                      total_tokens=as_int(usage.get("total_tokens")))
+
+
+def _message_text(message: JsonObject) -> str | None:
+    content = message.get("content")
+    if isinstance(content, list):  # some compatible servers send content parts
+        content = "".join(as_str(as_dict(p).get("text")) or "" for p in content)
+    text = as_str(content) or None
+    return text or as_str(message.get("refusal")) or None
+
+
+def _reasoning(message: JsonObject) -> str | None:
+    """DeepSeek/vLLM `reasoning_content`, Groq/OpenRouter `reasoning`; never sent back."""
+    return as_str(message.get("reasoning_content")) or as_str(message.get("reasoning")) or None
+
+
+# -- streaming ---------------------------------------------------------------------------
+
+
+@dataclass
+class _ToolCallFolder:
+    id: str | None = None
+    name: str = ""
+    arguments: str = ""
+
+    def add(self, fragment: JsonObject) -> tuple[str | None, str | None, str]:
+        """Merge one fragment; returns what was new (id, name, arguments delta)."""
+        new_id = as_str(fragment.get("id")) or None
+        function = as_dict(fragment.get("function"))
+        name = as_str(function.get("name")) or None
+        delta = as_str(function.get("arguments")) or ""
+        new_id = new_id if new_id and not self.id else None
+        self.id = self.id or new_id
+        name = None if name == self.name else name  # a name repeated in every chunk
+        self.name += name or ""
+        if delta and delta == self.arguments and arguments_object(delta) is not None:
+            delta = ""  # the whole arguments object sent again
+        self.arguments += delta
+        return new_id, name, delta
+
+    def as_tool_call(self) -> JsonObject:
+        return {"id": self.id or "", "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass
+class _StreamFolder:
+    """Folds chat.completion.chunk objects into one chat.completion body."""
+
+    done: bool = False
+    response_id: str | None = None
+    model: str | None = None
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
+    calls: dict[int, _ToolCallFolder] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: JsonObject | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.done or self.finish_reason is not None
+
+    async def add(self, chunk: JsonObject) -> None:
+        self.response_id = self.response_id or as_str(chunk.get("id"))
+        self.model = self.model or as_str(chunk.get("model"))
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for choice in as_list(chunk.get("choices")):
+            if as_dict(choice).get("index", 0) == 0:
+                await self._add_choice(as_dict(choice))
+
+    async def _add_choice(self, choice: JsonObject) -> None:
+        self.finish_reason = as_str(choice.get("finish_reason")) or self.finish_reason
+        delta = as_dict(choice.get("delta"))
+        text = as_str(delta.get("content"))
+        if text:
+            self.text.append(text)
+            await emit(PartialText(delta=text))
+        reasoning = as_str(delta.get("reasoning_content")) or as_str(delta.get("reasoning"))
+        if reasoning:
+            self.reasoning.append(reasoning)
+        if as_str(delta.get("refusal")):
+            self.refusal.append(delta["refusal"])
+        for position, fragment in enumerate(as_list(delta.get("tool_calls"))):
+            await self._add_tool_fragment(position, as_dict(fragment))
+
+    async def _add_tool_fragment(self, position: int, fragment: JsonObject) -> None:
+        index = as_int(fragment.get("index"))
+        if index is None:  # servers that omit the index: match by id, else by position
+            index = self._index_for(as_str(fragment.get("id")), position)
+        folder = self.calls.setdefault(index, _ToolCallFolder())
+        new_id, name, delta = folder.add(fragment)
+        if new_id or name or delta:
+            await emit(PartialToolCall(index=index, id=new_id, name=name, arguments_delta=delta))
+
+    def _index_for(self, call_id: str | None, position: int) -> int:
+        if call_id:
+            known = [i for i, folder in self.calls.items() if folder.id == call_id]
+            return known[0] if known else len(self.calls)
+        return max(self.calls) if self.calls else position
+
+    def completion(self) -> JsonObject:
+        message: JsonObject = {"role": "assistant", "content": "".join(self.text) or None}
+        if self.calls:
+            message["tool_calls"] = [self.calls[i].as_tool_call() for i in sorted(self.calls)]
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        if self.refusal:
+            message["refusal"] = "".join(self.refusal)
+        body: JsonObject = {
+            "id": self.response_id, "object": "chat.completion", "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+        }
+        if self.usage is not None:
+            body["usage"] = self.usage
+        return body

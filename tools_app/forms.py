@@ -1,0 +1,55 @@
+"""Forms: the playground's inputs, validated into what services.run_create needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from .models import ErrorPolicy, ModelEndpoint, ToolRegistration
+
+TOOL_CHOICE_MODES = [("auto", "auto"), ("required", "required"), ("none", "none"),
+                     ("named", "a named tool")]
+
+
+class PlaygroundForm(forms.Form):
+    endpoint = forms.ModelChoiceField(queryset=ModelEndpoint.objects.order_by("kind", "name"),
+                                      empty_label=None)
+    tools = forms.ModelMultipleChoiceField(
+        queryset=ToolRegistration.objects.filter(enabled=True).order_by("name"),
+        widget=forms.CheckboxSelectMultiple, required=False,
+    )
+    policy = forms.ModelChoiceField(queryset=ErrorPolicy.objects.order_by("-is_default", "name"),
+                                    empty_label=None)
+    system_prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+                                    max_length=20_000)
+    user_message = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=50_000)
+    tool_choice = forms.ChoiceField(choices=TOOL_CHOICE_MODES, initial="auto")
+    tool_choice_name = forms.CharField(required=False, max_length=64,
+                                       help_text="The tool to force when tool choice is named.")
+    parallel = forms.BooleanField(required=False, initial=True,
+                                  help_text="Run one round's calls concurrently.")
+    max_round_trips = forms.IntegerField(min_value=1, max_value=1000, required=False,
+                                         help_text="Empty: the policy's value.")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("tool_choice") == "named":
+            name = (data.get("tool_choice_name") or "").strip()
+            chosen = {t.name for t in data.get("tools") or []}
+            if not name:
+                self.add_error("tool_choice_name", "Name the tool the model must call.")
+            elif name not in chosen:
+                self.add_error("tool_choice_name", f"'{name}' is not among the selected tools.")
+        return data
+
+    def remembered(self) -> dict[str, Any]:
+        """What to pre-fill next time (ids and plain values only)."""
+        data = self.cleaned_data
+        return {
+            "endpoint": str(data["endpoint"].pk), "policy": data["policy"].pk,
+            "tools": [str(t.pk) for t in data["tools"]],
+            "system_prompt": data["system_prompt"], "user_message": data["user_message"],
+            "tool_choice": data["tool_choice"], "tool_choice_name": data["tool_choice_name"],
+            "parallel": data["parallel"], "max_round_trips": data["max_round_trips"],
+        }

@@ -1,0 +1,54 @@
+"""HTML fragments for the live timeline: out-of-band swaps keyed by stable DOM ids.
+
+A batch of events re-renders the run header and every round the batch touched from the
+CURRENT database state, with the same template partials the page uses. So applying a
+batch twice changes nothing, and the final page equals a fresh render.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.template.loader import render_to_string
+
+from .models import Run, RunEvent
+from .selectors import round_views
+
+PAGE = "tools_app/run_detail.html"
+
+
+def render_updates(run_id: uuid.UUID | str, events: Sequence[RunEvent]) -> str:
+    run = Run.objects.select_related("created_by").get(pk=run_id)
+    touched = sorted({e.payload["round_index"] for e in events
+                      if isinstance(e.payload.get("round_index"), int)})
+    parts = [render_to_string(f"{PAGE}#header", {"run": run, "oob": True})]
+    for round_view in round_views(run, touched):
+        body = render_to_string(f"{PAGE}#round", {"run": run, "round": round_view})
+        parts.append(f'<div hx-swap-oob="beforeend:#rounds">{body}</div>')
+    parts.append(render_to_string(f"{PAGE}#seq", {"seq": events[-1].seq, "oob": True}))
+    return "".join(parts)
+
+
+def render_fragment(fragment: dict[str, Any]) -> str:
+    """A streaming piece (never stored): text delta, or a tool call forming."""
+    round_index = fragment.get("round_index")
+    if not isinstance(round_index, int):
+        return ""
+    context: dict[str, Any] = {"round_index": round_index}
+    if fragment.get("kind") == "partial_text":
+        context |= {"kind": "text", "delta": fragment.get("delta", "")}
+    elif fragment.get("kind") == "partial_tool_call":
+        context |= {"index": int(fragment.get("index", 0))}
+        if fragment.get("name"):
+            start = render_to_string("tools_app/_stream.html",
+                                     context | {"kind": "call_start", "name": fragment["name"]})
+            delta = fragment.get("arguments_delta") or ""
+            args = render_to_string("tools_app/_stream.html",
+                                    context | {"kind": "call_args", "delta": delta}) if delta else ""
+            return start + args
+        context |= {"kind": "call_args", "delta": fragment.get("arguments_delta", "")}
+    else:
+        return ""
+    return render_to_string("tools_app/_stream.html", context)

@@ -1,0 +1,24 @@
+"""Run the capability probe against a stored endpoint and keep the report on it."""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+
+from .engine.probe import probe_capabilities
+from .models import ModelEndpoint
+from .snapshot import ENDPOINT_FIELDS, chat_model_for
+
+
+async def probe_and_store(endpoint_id: str) -> str:
+    endpoint = await ModelEndpoint.objects.aget(pk=endpoint_id)
+    config = {name: getattr(endpoint, name) for name in ENDPOINT_FIELDS}
+    model, _ = chat_model_for(config | {"stream": False}, max_retries=1)
+    streaming, _ = chat_model_for(config | {"stream": True}, max_retries=1)
+    report = await probe_capabilities(model, streaming_model=streaming,
+                                      model_name=endpoint.model or endpoint.name)
+    endpoint.capability_report = report.model_dump(mode="json")
+    endpoint.capability_checked_at = timezone.now()
+    await sync_to_async(endpoint.save)(
+        update_fields=["capability_report", "capability_checked_at", "updated_at"])
+    return "probed"

@@ -1,0 +1,201 @@
+"""Keep ToolRegistration rows in step with the @tool functions in the code.
+
+For a Python tool the code is the source of truth: sync_tools() (run on every start by
+`seed_demo`) writes what the decorator and the signature say, so an edit to a Python
+tool's definition in the admin lasts until the next sync. The version hash identifies
+a definition; a Run freezes it in its snapshot, so "which tool version did this run
+use" has an answer even after the tool changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from .engine import tool_specification_from, validate_specifications
+from .engine.spec import ToolOptions, is_tool, tool_functions_of, tool_options
+from .models import ToolKind, ToolRegistration
+
+# The fields a version hash covers, in ToolRegistration terms. `enabled` is not part
+# of a definition: disabling a tool does not make it another version.
+DEFINITION_FIELDS = (
+    "name", "description", "json_schema", "kind", "python_path", "config",
+    "return_behavior", "strict", "timeout_seconds", "requires_approval", "idempotent",
+)
+
+
+class ToolSyncError(Exception):
+    """The code and the registry disagree in a way sync must not resolve on its own."""
+
+
+@dataclass
+class SyncReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)  # includes re-enabled tools
+    unchanged: list[str] = field(default_factory=list)
+    disabled: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"created {len(self.created)}, updated {len(self.updated)}, "
+            f"unchanged {len(self.unchanged)}, disabled {len(self.disabled)}"
+        )
+
+
+def tool_definition(tool: ToolRegistration) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "schema": tool.json_schema,
+        "kind": tool.kind,
+        "python_path": tool.python_path,
+        "config": tool.config,
+        "return_behavior": tool.return_behavior,
+        "strict": tool.strict,
+        "timeout": tool.timeout_seconds,
+        "requires_approval": tool.requires_approval,
+        "idempotent": tool.idempotent,
+    }
+
+
+def compute_version_hash(tool: ToolRegistration) -> str:
+    """sha256 of the definition as canonical JSON (sorted keys, no whitespace)."""
+    canonical = json.dumps(
+        tool_definition(tool), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def resolve_tool_function(python_path: str) -> Callable[..., Any]:
+    """The @tool function at "module.function", or ValueError saying why not.
+
+    Only @tool functions qualify: a bare importable callable such as `os.system`
+    must never become something a model can call.
+    """
+    module_name, _, attribute = python_path.rpartition(".")
+    if not module_name or not attribute:
+        raise ValueError(f"{python_path!r} is not of the form module.function")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import failure means the tool cannot run
+        raise ValueError(f"cannot import {module_name!r}: {exc}") from exc
+    function = getattr(module, attribute, None)
+    if function is None:
+        raise ValueError(f"{module_name!r} has no attribute {attribute!r}")
+    if not is_tool(function):
+        raise ValueError(f"{python_path!r} is not decorated with @tool")
+    return function  # type: ignore[no-any-return]
+
+
+def registration_for(module_name: str, function: Callable[..., Any]) -> ToolRegistration:
+    """An unsaved ToolRegistration describing one @tool function, hash included."""
+    spec = tool_specification_from(function)
+    validate_specifications([spec])
+    options = tool_options(function) or ToolOptions()
+    registration = ToolRegistration(
+        name=spec.name,
+        description=spec.description,
+        json_schema=spec.parameters,
+        kind=ToolKind.PYTHON,
+        python_path=f"{module_name}.{function.__name__}",
+        config={},
+        return_behavior=options.return_behavior.value,
+        strict=bool(spec.strict),
+        timeout_seconds=options.timeout,
+        requires_approval=options.requires_approval,
+        idempotent=options.idempotent,
+        enabled=True,
+    )
+    registration.version_hash = compute_version_hash(registration)
+    return registration
+
+
+def discover_tools(module_names: Iterable[str]) -> dict[str, ToolRegistration]:
+    found: dict[str, ToolRegistration] = {}
+    for module_name in module_names:
+        module = importlib.import_module(module_name)
+        for function in tool_functions_of(module):
+            registration = registration_for(module_name, function)
+            other = found.get(registration.name)
+            if other is not None:
+                raise ToolSyncError(
+                    f"tool {registration.name!r} is declared twice: by {other.python_path} "
+                    f"and by {registration.python_path}"
+                )
+            found[registration.name] = registration
+    return found
+
+
+def sync_tools(modules: list[str] | None = None) -> SyncReport:
+    """Register the @tool functions of `modules` (default: AGENTFORGE_TOOL_MODULES)."""
+    module_names = list(settings.AGENTFORGE_TOOL_MODULES if modules is None else modules)
+    wanted = discover_tools(module_names)
+    report = SyncReport()
+    with transaction.atomic():
+        existing = {tool.name: tool for tool in ToolRegistration.objects.all()}
+        _check_conflicts(wanted, existing)
+        for name, target in wanted.items():
+            row = existing.get(name)
+            if row is None:
+                target.save()
+                report.created.append(name)
+            elif _update(row, target):
+                report.updated.append(name)
+            else:
+                report.unchanged.append(name)
+        for row in existing.values():
+            if row.name not in wanted and row.enabled and _is_gone(row, module_names):
+                row.enabled = False
+                row.save(update_fields=["enabled", "updated_at"])
+                report.disabled.append(row.name)
+    return report
+
+
+def _check_conflicts(
+    wanted: dict[str, ToolRegistration], existing: dict[str, ToolRegistration]
+) -> None:
+    # Checked before any write, so a conflict leaves the registry as it was.
+    for name, target in wanted.items():
+        row = existing.get(name)
+        if row is None:
+            continue
+        if row.kind != ToolKind.PYTHON or row.python_path != target.python_path:
+            where = row.python_path if row.kind == ToolKind.PYTHON else f"a {row.kind} tool"
+            raise ToolSyncError(
+                f"tool name {name!r} is already registered by {where}, so "
+                f"{target.python_path} cannot use it: rename one of them, or delete the old "
+                "registration in the admin"
+            )
+
+
+def _update(row: ToolRegistration, target: ToolRegistration) -> bool:
+    """Bring `row` to `target`'s definition; False (and no write) when already there."""
+    current = compute_version_hash(row)
+    if row.enabled and current == target.version_hash == row.version_hash:
+        return False
+    for name in DEFINITION_FIELDS:
+        setattr(row, name, getattr(target, name))
+    row.enabled = True
+    row.version_hash = target.version_hash
+    row.save()
+    return True
+
+
+def _is_gone(row: ToolRegistration, scanned_modules: list[str]) -> bool:
+    """Whether a Python tool missing from the scan no longer exists in the code."""
+    if row.kind != ToolKind.PYTHON:
+        return False
+    if row.python_path.rpartition(".")[0] in scanned_modules:
+        return True  # its module was scanned and the tool is not (or no longer) there
+    try:
+        resolve_tool_function(row.python_path)
+    except ValueError:
+        return True
+    return False
