@@ -34,7 +34,10 @@ test: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not scaleout"
+	DATABASE_URL="$${AGENTFORGE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}" \
+	REDIS_URL="$${AGENTFORGE_TEST_REDIS_URL:-redis://127.0.0.1:6379/0}" \
+	$(PY) -m pytest -m "scaleout or both" -p no:cacheprovider
 
 lint:
 	$(VENV)/bin/ruff check .

@@ -131,6 +131,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+SERVE_STATIC = envbool("SERVE_STATIC", True)
 
 # -- channels and tasks -----------------------------------------------------------------
 REDIS_URL = envstr("REDIS_URL", "")

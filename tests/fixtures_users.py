@@ -31,3 +31,16 @@ def bob(db: None) -> AbstractUser:
 def alice_client(client: Client, alice: AbstractUser) -> Client:
     client.force_login(alice)
     return client
+
+
+@pytest.fixture
+def charlie(db: None) -> AbstractUser:
+    user: AbstractUser = get_user_model().objects.create_user("charlie", "charlie@example.com")
+    return user
+
+
+@pytest.fixture
+def bob_client(bob: AbstractUser) -> Client:
+    client = Client()
+    client.force_login(bob)
+    return client

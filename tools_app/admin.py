@@ -261,7 +261,7 @@ def template_problem(template: str) -> str | None:
     for _, name, spec, conversion in parsed:
         if name is None:
             continue
-        if name not in TEMPLATE_PLACEHOLDERS or spec or conversion:
+        if name not in TEMPLATE_PLACEHOLDERS:
             shown = "{" + name + (f"!{conversion}" if conversion else "") + (
                 f":{spec}" if spec else "") + "}"
             return (f"Unknown placeholder {shown}: use only {allowed}. "

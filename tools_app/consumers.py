@@ -85,7 +85,8 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     async def flush(self) -> None:
         """Send everything after the last seq sent, in batches, until caught up."""
-        assert self.run is not None and self.sent_seq is not None
+        if self.run is None or self.sent_seq is None:
+            return
         while True:
             html, seq = await _updates_after(self.run, self.sent_seq)
             if not html:

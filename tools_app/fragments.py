@@ -45,9 +45,10 @@ def render_fragment(fragment: dict[str, Any]) -> str:
             start = render_to_string("tools_app/_stream.html",
                                      context | {"kind": "call_start", "name": fragment["name"]})
             delta = fragment.get("arguments_delta") or ""
-            args = render_to_string("tools_app/_stream.html",
-                                    context | {"kind": "call_args", "delta": delta}) if delta else ""
-            return start + args
+            if not delta:
+                return start
+            args = context | {"kind": "call_args", "delta": delta}
+            return start + render_to_string("tools_app/_stream.html", args)
         context |= {"kind": "call_args", "delta": fragment.get("arguments_delta", "")}
     else:
         return ""

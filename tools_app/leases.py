@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 CLAIMABLE = (RunStatus.QUEUED, RunStatus.INTERRUPTED)
 
 
-class LeaseLost(Exception):  # noqa: N818 - a state, not an error of the caller
+class LeaseLost(Exception):
     """This worker no longer holds the run's lease: it must stop writing and leave."""
 
 

@@ -16,7 +16,8 @@ from django.db import models
 
 tool_name_validator = RegexValidator(
     r"^[a-zA-Z0-9_-]{1,64}$",
-    "Tool names must be 1-64 characters from a-z, A-Z, 0-9, '_' and '-' (providers reject others).",
+    "Tool names must be 1-64 characters from a-z, A-Z, 0-9, '_' and '-' "
+    "(providers reject others).",
 )
 env_var_validator = RegexValidator(
     r"^[A-Z_][A-Z0-9_]*$",
@@ -188,6 +189,9 @@ class PolicyRevision(models.Model):
     class Meta:
         ordering = ["-changed_at", "-id"]
 
+    def __str__(self) -> str:
+        return f"{self.policy} changed {self.changed_at:%Y-%m-%d %H:%M}"
+
 
 class RunStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
@@ -280,6 +284,9 @@ class Round(models.Model):
             models.UniqueConstraint(fields=["run", "index"], name="round_unique_index")
         ]
 
+    def __str__(self) -> str:
+        return f"round {self.index + 1} of {self.run_id}"
+
 
 class ToolCallState(models.TextChoices):
     PROPOSED = "proposed", "Proposed"
@@ -325,6 +332,9 @@ class ToolCall(models.Model):
             models.UniqueConstraint(fields=["round", "call_index"], name="toolcall_unique_index")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.state})"
+
 
 class RunEvent(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
@@ -336,6 +346,9 @@ class RunEvent(models.Model):
     class Meta:
         ordering = ["run", "seq"]
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="runevent_unique_seq")]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind}"
 
 
 class ApiToken(models.Model):
@@ -360,3 +373,6 @@ class PlaygroundState(models.Model):
                                 related_name="playground_state")
     data = models.JSONField(default=dict)
     updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"playground of {self.user}"

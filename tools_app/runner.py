@@ -42,7 +42,7 @@ FINISHED_CALL_STATES = frozenset(
 )
 
 
-class WorkerShutdown(Exception):  # noqa: N818 - a control signal, not a failure
+class WorkerShutdown(Exception):
     """The worker is stopping; the run is checkpointed and handed to another worker."""
 
 

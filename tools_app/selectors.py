@@ -9,6 +9,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from .models import (
     ErrorPolicy,
@@ -90,7 +91,7 @@ def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[RoundVie
 def _call_views(round_: Round) -> list[CallView]:
     calls = sorted(round_.tool_calls.all(), key=lambda c: c.call_index)
     starts = [c.started_at for c in calls if c.started_at]
-    ends = [c.finished_at for c in calls if c.finished_at]
+    ends = [_end_of(c) for c in calls if c.started_at]
     origin = min(starts) if starts else None
     span = (max(ends) - origin).total_seconds() if origin and ends else 0.0
     return [_call_view(c, origin, span) for c in calls]
@@ -100,13 +101,20 @@ def _call_view(call: ToolCall, origin: Any, span: float) -> CallView:
     """Waterfall bar in a 0..1000 viewBox (SVG attributes, so the CSP needs no inline style)."""
     x, width = 0, 0
     if origin is not None and call.started_at is not None:
-        end = call.finished_at or call.started_at
+        end = _end_of(call)
         total = span or 1.0
         x = int((call.started_at - origin).total_seconds() / total * 1000)
         width = max(int((end - call.started_at).total_seconds() / total * 1000), 6)
         x = min(x, 994)
     return CallView(call=call, bar_x=x, bar_width=min(width, 1000 - x),
                     failing_paths=_failing_paths(call.error_details))
+
+
+def _end_of(call: ToolCall) -> Any:
+    """A call still running extends to now, so its bar grows while it runs."""
+    if call.finished_at is not None:
+        return call.finished_at
+    return timezone.now() if call.state == "started" else call.started_at
 
 
 def _failing_paths(details: Any) -> list[str]:

@@ -41,7 +41,7 @@ def display_head(value: str | None) -> str:
 @register.filter
 def ms(value: float | None) -> str:
     if value is None:
-        return "–"
+        return "-"
     if value >= 1000:
         return f"{value / 1000:.2f} s"
     return f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
