@@ -1,8 +1,8 @@
-"""The named users of the web-layer tests: alice (staff superuser) and bob (plain user).
+"""The named users of the web-layer tests: alice (staff superuser), bob and charlie
+(plain users). tests/conftest.py registers this module for every test (pytest_plugins).
 
-Imported by the test modules that need them through `pytest_plugins`, since
-tests/conftest.py belongs to the engine tests. No passwords: tests log in with
-force_login, which also skips the deliberately slow password hasher.
+No passwords: tests log in with force_login, which also skips the deliberately slow
+password hasher.
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from tools_app.models import (
 )
 from tools_app.tool_registry import compute_version_hash
 
-pytest_plugins = ["tests.fixtures_users"]
 pytestmark = pytest.mark.django_db
 
 EDITABLE: list[type[Model]] = [ModelEndpoint, ToolRegistration, ErrorPolicy, ApiToken]

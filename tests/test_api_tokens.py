@@ -12,7 +12,6 @@ from django.forms.models import model_to_dict
 from tools_app.api_tokens import create_token, user_for_token
 from tools_app.models import ApiToken
 
-
 pytestmark = pytest.mark.django_db
 
 

@@ -8,7 +8,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.core.management import CommandError, call_command
 
-
 pytestmark = pytest.mark.django_db
 
 

@@ -83,12 +83,14 @@ class ModelEndpointForm(forms.ModelForm):
         url: str = self.cleaned_data["base_url"].strip()
         if not url:
             return url
+        # urlsplit rather than URLValidator: that one rejects hosts without a dot, such
+        # as the "ollama" of http://ollama:11434/v1 on a Docker network.
         try:
             parts = urlsplit(url)
-        except ValueError:
+        except ValueError:  # e.g. an unclosed IPv6 bracket
             parts = None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
-                or any(c.isspace() for c in url):
+        if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+                or any(c.isspace() for c in url)):
             raise ValidationError("Give an http:// or https:// URL, e.g. http://localhost:11434/v1")
         if parts.username or parts.password:
             raise ValidationError(
@@ -261,7 +263,7 @@ def template_problem(template: str) -> str | None:
     for _, name, spec, conversion in parsed:
         if name is None:
             continue
-        if name not in TEMPLATE_PLACEHOLDERS:
+        if name not in TEMPLATE_PLACEHOLDERS or spec or conversion:
             shown = "{" + name + (f"!{conversion}" if conversion else "") + (
                 f":{spec}" if spec else "") + "}"
             return (f"Unknown placeholder {shown}: use only {allowed}. "

@@ -212,15 +212,14 @@ def _run_summary(run: Run) -> dict[str, Any]:
     }
 
 
-def _round_json(round_view: Any) -> dict[str, Any]:
+def _round_json(view: dict[str, Any]) -> dict[str, Any]:
     return {
-        "index": round_view.index, "status": round_view.status,
-        "text": round_view.ai_text, "finish_reason": round_view.finish_reason,
-        "latency_ms": round_view.latency_ms,
+        "index": view["index"], "status": view["status"], "text": view["ai_text"],
+        "finish_reason": view["finish_reason"], "latency_ms": view["latency_ms"],
         "tool_calls": [{
-            "id": c.call_id, "name": c.tool_name, "arguments": c.arguments_raw,
-            "state": c.state, "result": c.result_text, "is_error": c.is_error,
-            "error_type": c.error_type or None, "error_message": c.error_message or None,
-            "handled_by": c.handled_by or None, "duration_ms": c.duration_ms,
-        } for c in round_view.calls],
+            "id": c["call_id"], "name": c["tool_name"], "arguments": c["arguments_raw"],
+            "state": c["state"], "result": c["result_text"], "is_error": c["is_error"],
+            "error_type": c["error_type"] or None, "error_message": c["error_message"] or None,
+            "handled_by": c["handled_by"] or None, "duration_ms": c["duration_ms"],
+        } for c in view["calls"]],
     }

@@ -24,6 +24,7 @@ from .task_backend import remember_server_loop
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_BAD_MESSAGE = 4400
+MAX_SEQ = 2**31 - 1  # the range of a PositiveIntegerField on every database backend
 
 
 @database_sync_to_async
@@ -65,9 +66,9 @@ class RunConsumer(AsyncWebsocketConsumer):
         try:
             message = json.loads(text_data or "")
             after = int(message["after"]) if message.get("type") == "resume" else None
-        except (ValueError, TypeError, KeyError, AttributeError):
-            after = None
-        if after is None or after < 0:
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            after = None  # OverflowError: "after": Infinity
+        if after is None or not 0 <= after <= MAX_SEQ:
             await self.close(code=CLOSE_BAD_MESSAGE)
             return
         self.sent_seq = after

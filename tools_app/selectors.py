@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -18,6 +19,7 @@ from .models import (
     Run,
     RunEvent,
     ToolCall,
+    ToolCallState,
     ToolRegistration,
 )
 
@@ -61,53 +63,75 @@ def default_policy() -> ErrorPolicy | None:
     return policies().first()
 
 
-@dataclass
-class CallView:
-    call: ToolCall
-    bar_x: int
-    bar_width: int
-    failing_paths: list[str]
+def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[dict[str, Any]]:
+    """Rounds with their calls, as plain dicts with display values computed here.
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.call, name)
-
-
-@dataclass
-class RoundView:
-    round: Round
-    calls: list[CallView]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.round, name)
-
-
-def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[RoundView]:
+    Plain dicts and precomputed strings keep the template cheap: a finished run with
+    1,000 tool calls must render fast (see docs/benchmarks.md).
+    """
     rounds = Round.objects.filter(run=run).order_by("index").prefetch_related("tool_calls")
     if indexes is not None:
         rounds = rounds.filter(index__in=list(indexes))
-    return [RoundView(round=r, calls=_call_views(r)) for r in rounds]
+    return [_round_view(r) for r in rounds]
 
 
-def _call_views(round_: Round) -> list[CallView]:
+ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_token_ms",
+                "input_tokens", "output_tokens", "attempts", "thinking", "ai_text",
+                "request_json", "response_json")
+
+
+def _round_view(round_: Round) -> dict[str, Any]:
+    view = {name: getattr(round_, name) for name in ROUND_FIELDS}
+    view["calls"] = _call_views(round_)
+    view["has_wire"] = round_.request_json is not None or round_.response_json is not None
+    return view
+
+
+def _call_views(round_: Round) -> list[dict[str, Any]]:
     calls = sorted(round_.tool_calls.all(), key=lambda c: c.call_index)
     starts = [c.started_at for c in calls if c.started_at]
     ends = [_end_of(c) for c in calls if c.started_at]
     origin = min(starts) if starts else None
     span = (max(ends) - origin).total_seconds() if origin and ends else 0.0
-    return [_call_view(c, origin, span) for c in calls]
+    labels = dict(ToolCallState.choices)
+    return [_call_view(c, origin, span, labels) for c in calls]
 
 
-def _call_view(call: ToolCall, origin: Any, span: float) -> CallView:
+def _call_view(call: ToolCall, origin: Any, span: float, labels: dict[str, str]) -> dict[str, Any]:
+    x, width = _bar(call, origin, span)
+    limit = settings.AGENTFORGE_DISPLAY_LIMIT
+    result = call.result_text
+    raw_result = None
+    if call.result_json is not None and call.result_json != result:
+        raw_result = json.dumps(call.result_json, indent=2, ensure_ascii=False)
+    return {
+        "pk": call.pk, "call_id": call.call_id, "tool_name": call.tool_name,
+        "state": call.state, "state_label": labels.get(call.state, call.state),
+        "duration_ms": call.duration_ms, "attempts": call.attempts,
+        "bar_x": x, "bar_width": width,
+        "args_text": (json.dumps(call.arguments, indent=2, ensure_ascii=False)
+                      if call.arguments is not None else call.arguments_raw),
+        "arguments": call.arguments, "arguments_raw": call.arguments_raw,
+        "failing_paths": _failing_paths(call.error_details),
+        "result_text": result, "is_error": call.is_error,
+        "result_large": result is not None and len(result) > limit,
+        "result_head": result[:limit] if result is not None else None,
+        "result_length": len(result) if result is not None else 0,
+        "raw_result": raw_result,
+        "error_type": call.error_type, "error_message": call.error_message,
+        "handled_by": call.handled_by, "stopped_run": call.stopped_run,
+        "traceback": call.traceback,
+    }
+
+
+def _bar(call: ToolCall, origin: Any, span: float) -> tuple[int, int]:
     """Waterfall bar in a 0..1000 viewBox (SVG attributes, so the CSP needs no inline style)."""
-    x, width = 0, 0
-    if origin is not None and call.started_at is not None:
-        end = _end_of(call)
-        total = span or 1.0
-        x = int((call.started_at - origin).total_seconds() / total * 1000)
-        width = max(int((end - call.started_at).total_seconds() / total * 1000), 6)
-        x = min(x, 994)
-    return CallView(call=call, bar_x=x, bar_width=min(width, 1000 - x),
-                    failing_paths=_failing_paths(call.error_details))
+    if origin is None or call.started_at is None:
+        return 0, 0
+    total = span or 1.0
+    x = min(int((call.started_at - origin).total_seconds() / total * 1000), 994)
+    width = max(int((_end_of(call) - call.started_at).total_seconds() / total * 1000), 6)
+    return x, min(width, 1000 - x)
 
 
 def _end_of(call: ToolCall) -> Any:

@@ -259,9 +259,10 @@ async def test_it_parses_every_recorded_response_exactly(relative: str) -> None:
         requests = response.ai_message.tool_execution_requests
         assert [(r.id, r.name, r.arguments) for r in requests] == list(expected.calls)
         assert response.finish_reason is expected.finish
-        assert response.usage == TokenUsage(
-            input_tokens=expected.usage[0], output_tokens=expected.usage[1],
-            total_tokens=expected.usage[2]) if expected.usage else response.usage is None
+        assert expected.usage is not None
+        assert response.usage == TokenUsage(input_tokens=expected.usage[0],
+                                            output_tokens=expected.usage[1],
+                                            total_tokens=expected.usage[2])
         assert response.ai_message.text == expected.text
 
 
@@ -281,6 +282,8 @@ async def test_it_reports_the_response_ids_and_models_of_the_recording(relative:
 # -- what is sent ------------------------------------------------------------------------
 
 PYDANTIC_AI = [r for r in EXPECTED if "pydantic-ai__" in r]
+# The recorder replaced the empty id the server sent with its own; we use ours.
+REIDED = {"cassettes/openai/pydantic-ai__compat_gemini_tool_call_without_id.json"}
 OTHER_RECORDERS = [r for r in EXPECTED if "simonw-llm__" in r]
 
 
@@ -288,10 +291,13 @@ OTHER_RECORDERS = [r for r in EXPECTED if "simonw-llm__" in r]
 async def test_every_request_matches_the_recorded_one(relative: str) -> None:
     _, replay, _ = await replay_conversation(relative)
 
-    recorded = [i["request"]["json"] for i in recording(relative)["interactions"]]
-    built = replay.bodies
-    assert [with_positional_ids(normalized_openai(b)) for b in built] == [
-        with_positional_ids(normalized_openai(r)) for r in recorded]
+    recorded = [normalized_openai(i["request"]["json"])
+                for i in recording(relative)["interactions"]]
+    built = [normalized_openai(b) for b in replay.bodies]
+    if relative in REIDED:
+        recorded, built = [with_positional_ids(b) for b in recorded], [
+            with_positional_ids(b) for b in built]
+    assert built == recorded
 
 
 @pytest.mark.parametrize("relative", OTHER_RECORDERS)

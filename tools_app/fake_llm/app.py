@@ -50,6 +50,7 @@ from .script import (
     StreamErrorFault,
 )
 from .wires import ANTHROPIC, GEMINI, OPENAI, StreamItem, Wire, WireError, encode_item
+from .wires.base import dumps
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -359,7 +360,7 @@ def _encode_stream(wire: Wire, items: list[StreamItem],
                    mode: StreamMode) -> tuple[str, list[bytes]]:
     if mode == "json_array":
         # Gemini without alt=sse streams one JSON array, element by element.
-        parts = [json.dumps(data, ensure_ascii=False) for _, data in items]
+        parts = [data if isinstance(data, str) else dumps(data) for _, data in items]
         encoded = [("[" if i == 0 else ",\r\n") + p for i, p in enumerate(parts)]
         return "application/json; charset=UTF-8", [e.encode() for e in encoded] + [b"]"]
     return wire.stream_content_type, [encode_item(i, wire.event_separator) for i in items]
@@ -383,7 +384,7 @@ async def _send_chunks(send: Send, content_type: str, chunks: list[bytes], delay
 
 async def _send_json(send: Send, status: int, value: Any, extra: Iterable[tuple[bytes, bytes]] = (),
                      ) -> None:
-    body = json.dumps(value, ensure_ascii=False).encode()
+    body = dumps(value).encode()
     await _send_bytes(send, status, body, "application/json", extra)
 
 
@@ -422,12 +423,12 @@ async def _send_status_fault(fault: StatusFault, wire: Wire, send: Send) -> None
     headers += [(k.lower().encode(), v.encode()) for k, v in fault.headers.items()]
     if fault.body is None:
         message = fault.message or f"Fake {fault.status} {_phrase(fault.status)}"
-        body: bytes = json.dumps(wire.error_body(fault.status, message, None)).encode()
+        body: bytes = dumps(wire.error_body(fault.status, message, None)).encode()
         content_type = fault.content_type or "application/json"
     elif isinstance(fault.body, str):
         body, content_type = fault.body.encode(), fault.content_type or "text/plain; charset=utf-8"
     else:
-        body = json.dumps(fault.body).encode()
+        body = dumps(fault.body).encode()
         content_type = fault.content_type or "application/json"
     await _send_bytes(send, fault.status, body, content_type, headers)
 
@@ -440,7 +441,7 @@ async def _send_cut(fault: CutFault, plan: _Plan, reply: Reply, conversation: Co
                                                                       plan.chunk_size), route.mode)
         data, length = b"".join(chunks), None
     else:
-        data = json.dumps(wire.json_body(reply, conversation)).encode()
+        data = dumps(wire.json_body(reply, conversation)).encode()
         content_type, length = "application/json", len(data)
     headers: Headers = [(b"content-type", content_type.encode())]
     if length is not None:

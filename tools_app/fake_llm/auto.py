@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 from .conversation import Conversation, Reply, ReplyCall
@@ -23,8 +24,11 @@ from .script import AutoOptions
 _MODEL_PATTERN = re.compile(r"fake-k(\d+)-p(\d+)(?:-l(\d+(?:\.\d+)?))?")
 _MAX_DEPTH = 8
 _QUOTE_LIMIT = 500
+# Arguments keep the ", " / ": " spacing real models produce; built once, not per call.
+_ARGUMENTS_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
+@lru_cache(maxsize=1024)
 def options_from_model(model: str) -> tuple[AutoOptions, float] | None:
     """`fake-k3-p2-l50` -> 3 rounds of 2 parallel calls with 50 ms latency."""
     match = _MODEL_PATTERN.search(model)
@@ -58,8 +62,8 @@ def _call_reply(conversation: Conversation, options: AutoOptions) -> Reply:
     count = options.parallel if conversation.parallel_allowed else 1
     calls = [
         ReplyCall(name=target.name,
-                  arguments=json.dumps(sample_arguments(target.schema, variant=i),
-                                       ensure_ascii=False))
+                  arguments=_ARGUMENTS_ENCODER.encode(sample_arguments(target.schema,
+                                                                       variant=i)))
         for i in range(count)
     ]
     return Reply(calls=calls, finish="tool_calls")

@@ -11,7 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..conversation import Conversation, Reply, ReplyCall, ToolDecl, text_of
-from .base import StreamItem, WireError, arguments_object, bool_or, pieces, random_id
+from .base import (
+    StreamItem,
+    WireError,
+    arguments_object,
+    bool_or,
+    dumps,
+    pieces,
+    random_id,
+)
 
 _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 _ERROR_TYPES = {
@@ -71,14 +79,12 @@ class AnthropicWire:
                                                       "message": start})]
         index = 0
         if reply.text is not None:
-            items += _block(index, {"type": "text", "text": ""},
-                            [{"type": "text_delta", "text": p}
-                             for p in pieces(reply.text, chunk_size)])
+            items += _block(index, {"type": "text", "text": ""}, "text_delta", "text",
+                            pieces(reply.text, chunk_size))
             index += 1
         for call in reply.calls:
-            deltas = [{"type": "input_json_delta", "partial_json": p}
-                      for p in ["", *pieces(call.arguments, chunk_size)]]
-            items += _block(index, _tool_use(call, {}), deltas)
+            items += _block(index, _tool_use(call, {}), "input_json_delta", "partial_json",
+                            ["", *pieces(call.arguments, chunk_size)])
             index += 1
         if len(items) > 1:
             items.insert(2, ("ping", {"type": "ping"}))
@@ -104,12 +110,15 @@ class AnthropicWire:
         return [(b"request-id", random_id("req_011C", 20).encode())]
 
 
-def _block(index: int, start: dict[str, Any], deltas: list[dict[str, Any]]) -> list[StreamItem]:
+def _block(index: int, start: dict[str, Any], delta_type: str, field: str,
+           fragments: list[str]) -> list[StreamItem]:
+    # Deltas are the bulk of a stream: only the fragment is encoded, the rest is fixed.
+    head = (f'{{"type":"content_block_delta","index":{index},'
+            f'"delta":{{"type":"{delta_type}","{field}":')
     return [
         ("content_block_start", {"type": "content_block_start", "index": index,
                                  "content_block": start}),
-        *[("content_block_delta", {"type": "content_block_delta", "index": index,
-                                   "delta": delta}) for delta in deltas],
+        *[("content_block_delta", f"{head}{dumps(fragment)}}}}}") for fragment in fragments],
         ("content_block_stop", {"type": "content_block_stop", "index": index}),
     ]
 

@@ -14,8 +14,13 @@ StreamItem = tuple[str | None, Any]
 """One server-sent event: (event name or None, data: a JSON value or a raw string)."""
 
 _ALNUM = string.ascii_letters + string.digits
-# Not a security boundary: ids only have to look real and not collide in a test run.
+# Random bytes mapped onto letters and digits by one translate() call: the fastest way
+# to make ids in pure Python (the slight bias is irrelevant: ids are not secrets, they
+# only have to look real and not collide within a test run).
+_ID_TABLE = bytes((_ALNUM * 5)[:256], "ascii")
 _rng = random.Random()  # noqa: S311
+# One encoder, built once: json.dumps() builds a new one per call when given options.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 class WireError(Exception):
@@ -50,7 +55,7 @@ class Wire(Protocol):
 
 
 def random_id(prefix: str, length: int) -> str:
-    return prefix + "".join(_rng.choices(_ALNUM, k=length))
+    return prefix + _rng.randbytes(length).translate(_ID_TABLE).decode("ascii")
 
 
 def now() -> int:
@@ -59,7 +64,7 @@ def now() -> int:
 
 def dumps(value: Any) -> str:
     """Compact JSON, as the real APIs send it."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 def encode_item(item: StreamItem, separator: str) -> bytes:

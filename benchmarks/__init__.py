@@ -1,0 +1,1 @@
+"""On-demand benchmarks (`make bench`); results are written to docs/benchmarks.md."""

@@ -1,0 +1,47 @@
+"""Helpers shared by the benchmarks: Django set-up on a throwaway database, stats."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "benchmarks"
+
+
+def setup_django(database_url: str | None = None) -> Path:
+    """Configure Django on a fresh SQLite file (unless a URL is given) and migrate."""
+    workdir = Path(tempfile.mkdtemp(prefix="agentforge-bench-"))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentforge_web.settings")
+    os.environ["DATABASE_URL"] = database_url or f"sqlite:///{workdir / 'bench.sqlite3'}"
+    os.environ["AGENTFORGE_EMBEDDED_WORKER"] = "0"
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    return workdir
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"p50": percentile(values, 50), "p95": percentile(values, 95),
+            "mean": statistics.fmean(values) if values else float("nan"),
+            "max": max(values) if values else float("nan"), "n": float(len(values))}
+
+
+def write_result(name: str, markdown: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.md"
+    path.write_text(markdown.rstrip() + "\n")
+    return path

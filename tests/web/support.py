@@ -1,0 +1,92 @@
+"""Helpers of the web-layer tests: starting a run, and a small HTML tree parser."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from typing import Any
+
+from tools_app import services
+from tools_app.engine import ChatRequestParameters
+from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
+
+
+def start_run(
+    user: Any,
+    endpoint: ModelEndpoint,
+    tools: list[ToolRegistration],
+    policy: ErrorPolicy,
+    text: str = "What's the weather in Hangzhou and in Paris?",
+) -> Run:
+    return services.run_create(
+        user=user, endpoint=endpoint, tools=tools, policy=policy,
+        messages=services.conversation(user_message=text),
+        parameters=ChatRequestParameters(),
+    )
+
+
+class Element:
+    def __init__(self, tag: str, attrs: dict[str, str | None], parent: Element | None) -> None:
+        self.tag, self.attrs, self.parent = tag, attrs, parent
+
+    def ancestors_or_self(self) -> list[Element]:
+        chain: list[Element] = []
+        node: Element | None = self
+        while node is not None:
+            chain.append(node)
+            node = node.parent
+        return chain
+
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+        "track", "wbr"}
+
+
+class Tree(HTMLParser):
+    """A forgiving parse: every element with its attributes and parent, every text run
+    with the element it sits in."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: list[Element] = []
+        self.texts: list[tuple[str, Element | None]] = []
+        self._stack: list[Element] = []
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        element = Element(tag, dict(attrs), self._stack[-1] if self._stack else None)
+        self.elements.append(element)
+        if tag not in VOID:
+            self._stack.append(element)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append(Element(tag, dict(attrs), self._stack[-1] if self._stack else None))
+
+    def handle_endtag(self, tag: str) -> None:
+        for i in range(len(self._stack) - 1, -1, -1):
+            if self._stack[i].tag == tag:
+                del self._stack[i:]
+                return
+
+    def handle_data(self, data: str) -> None:
+        if data.strip():
+            self.texts.append((data, self._stack[-1] if self._stack else None))
+
+    def ids(self) -> list[str]:
+        return [e.attrs["id"] or "" for e in self.elements if "id" in e.attrs]
+
+    def by_id(self, element_id: str) -> Element:
+        matches = [e for e in self.elements if e.attrs.get("id") == element_id]
+        assert len(matches) == 1, f"{len(matches)} elements with id {element_id!r}"
+        return matches[0]
+
+    def tags(self, tag: str) -> list[Element]:
+        return [e for e in self.elements if e.tag == tag]
+
+    def texts_containing(self, needle: str) -> list[tuple[str, Element | None]]:
+        return [(t, e) for t, e in self.texts if needle in t]
+
+
+def inside_hx_disable(element: Element | None) -> bool:
+    return element is not None and any("hx-disable" in e.attrs
+                                       for e in element.ancestors_or_self())

@@ -1,0 +1,562 @@
+"""The live timeline socket, through the full ASGI stack (origin check, session auth).
+
+The consumer relays: on "resume after N" it sends every later event's fragments read
+from the database by seq, then one batch per notification. The database is the truth,
+so dropped or duplicate notifications never leave a gap or a double.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AbstractUser
+from django.test import Client
+
+from agentforge_web.asgi import application
+from tools_app import recorder
+from tools_app.fragments import render_updates
+from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolCall, ToolRegistration
+from tools_app.recorder import group_name, notify
+from tools_app.runner import execute_run
+from tools_app.selectors import events_after
+
+from .support import Tree, inside_hx_disable, start_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = b"http://127.0.0.1:8000"
+WAIT = 10.0  # seconds: an upper bound for one message, never a measured duration
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+@sync_to_async
+def session_cookie(user: AbstractUser) -> str:
+    client = Client()
+    client.force_login(user)
+    return str(client.cookies["sessionid"].value)
+
+
+def socket(run_id: Any, *, cookie: str | None = None, origin: bytes | None = ORIGIN,
+           extra: list[tuple[bytes, bytes]] | None = None) -> WebsocketCommunicator:
+    headers = [(b"host", b"127.0.0.1:8000")]
+    if origin is not None:
+        headers.append((b"origin", origin))
+    if cookie is not None:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    return WebsocketCommunicator(application, f"/ws/runs/{run_id}/",
+                                 headers=headers + (extra or []))
+
+
+@pytest.fixture
+async def sockets() -> AsyncIterator[list[WebsocketCommunicator]]:
+    """Sockets opened by a test; closed at its end so no consumer task outlives it."""
+    opened: list[WebsocketCommunicator] = []
+    yield opened
+    for comm in opened:
+        await comm.disconnect(timeout=WAIT)
+
+
+@pytest.fixture
+def weather_run(
+    bob: AbstractUser, weather_endpoint: ModelEndpoint,
+    demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> Callable[[], Awaitable[Run]]:
+    async def make() -> Run:
+        return await sync_to_async(start_run)(bob, weather_endpoint,
+                                              [demo_tools["get_weather"]], policy)
+    return make
+
+
+async def open_socket(sockets: list[WebsocketCommunicator], run_id: Any, user: AbstractUser,
+                      after: int | None = 0) -> WebsocketCommunicator:
+    comm = socket(run_id, cookie=await session_cookie(user))
+    sockets.append(comm)
+    connected, code = await comm.connect(timeout=WAIT)
+    assert connected, f"refused with {code}"
+    if after is not None:
+        await comm.send_json_to({"type": "resume", "after": after})
+    return comm
+
+
+def seq_of(html: str) -> int:
+    return int(Tree(html).by_id("run-seq").attrs["data-seq"] or "")
+
+
+def status_of(html: str) -> str:
+    badges = [e for e in Tree(html).elements
+              if "data-status" in e.attrs and any(a.attrs.get("id") == "run-header"
+                                                  for a in e.ancestors_or_self())]
+    assert len(badges) == 1
+    return badges[0].attrs["data-status"] or ""
+
+
+def round_ids(html: str) -> set[str]:
+    return {i for i in Tree(html).ids() if re.fullmatch(r"round-\d+", i)}
+
+
+async def last_seq(run_id: Any) -> int:
+    return (await Run.objects.aget(pk=run_id)).last_seq
+
+
+async def expected_updates(run_id: Any, after: int) -> str:
+    events = await sync_to_async(events_after)(run_id, after)
+    return await sync_to_async(render_updates)(run_id, events)
+
+
+async def watch_until_done(comm: WebsocketCommunicator, execution: asyncio.Future[Any],
+                           run_id: Any, limit: int = 200) -> list[str]:
+    """Collect messages until the header is terminal and the client holds the last seq."""
+    received: list[str] = []
+    for _ in range(limit):
+        received.append(await comm.receive_from(timeout=WAIT))
+        if status_of(received[-1]) in TERMINAL:
+            await asyncio.wait_for(execution, WAIT)
+            if seq_of(received[-1]) == await last_seq(run_id):
+                return received
+    raise AssertionError(f"no terminal state after {limit} messages")
+
+
+async def call_ids(run_id: Any) -> set[str]:
+    return {f"call-{pk}" async for pk in
+            ToolCall.objects.filter(run_id=run_id).values_list("pk", flat=True)}
+
+
+# -- who may connect -------------------------------------------------------------------
+
+
+async def test_an_anonymous_socket_is_closed_with_4401(weather_run: Any) -> None:
+    run = await weather_run()
+    comm = socket(run.pk)
+    connected, code = await comm.connect(timeout=WAIT)
+    assert (connected, code) == (False, 4401)
+
+
+async def test_a_forged_session_is_closed_with_4401(weather_run: Any) -> None:
+    run = await weather_run()
+    comm = socket(run.pk, cookie="not-a-session")
+    assert await comm.connect(timeout=WAIT) == (False, 4401)
+
+
+async def test_another_users_run_is_closed_with_4403(
+    weather_run: Any, alice: AbstractUser, charlie: AbstractUser,
+    make_endpoint: Any, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    bobs = await weather_run()
+    alices = await sync_to_async(start_run)(alice, await sync_to_async(make_endpoint)(
+        [{"text": "hi"}], name="alices"), [], policy)
+    for run in (bobs, alices):
+        comm = socket(run.pk, cookie=await session_cookie(charlie))
+        assert await comm.connect(timeout=WAIT) == (False, 4403)
+
+
+async def test_bob_cannot_watch_alices_run(
+    alice: AbstractUser, bob: AbstractUser, make_endpoint: Any, policy: ErrorPolicy,
+) -> None:
+    endpoint = await sync_to_async(make_endpoint)([{"text": "hi"}])
+    run = await sync_to_async(start_run)(alice, endpoint, [], policy)
+    comm = socket(run.pk, cookie=await session_cookie(bob))
+    assert await comm.connect(timeout=WAIT) == (False, 4403)
+
+
+async def test_an_unknown_run_is_closed_with_4403(bob: AbstractUser) -> None:
+    comm = socket("00000000-0000-0000-0000-000000000000", cookie=await session_cookie(bob))
+    assert await comm.connect(timeout=WAIT) == (False, 4403)
+
+
+async def test_staff_can_watch_another_users_run(
+    weather_run: Any, alice: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, alice)
+    first = await comm.receive_from(timeout=WAIT)
+    assert status_of(first) == "queued"
+    assert seq_of(first) == 1
+
+
+@pytest.mark.parametrize("origin", [b"https://evil.example", b"null", None,
+                                    b"http://127.0.0.1.evil.example"])
+async def test_a_foreign_or_missing_origin_is_refused(
+    weather_run: Any, bob: AbstractUser, origin: bytes | None,
+) -> None:
+    run = await weather_run()
+    comm = socket(run.pk, cookie=await session_cookie(bob), origin=origin)
+    connected, _ = await comm.connect(timeout=WAIT)
+    assert connected is False
+
+
+async def test_the_own_origin_is_accepted(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    for origin in (b"http://127.0.0.1:8000", b"http://localhost:8000"):
+        comm = socket(run.pk, cookie=await session_cookie(bob), origin=origin)
+        sockets.append(comm)
+        connected, _ = await comm.connect(timeout=WAIT)
+        assert connected is True
+
+
+# -- the client's first message --------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [
+    "not json",
+    "{",
+    "[]",
+    "0",
+    '"resume"',
+    "{}",
+    '{"type": "resume"}',
+    '{"type": "resume", "after": -1}',
+    '{"type": "resume", "after": "x"}',
+    '{"type": "resume", "after": null}',
+    '{"type": "resume", "after": NaN}',
+    '{"type": "resume", "after": Infinity}',
+    '{"type": "resume", "after": 1e400}',
+    '{"type": "resume", "after": 100000000000000000000000000000}',
+    '{"type": "hello", "after": 0}',
+])
+async def test_a_bad_first_message_closes_with_4400(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator], text: str,
+) -> None:
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob, after=None)
+    await comm.send_to(text_data=text)
+    closed = await comm.receive_output(timeout=WAIT)
+    assert closed == {"type": "websocket.close", "code": 4400}
+
+
+async def test_a_binary_frame_closes_with_4400(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob, after=None)
+    await comm.send_to(bytes_data=b'{"type": "resume", "after": 0}')
+    assert await comm.receive_output(timeout=WAIT) == {"type": "websocket.close", "code": 4400}
+
+
+async def test_nothing_is_sent_before_the_client_says_where_it_is(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob, after=None)
+    await notify(str(run.pk), {"seq": 1})
+    await notify(str(run.pk), {"fragment": {"kind": "partial_text", "round_index": 0,
+                                            "delta": "early"}})
+    assert await comm.receive_nothing(timeout=0.3)
+    await comm.send_json_to({"type": "resume", "after": 0})
+    assert seq_of(await comm.receive_from(timeout=WAIT)) == 1
+
+
+# -- replay from the database ----------------------------------------------------------
+
+
+async def test_replay_after_zero_sends_the_header_and_every_round(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    assert await execute_run(str(run.pk)) == "succeeded"
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+
+    html = await comm.receive_from(timeout=WAIT)
+
+    tree = Tree(html)
+    assert tree.by_id("run-header").attrs.get("hx-swap-oob") == "true"
+    assert status_of(html) == "succeeded"
+    assert round_ids(html) == {"round-0", "round-1"}
+    assert await call_ids(run.pk) <= set(tree.ids())
+    assert len(await call_ids(run.pk)) == 2
+    assert seq_of(html) == await last_seq(run.pk)
+    assert html == await expected_updates(run.pk, 0)
+    assert await comm.receive_nothing(timeout=0.2)
+
+
+async def test_replay_after_k_sends_only_what_changed_after_k(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    await execute_run(str(run.pk))
+    second_round = await RunEvent.objects.filter(
+        run_id=run.pk, kind="round_started", payload__round_index=1).aget()
+    k = second_round.seq - 1
+    comm = await open_socket(sockets, run.pk, bob, after=k)
+
+    html = await comm.receive_from(timeout=WAIT)
+
+    assert round_ids(html) == {"round-1"}
+    assert not await call_ids(run.pk) & set(Tree(html).ids())  # the calls are in round 0
+    assert {"run-header", "run-seq"} <= set(Tree(html).ids())
+    assert seq_of(html) == await last_seq(run.pk)
+    assert html == await expected_updates(run.pk, k)
+
+
+async def test_replay_after_the_last_seq_sends_nothing(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    await execute_run(str(run.pk))
+    comm = await open_socket(sockets, run.pk, bob, after=await last_seq(run.pk))
+    assert await comm.receive_nothing(timeout=0.3)
+    comm2 = await open_socket(sockets, run.pk, bob, after=await last_seq(run.pk) + 50)
+    assert await comm2.receive_nothing(timeout=0.3)
+
+
+async def test_a_long_history_arrives_in_batches_without_gaps(
+    bob: AbstractUser, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy, sockets: list[WebsocketCommunicator],
+) -> None:
+    # 130 rounds of 1 call: well over one batch (500 events) of history.
+    script = [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}] * 130
+    endpoint = await sync_to_async(make_endpoint)([*script, {"text": "done"}], name="long")
+    run = await sync_to_async(start_run)(bob, endpoint, [demo_tools["get_weather"]], policy)
+    snapshot = (await Run.objects.aget(pk=run.pk)).snapshot
+    snapshot["policy"]["max_round_trips"] = 1000
+    await Run.objects.filter(pk=run.pk).aupdate(snapshot=snapshot)
+    assert await execute_run(str(run.pk)) == "succeeded"
+    final = await last_seq(run.pk)
+    assert final > 500
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+
+    seqs: list[int] = []
+    rounds: set[str] = set()
+    while not seqs or seqs[-1] < final:
+        html = await comm.receive_from(timeout=WAIT)
+        seqs.append(seq_of(html))
+        rounds |= round_ids(html)
+    assert len(seqs) >= 2
+    assert seqs == sorted(set(seqs))
+    assert rounds == {f"round-{i}" for i in range(131)}
+    assert await comm.receive_nothing(timeout=0.2)
+
+
+# -- live ------------------------------------------------------------------------------
+
+
+async def test_live_run_streams_to_the_end(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+    first = await comm.receive_from(timeout=WAIT)
+    assert (status_of(first), seq_of(first)) == ("queued", 1)
+
+    execution = asyncio.ensure_future(execute_run(str(run.pk)))
+    received = await watch_until_done(comm, execution, run.pk)
+
+    assert execution.result() == "succeeded"
+    seqs = [seq_of(m) for m in received]
+    assert seqs == sorted(set(seqs)), "a seq was sent twice or out of order"
+    assert seqs[-1] == await last_seq(run.pk)
+    assert status_of(received[-1]) == "succeeded"
+    seen = set().union(*(Tree(m).ids() for m in received))
+    assert {"round-0", "round-1"} <= seen
+    assert await call_ids(run.pk) <= seen
+    assert await comm.receive_nothing(timeout=0.2)
+
+
+async def test_dropped_notifications_leave_no_gap(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = {"sent": 0, "dropped": 0}
+
+    async def lossy_notify(run_id: str, message: dict[str, Any]) -> None:
+        if (calls["sent"] + calls["dropped"]) % 2:
+            calls["dropped"] += 1
+            return
+        calls["sent"] += 1
+        await notify(run_id, message)
+
+    monkeypatch.setattr(recorder, "notify", lossy_notify)
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+    assert seq_of(await comm.receive_from(timeout=WAIT)) == 1
+
+    execution = asyncio.ensure_future(execute_run(str(run.pk)))
+    received = await watch_until_done(comm, execution, run.pk)
+
+    assert calls["dropped"] >= 5
+    seen = set().union(*(Tree(m).ids() for m in received))
+    assert {"round-0", "round-1"} <= seen
+    assert await call_ids(run.pk) <= seen
+    assert seq_of(received[-1]) == await last_seq(run.pk)
+
+
+async def test_only_the_final_notification_is_enough(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every notification of the recorder is lost: the runner's last one brings it all."""
+    async def drop(run_id: str, message: dict[str, Any]) -> None:
+        return None
+
+    monkeypatch.setattr(recorder, "notify", drop)
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+    assert seq_of(await comm.receive_from(timeout=WAIT)) == 1
+
+    execution = asyncio.ensure_future(execute_run(str(run.pk)))
+    received = await watch_until_done(comm, execution, run.pk)
+
+    assert len(received) == 1
+    assert round_ids(received[0]) == {"round-0", "round-1"}
+    assert received[0] == await expected_updates(run.pk, 1)
+
+
+async def test_a_duplicate_notification_sends_nothing_new(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    await execute_run(str(run.pk))
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+    await comm.receive_from(timeout=WAIT)
+    final = await last_seq(run.pk)
+
+    for seq in (final, final, 1, 3):
+        await notify(str(run.pk), {"seq": seq})
+    layer = get_channel_layer()
+    await layer.group_send(group_name(str(run.pk)), {"type": "run.event", "seq": final})
+
+    assert await comm.receive_nothing(timeout=0.3)
+
+
+async def test_a_reconnecting_client_gets_exactly_what_it_missed(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+    seen = seq_of(await comm.receive_from(timeout=WAIT))
+    await comm.disconnect(timeout=WAIT)
+    sockets.remove(comm)
+
+    await execute_run(str(run.pk))  # nobody is watching
+    again = await open_socket(sockets, run.pk, bob, after=seen)
+
+    html = await again.receive_from(timeout=WAIT)
+    assert html == await expected_updates(run.pk, seen)
+    assert status_of(html) == "succeeded"
+    assert seq_of(html) == await last_seq(run.pk)
+
+
+# -- ephemeral streaming fragments -----------------------------------------------------
+
+
+XSS = '<script>alert(1)</script><img src=x onerror=alert(2)> hx-get="/admin/"'
+
+
+async def test_a_partial_text_fragment_is_an_escaped_oob_append(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+    await comm.receive_from(timeout=WAIT)
+
+    await notify(str(run.pk), {"fragment": {"kind": "partial_text", "round_index": 2,
+                                            "delta": XSS}})
+    html = await comm.receive_from(timeout=WAIT)
+
+    tree = Tree(html)
+    assert [e.attrs.get("hx-swap-oob") for e in tree.elements] == ["beforeend:#round-2-stext"]
+    assert "<script" not in html and "<img" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;" in html
+    assert [t for t, _ in tree.texts] == [XSS]
+
+
+async def test_a_partial_tool_call_fragment_is_an_escaped_oob_append(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+    await comm.receive_from(timeout=WAIT)
+
+    await notify(str(run.pk), {"fragment": {"kind": "partial_tool_call", "round_index": 0,
+                                            "index": 1, "name": XSS,
+                                            "arguments_delta": '{"a": "<img src=x>'}})
+    start = await comm.receive_from(timeout=WAIT)
+    await notify(str(run.pk), {"fragment": {"kind": "partial_tool_call", "round_index": 0,
+                                            "index": 1, "arguments_delta": "</script>"}})
+    more = await comm.receive_from(timeout=WAIT)
+
+    for html in (start, more):
+        assert "<script" not in html and "</script" not in html and "<img" not in html
+    tree = Tree(start)
+    assert tree.elements[0].attrs["hx-swap-oob"] == "beforeend:#round-0-stream"
+    assert "data-upsert" in tree.by_id("round-0-scall-1").attrs
+    assert tree.by_id("round-0-scall-1-args").tag == "pre"
+    assert [t for t, _ in tree.texts] == [XSS, '{"a": "<img src=x>']
+    assert Tree(more).elements[0].attrs["hx-swap-oob"] == "beforeend:#round-0-scall-1-args"
+    assert [t for t, _ in Tree(more).texts] == ["</script>"]
+
+
+async def test_a_streamed_run_sends_its_pieces_then_the_stored_rounds(
+    bob: AbstractUser, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy, sockets: list[WebsocketCommunicator],
+) -> None:
+    script = [{"text": "Let me <b>check</b>",
+               "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+              {"text": "Done: {last_result}"}]
+    endpoint = await sync_to_async(make_endpoint)(script, name="streamed", stream=True)
+    run = await sync_to_async(start_run)(bob, endpoint, [demo_tools["get_weather"]], policy)
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+    await comm.receive_from(timeout=WAIT)
+
+    execution = asyncio.ensure_future(execute_run(str(run.pk)))
+    received: list[str] = []
+    for _ in range(200):
+        html = await comm.receive_from(timeout=WAIT)
+        received.append(html)
+        if 'id="run-seq"' in html and status_of(html) in TERMINAL:
+            await asyncio.wait_for(execution, WAIT)
+            if seq_of(html) == await last_seq(run.pk):
+                break
+    pieces = [m for m in received if 'id="run-seq"' not in m]
+    print([m[:300] for m in received])
+    text = "".join(t for m in pieces if "#round-0-stext" in m for t, _ in Tree(m).texts)
+    assert text == "Let me <b>check</b>"
+    assert any("#round-0-stream" in m and "get_weather" in m for m in pieces)
+    assert all("<b>" not in m for m in received)
+    assert status_of(received[-1]) == "succeeded"
+    assert seq_of(received[-1]) == await last_seq(run.pk)
+
+
+async def test_an_unknown_or_malformed_fragment_sends_nothing(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+    await comm.receive_from(timeout=WAIT)
+    for fragment in ({"kind": "partial_text", "delta": "no round"},
+                     {"kind": "partial_text", "round_index": "0", "delta": "x"},
+                     {"kind": "other", "round_index": 0}):
+        await notify(str(run.pk), {"fragment": fragment})
+    assert await comm.receive_nothing(timeout=0.3)
+
+
+def test_the_fragments_texts_sit_where_hx_disable_covers_them_on_the_page() -> None:
+    """The stream targets exist only inside an hx-disable region of a requested round."""
+    from django.template.loader import render_to_string
+
+    from tools_app.models import Round
+
+    run = Run(status="running", snapshot={"endpoint": {"name": "e"}, "policy": {"name": "p"}})
+    round_ = Round(run=run, index=0, status="requested")
+    html = render_to_string("tools_app/run_detail.html#round",
+                            {"run": run, "round": type("R", (), {
+                                "index": 0, "status": "requested", "calls": [],
+                                "attempts": [], "thinking": None, "ai_text": None,
+                                "request_json": None, "response_json": None,
+                                "finish_reason": "", "latency_ms": None,
+                                "first_token_ms": None, "input_tokens": None,
+                                "round": round_})()})
+    tree = Tree(html)
+    assert inside_hx_disable(tree.by_id("round-0-stream"))
+    assert inside_hx_disable(tree.by_id("round-0-stext"))
