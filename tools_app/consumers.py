@@ -14,6 +14,9 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.http import HttpRequest
+from django.middleware.csrf import get_token
 
 from .fragments import render_fragment, render_updates
 from .models import Run
@@ -33,16 +36,30 @@ def _visible_run(run_id: str, user: Any) -> Run | None:
 
 
 @database_sync_to_async
-def _updates_after(run: Run, seq: int) -> tuple[str, int]:
+def _updates_after(run: Run, seq: int, csrf_token: str | None) -> tuple[str, int]:
     events = events_after(run.pk, seq)
     if not events:
         return "", seq
-    return render_updates(run.pk, events), events[-1].seq
+    return render_updates(run.pk, events, csrf_token=csrf_token), events[-1].seq
+
+
+def _csrf_token(scope: dict[str, Any]) -> str | None:
+    """A masked CSRF token for the viewer's CSRF cookie, as the page's forms carry.
+
+    The header fragment holds the Cancel form; without a token it would be refused.
+    """
+    secret = (scope.get("cookies") or {}).get(settings.CSRF_COOKIE_NAME, "")
+    if len(secret) != 32 or not secret.isascii() or not secret.isalnum():
+        return None
+    request = HttpRequest()
+    request.META["CSRF_COOKIE"] = secret
+    return get_token(request)
 
 
 class RunConsumer(AsyncWebsocketConsumer):
     run: Run | None = None
     sent_seq: int | None = None
+    csrf_token: str | None = None
 
     async def connect(self) -> None:
         remember_server_loop(asyncio.get_running_loop())
@@ -54,6 +71,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         if self.run is None:
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        self.csrf_token = _csrf_token(self.scope)
         self.group = group_name(str(self.run.pk))
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -89,7 +107,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         if self.run is None or self.sent_seq is None:
             return
         while True:
-            html, seq = await _updates_after(self.run, self.sent_seq)
+            html, seq = await _updates_after(self.run, self.sent_seq, self.csrf_token)
             if not html:
                 return
             await self.send(text_data=html)

@@ -19,11 +19,16 @@ from .selectors import round_views
 PAGE = "tools_app/run_detail.html"
 
 
-def render_updates(run_id: uuid.UUID | str, events: Sequence[RunEvent]) -> str:
+def render_updates(run_id: uuid.UUID | str, events: Sequence[RunEvent],
+                   csrf_token: str | None = None) -> str:
+    """`csrf_token`: the viewer's, for the header's Cancel form (no request here)."""
     run = Run.objects.select_related("created_by").get(pk=run_id)
     touched = sorted({e.payload["round_index"] for e in events
                       if isinstance(e.payload.get("round_index"), int)})
-    parts = [render_to_string(f"{PAGE}#header", {"run": run, "oob": True})]
+    header: dict[str, Any] = {"run": run, "oob": True}
+    if csrf_token:
+        header["csrf_token"] = csrf_token
+    parts = [render_to_string(f"{PAGE}#header", header)]
     for round_view in round_views(run, touched):
         body = render_to_string(f"{PAGE}#round", {"run": run, "round": round_view})
         parts.append(f'<div hx-swap-oob="beforeend:#rounds">{body}</div>')

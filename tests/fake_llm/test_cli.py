@@ -85,7 +85,8 @@ def _wait_until_listening(base: str, process: subprocess.Popen[str]) -> dict[str
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"the server exited early: {process.stderr.read() if process.stderr else ''}")
+            errors = process.stderr.read() if process.stderr else ""
+            raise AssertionError(f"the server exited early: {errors}")
         try:
             health: dict[str, object] = httpx.get(f"{base}/_fake/health", timeout=1).json()
             return health

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tools_app.fake_llm import BackgroundServer, build_app
+from tools_app.fake_llm import BackgroundServer, ScriptSet, build_app
 
 from .support import anthropic_body, gemini_body, openai_body, recorded, set_script
 
@@ -200,3 +200,13 @@ async def _converse(client: httpx.AsyncClient, n: int) -> list[Any]:
         messages.append({"role": "assistant", "content": None, "tool_calls": calls})
         messages += [{"role": "tool", "tool_call_id": c["id"], "content": f"ok {n}"}
                      for c in calls]
+
+
+def test_the_readme_example_script_is_valid() -> None:
+    readme = Path(__file__).resolve().parents[2] / "tools_app" / "fake_llm" / "README.md"
+    example = readme.read_text(encoding="utf-8").split("```json\n", 1)[1].split("```", 1)[0]
+
+    scripts = ScriptSet.model_validate_json(example)
+
+    assert sorted(scripts.scripts) == ["*", "weather-bench"]
+    assert scripts.scripts["weather-bench"].steps[0].fault_for_attempt(3) is None

@@ -115,14 +115,18 @@ def test_graceful_reset_closes_without_a_response(fake: httpx.Client) -> None:
 
 def test_cut_stream_leaves_an_incomplete_stream(fake: httpx.Client) -> None:
     set_script(fake, _one_step({"kind": "cut", "after_bytes": 120, "times": None}))
-    received = bytearray()
+    received, statuses = bytearray(), []
 
-    with (pytest.raises(httpx.RemoteProtocolError),
-          fake.stream("POST", "/v1/chat/completions", json=openai_body(stream=True)) as response):
-        assert response.status_code == 200
-        for chunk in response.iter_raw():
-            received += chunk
+    def read_all() -> None:
+        with fake.stream("POST", "/v1/chat/completions", json=openai_body(stream=True)) as response:
+            statuses.append(response.status_code)
+            for chunk in response.iter_raw():
+                received.extend(chunk)
 
+    with pytest.raises(httpx.RemoteProtocolError):
+        read_all()
+
+    assert statuses == [200]
     assert len(received) == 120
     assert received.startswith(b"data: {")
     assert b"[DONE]" not in received

@@ -348,8 +348,8 @@ def test_parallel_tool_calls_false_limits_to_one_call(fake: httpx.Client) -> Non
 def test_required_tool_choice_keeps_calling_after_results(fake: httpx.Client) -> None:
     messages = [
         {"role": "user", "content": "hi"},
-        {"role": "assistant", "tool_calls": [
-            {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {
+            "name": "get_weather", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "a", "content": "ok"},
     ]
 

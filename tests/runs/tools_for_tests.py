@@ -19,7 +19,7 @@ from typing import Any
 from tools_app.engine import tool
 
 
-class SimulatedCrash(BaseException):  # noqa: N818 - stands for SIGKILL, not an error
+class SimulatedCrash(BaseException):
     """Raised inside a tool or model call: nothing in the worker catches it, so the run is
     left exactly as a killed worker leaves it (status running, the call in flight)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 from typing import Any
 
@@ -90,3 +91,41 @@ class Tree(HTMLParser):
 def inside_hx_disable(element: Element | None) -> bool:
     return element is not None and any("hx-disable" in e.attrs
                                        for e in element.ancestors_or_self())
+
+
+HEADER_RE = re.compile(r'<section id="run-header".*?</section>', re.DOTALL)
+ROUND_RE = re.compile(r'<section id="(round-\d+)".*?</section>', re.DOTALL)
+SEQ_RE = re.compile(r'<span id="run-seq"[^>]*></span>')
+OOB_TRUE = ' hx-swap-oob="true"'
+
+
+class Timeline:
+    """What htmx plus static/js/timeline.js make of the page's timeline: the header and
+    the seq marker are replaced by id, a round is replaced if its id exists (data-upsert),
+    else appended to #rounds."""
+
+    def __init__(self, page: str) -> None:
+        self.header = _one(HEADER_RE, page)
+        self.rounds = {m.group(1): m.group(0) for m in ROUND_RE.finditer(page)}
+        self.seq = _one(SEQ_RE, page)
+
+    def apply(self, batch: str) -> None:
+        header = _one(HEADER_RE, batch)
+        assert OOB_TRUE in header, "the header must be an out-of-band swap"
+        self.header = header.replace(OOB_TRUE, "", 1)
+        for match in ROUND_RE.finditer(batch):
+            assert "data-upsert" in match.group(0).split(">", 1)[0]
+            self.rounds[match.group(1)] = match.group(0)
+        seq = _one(SEQ_RE, batch)
+        assert OOB_TRUE in seq
+        self.seq = seq.replace(OOB_TRUE, "", 1)
+
+    def state(self) -> tuple[str, list[tuple[str, str]], str]:
+        return self.header, list(self.rounds.items()), self.seq
+
+
+def _one(pattern: re.Pattern[str], html: str) -> str:
+    found = pattern.findall(html) if pattern.groups == 0 else [
+        m.group(0) for m in pattern.finditer(html)]
+    assert len(found) == 1, f"{len(found)} matches of {pattern.pattern!r}"
+    return str(found[0])

@@ -497,7 +497,20 @@ async def test_a_partial_tool_call_fragment_is_an_escaped_oob_append(
     assert [t for t, _ in Tree(more).texts] == ["</script>"]
 
 
-async def test_a_streamed_run_sends_its_pieces_then_the_stored_rounds(
+async def drain(comm: WebsocketCommunicator, run_id: Any, limit: int = 500) -> list[str]:
+    """Every message up to a sentinel fragment sent now (the layer delivers in order)."""
+    await notify(str(run_id), {"fragment": {"kind": "partial_text", "round_index": 999,
+                                            "delta": "sentinel"}})
+    received: list[str] = []
+    for _ in range(limit):
+        html = await comm.receive_from(timeout=WAIT)
+        if "#round-999-stext" in html:
+            return received
+        received.append(html)
+    raise AssertionError("the sentinel never arrived")
+
+
+async def test_a_streamed_run_sends_its_pieces_and_the_stored_rounds(
     bob: AbstractUser, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
     policy: ErrorPolicy, sockets: list[WebsocketCommunicator],
 ) -> None:
@@ -509,23 +522,19 @@ async def test_a_streamed_run_sends_its_pieces_then_the_stored_rounds(
     comm = await open_socket(sockets, run.pk, bob, after=0)
     await comm.receive_from(timeout=WAIT)
 
-    execution = asyncio.ensure_future(execute_run(str(run.pk)))
-    received: list[str] = []
-    for _ in range(200):
-        html = await comm.receive_from(timeout=WAIT)
-        received.append(html)
-        if 'id="run-seq"' in html and status_of(html) in TERMINAL:
-            await asyncio.wait_for(execution, WAIT)
-            if seq_of(html) == await last_seq(run.pk):
-                break
+    assert await execute_run(str(run.pk)) == "succeeded"
+    received = await drain(comm, run.pk)
+
     pieces = [m for m in received if 'id="run-seq"' not in m]
-    print([m[:300] for m in received])
+    batches = [m for m in received if 'id="run-seq"' in m]
     text = "".join(t for m in pieces if "#round-0-stext" in m for t, _ in Tree(m).texts)
     assert text == "Let me <b>check</b>"
+    args = "".join(t for m in pieces if "#round-0-scall-0-args" in m for t, _ in Tree(m).texts)
+    assert args == '{"city": "Paris"}'
     assert any("#round-0-stream" in m and "get_weather" in m for m in pieces)
     assert all("<b>" not in m for m in received)
-    assert status_of(received[-1]) == "succeeded"
-    assert seq_of(received[-1]) == await last_seq(run.pk)
+    assert status_of(batches[-1]) == "succeeded"
+    assert seq_of(batches[-1]) == await last_seq(run.pk)
 
 
 async def test_an_unknown_or_malformed_fragment_sends_nothing(
@@ -560,3 +569,57 @@ def test_the_fragments_texts_sit_where_hx_disable_covers_them_on_the_page() -> N
     tree = Tree(html)
     assert inside_hx_disable(tree.by_id("round-0-stream"))
     assert inside_hx_disable(tree.by_id("round-0-stext"))
+
+
+# -- the live header's cancel form -------------------------------------------------------
+
+
+@sync_to_async
+def browser_of(user: AbstractUser, run_id: Any) -> Client:
+    """A logged-in browser that has loaded the run page (so it holds a CSRF cookie)."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    assert client.get(f"/runs/{run_id}/").status_code == 200
+    return client
+
+
+async def test_the_live_headers_cancel_form_carries_a_working_csrf_token(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    """The header is swapped in live while the run is going: its Cancel must still work."""
+    run = await weather_run()
+    browser = await browser_of(bob, run.pk)
+    cookies = "; ".join(f"{k}={v.value}" for k, v in browser.cookies.items())
+    comm = socket(run.pk, extra=[(b"cookie", cookies.encode())])
+    sockets.append(comm)
+    assert (await comm.connect(timeout=WAIT))[0]
+    await comm.send_json_to({"type": "resume", "after": 0})
+
+    header = await comm.receive_from(timeout=WAIT)
+
+    tree = Tree(header)
+    forms = [e for e in tree.tags("form") if e.attrs.get("action") == f"/runs/{run.pk}/cancel/"]
+    assert len(forms) == 1
+    tokens = [e.attrs["value"] for e in tree.tags("input")
+              if e.attrs.get("name") == "csrfmiddlewaretoken"]
+    assert len(tokens) == 1
+    assert tokens[0] != browser.cookies["csrftoken"].value  # masked, as on the page
+    response = await sync_to_async(browser.post)(f"/runs/{run.pk}/cancel/",
+                                                 {"csrfmiddlewaretoken": tokens[0]})
+    assert response.status_code == 302
+    assert (await Run.objects.aget(pk=run.pk)).status == "cancelled"
+
+
+async def test_without_a_csrf_cookie_the_live_header_has_no_token(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    cookie = f"sessionid={await session_cookie(bob)}; csrftoken=<bad>"
+    comm = socket(run.pk, extra=[(b"cookie", cookie.encode())])
+    sockets.append(comm)
+    assert (await comm.connect(timeout=WAIT))[0]
+    await comm.send_json_to({"type": "resume", "after": 0})
+    header = await comm.receive_from(timeout=WAIT)
+    assert "csrfmiddlewaretoken" not in header
+    assert "<bad>" not in header
+    assert status_of(header) == "queued"

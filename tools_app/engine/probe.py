@@ -109,13 +109,15 @@ async def probe_capabilities(
 ) -> CapabilityReport:
     """Run every check against `model` (the streaming check against `streaming_model`,
     a model or a factory for one, when given; else against `model` itself)."""
-    streamer = _resolve(streaming_model) if streaming_model is not None else model
+    # The factory is called inside the streaming check, so a factory that fails is
+    # recorded as that check's error instead of aborting the whole probe.
+    streamer: ModelSource = streaming_model if streaming_model is not None else model
     runs: list[tuple[CheckName, Callable[[], Awaitable[tuple[CheckStatus, str]]]]] = [
         ("tool_calls", lambda: _check_tool_calls(model, timeout)),
         ("tool_choice_required", lambda: _check_required(model, timeout)),
         ("tool_choice_named", lambda: _check_named(model, timeout)),
         ("parallel_tool_calls", lambda: _check_parallel(model, timeout)),
-        ("streaming_tool_calls", lambda: _check_streaming(streamer, timeout)),
+        ("streaming_tool_calls", lambda: _check_streaming(_resolve(streamer), timeout)),
     ]
     checks = [await _run_check(name, check) for name, check in runs]
     return CapabilityReport(

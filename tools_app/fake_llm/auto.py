@@ -7,8 +7,8 @@
   results. tool_choice "required" or named keeps calling, as a real model must.
 - No tools (or tool_choice "none"): a short text answer.
 
-Benchmarks can pick the shape through the model name, like the peers' fake server in
-shared/reference/perf-anchors.md: `fake-k<rounds>-p<parallel>[-l<latency ms>]`.
+Benchmarks can pick the shape through the model name, the convention of the fake
+server used for the loop-library comparisons: `fake-k<rounds>-p<parallel>[-l<latency ms>]`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """OpenAI Chat Completions: POST /v1/chat/completions, JSON and SSE.
 
-Shapes follow the recorded traffic in shared/fixtures/provider-traffic (chatcmpl-/call_
-ids, `finish_reason` tool_calls/stop, the usage chunk with empty `choices` when
-stream_options.include_usage is set, and the closing `data: [DONE]`).
+Shapes follow recorded real traffic: chatcmpl-/call_ ids, `finish_reason` tool_calls/stop,
+the usage chunk with empty `choices` when stream_options.include_usage is set, and the
+closing `data: [DONE]`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,70 @@
+"""The lazy provider registry: a kind maps to a dotted path imported on first use."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tools_app.engine import ChatModel, ScriptedChatModel
+from tools_app.engine.providers import PROVIDERS, build_chat_model, provider_kinds
+from tools_app.engine.providers.anthropic import AnthropicChatModel
+from tools_app.engine.providers.gemini import GeminiChatModel
+from tools_app.engine.providers.openai import OpenAIChatModel, OpenAICompatibleChatModel
+
+
+def test_the_known_kinds() -> None:
+    assert provider_kinds() == ["anthropic", "gemini", "openai", "openai_compatible", "scripted"]
+
+
+@pytest.mark.parametrize(("kind", "cls", "url"), [
+    ("openai", OpenAIChatModel, "https://api.openai.com/v1"),
+    ("anthropic", AnthropicChatModel, "https://api.anthropic.com"),
+    ("gemini", GeminiChatModel, "https://generativelanguage.googleapis.com/v1beta"),
+])
+def test_it_builds_each_wire_adapter_with_its_default_base_url(kind: str, cls: type,
+                                                               url: str) -> None:
+    model = build_chat_model(kind, base_url=None, model="m", api_key="k", stream=True,
+                             extra_headers={}, max_retries=1)
+
+    assert type(model) is cls and isinstance(model, ChatModel)
+    assert model.http.base_url == url and model.stream is True  # type: ignore[attr-defined]
+    assert model.http.retry.max_retries == 1  # type: ignore[attr-defined]
+
+
+def test_an_openai_compatible_endpoint_needs_a_base_url_and_no_key() -> None:
+    model = build_chat_model("openai_compatible", base_url="http://127.0.0.1:11434/v1",
+                             model="llama3.2")
+
+    assert type(model) is OpenAICompatibleChatModel
+    assert model.max_tokens_field == "max_tokens"  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="openai_compatible: base_url is required"):
+        build_chat_model("openai_compatible", model="llama3.2")
+
+
+def test_it_builds_the_scripted_model() -> None:
+    model = build_chat_model("scripted", steps=[{"text": "Hi"}])
+
+    assert isinstance(model, ScriptedChatModel)
+
+
+def test_an_unknown_kind_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown provider kind 'cohere'; known kinds: "
+                                         "anthropic, gemini, openai"):
+        build_chat_model("cohere", model="x")
+
+
+def test_adapters_are_imported_only_when_used_and_never_import_django() -> None:
+    code = (
+        "import sys, tools_app.engine\n"
+        "assert 'tools_app.engine.providers.openai' not in sys.modules\n"
+        "assert 'httpx' not in sys.modules or True\n"
+        "from tools_app.engine.providers import build_chat_model\n"
+        f"for kind in {sorted(set(PROVIDERS) - {'scripted'})!r}:\n"
+        "    build_chat_model(kind, base_url='http://127.0.0.1:1', model='m')\n"
+        "assert 'tools_app.engine.providers.openai' in sys.modules\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('django', 'channels')]\n"
+    )
+
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -1,0 +1,81 @@
+"""Fixtures of the run-lifecycle tests (tests/runs).
+
+Markers used here:
+  both  the test drives a run through runner.execute_run directly (no particular task
+        backend), so it is meant to run on SQLite and on PostgreSQL alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tools_app.engine import AiMessage, ChatRequest, ChatResponse, ScriptedChatModel
+from tools_app.models import ToolRegistration
+from tools_app.tool_registry import sync_tools
+
+from .tools_for_tests import STATE, SimulatedCrash, ToolState
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # --strict-markers is on; registering here keeps this directory self-contained
+    # (a duplicate registration in pyproject.toml is harmless).
+    config.addinivalue_line(
+        "markers", "both: drives runner.execute_run directly; runs on SQLite and PostgreSQL"
+    )
+
+
+@pytest.fixture(autouse=True)
+def tool_state() -> Iterator[ToolState]:
+    STATE.reset()
+    yield STATE
+    STATE.reset()
+
+
+@pytest.fixture
+def tools(db: None) -> dict[str, ToolRegistration]:
+    """The demo tools plus the counting tools of tests/runs/tools_for_tests.py."""
+    sync_tools(["tools_app.example_tools", "tests.runs.tools_for_tests"])
+    return {t.name: t for t in ToolRegistration.objects.all()}
+
+
+class ModelSpy:
+    """Which script steps the scripted model was asked for, in order (across workers)."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.crash_once_at: set[int] = set()
+
+    def take(self) -> list[int]:
+        steps, self.steps = self.steps, []
+        return steps
+
+
+@pytest.fixture
+def model_spy(monkeypatch: pytest.MonkeyPatch) -> ModelSpy:
+    spy = ModelSpy()
+    original = ScriptedChatModel.chat
+
+    async def chat(self: ScriptedChatModel, request: ChatRequest) -> ChatResponse:
+        step = sum(1 for m in request.messages if isinstance(m, AiMessage))
+        spy.steps.append(step)
+        if step in spy.crash_once_at:
+            spy.crash_once_at.discard(step)
+            raise SimulatedCrash(f"worker killed while step {step} was requested")
+        return await original(self, request)
+
+    monkeypatch.setattr(ScriptedChatModel, "chat", chat)
+    return spy
+
+
+@pytest.fixture
+def script_endpoint(make_endpoint: Any) -> Any:
+    """make_endpoint with a unique name per call."""
+    counter = iter(range(1, 1000))
+
+    def make(script: list[dict[str, Any]], **fields: Any) -> Any:
+        return make_endpoint(script, name=f"script-{next(counter)}", **fields)
+
+    return make

@@ -1,0 +1,115 @@
+"""Helpers of the run-lifecycle tests: start a run, execute it, read what it stored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.utils import timezone
+
+from tools_app import runner
+from tools_app.models import (
+    ErrorPolicy,
+    ModelEndpoint,
+    Round,
+    Run,
+    RunEvent,
+    ToolCall,
+    ToolRegistration,
+)
+from tools_app.services import conversation, run_create
+
+
+def start(
+    endpoint: ModelEndpoint,
+    tools: Sequence[ToolRegistration],
+    policy: ErrorPolicy,
+    text: str = "Please help",
+    **kwargs: Any,
+) -> Run:
+    return run_create(user=None, endpoint=endpoint, tools=list(tools), policy=policy,
+                      messages=conversation(user_message=text), **kwargs)
+
+
+def execute(run: Run) -> str | None:
+    """runner.execute_run in a fresh event loop, as a worker would call it; refreshes `run`."""
+    status = async_to_sync(runner.execute_run)(str(run.pk))
+    run.refresh_from_db()
+    return status
+
+
+def events(run: Run) -> list[RunEvent]:
+    return list(RunEvent.objects.filter(run=run).order_by("seq"))
+
+
+def kinds(run: Run) -> list[str]:
+    return [e.kind for e in events(run)]
+
+
+def statuses(run: Run) -> list[str]:
+    return [e.payload["status"] for e in events(run) if e.kind == "run_status"]
+
+
+def assert_seqs_gapless(run: Run) -> None:
+    seqs = [e.seq for e in events(run)]
+    run.refresh_from_db()
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert run.last_seq == len(seqs)
+
+
+def calls(run: Run) -> list[ToolCall]:
+    return list(ToolCall.objects.filter(run=run).order_by("round__index", "call_index"))
+
+
+def rounds(run: Run) -> list[Round]:
+    return list(Round.objects.filter(run=run).order_by("index"))
+
+
+def expire_lease(run: Run) -> None:
+    """What time does to the lease of a worker that died: it runs out."""
+    Run.objects.filter(pk=run.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=60))
+
+
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string inside a value read from the database (dict keys included)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from strings_in(key)
+            yield from strings_in(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from strings_in(item)
+    elif isinstance(value, datetime):
+        return
+
+
+def stored_strings(run: Run) -> list[str]:
+    """Every string the database holds about a run: its row, rounds, calls and events."""
+    rows: list[Any] = [
+        *Run.objects.filter(pk=run.pk).values(),
+        *Round.objects.filter(run=run).values(),
+        *ToolCall.objects.filter(run=run).values(),
+        *RunEvent.objects.filter(run=run).values(),
+    ]
+    return list(strings_in(rows))
+
+
+def overlaps(call_rows: Sequence[ToolCall]) -> int:
+    """The largest number of calls whose [started_at, finished_at] intervals overlap."""
+    points: list[tuple[datetime, int]] = []
+    for call in call_rows:
+        assert call.started_at is not None
+        assert call.finished_at is not None
+        points += [(call.started_at, 1), (call.finished_at, -1)]
+    # At equal instants a finish sorts before a start: touching intervals do not overlap.
+    points.sort(key=lambda point: (point[0], point[1]))
+    current = peak = 0
+    for _, delta in points:
+        current += delta
+        peak = max(peak, current)
+    return peak

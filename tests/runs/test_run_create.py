@@ -1,0 +1,72 @@
+"""run_create refuses a request it cannot honour, with a message that says why."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools_app.engine import SystemMessage, UserMessage
+from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolRegistration
+from tools_app.services import RunRequestError, conversation, run_create
+
+pytestmark = pytest.mark.both
+
+
+def test_a_run_needs_a_user_message(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    with pytest.raises(RunRequestError, match=r"^A run needs at least one user message$"):
+        run_create(user=None, endpoint=weather_endpoint, tools=[demo_tools["get_weather"]],
+                   policy=policy, messages=[SystemMessage(text="You are helpful")])
+
+    assert not Run.objects.exists()
+    assert not RunEvent.objects.exists()
+
+
+def test_an_empty_conversation_is_refused(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    with pytest.raises(RunRequestError, match="at least one user message"):
+        run_create(user=None, endpoint=weather_endpoint, tools=[], policy=policy, messages=[])
+
+
+def test_a_disabled_tool_is_refused_by_name(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    for name in ("calculator", "slow_tool"):
+        demo_tools[name].enabled = False
+        demo_tools[name].save()
+
+    with pytest.raises(RunRequestError,
+                       match=r"^Disabled tools cannot be used: calculator, slow_tool$"):
+        run_create(user=None, endpoint=weather_endpoint,
+                   tools=[demo_tools["get_weather"], demo_tools["calculator"],
+                          demo_tools["slow_tool"]],
+                   policy=policy, messages=conversation(user_message="hi"))
+
+    assert not Run.objects.exists()
+
+
+def test_duplicate_tool_names_are_refused(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    tool = demo_tools["get_weather"]
+
+    with pytest.raises(RunRequestError, match=r"^tool 'get_weather' is declared more than once$"):
+        run_create(user=None, endpoint=weather_endpoint, tools=[tool, tool], policy=policy,
+                   messages=conversation(user_message="hi"))
+
+    assert not Run.objects.exists()
+
+
+def test_a_valid_request_with_a_system_prompt_is_accepted(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    messages = conversation(system_prompt="Be brief", user_message="Weather?")
+    assert [type(m) for m in messages] == [SystemMessage, UserMessage]
+
+    run = run_create(user=None, endpoint=weather_endpoint, tools=[demo_tools["get_weather"]],
+                     policy=policy, messages=messages)
+
+    assert Run.objects.get() == run
+    assert run.snapshot["messages"] == [{"type": "system", "text": "Be brief"},
+                                        {"type": "user", "text": "Weather?"}]

@@ -1,0 +1,112 @@
+"""A run's snapshot is frozen at run_create: later edits never change what it does."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from tools_app.example_tools import get_weather
+from tools_app.models import ErrorPolicy, ModelEndpoint, RunStatus, ToolRegistration
+
+from .support import calls, execute, start
+
+pytestmark = pytest.mark.both
+
+HANGZHOU = json.dumps(get_weather("Hangzhou"), ensure_ascii=False)
+PARIS = json.dumps(get_weather("Paris"), ensure_ascii=False)
+
+
+def test_the_snapshot_freezes_endpoint_tools_policy_and_messages(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    tool = demo_tools["get_weather"]
+    run = start(weather_endpoint, [tool], policy, "Weather in two cities?")
+
+    snapshot = run.snapshot
+    assert snapshot["endpoint"]["script"] == weather_endpoint.script
+    assert snapshot["endpoint"]["kind"] == "scripted"
+    [frozen_tool] = snapshot["tools"]
+    assert frozen_tool["name"] == "get_weather"
+    assert frozen_tool["python_path"] == "tools_app.example_tools.get_weather"
+    assert frozen_tool["version_hash"] == tool.version_hash
+    assert frozen_tool["json_schema"] == tool.json_schema
+    assert snapshot["policy"]["id"] == policy.pk
+    assert snapshot["policy"]["max_round_trips"] == policy.max_round_trips
+    assert snapshot["messages"] == [{"type": "user", "text": "Weather in two cities?"}]
+
+
+def test_editing_policy_tool_and_endpoint_after_create_changes_nothing(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    tool = demo_tools["get_weather"]
+    run = start(weather_endpoint, [tool], policy)
+    frozen = copy.deepcopy(run.snapshot)
+
+    weather_endpoint.script = [{"text": "EDITED SCRIPT"}]
+    weather_endpoint.model = "edited-model"
+    weather_endpoint.save()
+    tool.python_path = "tools_app.example_tools.always_fails"
+    tool.description = "edited"
+    tool.timeout_seconds = 0.001
+    tool.version_hash = "edited"
+    tool.save()
+    policy.execution_error = "rethrow"
+    policy.max_round_trips = 1
+    policy.parallel = False
+    policy.default_tool_timeout = 0.001
+    policy.provider_max_retries = 9
+    policy.save()
+
+    run.refresh_from_db()
+    assert run.snapshot == frozen
+
+
+def test_a_run_plays_the_script_it_was_created_with(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    run = start(weather_endpoint, [demo_tools["get_weather"]], policy)
+    weather_endpoint.script = [{"text": "EDITED SCRIPT"}]
+    weather_endpoint.save()
+
+    assert execute(run) == "succeeded"
+
+    assert run.final_text == f"Here you go: {HANGZHOU}\n{PARIS}"
+    assert [c.tool_name for c in calls(run)] == ["get_weather", "get_weather"]
+
+
+def test_a_run_calls_the_tool_function_it_was_created_with(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    tool = demo_tools["get_weather"]
+    run = start(weather_endpoint, [tool], policy)
+    tool.python_path = "tools_app.example_tools.always_fails"
+    tool.timeout_seconds = 0.001
+    tool.save()
+
+    execute(run)
+
+    assert run.status == RunStatus.SUCCEEDED
+    assert [c.state for c in calls(run)] == ["succeeded", "succeeded"]
+    assert [c.result_text for c in calls(run)] == [HANGZHOU, PARIS]
+
+
+def test_a_run_follows_the_policy_it_was_created_with(
+    make_endpoint: Any, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    endpoint = make_endpoint([
+        {"tool_calls": [{"name": "always_fails", "arguments": {"reason": "boom"}}]},
+        {"tool_calls": [{"name": "always_fails", "arguments": {"reason": "again"}}]},
+        {"text": "model saw: {last_result}"},
+    ])
+    run = start(endpoint, [demo_tools["always_fails"]], policy)
+    policy.execution_error = "rethrow"
+    policy.max_round_trips = 1
+    policy.save()
+
+    assert execute(run) == "succeeded"
+
+    assert run.final_text == "model saw: RuntimeError: again"
+    assert [c.handled_by for c in calls(run)] == ["execution_error_to_model"] * 2
