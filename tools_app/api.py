@@ -13,6 +13,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
@@ -73,12 +74,19 @@ def runs(request: HttpRequest) -> JsonResponse:
 
 
 def _json_body(request: HttpRequest) -> dict[str, Any]:
-    if len(request.body) > MAX_BODY_BYTES:
+    try:
+        raw = request.body
+    except RequestDataTooBig:  # over DATA_UPLOAD_MAX_MEMORY_SIZE: Django refuses to read it
+        raw = None
+    if raw is None or len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, "too_large", f"The body is over {MAX_BODY_BYTES} bytes")
     try:
-        body = json.loads(request.body or b"")
+        body = json.loads(raw or b"")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(400, "invalid_json", f"The body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ApiError(400, "invalid_json", "The body is not valid JSON: nested too deeply"
+                       ) from exc
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_body", "The body must be a JSON object")
     return body
@@ -94,12 +102,16 @@ def _start_run(request: HttpRequest, body: dict[str, Any]) -> Run:
               else selectors.default_policy())
     if policy is None:
         raise ApiError(400, "missing_field", "No policy given and none exists", field="policy")
+    overrides = body.get("policy_overrides") or None
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ApiError(400, "invalid_field", "policy_overrides must be an object",
+                       field="policy_overrides")
     try:
         return services.run_create(
             user=request.user, endpoint=endpoint, tools=tools, policy=policy,
             messages=_messages(_required(body, "messages")),
             parameters=_parameters(body.get("parameters") or {}),
-            policy_overrides=body.get("policy_overrides") or None,
+            policy_overrides=overrides,
         )
     except services.RunRequestError as exc:
         raise ApiError(400, "invalid_request", str(exc)) from exc
@@ -125,11 +137,16 @@ def _lookup(model: Any, key: Any, field: str) -> Any:
 
 def _as_id(key: Any, model: Any) -> Any:
     if model is ErrorPolicy:
-        return int(key) if str(key).isdigit() else None
+        return int(key) if _is_digits(str(key)) else None
     try:
         return uuid.UUID(str(key))
     except ValueError:
         return None
+
+
+def _is_digits(text: str) -> bool:
+    """0-9 only: str.isdigit() is also true for "²", which int() refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def _tools(names: list[str]) -> list[ToolRegistration]:
@@ -176,6 +193,7 @@ def _visible(request: HttpRequest, run_id: Any) -> Run:
     return run
 
 
+@csrf_exempt  # token-authenticated, like runs(): a POST gets 405, not a CSRF page
 @require_GET
 @token_required
 def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
@@ -188,12 +206,13 @@ def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
     })
 
 
+@csrf_exempt
 @require_GET
 @token_required
 def run_events(request: HttpRequest, run_id: Any) -> JsonResponse:
     run = _visible(request, run_id)
     after_raw = request.GET.get("after", "0")
-    if not after_raw.isdigit():
+    if not _is_digits(after_raw):
         raise ApiError(400, "invalid_field", "after must be a non-negative integer", field="after")
     events = selectors.events_after(run.pk, int(after_raw))
     return JsonResponse({"events": [{"seq": e.seq, "kind": e.kind, "payload": e.payload,

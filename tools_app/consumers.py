@@ -65,16 +65,23 @@ class RunConsumer(AsyncWebsocketConsumer):
         remember_server_loop(asyncio.get_running_loop())
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await self.refuse(CLOSE_UNAUTHENTICATED)
             return
         self.run = await _visible_run(self.scope["url_route"]["kwargs"]["run_id"], user)
         if self.run is None:
-            await self.close(code=CLOSE_FORBIDDEN)
+            await self.refuse(CLOSE_FORBIDDEN)
             return
         self.csrf_token = _csrf_token(self.scope)
         self.group = group_name(str(self.run.pk))
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+
+    async def refuse(self, code: int) -> None:
+        """Accept, then close with `code`: a close before the handshake is an HTTP 403
+        to the browser, which then sees only 1006 (and the ws extension retries forever);
+        the 4xxx code is what tells the page to stop reconnecting."""
+        await self.accept()
+        await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
         if self.run is not None:

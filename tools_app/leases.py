@@ -45,7 +45,12 @@ def claim(run_id: str, worker_id: str) -> int | None:
     claimable = Q(status__in=CLAIMABLE) | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(claimable, pk=run_id).first()
-        if run is None or run.cancel_requested:
+        if run is None:
+            return None
+        if run.cancel_requested:
+            # Cancelled while no worker could act on it (its worker died, or was stopping):
+            # end it now, or it would stay interrupted for ever.
+            _cancel_unclaimed(run)
             return None
         token = run.lease_token + 1
         Run.objects.filter(pk=run_id, lease_token=run.lease_token).update(
@@ -56,6 +61,16 @@ def claim(run_id: str, worker_id: str) -> int | None:
             started_at=run.started_at or now,
         )
     return token
+
+
+def _cancel_unclaimed(run: Run) -> None:
+    token = run.lease_token + 1
+    Run.objects.filter(pk=run.pk).update(
+        status=RunStatus.CANCELLED, lease_token=token, lease_owner="", lease_expires_at=None,
+        error_type="Cancelled", error_message="Cancelled by the user",
+        finished_at=timezone.now(),
+    )
+    append_event(str(run.pk), token, "run_status", {"status": RunStatus.CANCELLED})
 
 
 def renew(run_id: str, token: int) -> bool:
@@ -138,5 +153,5 @@ def _interrupt_or_fail(run: Run) -> bool:
 def runs_to_recover_at_start() -> list[str]:
     """For the in-process backend: runs a previous server process left behind."""
     ids = reap_expired_runs()
-    pending = Run.objects.filter(status__in=CLAIMABLE, cancel_requested=False)
+    pending = Run.objects.filter(status__in=CLAIMABLE)  # a claim ends a cancelled one
     return ids + [str(pk) for pk in pending.values_list("pk", flat=True) if str(pk) not in ids]

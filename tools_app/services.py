@@ -25,6 +25,7 @@ from .models import (
     ToolRegistration,
 )
 from .snapshot import build_snapshot
+from .storage import NUL_REPLACEMENT
 from .tasks import enqueue_run
 
 
@@ -90,7 +91,7 @@ def _checked_overrides(policy: dict[str, Any], overrides: dict[str, Any]) -> dic
 
 def _title(messages: Sequence[ChatMessage]) -> str:
     first = next((m for m in messages if isinstance(m, UserMessage)), None)
-    text = " ".join((first.text if first else "").split())
+    text = " ".join((first.text if first else "").split()).replace("\x00", NUL_REPLACEMENT)
     return text[:197] + "..." if len(text) > 200 else text
 
 

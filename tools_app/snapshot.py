@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ from .engine import (
     throw_on_hallucinated_tool,
 )
 from .models import ErrorPolicy, ModelEndpoint, ToolRegistration
+from .storage import clean_json
 
 SNAPSHOT_VERSION = 1
 _messages_adapter: TypeAdapter[list[ChatMessage]] = TypeAdapter(list[ChatMessage])
@@ -59,14 +61,16 @@ def build_snapshot(
     messages: Sequence[ChatMessage],
     parameters: ChatRequestParameters,
 ) -> dict[str, Any]:
-    return {
+    # PostgreSQL jsonb cannot hold NUL, and a pasted message may contain one: escape it
+    # (only that: the run's input is never truncated).
+    return clean_json({  # type: ignore[no-any-return]
         "version": SNAPSHOT_VERSION,
         "endpoint": {"id": str(endpoint.pk)} | _fields(endpoint, ENDPOINT_FIELDS),
         "tools": [{"id": str(t.pk)} | _fields(t, TOOL_FIELDS) for t in tools],
         "policy": {"id": policy.pk} | _fields(policy, POLICY_FIELDS),
         "messages": _messages_adapter.dump_python(list(messages), mode="json"),
         "parameters": parameters.model_dump(mode="json", exclude_none=True, exclude={"tools"}),
-    }
+    }, limit=sys.maxsize)
 
 
 def _fields(obj: object, names: Sequence[str]) -> dict[str, Any]:

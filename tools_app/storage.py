@@ -57,7 +57,7 @@ def _redact(value: Any, needles: list[str]) -> Any:
             value = value.replace(needle, REDACTED)
         return value
     if isinstance(value, dict):
-        return {k: _redact(v, needles) for k, v in value.items()}
+        return {_redact(k, needles): _redact(v, needles) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_redact(v, needles) for v in value]
     return value

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
@@ -11,7 +9,7 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 @pytest.fixture(autouse=True)
-def _no_real_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _no_real_provider(monkeypatch: pytest.MonkeyPatch) -> None:
     """A test that forgot its MockTransport fails instead of calling a real API."""
     original = httpx.AsyncHTTPTransport.handle_async_request
 
@@ -21,4 +19,3 @@ def _no_real_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         return await original(self, request)
 
     monkeypatch.setattr(httpx.AsyncHTTPTransport, "handle_async_request", guarded)
-    yield

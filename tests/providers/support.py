@@ -9,11 +9,11 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 from pydantic import BaseModel, ConfigDict, TypeAdapter
-from typing_extensions import get_args, get_type_hints, is_typeddict
+from typing_extensions import get_type_hints, is_typeddict
 
 from tools_app.engine.events import bind_emitter, reset_emitter
 from tools_app.engine.providers.http import RetryPolicy
@@ -252,9 +252,9 @@ class _GeminiFunctionResponse(_Strict):
 class _GeminiPart(_Strict):
     text: str | None = None
     thought: bool | None = None
-    thoughtSignature: str | None = None  # noqa: N815 (wire name)
-    functionCall: _GeminiFunctionCall | None = None  # noqa: N815
-    functionResponse: _GeminiFunctionResponse | None = None  # noqa: N815
+    thoughtSignature: str | None = None
+    functionCall: _GeminiFunctionCall | None = None
+    functionResponse: _GeminiFunctionResponse | None = None
 
 
 class _GeminiContent(_Strict):
@@ -271,13 +271,13 @@ class _GeminiSchema(_Strict):
     properties: dict[str, _GeminiSchema] | None = None
     required: list[str] | None = None
     items: _GeminiSchema | None = None
-    anyOf: list[_GeminiSchema] | None = None  # noqa: N815
+    anyOf: list[_GeminiSchema] | None = None
     minimum: float | None = None
     maximum: float | None = None
-    minItems: int | None = None  # noqa: N815
-    maxItems: int | None = None  # noqa: N815
-    minLength: int | None = None  # noqa: N815
-    maxLength: int | None = None  # noqa: N815
+    minItems: int | None = None
+    maxItems: int | None = None
+    minLength: int | None = None
+    maxLength: int | None = None
     pattern: str | None = None
 
 
@@ -288,17 +288,17 @@ class _GeminiDeclaration(_Strict):
 
 
 class _GeminiTool(_Strict):
-    functionDeclarations: list[_GeminiDeclaration]  # noqa: N815
+    functionDeclarations: list[_GeminiDeclaration]
 
 
 class _GeminiRequest(_Strict):
     """GenerateContentRequest, the part of it the adapter writes (from the API reference)."""
 
     contents: list[_GeminiContent]
-    systemInstruction: _GeminiContent | dict[str, Any] | None = None  # noqa: N815
+    systemInstruction: _GeminiContent | dict[str, Any] | None = None
     tools: list[_GeminiTool] | None = None
-    toolConfig: dict[str, Any] | None = None  # noqa: N815
-    generationConfig: dict[str, Any] | None = None  # noqa: N815
+    toolConfig: dict[str, Any] | None = None
+    generationConfig: dict[str, Any] | None = None
 
 
 _GEMINI_TYPES = {"STRING", "NUMBER", "INTEGER", "BOOLEAN", "ARRAY", "OBJECT"}

@@ -291,7 +291,8 @@ async def test_all_results_of_a_round_go_back_in_one_user_message(relative: str)
     for response, body in zip(responses, replay.bodies[1:], strict=False):
         ids = [r.id for r in response.ai_message.tool_execution_requests]
         assistant, results = body["messages"][-2:]
-        assert assistant["role"] == "assistant" and results["role"] == "user"
+        assert assistant["role"] == "assistant"
+        assert results["role"] == "user"
         assert [b["id"] for b in assistant["content"] if b["type"] == "tool_use"] == ids
         assert [b["tool_use_id"] for b in results["content"]] == ids
         assert {b["type"] for b in results["content"]} == {"tool_result"}
@@ -343,8 +344,10 @@ async def test_a_tool_input_cut_off_at_max_tokens_is_never_returned() -> None:
         await model.chat(ChatRequest(messages=(UserMessage(text="Write taxes.txt"),)))
 
     assert "cut off (stop_reason max_tokens)" in str(caught.value)
-    assert "'make_file'" in str(caught.value) and "not executed" in str(caught.value)
-    assert caught.value.retryable is False and len(replay.requests) == 1
+    assert "'make_file'" in str(caught.value)
+    assert "not executed" in str(caught.value)
+    assert caught.value.retryable is False
+    assert len(replay.requests) == 1
     assert of_kind(events, "provider_wire_response") == []
     assert of_kind(events, "partial_tool_call")[0].name == "make_file"
 

@@ -62,7 +62,8 @@ async def test_it_posts_to_generate_content_with_the_key_in_a_header() -> None:
     assert str(request.url) == ("https://generativelanguage.googleapis.com/v1beta/models/"
                                 "gemini-2.5-flash:generateContent")
     assert request.headers["x-goog-api-key"] == "AIza-test"
-    assert "key=" not in str(request.url) and "authorization" not in request.headers
+    assert "key=" not in str(request.url)
+    assert "authorization" not in request.headers
 
 
 async def test_it_streams_from_stream_generate_content_with_alt_sse() -> None:
@@ -227,7 +228,8 @@ async def test_a_blocked_prompt_is_a_content_filter_answer_without_text() -> Non
     response = await model(replay).chat(ChatRequest(messages=QUESTION))
 
     assert response.finish_reason is FinishReason.CONTENT_FILTER
-    assert response.ai_message.text is None and not response.ai_message.tool_execution_requests
+    assert response.ai_message.text is None
+    assert not response.ai_message.tool_execution_requests
 
 
 async def test_function_calls_cut_at_max_tokens_are_refused() -> None:
@@ -236,7 +238,8 @@ async def test_function_calls_cut_at_max_tokens_are_refused() -> None:
     with pytest.raises(ProviderError) as caught:
         await model(replay).chat(ChatRequest(messages=QUESTION))
 
-    assert "finishReason MAX_TOKENS" in str(caught.value) and "not executed" in str(caught.value)
+    assert "finishReason MAX_TOKENS" in str(caught.value)
+    assert "not executed" in str(caught.value)
 
 
 async def test_an_error_body_maps_to_provider_error() -> None:

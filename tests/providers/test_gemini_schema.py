@@ -55,7 +55,8 @@ def test_a_schema_derived_from_a_signature_is_converted_with_refs_inlined() -> N
         "unit": {"type": "STRING", "enum": ["celsius", "fahrenheit"]},
         "mode": {"type": "STRING", "enum": ["fast", "cheap"]},
         "nights": {"type": "INTEGER", "minimum": 1, "maximum": 30}}}
-    assert "$defs" not in str(converted) and "default" not in str(converted)
+    assert "$defs" not in str(converted)
+    assert "default" not in str(converted)
 
 
 def test_a_tool_without_arguments_has_no_parameters() -> None:
@@ -110,9 +111,11 @@ def test_what_cannot_be_expressed_fails_naming_tool_keyword_and_place(
         to_gemini_schema("lookup", schema)
 
     message = str(caught.value)
-    assert f"tool 'lookup'" in message and f"keyword {keyword!r}" in message
+    assert "tool 'lookup'" in message
+    assert f"keyword {keyword!r}" in message
     assert path in message
-    assert caught.value.keyword == keyword and caught.value.retryable is False
+    assert caught.value.keyword == keyword
+    assert caught.value.retryable is False
 
 
 def test_a_recursive_model_cannot_be_inlined() -> None:

@@ -276,7 +276,8 @@ async def test_it_reports_the_response_ids_and_models_of_the_recording(relative:
             assert response.response_id == recorded["json"]["id"]
             assert response.model_name == recorded["json"]["model"]
         else:
-            assert response.response_id and response.response_id in recorded["sse"]
+            assert response.response_id
+            assert response.response_id in recorded["sse"]
 
 
 # -- what is sent ------------------------------------------------------------------------
@@ -419,7 +420,8 @@ async def test_a_400_in_the_middle_of_a_tool_loop_stops_with_the_providers_messa
         await model.chat(ChatRequest(messages=tuple(messages),
                                      parameters=engine_parameters(first)))
 
-    assert caught.value.status == 400 and caught.value.code == "invalid_value"
+    assert caught.value.status == 400
+    assert caught.value.code == "invalid_value"
     assert "Invalid 'messages[3]'" in str(caught.value)
     assert len(replay.requests) == 2
 
@@ -432,7 +434,9 @@ async def test_openrouter_429_three_times_is_retried_twice_then_fails() -> None:
 
     assert len(replay.requests) == 3
     assert sleeps.waits == [0.5, 1.0]
-    assert error.status == 429 and error.code == "429" and error.retryable
+    assert error.status == 429
+    assert error.code == "429"
+    assert error.retryable
     assert str(error).startswith("openai: provider unavailable after 3 attempts (last: HTTP 429")
     assert "Provider returned error" in str(error)
     attempts = of_kind(events, "provider_attempt")
@@ -441,11 +445,13 @@ async def test_openrouter_429_three_times_is_retried_twice_then_fails() -> None:
 
 
 async def test_groq_tool_use_failed_is_a_client_error_then_the_next_call_recovers() -> None:
-    relative = "cassettes/errors/pydantic-ai__compat_groq_400_tool_args_schema_mismatch_then_recovery.json"
+    relative = ("cassettes/errors/"
+                "pydantic-ai__compat_groq_400_tool_args_schema_mismatch_then_recovery.json")
     interactions = recording(relative)["interactions"]
     replay, error, _ = await one_call(relative)
 
-    assert error.status == 400 and error.code == "tool_use_failed"
+    assert error.status == 400
+    assert error.code == "tool_use_failed"
     assert "parameters for tool get_something_by_name did not match schema" in str(error)
     assert len(replay.requests) == 1
 
@@ -479,7 +485,8 @@ async def test_the_thinking_of_a_compatible_server_is_kept_but_never_sent_back()
 
     response = await model.chat(ChatRequest(messages=(UserMessage(text="again"),)))
 
-    assert response.ai_message.thinking and "final_result" in response.ai_message.thinking
+    assert response.ai_message.thinking
+    assert "final_result" in response.ai_message.thinking
     sent_back = map_messages([response.ai_message])[0]
     assert set(sent_back) == {"role", "content", "tool_calls"}
 

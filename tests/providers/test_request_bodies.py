@@ -18,7 +18,6 @@ from tools_app.engine import (
     ToolChoice,
     ToolExecutionRequest,
     ToolExecutionResultMessage,
-    ToolSpecification,
     UserMessage,
     tool,
     tool_specification_from,
@@ -137,7 +136,8 @@ async def test_compatible_servers_get_max_tokens_and_openai_max_completion_token
     assert (await openai_body(parameters))["max_completion_tokens"] == 100
     assert (await openai_body(parameters, compatible=True))["max_tokens"] == 100
     body = await openai_body(parameters, max_tokens_field="max_tokens")
-    assert body["max_tokens"] == 100 and "max_completion_tokens" not in body
+    assert body["max_tokens"] == 100
+    assert "max_completion_tokens" not in body
 
 
 async def test_tool_settings_are_left_out_without_tools() -> None:
@@ -260,7 +260,8 @@ async def test_anthropic_custom_parameters_enable_thinking() -> None:
     body = await anthropic_body(ChatRequestParameters(custom={"thinking": thinking}),
                                 stream=True)
 
-    assert body["thinking"] == thinking and body["stream"] is True
+    assert body["thinking"] == thinking
+    assert body["stream"] is True
 
 
 async def test_anthropic_headers() -> None:

@@ -43,7 +43,8 @@ async def test_429_with_retry_after_waits_that_long_then_succeeds(harness: Harne
     replay, sleeps, events, response = await call(harness, replies)
 
     assert response.ai_message.text == "ok"
-    assert len(replay.requests) == 2 and sleeps.waits == [1.0]
+    assert len(replay.requests) == 2
+    assert sleeps.waits == [1.0]
     [attempt] = of_kind(events, "provider_attempt")
     assert (attempt.attempt, attempt.status, attempt.retryable, attempt.wait_s) == (
         1, 429, True, 1.0)
@@ -74,9 +75,11 @@ async def test_retry_after_above_60_s_is_not_retried_and_says_how_long(harness: 
 
     replay, sleeps, events, error = await call(harness, replies)
 
-    assert len(replay.requests) == 1 and sleeps.waits == []
+    assert len(replay.requests) == 1
+    assert sleeps.waits == []
     assert "asked to retry after 3600 s" in str(error)
-    assert "more than the 60 s" in str(error) and "Quota exhausted" in str(error)
+    assert "more than the 60 s" in str(error)
+    assert "Quota exhausted" in str(error)
     assert (error.status, error.retry_after) == (429, 3600.0)
     assert of_kind(events, "provider_attempt")[0].wait_s is None
 
@@ -94,7 +97,9 @@ async def test_server_errors_are_retried_twice_with_backoff_then_fail(
     assert sleeps.waits == [0.375, 0.75]  # 0.5 and 1.0 s, times the lowest jitter (0.75)
     assert str(error).startswith(
         f"{harness.name}: provider unavailable after 3 attempts (last: HTTP {status} ")
-    assert "Overloaded" in str(error) and error.status == status and error.retryable
+    assert "Overloaded" in str(error)
+    assert error.status == status
+    assert error.retryable
     assert [(a.attempt, a.wait_s) for a in of_kind(events, "provider_attempt")] == [
         (1, 0.375), (2, 0.75), (3, None)]
 
@@ -104,7 +109,8 @@ async def test_the_backoff_doubles_up_to_eight_seconds(harness: Harness) -> None
 
     replay, sleeps, _, response = await call(harness, replies, max_retries=6)
 
-    assert response.ai_message.text == "ok" and len(replay.requests) == 7
+    assert response.ai_message.text == "ok"
+    assert len(replay.requests) == 7
     assert sleeps.waits == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
 
 
@@ -112,7 +118,8 @@ async def test_max_retries_zero_means_a_single_attempt(harness: Harness) -> None
     replay, sleeps, _, error = await call(harness, [harness.error(500, "api_error", "Boom")],
                                           max_retries=0)
 
-    assert len(replay.requests) == 1 and sleeps.waits == []
+    assert len(replay.requests) == 1
+    assert sleeps.waits == []
     assert str(error).startswith(f"{harness.name}: HTTP 500")
 
 
@@ -122,7 +129,8 @@ async def test_timeout_and_conflict_statuses_are_retried(harness: Harness, statu
 
     replay, _, _, response = await call(harness, replies)
 
-    assert len(replay.requests) == 2 and response.ai_message.text == "ok"
+    assert len(replay.requests) == 2
+    assert response.ai_message.text == "ok"
 
 
 @pytest.mark.parametrize(("status", "kind", "message"), [
@@ -135,9 +143,12 @@ async def test_client_errors_are_not_retried_and_carry_the_providers_message(
 ) -> None:
     replay, sleeps, events, error = await call(harness, [harness.error(status, kind, message)])
 
-    assert len(replay.requests) == 1 and sleeps.waits == []
-    assert error.status == status and error.retryable is False
-    assert error.error_type == kind and message in str(error)
+    assert len(replay.requests) == 1
+    assert sleeps.waits == []
+    assert error.status == status
+    assert error.retryable is False
+    assert error.error_type == kind
+    assert message in str(error)
     assert [a.retryable for a in of_kind(events, "provider_attempt")] == [False]
 
 
@@ -152,11 +163,13 @@ async def test_a_401_points_at_the_key(harness: Harness) -> None:
 async def test_x_should_retry_overrides_the_status_rule(harness: Harness) -> None:
     replies = [harness.error(500, "api_error", "final", {"x-should-retry": "false"})]
     replay, _, _, error = await call(harness, replies)
-    assert len(replay.requests) == 1 and error.retryable is False
+    assert len(replay.requests) == 1
+    assert error.retryable is False
 
     replies = [harness.error(400, "busy", "again", {"x-should-retry": "true"}), harness.ok()]
     replay, _, _, response = await call(harness, replies)
-    assert len(replay.requests) == 2 and response.ai_message.text == "ok"
+    assert len(replay.requests) == 2
+    assert response.ai_message.text == "ok"
 
 
 async def test_a_connection_reset_is_retried_up_to_the_limit(harness: Harness) -> None:
@@ -164,10 +177,12 @@ async def test_a_connection_reset_is_retried_up_to_the_limit(harness: Harness) -
 
     replay, sleeps, events, error = await call(harness, reset)
 
-    assert len(replay.requests) == 3 and len(sleeps.waits) == 2
+    assert len(replay.requests) == 3
+    assert len(sleeps.waits) == 2
     assert str(error) == (f"{harness.name}: provider unavailable after 3 attempts (last: "
                           "connection failed (ReadError: [Errno 104] Connection reset by peer))")
-    assert error.status is None and error.retryable
+    assert error.status is None
+    assert error.retryable
     assert [a.status for a in of_kind(events, "provider_attempt")] == [None, None, None]
 
 
@@ -176,7 +191,8 @@ async def test_a_refused_connection_then_success(harness: Harness) -> None:
 
     replay, sleeps, _, response = await call(harness, replies)
 
-    assert len(replay.requests) == 2 and sleeps.waits == [0.5]
+    assert len(replay.requests) == 2
+    assert sleeps.waits == [0.5]
     assert response.ai_message.text == "ok"
 
 
@@ -200,12 +216,15 @@ async def test_a_200_with_garbage_is_an_invalid_response_and_not_retried(
     page = "<html><body><h1>502 Bad Gateway</h1>" + "x" * 2000 + "</body></html>"
     replies = [httpx.Response(200, headers={"content-type": "text/html"}, content=page)]
 
-    replay, _, _, error = await call(harness, replies)
+    replay, _, events, error = await call(harness, replies)
 
     assert len(replay.requests) == 1
+    [attempt] = of_kind(events, "provider_attempt")
+    assert (attempt.status, attempt.retryable, attempt.wait_s) == (200, False, None)
     assert str(error).startswith(f"{harness.name}: invalid provider response (the body is not "
                                  "JSON); body starts: <html><body><h1>502 Bad Gateway</h1>")
-    assert "more bytes]" in str(error) and len(str(error)) < 700
+    assert "more bytes]" in str(error)
+    assert len(str(error)) < 700
     assert error.retryable is False
 
 
@@ -215,15 +234,19 @@ async def test_a_200_with_json_of_the_wrong_shape_is_an_invalid_response(
     replay, _, _, error = await call(harness, [json_response(200, {"unexpected": True})])
 
     assert len(replay.requests) == 1
-    assert "invalid provider response" in str(error) and '{"unexpected": true}' in str(error)
+    assert "invalid provider response" in str(error)
+    assert '{"unexpected": true}' in str(error)
 
 
 async def test_a_200_carrying_an_error_object_is_reported(harness: Harness) -> None:
     body = harness.error_body("server_error", "Upstream failed")
 
-    _, _, _, error = await call(harness, [json_response(200, body)])
+    replay, _, _, error = await call(harness, [json_response(200, body)])
 
-    assert isinstance(error, ProviderError) and "Upstream failed" in str(error)
+    assert len(replay.requests) == 1
+    assert str(error).startswith(f"{harness.name}: the provider answered HTTP 200 with an "
+                                 "error: server_error: Upstream failed")
+    assert (error.status, error.error_type, error.retryable) == (200, "server_error", False)
 
 
 async def test_the_default_timeouts_suit_llms(harness: Harness) -> None:
@@ -239,7 +262,8 @@ async def test_a_streamed_call_is_retried_before_its_first_byte(harness: Harness
 
     replay, sleeps, _, response = await call(harness, replies, stream=True)
 
-    assert len(replay.requests) == 2 and sleeps.waits == [0.5]
+    assert len(replay.requests) == 2
+    assert sleeps.waits == [0.5]
     assert response.ai_message.text == "ok"
 
 

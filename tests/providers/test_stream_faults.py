@@ -51,12 +51,18 @@ async def test_a_stream_that_breaks_inside_a_tool_call_is_not_retried(harness: H
         harness, [cut_sse_response(sse, inside_arguments(sse), reset), harness.ok_stream()])
 
     assert isinstance(error, ProviderStreamError)
-    assert len(replay.requests) == 1 and sleeps.waits == []
-    assert "the response stream broke" in str(error) and "ReadError" in str(error)
+    assert len(replay.requests) == 1
+    assert sleeps.waits == []
+    assert "the response stream broke" in str(error)
+    assert "ReadError" in str(error)
     assert "no tool call from it was executed" in str(error)
-    assert error.retryable is False and error.status == 200
+    assert error.retryable is False
+    assert error.status == 200
     assert of_kind(events, "provider_wire_response") == []
-    assert of_kind(events, "provider_attempt") == []
+    [attempt] = of_kind(events, "provider_attempt")  # reported, and not retried
+    assert (attempt.attempt, attempt.status, attempt.retryable, attempt.wait_s) == (
+        1, 200, False, None)
+    assert attempt.error == str(error)
 
 
 async def test_a_stream_that_just_stops_is_refused(harness: Harness) -> None:
@@ -65,7 +71,8 @@ async def test_a_stream_that_just_stops_is_refused(harness: Harness) -> None:
     replay, _, _, error = await stream_call(
         harness, [cut_sse_response(sse, inside_arguments(sse), None)])
 
-    assert isinstance(error, ProviderStreamError) and len(replay.requests) == 1
+    assert isinstance(error, ProviderStreamError)
+    assert len(replay.requests) == 1
     assert "not valid JSON" in str(error) or "ended before" in str(error)
 
 
@@ -75,7 +82,8 @@ async def test_a_stream_that_stops_between_events_is_refused(harness: Harness) -
 
     _, _, _, error = await stream_call(harness, [cut_sse_response(sse, cut, None)])
 
-    assert isinstance(error, ProviderStreamError) and "ended before" in str(error)
+    assert isinstance(error, ProviderStreamError)
+    assert "ended before" in str(error)
 
 
 async def test_an_error_event_in_the_middle_is_raised_not_retried(harness: Harness) -> None:
@@ -83,7 +91,8 @@ async def test_an_error_event_in_the_middle_is_raised_not_retried(harness: Harne
         harness, [sse_response(harness.error_event_sse()), harness.ok_stream()])
 
     assert isinstance(error, ProviderStreamError)
-    assert len(replay.requests) == 1 and sleeps.waits == []
+    assert len(replay.requests) == 1
+    assert sleeps.waits == []
     assert "the stream carried an error" in str(error)
     assert error.error_type in ("server_error", "overloaded_error", "UNAVAILABLE")
     assert "".join(e.delta for e in of_kind(events, "partial_text")).startswith("Working")
@@ -132,5 +141,7 @@ async def test_a_tool_call_cut_at_the_token_limit_is_refused(harness: Harness) -
     replay, _, _, error = await stream_call(harness, [sse_response(TRUNCATED[harness.name]())])
 
     assert len(replay.requests) == 1
-    assert "cut off" in str(error) and "'write_file'" in str(error)
-    assert "not executed" in str(error) and error.error_type == "truncated_tool_call"
+    assert "cut off" in str(error)
+    assert "'write_file'" in str(error)
+    assert "not executed" in str(error)
+    assert error.error_type == "truncated_tool_call"

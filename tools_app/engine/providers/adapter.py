@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, NotRequired, Required, TypedDict
 
@@ -26,7 +26,9 @@ from ..messages import ChatMessage, ChatRequest, ChatRequestParameters, ChatResp
 from .http import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
+    ErrorDetails,
     EventStream,
+    JsonResponse,
     ProviderHttpClient,
     RetryPolicy,
     invalid_response_error,
@@ -113,16 +115,33 @@ class WireChatModel(ABC):
         path = self.path(model, stream=self.stream)
         if self.stream:
             async with self.http.open_stream(path, body) as stream:
-                data = await self.read_stream(stream)
-                status, request_id = stream.status, stream.request_id
-        else:
-            response = await self.http.post_json(path, body)
-            data, status, request_id = response.body, response.status, response.request_id
+                return await self._settle(stream.attempt, self._from_stream(stream))
+        response = await self.http.post_json(path, body)
+        return await self._settle(response.attempt, self._from_json(response))
+
+    async def _from_stream(self, stream: EventStream) -> ChatResponse:
+        data = await self.read_stream(stream)
+        return await self._parse(data, stream.status, stream.request_id)
+
+    async def _from_json(self, response: JsonResponse) -> ChatResponse:
+        data, request_id = self.http.decode(response)
+        return await self._parse(data, response.status, request_id)
+
+    async def _parse(self, data: Any, status: int, request_id: str | None) -> ChatResponse:
         await emit(ProviderWireResponse(provider=self.provider, status=status, body=data,
                                         request_id=request_id))
         if not isinstance(data, dict):
             raise self.invalid("the body is not a JSON object", data, request_id)
         return self.parse_response(data, request_id)
+
+    async def _settle(self, attempt: int, outcome: Awaitable[ChatResponse]) -> ChatResponse:
+        """A response that arrived but cannot be used (broken stream, garbage, a cut-off
+        tool call) is a failed attempt too: it is reported, then raised, never retried."""
+        try:
+            return await outcome
+        except ProviderError as error:
+            await self.http.report_attempt(attempt, error, None)
+            raise
 
     # -- what an adapter provides -----------------------------------------------------
 
@@ -160,6 +179,16 @@ class WireChatModel(ABC):
                                                              default=str)
         return invalid_response_error(self.provider, reason, text, self.http.redactor,
                                       request_id=request_id)
+
+    def error_in_body(self, body: JsonObject, request_id: str | None) -> ProviderError:
+        """A 200 response whose body is an error object (some gateways do this)."""
+        details = ErrorDetails.from_body(body)
+        return ProviderError(
+            f"{self.provider}: the provider answered HTTP 200 with an error: "
+            f"{details.describe()}",
+            provider=self.provider, status=200, error_type=details.error_type,
+            code=details.code, request_id=request_id, retryable=False,
+        )
 
     def truncated_tool_call(self, names: Sequence[str], reason: str,
                             request_id: str | None) -> ProviderError:
@@ -230,6 +259,16 @@ def as_str(value: Any) -> str | None:
 
 def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def merge_custom(body: JsonObject, custom: Mapping[str, Any] | None) -> JsonObject:
+    """`custom` parameters go into the body last, so they win; an object merges into an
+    object already there (e.g. Gemini's generationConfig) instead of replacing it."""
+    for key, value in (custom or {}).items():
+        present = body.get(key)
+        both = isinstance(present, dict) and isinstance(value, dict)
+        body[key] = {**present, **value} if both else value  # type: ignore[dict-item]
+    return body
 
 
 def parse_json_event(data: str, stream: EventStream, what: str) -> JsonObject:

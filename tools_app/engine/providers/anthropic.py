@@ -51,6 +51,7 @@ from .adapter import (
     as_int,
     as_list,
     as_str,
+    merge_custom,
     parse_json_event,
 )
 from .http import ErrorDetails, EventStream
@@ -113,8 +114,7 @@ class AnthropicChatModel(WireChatModel):
         optional = {"temperature": parameters.temperature, "top_p": parameters.top_p,
                     "stop_sequences": list(parameters.stop_sequences or ()) or None}
         body.update({k: v for k, v in optional.items() if v is not None})
-        body.update(parameters.custom or {})
-        return body
+        return merge_custom(body, parameters.custom)
 
     async def read_stream(self, stream: EventStream) -> JsonObject:
         folder = _MessageFolder()
@@ -135,10 +135,10 @@ class AnthropicChatModel(WireChatModel):
 
     def parse_response(self, body: JsonObject, request_id: str | None) -> ChatResponse:
         content = body.get("content")
-        if body.get("type") == "error" or not isinstance(content, list):
-            reason = ("the body carries an error: " + ErrorDetails.from_body(body).describe()
-                      if body.get("type") == "error" else "no content blocks")
-            raise self.invalid(reason, body, request_id)
+        if body.get("type") == "error":
+            raise self.error_in_body(body, request_id)
+        if not isinstance(content, list):
+            raise self.invalid("no content blocks", body, request_id)
         blocks = tuple(as_dict(block) for block in content)
         requests = tuple(_tool_request(b) for b in blocks if b.get("type") == "tool_use")
         finish = map_stop_reason(as_str(body.get("stop_reason")), bool(requests))

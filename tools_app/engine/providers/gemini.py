@@ -47,6 +47,7 @@ from .adapter import (
     as_list,
     as_str,
     dedupe_call_ids,
+    merge_custom,
     parse_json_event,
 )
 from .gemini_schema import to_gemini_schema
@@ -98,11 +99,7 @@ class GeminiChatModel(WireChatModel):
         generation = _generation_config(parameters)
         if generation:
             body["generationConfig"] = generation
-        for key, value in (parameters.custom or {}).items():
-            merged = body.get(key)
-            body[key] = {**merged, **value} if isinstance(merged, dict) and isinstance(
-                value, dict) else value
-        return body
+        return merge_custom(body, parameters.custom)
 
     async def read_stream(self, stream: EventStream) -> JsonObject:
         folder = _ResponseFolder()
@@ -141,6 +138,8 @@ class GeminiChatModel(WireChatModel):
 
     def _without_candidates(self, body: JsonObject, request_id: str | None) -> ChatResponse:
         blocked = as_str(as_dict(body.get("promptFeedback")).get("blockReason"))
+        if "error" in body:
+            raise self.error_in_body(body, request_id)
         if blocked is None:
             raise self.invalid("no candidates", body, request_id)
         return ChatResponse(ai_message=AiMessage(), finish_reason=FinishReason.CONTENT_FILTER,

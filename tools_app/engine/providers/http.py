@@ -27,7 +27,14 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+)
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,12 +116,13 @@ def is_sensitive_header(name: str) -> bool:
 
 
 def _secret_values(values: Iterable[str]) -> tuple[str, ...]:
-    # Also scrub the bare token of "Bearer <token>"; ignore values too short to matter.
+    # Also scrub the bare token of "Bearer <token>". Values under 8 characters are not
+    # credentials worth the risk of mangling ordinary text that happens to contain them.
     found: set[str] = set()
     for value in values:
         found.add(value)
         found.update(part for part in value.split() if len(part) >= 8)
-    return tuple(sorted((v for v in found if len(v) >= 4), key=len, reverse=True))
+    return tuple(sorted((v for v in found if len(v) >= 8), key=len, reverse=True))
 
 
 # -- errors ------------------------------------------------------------------------------
@@ -271,10 +279,12 @@ def transport_error(provider: str, exc: httpx.RequestError, timeouts: httpx.Time
 
 @dataclass(frozen=True)
 class JsonResponse:
+    """A successful non-streamed response, before its body is decoded (see `decode`)."""
+
     status: int
-    body: Any
-    request_id: str | None
+    content: bytes
     headers: httpx.Headers
+    attempt: int
 
 
 @dataclass
@@ -286,6 +296,7 @@ class EventStream:
     response: httpx.Response
     redactor: Redactor
     timeouts: httpx.Timeout
+    attempt: int
     events_seen: int = 0
     request_id: str | None = field(init=False)
 
@@ -296,14 +307,15 @@ class EventStream:
     def status(self) -> int:
         return self.response.status_code
 
-    async def events(self) -> AsyncIterator[SseEvent]:
+    async def events(self) -> AsyncGenerator[SseEvent]:
         try:
             async for event in aiter_sse(self.response.aiter_lines()):
                 self.events_seen += 1
                 yield event
         except httpx.RequestError as exc:
             cause = transport_error(self.provider, exc, self.timeouts, self.redactor)
-            raise self.broken(f"the response stream broke ({cause})") from None
+            detail = str(cause).removeprefix(f"{self.provider}: ")
+            raise self.broken(f"the response stream broke ({detail})") from None
 
     def broken(self, reason: str, **details: Any) -> ProviderStreamError:
         """The error for a stream that cannot be used; nothing from it is returned."""
@@ -350,26 +362,42 @@ class ProviderHttpClient:
     async def post_json(self, path: str, body: dict[str, Any]) -> JsonResponse:
         url = await self._announce(path, body, stream=False)
         async with self._client() as client:
-            response, content = await self._with_retries(
+            (response, content), attempt = await self._with_retries(
                 lambda: self._attempt_json(client, url, body))
-        decoded = _decode_json(content)
+        return JsonResponse(response.status_code, content, response.headers, attempt)
+
+    def decode(self, response: JsonResponse) -> tuple[Any, str | None]:
+        """The JSON body (scrubbed of secrets) and the request id of a response."""
+        decoded = _decode_json(response.content)
         request_id = request_id_from(response.headers, decoded)
         if decoded is None:
-            raise invalid_response_error(self.provider, "the body is not JSON", content,
-                                         self.redactor, request_id=request_id)
-        return JsonResponse(response.status_code, self.redactor.json(decoded), request_id,
-                            response.headers)
+            raise invalid_response_error(self.provider, "the body is not JSON",
+                                         response.content, self.redactor, request_id=request_id)
+        return self.redactor.json(decoded), request_id
 
     @asynccontextmanager
     async def open_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[EventStream]:
         url = await self._announce(path, body, stream=True)
         async with self._client() as client:
-            response = await self._with_retries(lambda: self._attempt_stream(client, url, body))
+            response, attempt = await self._with_retries(
+                lambda: self._attempt_stream(client, url, body))
             try:
-                await self._check_event_stream(response)
-                yield EventStream(self.provider, response, self.redactor, self.timeouts)
+                try:
+                    await self._check_event_stream(response)
+                except ProviderError as error:
+                    await self.report_attempt(attempt, error, None)
+                    raise
+                yield EventStream(self.provider, response, self.redactor, self.timeouts, attempt)
             finally:
                 await response.aclose()
+
+    async def report_attempt(self, number: int, error: ProviderError, wait: float | None) -> None:
+        """Log and emit one failed attempt (also one whose response proved unusable)."""
+        logger.warning("%s attempt %d failed (retryable=%s, next in %s s): %s",
+                       self.provider, number, error.retryable,
+                       "-" if wait is None else f"{wait:.3g}", error)
+        await emit(ProviderAttempt(provider=self.provider, attempt=number, status=error.status,
+                                   error=str(error), retryable=error.retryable, wait_s=wait))
 
     # -- internals ---------------------------------------------------------------------
 
@@ -411,7 +439,10 @@ class ProviderHttpClient:
         content_type = response.headers.get("content-type", "")
         if "event-stream" in content_type or not content_type:
             return
-        content = await response.aread()
+        try:
+            content = await response.aread()
+        except httpx.RequestError as exc:
+            raise transport_error(self.provider, exc, self.timeouts, self.redactor) from None
         body = _decode_json(content)
         details = ErrorDetails.from_body(self.redactor.json(body))
         request_id = request_id_from(response.headers, body)
@@ -424,19 +455,20 @@ class ProviderHttpClient:
             self.provider, f"expected an event stream, got {content_type}", content,
             self.redactor, status=response.status_code, request_id=request_id)
 
-    async def _with_retries[T](self, attempt: Callable[[], Awaitable[T]]) -> T:
-        """THE retry loop: run `attempt` until it succeeds or the policy says stop."""
+    async def _with_retries[T](self, attempt: Callable[[], Awaitable[T]]) -> tuple[T, int]:
+        """THE retry loop: run `attempt` until it succeeds or the policy says stop.
+        Returns the result and the number of the attempt that gave it."""
         number = 0
         while True:
             number += 1
             try:
-                return await attempt()
+                return await attempt(), number
             except _Failed as failed:
                 error = failed.error
             except httpx.RequestError as exc:
                 error = transport_error(self.provider, exc, self.timeouts, self.redactor)
             wait = self._wait_before_retry(number, error)
-            await self._report(number, error, wait)
+            await self.report_attempt(number, error, wait)
             if wait is None:
                 raise self._final_error(number, error)
             await self.retry.sleep(wait)
@@ -450,13 +482,6 @@ class ProviderHttpClient:
         if asked is not None and asked > 0:
             return asked
         return self.retry.backoff(number - 1)
-
-    async def _report(self, number: int, error: ProviderError, wait: float | None) -> None:
-        logger.warning("%s attempt %d failed (retryable=%s, next in %s s): %s",
-                       self.provider, number, error.retryable,
-                       "-" if wait is None else f"{wait:.3g}", error)
-        await emit(ProviderAttempt(provider=self.provider, attempt=number, status=error.status,
-                                   error=str(error), retryable=error.retryable, wait_s=wait))
 
     def _final_error(self, attempts: int, error: ProviderError) -> ProviderError:
         asked = error.retry_after

@@ -17,6 +17,7 @@ repeated tool-call id (replaced by a stable id made from the response id and ind
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Unpack
 
@@ -46,6 +47,7 @@ from .adapter import (
     as_list,
     as_str,
     dedupe_call_ids,
+    merge_custom,
     normalize_arguments,
     parse_json_event,
 )
@@ -93,8 +95,7 @@ class OpenAIChatModel(WireChatModel):
         if stream:
             body["stream_options"] = {"include_usage": True}
         body.update(self._map_parameters(parameters))
-        body.update(parameters.custom or {})
-        return body
+        return merge_custom(body, parameters.custom)
 
     def _map_parameters(self, parameters: ChatRequestParameters) -> JsonObject:
         mapped: JsonObject = {}
@@ -113,16 +114,12 @@ class OpenAIChatModel(WireChatModel):
 
     async def read_stream(self, stream: EventStream) -> JsonObject:
         folder = _StreamFolder()
-        async for event in stream.events():
-            if event.data.strip() == "[DONE]":
-                folder.done = True
-                break
-            chunk = parse_json_event(event.data, stream, "chunk")
-            if "error" in chunk:
-                details = ErrorDetails.from_body(stream.redactor.json(chunk))
-                raise stream.broken(f"the stream carried an error: {details.describe()}",
-                                    error_type=details.error_type, code=details.code)
-            await folder.add(chunk)
+        async with aclosing(stream.events()) as events:
+            async for event in events:
+                if event.data.strip() == "[DONE]":
+                    folder.done = True
+                    break
+                await folder.add(_chunk(event.data, stream))
         if not folder.complete:
             raise stream.broken("the stream ended before the response was complete "
                                 "(no finish_reason and no [DONE])")
@@ -132,8 +129,7 @@ class OpenAIChatModel(WireChatModel):
         choices = as_list(body.get("choices"))
         if not choices or not isinstance(choices[0], dict):
             if "error" in body:
-                raise self.invalid("the body carries an error: "
-                                   + ErrorDetails.from_body(body).describe(), body, request_id)
+                raise self.error_in_body(body, request_id)
             raise self.invalid("no choices", body, request_id)
         choice = choices[0]
         message = as_dict(choice.get("message"))
@@ -150,6 +146,15 @@ class OpenAIChatModel(WireChatModel):
             model_name=as_str(body.get("model")),
             response_id=as_str(body.get("id")),
         )
+
+
+def _chunk(data: str, stream: EventStream) -> JsonObject:
+    chunk = parse_json_event(data, stream, "chunk")
+    if "error" in chunk:  # OpenAI and OpenRouter report a mid-stream failure this way
+        details = ErrorDetails.from_body(stream.redactor.json(chunk))
+        raise stream.broken(f"the stream carried an error: {details.describe()}",
+                            error_type=details.error_type, code=details.code)
+    return chunk
 
 
 class OpenAICompatibleChatModel(OpenAIChatModel):

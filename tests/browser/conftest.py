@@ -1,0 +1,160 @@
+"""The browser suite's world: a real daphne server on a fresh SQLite database, and Chromium.
+
+The server is started once per session in a subprocess (embedded worker on), with the
+demo seeded, alice (superuser) and bob (plain user) created, and the extra endpoints
+and policies of `world.py`. Each test gets its own headless Chromium.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from playwright.async_api import async_playwright
+
+from .support import CHROMIUM, CHROMIUM_ARGS, Server, new_page
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+DAPHNE = str(Path(PYTHON).with_name("daphne"))
+TOOL_MODULES = "tools_app.example_tools,tests.browser.xss_tools"
+START_TIMEOUT = 30.0
+PASSWORDS = {"alice": "alice-browser-pw-7Q", "bob": "bob-browser-pw-9Z"}
+
+CREATE_BOB_AND_WORLD = (
+    "from django.contrib.auth import get_user_model; "
+    "get_user_model().objects.create_user('bob', 'bob@example.com', {password!r}); "
+    "from tests.browser import world; world.setup()"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _server_env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    # tests/conftest.py turns the embedded worker off for in-process tests; this server
+    # must run its runs. Scale-out settings of the outer test run must not leak in.
+    for name in ("AGENTFORGE_EMBEDDED_WORKER", "REDIS_URL", "TASK_BACKEND", "SECRET_KEY",
+                 "SECRET_KEY_FILE"):
+        env.pop(name, None)
+    env.update({
+        "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+        "DATA_DIR": str(tmp),
+        "DEBUG": "1",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "DJANGO_SETTINGS_MODULE": "agentforge_web.settings",
+        "AGENTFORGE_TOOL_MODULES": TOOL_MODULES,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+        "SERVE_STATIC": "1",
+        "LOG_LEVEL": "WARNING",
+    })
+    return env
+
+
+def _manage(env: dict[str, str], *args: str, extra: dict[str, str] | None = None,
+            ) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([PYTHON, "manage.py", *args], cwd=ROOT,
+                            env={**env, **(extra or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _finish(process: subprocess.Popen[bytes], what: str) -> None:
+    out, _ = process.communicate(timeout=60)
+    if process.returncode != 0:
+        raise RuntimeError(f"{what} failed ({process.returncode}):\n{out.decode()[-3000:]}")
+
+
+def _wait_until_up(server: Server, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"daphne exited ({process.returncode}):\n"
+                               f"{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{server.base_url}/accounts/login/", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"daphne did not answer within {START_TIMEOUT} s:\n"
+                       f"{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    tmp = tmp_path_factory.mktemp("browser")
+    env = _server_env(tmp)
+    _finish(_manage(env, "migrate", "--noinput", "-v0"), "migrate")
+    _finish(_manage(env, "seed_demo"), "seed_demo")
+    port = _free_port()
+    log = tmp / "daphne.log"
+    srv = Server(base_url=f"http://127.0.0.1:{port}", env=env, root=ROOT, log=log,
+                 passwords=dict(PASSWORDS))
+    # The users, the extra world and the server start side by side (SQLite WAL copes).
+    alice = _manage(env, "createsuperuser", "--noinput", extra={
+        "DJANGO_SUPERUSER_USERNAME": "alice", "DJANGO_SUPERUSER_PASSWORD": PASSWORDS["alice"],
+        "DJANGO_SUPERUSER_EMAIL": "alice@example.com"})
+    bob = _manage(env, "shell", "-c", CREATE_BOB_AND_WORLD.format(password=PASSWORDS["bob"]))
+    with log.open("wb") as log_file:
+        daphne = subprocess.Popen(
+            [DAPHNE, "-b", "127.0.0.1", "-p", str(port), "agentforge_web.asgi:application"],
+            cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        _finish(alice, "createsuperuser alice")
+        _finish(bob, "create bob and the browser world")
+        _wait_until_up(srv, daphne, log)
+        yield srv
+    finally:
+        daphne.terminate()
+        try:
+            daphne.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            daphne.kill()
+            daphne.wait(timeout=10)
+
+
+@pytest_asyncio.fixture(scope="package", loop_scope="package")
+async def browser() -> AsyncIterator[Any]:
+    """One Chromium for the package; every test opens its own contexts (cookie jars)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    async with async_playwright() as playwright:
+        chromium = await playwright.chromium.launch(executable_path=CHROMIUM,
+                                                    args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+@pytest_asyncio.fixture(loop_scope="package")
+async def open_page(browser: Any, server: Server) -> AsyncIterator[Callable[..., Any]]:
+    """`await open_page(user="alice", record=True)`: a page in its own browser context,
+    closed after the test."""
+    contexts: list[Any] = []
+
+    async def factory(**options: Any) -> Any:
+        page = await new_page(browser, server, **options)
+        contexts.append(page.context)
+        return page
+
+    yield factory
+    for context in contexts:
+        await context.close()

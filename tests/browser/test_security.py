@@ -1,0 +1,154 @@
+"""Security in a real browser: hostile model and tool output stays text; access checks."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from .support import (
+    CLOSE_SOCKET_JS,
+    SOCKET_CLOSE_CODE_JS,
+    Server,
+    assert_equals_reload,
+    fill_playground,
+    start_run,
+    status,
+    submit_run,
+    wait_round,
+    wait_status,
+)
+from .world import SLOW_ENDPOINT, XSS_ENDPOINT, XSS_FAILING_ENDPOINT, XSS_POLICY
+from .xss_tools import ALL_PAYLOADS, PAYLOADS
+
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
+
+HALLUCINATED_NAME = "<img src=x onerror=alert(1)>"
+# Every URL the app's pages may load: its own pages, static files and run sockets.
+ALLOWED_PATH = re.compile(
+    r"^/(|playground/|accounts/login/|favicon\.ico|static/[\w./-]+"
+    r"|runs/[0-9a-f-]{36}/|ws/runs/[0-9a-f-]{36}/)$"
+)
+# Elements a payload would create if it were parsed as markup anywhere on the page.
+INJECTED = ("img, script:not([src]), [hx-get], [hx-post], [hx-trigger], [onerror], "
+            "a[href^='javascript'], iframe, object, embed")
+
+
+class Watch:
+    """Everything the page does that a payload could cause."""
+
+    def __init__(self, page: Any, server: Server) -> None:
+        self.origin = server.base_url
+        self.ws_origin = server.ws_base
+        self.dialogs: list[str] = []
+        self.urls: list[str] = []
+        self.console: list[str] = []
+        page.on("dialog", self.on_dialog)
+        page.on("request", lambda request: self.urls.append(request.url))
+        page.on("websocket", lambda socket: self.urls.append(socket.url))
+        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        page.on("pageerror", lambda error: self.console.append(f"pageerror: {error}"))
+
+    async def on_dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        await dialog.dismiss()
+
+    def unexpected_urls(self) -> list[str]:
+        bad = []
+        for url in self.urls:
+            parts = urlsplit(url)
+            origin = f"{parts.scheme}://{parts.netloc}"
+            if origin not in (self.origin, self.ws_origin) or not ALLOWED_PATH.match(parts.path):
+                bad.append(url)
+        return bad
+
+    def assert_clean(self) -> None:
+        assert self.dialogs == []
+        assert self.unexpected_urls() == []
+        assert not [m for m in self.console if "Content Security Policy" in m]
+        assert not [m for m in self.console if m.startswith("pageerror")]
+
+
+async def assert_payloads_are_text(page: Any) -> None:
+    injected = await page.eval_on_selector_all(INJECTED, "els => els.map(e => e.outerHTML)")
+    assert injected == []
+    text = await page.inner_text("#timeline")
+    for payload in PAYLOADS:
+        assert payload in text, payload
+
+
+async def test_hostile_model_and_tool_output_is_shown_as_text(
+    open_page: Any, server: Server
+) -> None:
+    await asyncio.to_thread(server.world, "enable-xss")
+    page = await open_page(user="alice", record=True)
+    watch = Watch(page, server)
+
+    await fill_playground(page, endpoint=XSS_ENDPOINT, policy=XSS_POLICY,
+                          tools=["slow_tool", "xss_echo", "xss_fails"],
+                          message=f"User says {ALL_PAYLOADS}", system_prompt=ALL_PAYLOADS)
+    assert await page.eval_on_selector_all(INJECTED, "els => els.length") == 0
+    await submit_run(page)
+    assert await page.locator("#timeline[ws-connect]").count() == 1  # the rest comes live
+    assert await wait_status(page) == "succeeded"
+    assert (await page.evaluate("window.__live"))[-1]["status"] == "succeeded"
+
+    await assert_payloads_are_text(page)
+    assert ALL_PAYLOADS in await page.inner_text("#run-header h1")
+    assert XSS_ENDPOINT in await page.inner_text("#run-header")
+    assert XSS_POLICY in await page.inner_text("#run-header")
+    lanes = page.locator("#round-0 article.lane")
+    names = await lanes.locator("code.tool-name").all_inner_texts()
+    assert names == ["slow_tool", "xss_echo", "xss_fails", HALLUCINATED_NAME, "xss_echo"]
+    states = [await lanes.nth(i).get_attribute("data-state") for i in range(5)]
+    assert states == ["succeeded", "succeeded", "execution_error", "hallucinated",
+                      "arguments_error"]
+    assert ALL_PAYLOADS in await lanes.nth(2).locator(".error-box").inner_text()
+    assert "{{7*7}}" in await page.inner_text("#round-1 .ai-text")
+    assert await page.evaluate("window.__cspViolations") == []
+
+    await assert_equals_reload(page)
+    await assert_payloads_are_text(page)
+
+    # A run stopped by a hostile tool name: the name is in the run's error message.
+    await start_run(page, endpoint=XSS_FAILING_ENDPOINT, policy="Default", tools=["xss_echo"],
+                    message="stop")
+    assert await wait_status(page) == "failed"
+    assert HALLUCINATED_NAME in await page.inner_text("#run-header .error-box")
+    assert await page.eval_on_selector_all(INJECTED, "els => els.length") == 0
+    watch.assert_clean()
+
+
+async def test_other_users_cannot_open_or_watch_a_run(open_page: Any, server: Server) -> None:
+    alice = await open_page(user="alice")
+    sockets: list[str] = []
+    alice.on("websocket", lambda socket: sockets.append(socket.url))
+    run_id = await start_run(alice, endpoint=SLOW_ENDPOINT, tools=["slow_tool"])
+    await wait_round(alice, 0)
+    url = f"{server.ws_base}/ws/runs/{run_id}/"
+
+    bob = await open_page(user="bob")
+    response = await bob.goto(f"/runs/{run_id}/")
+    assert response is not None
+    assert response.status == 404
+    await bob.goto("/runs/")
+    assert run_id not in await bob.content()
+    assert await bob.evaluate(SOCKET_CLOSE_CODE_JS, url) == {"code": 4403, "opened": True}
+
+    anonymous = await open_page()
+    await anonymous.goto("/accounts/login/")
+    assert await anonymous.evaluate(SOCKET_CLOSE_CODE_JS, url) == {"code": 4401,
+                                                                  "opened": True}
+
+    # alice's session ends while she watches: the page stops reconnecting on 4401.
+    if await status(alice) == "running":
+        await alice.context.clear_cookies()
+        before = len(sockets)
+        await alice.evaluate(CLOSE_SOCKET_JS)
+        await alice.wait_for_selector("#timeline[data-socket=refused]", state="attached")
+        assert len(sockets) == before + 1
+        await asyncio.sleep(1.2)  # the ws extension would retry a 1006 within a second
+        assert len(sockets) == before + 1

@@ -1,0 +1,179 @@
+"""The live timeline in a real browser: rounds arriving live, socket drops, the playground."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from .support import (
+    CLOSE_SOCKET_JS,
+    Server,
+    assert_each_round_once,
+    assert_equals_reload,
+    fill_playground,
+    log_in,
+    start_run,
+    status,
+    submit_run,
+    tool_box,
+    wait_round,
+    wait_status,
+)
+from .world import SLOW_ENDPOINT, SLOW_ROUNDS
+
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
+
+FAILING_AND_SLOW = "Scripted: failing + slow tools"
+SCREENSHOTS = os.environ.get("AGENTFORGE_SCREENSHOTS") == "1"
+
+
+def screenshot_path(server: Server, name: str) -> str:
+    folder = server.root / "docs" / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder / name)
+
+
+async def test_a_run_streams_live_and_ends_equal_to_a_reload(
+    open_page: Any, server: Server
+) -> None:
+    page = await open_page(record=True)
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    await log_in(page, server, "alice")
+
+    await fill_playground(page, endpoint=FAILING_AND_SLOW,
+                          tools=["always_fails", "slow_tool", "calculator"], parallel=True)
+    if SCREENSHOTS:
+        await page.screenshot(path=screenshot_path(server, "playground.png"), full_page=True)
+    async with page.expect_response(lambda r: "/runs/" in r.url) as landing:
+        await submit_run(page)
+    response = await landing.value
+    csp = await response.header_value("content-security-policy")
+    assert csp is not None
+    assert "script-src 'self' 'nonce-" in csp
+    assert "default-src 'self'" in csp
+
+    # Live: the page was served while the run was going, and the socket brought the rest.
+    assert await page.locator("#timeline[ws-connect]").count() == 1
+    assert await status(page) in ("queued", "running")
+    assert await wait_status(page, "succeeded") == "succeeded"
+    live = await page.evaluate("window.__live")
+    assert any(e["status"] == "running" and e["rounds"] for e in live), live
+    assert any(e["status"] == "running" and "started" in e["states"] for e in live), live
+    assert live[-1]["status"] == "succeeded"
+    assert live[-1]["rounds"] == ["round-0", "round-1"]
+    assert await page.locator("#run-header .badge").first.inner_text() == "Succeeded"
+
+    # The parallel round: three lanes that started together.
+    lanes = page.locator("#round-0 article.lane")
+    assert await lanes.count() == 3
+    failing, slow, calc = lanes.nth(0), lanes.nth(1), lanes.nth(2)
+    assert await failing.locator("code.tool-name").inner_text() == "always_fails"
+    assert await failing.get_attribute("data-state") == "execution_error"
+    assert await failing.locator(".badge").first.inner_text() == "Execution error"
+    assert "the demo service is down" in await failing.locator(".error-box").inner_text()
+    handled = await failing.locator("p.muted").inner_text()
+    assert "decided by execution_error_to_model" in handled
+    assert "sent the text above to the model" in handled
+    assert await slow.locator("code.tool-name").inner_text() == "slow_tool"
+    assert await slow.get_attribute("data-state") == "succeeded"
+    assert "Slept 1.5 s" in await slow.inner_text()
+    assert await calc.locator("code.tool-name").inner_text() == "calculator"
+    assert "35" in await calc.locator("pre").nth(1).inner_text()
+    starts = [int(await lane.locator("svg.bar rect").get_attribute("x") or "-1")
+              for lane in (failing, slow, calc)]
+    assert all(0 <= x < 100 for x in starts), starts  # on a 0..1000 scale: concurrent
+    assert "One tool failed, the others answered" in await page.inner_text("#run-header")
+
+    csp_violations = await page.evaluate("window.__cspViolations")
+    assert csp_violations == []
+    assert not [m for m in console if "Content Security Policy" in m or "pageerror" in m]
+
+    if SCREENSHOTS:
+        await page.screenshot(path=screenshot_path(server, "timeline.png"), full_page=True)
+    await assert_equals_reload(page)
+    await assert_each_round_once(page, 2)
+
+
+async def test_socket_closed_by_the_page_resumes_without_gaps_or_doubles(
+    open_page: Any, server: Server
+) -> None:
+    page = await open_page(user="alice")
+    sockets: list[Any] = []
+    page.on("websocket", lambda ws: sockets.append(ws))
+    await start_run(page, endpoint=SLOW_ENDPOINT, tools=["slow_tool"])
+
+    await wait_round(page, 0)
+    assert await status(page) == "running"
+    await page.evaluate(CLOSE_SOCKET_JS)  # close code 1005: timeline.js reconnects
+    await wait_round(page, 2)
+    if await status(page) == "running":
+        # A replay of everything: every block arrives again and must replace, not add.
+        await page.evaluate("document.getElementById('run-seq').dataset.seq = '0'")
+        await page.evaluate(CLOSE_SOCKET_JS)
+    assert await wait_status(page, "succeeded") == "succeeded"
+    assert len(sockets) >= 2
+    await assert_each_round_once(page, SLOW_ROUNDS + 1)
+    await assert_equals_reload(page)
+    await assert_each_round_once(page, SLOW_ROUNDS + 1)
+
+
+async def test_socket_dropped_on_the_server_side_resumes(open_page: Any) -> None:
+    page = await open_page(user="alice")
+    page_sides: list[Any] = []
+    server_sides: list[Any] = []
+
+    def route(ws: Any) -> None:
+        page_sides.append(ws)
+        server_sides.append(ws.connect_to_server())
+
+    await page.route_web_socket("**/ws/runs/**", route)
+    await start_run(page, endpoint=SLOW_ENDPOINT, tools=["slow_tool"])
+
+    await wait_round(page, 0)
+    assert await status(page) == "running"
+    # An abnormal drop (1006): the htmx ws extension reconnects on its own.
+    await page_sides[-1].close(code=1006, reason="network gone")
+    await wait_round(page, 2)
+    if await status(page) == "running":
+        # The server ends the connection (a restart, a proxy timeout): timeline.js reconnects.
+        await server_sides[-1].close(code=1001, reason="going away")
+    assert await wait_status(page, "succeeded") == "succeeded"
+    assert len(page_sides) >= 2
+    await assert_each_round_once(page, SLOW_ROUNDS + 1)
+    await assert_equals_reload(page)
+
+
+async def test_the_playground_remembers_the_last_inputs_per_user(
+    open_page: Any,
+) -> None:
+    page = await open_page(user="bob")
+    message = "Remember this one, bob: Hangzhou & Paris <3"
+    await start_run(page, endpoint="Scripted: weather in parallel",
+                    tools=["get_weather", "lookup_order"], message=message,
+                    system_prompt="Be brief.", tool_choice="required", parallel=False,
+                    max_rounds="7")
+    await wait_status(page)
+
+    await page.goto("/playground/")
+    selected = await page.eval_on_selector("select[name=endpoint]",
+                                           "s => s.options[s.selectedIndex].text")
+    assert selected == "Scripted: weather in parallel"
+    checked = await page.eval_on_selector_all(
+        "input[name=tools]:checked",
+        "boxes => boxes.map(b => b.closest('label').querySelector('code').textContent)")
+    assert sorted(checked) == ["get_weather", "lookup_order"]
+    assert await tool_box(page, "calculator").is_checked() is False
+    assert await page.input_value("textarea[name=user_message]") == message
+    assert await page.input_value("textarea[name=system_prompt]") == "Be brief."
+    assert await page.input_value("select[name=tool_choice]") == "required"
+    assert await page.locator("input[name=parallel]").is_checked() is False
+    assert await page.input_value("input[name=max_round_trips]") == "7"
+
+    # Per user: alice's playground does not show bob's inputs.
+    other = await open_page(user="alice")
+    await other.goto("/playground/")
+    assert await other.input_value("textarea[name=user_message]") != message

@@ -1,0 +1,94 @@
+"""Set-up steps for the browser suite's server, run in a subprocess:
+
+    python -m tests.browser.world setup      # endpoints and policies the tests use
+    python -m tests.browser.world enable-xss # enable the XSS tools (kept off until then)
+
+The subprocess has the server's environment (its DATABASE_URL and tool modules).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import django
+
+SLOW_ROUNDS = 4
+SLOW_SECONDS = 0.7
+SLOW_ENDPOINT = "Browser: slow rounds"
+XSS_ENDPOINT = "Browser: XSS <img src=x onerror=alert(1)> {{7*7}}"
+XSS_FAILING_ENDPOINT = "Browser: XSS stops <script>alert(1)</script>"
+XSS_POLICY = "Browser: XSS <b>policy</b>"
+XSS_TOOLS = ("xss_echo", "xss_fails")
+
+
+def slow_script() -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = [
+        {"text": f"Step {i + 1}",
+         "tool_calls": [{"name": "slow_tool", "arguments": {"seconds": SLOW_SECONDS}}]}
+        for i in range(SLOW_ROUNDS)
+    ]
+    return [*steps, {"text": "All done: {last_result}"}]
+
+
+def xss_script() -> list[dict[str, Any]]:
+    from tests.browser.xss_tools import ALL_PAYLOADS
+
+    return [
+        {
+            "text": f"Model text {ALL_PAYLOADS}",
+            "tool_calls": [
+                # Keeps the run going while the page connects, so the rest arrives live.
+                {"name": "slow_tool", "arguments": {"seconds": 0.8}},
+                {"name": "xss_echo", "arguments": {"text": f"argument {ALL_PAYLOADS}"}},
+                {"name": "xss_fails", "arguments": {"text": "failure"}},
+                {"name": "<img src=x onerror=alert(1)>",
+                 "arguments": {"q": '<script>alert(1)</script>'}},
+                # Wrong type: the arguments error quotes the input.
+                {"name": "xss_echo", "arguments": {"text": {"bad": ALL_PAYLOADS}}},
+            ],
+        },
+        {"text": "Final {last_results} " + ALL_PAYLOADS},
+    ]
+
+
+def xss_failing_script() -> list[dict[str, Any]]:
+    """With the default policy a hallucinated tool stops the run: its name lands in the
+    run's error message."""
+    return [{"tool_calls": [{"name": "<img src=x onerror=alert(1)>", "arguments": {}}]}]
+
+
+def setup() -> None:
+    from tools_app.models import ErrorPolicy, ModelEndpoint, ProviderKind, ToolRegistration
+
+    endpoints = ((SLOW_ENDPOINT, slow_script()), (XSS_ENDPOINT, xss_script()),
+                 (XSS_FAILING_ENDPOINT, xss_failing_script()))
+    for name, script in endpoints:
+        # Streamed: the timeline also gets the ephemeral text / tool-call fragments.
+        ModelEndpoint.objects.update_or_create(
+            name=name, defaults={"kind": ProviderKind.SCRIPTED, "model": "scripted",
+                                 "script": script, "stream": True})
+    ErrorPolicy.objects.update_or_create(
+        name=XSS_POLICY,
+        defaults={"hallucinated_tool": "tell_model", "arguments_error": "to_model",
+                  "execution_error": "to_model",
+                  "arguments_error_template": "Bad arguments for {tool}: {error} {arguments}",
+                  "execution_error_template": "{tool} failed: {error}"})
+    ToolRegistration.objects.filter(name__in=XSS_TOOLS).update(enabled=False)
+
+
+def enable_xss() -> None:
+    from tools_app.models import ToolRegistration
+
+    ToolRegistration.objects.filter(name__in=XSS_TOOLS).update(enabled=True)
+
+
+def main(argv: list[str]) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentforge_web.settings")
+    django.setup()
+    {"setup": setup, "enable-xss": enable_xss}[argv[0]]()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,162 @@
+"""Fencing and heartbeats: only the holder of the current lease token writes a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db.models import F
+
+from tools_app import runner
+from tools_app.engine.events import RoundStarted
+from tools_app.leases import LeaseLost, append_event, claim, next_seq, reap_expired_runs, renew
+from tools_app.models import ErrorPolicy, Round, Run, RunEvent, RunStatus, ToolRegistration
+from tools_app.recorder import RunRecorder
+
+from .support import calls, execute, expire_lease, start
+from .tools_for_tests import STATE
+
+pytestmark = pytest.mark.both
+
+WAIT_SCRIPT = [
+    {"tool_calls": [{"name": "wait_here", "arguments": {"seconds": 30}}]},
+    {"text": "model saw: {last_result}"},
+]
+
+
+@pytest.fixture
+def queued_run(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> Run:
+    return start(make_endpoint(WAIT_SCRIPT), [tools["wait_here"]], policy)
+
+
+# -- fencing ---------------------------------------------------------------------------
+
+
+def stolen(run: Run) -> tuple[int, int]:
+    """Worker 1 claims, stalls past its lease, worker 2 claims: both tokens."""
+    first = claim(str(run.pk), "worker-1")
+    assert first is not None
+    expire_lease(run)
+    second = claim(str(run.pk), "worker-2")
+    assert second is not None
+    return first, second
+
+
+def test_claiming_bumps_the_token_and_takes_the_lease(queued_run: Run) -> None:
+    token = claim(str(queued_run.pk), "worker-1")
+
+    queued_run.refresh_from_db()
+    assert token == queued_run.lease_token == 1
+    assert queued_run.status == RunStatus.RUNNING
+    assert queued_run.lease_owner == "worker-1"
+    assert queued_run.lease_expires_at is not None
+    assert claim(str(queued_run.pk), "worker-2") is None  # the lease is live
+
+
+def test_a_stale_token_cannot_append_events(queued_run: Run) -> None:
+    stale, current = stolen(queued_run)
+    before = RunEvent.objects.filter(run=queued_run).count()
+
+    with pytest.raises(LeaseLost):
+        append_event(str(queued_run.pk), stale, "note", {"from": "worker-1"})
+    with pytest.raises(LeaseLost):
+        next_seq(str(queued_run.pk), stale)
+
+    assert RunEvent.objects.filter(run=queued_run).count() == before
+    seq = append_event(str(queued_run.pk), current, "note", {"from": "worker-2"})
+    assert seq == before + 1
+
+
+def test_a_stale_token_cannot_change_rows(queued_run: Run) -> None:
+    stale, _ = stolen(queued_run)
+    recorder = RunRecorder(str(queued_run.pk), stale)
+
+    with pytest.raises(LeaseLost):
+        recorder.record(RoundStarted(round_index=0), {})
+    with pytest.raises(LeaseLost):
+        runner._finish(str(queued_run.pk), stale, RunStatus.SUCCEEDED, {"final_text": "stale"})
+
+    assert not Round.objects.filter(run=queued_run).exists()  # rolled back with the event
+    queued_run.refresh_from_db()
+    assert (queued_run.status, queued_run.final_text) == (RunStatus.RUNNING, None)
+    assert queued_run.lease_owner == "worker-2"
+    assert renew(str(queued_run.pk), stale) is False
+
+
+def test_execute_run_leaves_a_run_leased_by_a_live_worker_alone(queued_run: Run) -> None:
+    claim(str(queued_run.pk), "live-worker")
+    queued_run.refresh_from_db()
+    before = (queued_run.last_seq, queued_run.lease_token, queued_run.lease_owner)
+
+    assert execute(queued_run) is None
+
+    assert (queued_run.last_seq, queued_run.lease_token, queued_run.lease_owner) == before
+    assert queued_run.status == RunStatus.RUNNING
+    assert not Round.objects.filter(run=queued_run).exists()
+    assert STATE.calls == []
+
+
+# -- heartbeat -------------------------------------------------------------------------
+
+
+def test_the_heartbeat_keeps_the_lease_of_a_long_tool_call(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    settings: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings.AGENTFORGE_LEASE_SECONDS = 1.0
+    settings.AGENTFORGE_HEARTBEAT_SECONDS = 0.1
+    renewals: list[bool] = []
+    real_renew = runner.renew
+
+    def counting_renew(run_id: str, token: int) -> bool:
+        renewals.append(real_renew(run_id, token))
+        return renewals[-1]
+
+    monkeypatch.setattr(runner, "renew", counting_renew)
+    reaped: list[list[str]] = []
+
+    async def reap_now() -> None:  # at the end of a call that outlived the lease 1.6 times
+        reaped.append(await sync_to_async(reap_expired_runs)())
+
+    STATE.before_return["wait_here"].append(reap_now)
+    script = [{"tool_calls": [{"name": "wait_here", "arguments": {"seconds": 1.6}}]},
+              {"text": "model saw: {last_result}"}]
+    run = start(make_endpoint(script), [tools["wait_here"]], policy)
+
+    assert execute(run) == "succeeded"
+
+    assert reaped == [[]]  # the reaper found the lease alive
+    assert renewals
+    assert all(renewals)
+    assert run.final_text == "model saw: waited 1.6 s"
+    assert run.resume_count == 0
+
+
+def test_a_lost_lease_stops_the_chat_and_writes_nothing_more(
+    queued_run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, Any] = {}
+    real_renew = runner.renew
+
+    def renew_after_theft(run_id: str, token: int) -> bool:
+        if not seen:  # another worker took the run over while the tool ran
+            Run.objects.filter(pk=run_id).update(lease_token=F("lease_token") + 1,
+                                                 lease_owner="thief")
+            seen["last_seq"] = Run.objects.get(pk=run_id).last_seq
+        return real_renew(run_id, token)
+
+    monkeypatch.setattr(runner, "renew", renew_after_theft)
+
+    assert execute(queued_run) is None
+
+    assert STATE.cancelled == ["wait_here"]  # the chat (and its tool) stopped
+    assert queued_run.last_seq == seen["last_seq"]
+    assert RunEvent.objects.filter(run=queued_run).count() == seen["last_seq"]
+    assert queued_run.status == RunStatus.RUNNING  # the new owner's to finish
+    assert queued_run.lease_owner == "thief"
+    [call] = calls(queued_run)
+    assert call.state == "started"  # the stale worker recorded no outcome
+    assert queued_run.final_text is None

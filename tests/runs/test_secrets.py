@@ -1,0 +1,158 @@
+"""A provider key (a canary value) never reaches the database, an error or a log line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolRegistration
+
+from .support import execute, start, stored_strings
+
+pytestmark = pytest.mark.both
+
+CANARY_KEY = "sk-canary-7f3a9c1e5b2d4068"
+CANARY_HEADER = "hdr-canary-2b8e6d0f4a1c"
+
+
+@pytest.fixture
+def canary_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTFORGE_TEST_CANARY_KEY", CANARY_KEY)
+    monkeypatch.setenv("AGENTFORGE_TEST_CANARY_HEADER", CANARY_HEADER)
+
+
+def leaks(run: Run, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Every stored string and log line of the run that contains a canary."""
+    texts = [*stored_strings(run), run.error_message]
+    for record in caplog.records:
+        texts.append(record.getMessage())
+        texts.append(record.exc_text or "")
+        texts.append(repr(record.args))
+    texts.append(caplog.text)
+    return [t for t in texts if CANARY_KEY in t or CANARY_HEADER in t]
+
+
+def test_a_scripted_endpoint_never_stores_its_key(
+    canary_env: None, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    script = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+2"}}]},
+              {"text": "model saw: {last_result}"}]
+    endpoint = make_endpoint(script, api_key_env="AGENTFORGE_TEST_CANARY_KEY",
+                             extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_HEADER"})
+    run = start(endpoint, [demo_tools["calculator"]], policy)
+
+    assert execute(run) == "succeeded"
+
+    assert run.snapshot["endpoint"]["api_key_env"] == "AGENTFORGE_TEST_CANARY_KEY"
+    assert leaks(run, caplog) == []
+
+
+def test_a_failing_openai_compatible_endpoint_never_leaks_its_key(
+    canary_env: None, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    policy.provider_max_retries = 1  # one retry is logged too, with the transport error
+    policy.save()
+    endpoint = ModelEndpoint.objects.create(
+        name="local fake", kind="openai_compatible",
+        base_url="http://127.0.0.1:9/v1",  # the discard port: nothing listens, it fails fast
+        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_KEY",
+        extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_HEADER"},
+    )
+    run = start(endpoint, [demo_tools["calculator"]], policy, f"my key is not {CANARY_KEY[:6]}")
+
+    assert execute(run) == "failed"
+
+    assert run.status == RunStatus.FAILED
+    assert run.error_type == "ProviderError"
+    assert run.error_message  # says what went wrong...
+    assert run.snapshot["endpoint"]["api_key_env"] == "AGENTFORGE_TEST_CANARY_KEY"
+    assert run.snapshot["endpoint"]["extra_headers"] == {
+        "X-Api-Key": "env:AGENTFORGE_TEST_CANARY_HEADER"}
+    assert leaks(run, caplog) == []  # ...without the key anywhere
+
+
+def test_a_missing_key_fails_the_run_naming_only_the_variable(
+    monkeypatch: pytest.MonkeyPatch, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy,
+) -> None:
+    monkeypatch.delenv("AGENTFORGE_TEST_CANARY_KEY", raising=False)
+    endpoint = ModelEndpoint.objects.create(
+        name="no key", kind="openai_compatible", base_url="http://127.0.0.1:9/v1",
+        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_KEY")
+    run = start(endpoint, [demo_tools["calculator"]], policy)
+
+    assert execute(run) == "failed"
+
+    assert run.error_type == "ImproperlyConfigured"
+    assert "AGENTFORGE_TEST_CANARY_KEY" in run.error_message
+    assert "not set" in run.error_message
+
+
+class EchoingProvider(BaseHTTPRequestHandler):
+    """A hostile provider: answers 401 and echoes the credentials it got in the error."""
+
+    received: list[dict[str, str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        got = {"authorization": self.headers.get("authorization", ""),
+               "x-api-key": self.headers.get("x-api-key", "")}
+        EchoingProvider.received.append(got)
+        body = json.dumps({"error": {
+            "message": f"Incorrect API key provided: {got['authorization']} / {got['x-api-key']}",
+            "type": "invalid_request_error", "code": "invalid_api_key"}}).encode()
+        self.send_response(401)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def echoing_provider() -> Iterator[str]:
+    EchoingProvider.received = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), EchoingProvider)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_a_provider_that_echoes_the_key_in_its_error_never_leaks_it(
+    canary_env: None, echoing_provider: str, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    endpoint = ModelEndpoint.objects.create(
+        name="echoing fake", kind="openai_compatible", base_url=echoing_provider,
+        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_KEY",
+        extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_HEADER"},
+    )
+    run = start(endpoint, [demo_tools["calculator"]], policy)
+
+    assert execute(run) == "failed"
+
+    # The credentials did travel (in headers), and the provider sent them back...
+    assert EchoingProvider.received == [
+        {"authorization": f"Bearer {CANARY_KEY}", "x-api-key": CANARY_HEADER}]
+    assert run.error_type == "ProviderError"
+    assert "Incorrect API key provided" in run.error_message
+    # ...but they are nowhere in the database, the error or the logs.
+    assert leaks(run, caplog) == []

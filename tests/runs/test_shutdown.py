@@ -1,0 +1,114 @@
+"""Graceful shutdown: the run stops at the next round boundary and is handed back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tools_app import runner, tasks
+from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolCall, ToolRegistration
+
+from .conftest import ModelSpy
+from .support import assert_seqs_gapless, calls, events, execute, rounds, start, statuses
+from .tools_for_tests import STATE
+
+pytestmark = pytest.mark.both
+
+THREE_ROUNDS = [
+    {"tool_calls": [{"name": "lookup", "arguments": {"key": "first"}}]},
+    {"tool_calls": [{"name": "lookup", "arguments": {"key": "second"}}]},
+    {"text": "model saw: {last_result}"},
+]
+
+
+@pytest.fixture
+def shutdown_flag() -> Iterator[None]:
+    assert not runner.shutdown_requested.is_set()
+    try:
+        yield
+    finally:
+        runner.shutdown_requested.clear()
+
+
+@pytest.fixture
+def interrupted_run(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    model_spy: ModelSpy, shutdown_flag: None, django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Run, list[str]]:
+    """A run whose worker got SIGTERM while round 0's tool ran; returns the re-enqueued ids."""
+    run = start(make_endpoint(THREE_ROUNDS), [tools["lookup"]], policy)
+    STATE.on_enter["lookup"].append(runner.shutdown_requested.set)
+    enqueued: list[str] = []
+    monkeypatch.setattr(tasks, "enqueue_run", enqueued.append)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        status = execute(run)
+
+    assert status == "interrupted"
+    assert model_spy.take() == [0]
+    return run, enqueued
+
+
+def test_shutdown_stops_the_run_at_the_next_round_boundary(
+    interrupted_run: tuple[Run, list[str]],
+) -> None:
+    run, _ = interrupted_run
+
+    assert run.status == RunStatus.INTERRUPTED
+    assert [(r.index, r.status) for r in rounds(run)] == [(0, "responded")]
+    [call] = calls(run)
+    assert (call.state, call.result_text) == ("succeeded", "value of first")  # step finished
+    assert STATE.calls == [("lookup", "first")]
+    failed = [e for e in events(run) if e.kind == "chat_failed"]
+    assert [e.payload["error_type"] for e in failed] == ["WorkerShutdown"]
+
+
+def test_an_interrupted_run_holds_no_lease_and_nothing_is_left_running(
+    interrupted_run: tuple[Run, list[str]],
+) -> None:
+    run, _ = interrupted_run
+
+    assert (run.lease_owner, run.lease_expires_at) == ("", None)
+    assert run.finished_at is None  # not over: it will resume
+    assert not Run.objects.filter(status=RunStatus.RUNNING).exists()
+    assert not Round.objects.filter(run=run).exclude(status="responded").exists()
+    assert not ToolCall.objects.filter(run=run, state__in=["proposed", "started"]).exists()
+    assert statuses(run) == ["queued", "interrupted"]
+
+
+def test_an_interrupted_run_is_enqueued_again(interrupted_run: tuple[Run, list[str]]) -> None:
+    run, enqueued = interrupted_run
+
+    assert enqueued == [str(run.pk)]
+
+
+def test_after_the_restart_the_run_resumes_and_completes(
+    interrupted_run: tuple[Run, list[str]], model_spy: ModelSpy
+) -> None:
+    run, _ = interrupted_run
+    runner.shutdown_requested.clear()
+
+    assert execute(run) == "succeeded"
+
+    assert model_spy.take() == [1, 2]  # round 0 was not asked again
+    assert STATE.calls == [("lookup", "first"), ("lookup", "second")]
+    assert run.final_text == "model saw: value of second"
+    assert statuses(run) == ["queued", "interrupted", "succeeded"]
+    assert run.resume_count == 0  # a hand-over, not a lost worker
+    assert_seqs_gapless(run)
+
+
+def test_a_worker_that_is_already_stopping_starts_no_round(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    model_spy: ModelSpy, shutdown_flag: None,
+) -> None:
+    run = start(make_endpoint(THREE_ROUNDS), [tools["lookup"]], policy)
+    runner.shutdown_requested.set()
+
+    assert execute(run) == "interrupted"
+
+    assert model_spy.take() == []
+    assert not Round.objects.filter(run=run).exists()

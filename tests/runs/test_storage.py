@@ -1,0 +1,197 @@
+"""What a run stores is always storable: NULs escaped, big values capped, secrets redacted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tools_app.engine import ChatRequest, ChatResponse, ScriptedChatModel
+from tools_app.models import ErrorPolicy, RunEvent, ToolRegistration
+from tools_app.storage import NUL_REPLACEMENT, REDACTED, clean_json, clean_text, redact
+
+from .support import calls, execute, rounds, start, stored_strings
+from .tools_for_tests import STATE
+
+NUL = "\x00"
+
+
+# -- NUL characters, through the whole path --------------------------------------------
+
+
+@pytest.fixture
+def model_sends_nul(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripted model turns "<NUL>" in its tool-call arguments into a real NUL, as a
+    provider's decoded arguments can contain one (a script cannot: PostgreSQL jsonb would
+    refuse to store the endpoint)."""
+    original = ScriptedChatModel.chat
+
+    async def chat(self: ScriptedChatModel, request: ChatRequest) -> ChatResponse:
+        response = await original(self, request)
+        ai_message = response.ai_message
+        requests = tuple(
+            r.model_copy(update={"arguments": r.arguments.replace("<NUL>", NUL)})
+            for r in ai_message.tool_execution_requests)
+        return response.model_copy(update={
+            "ai_message": ai_message.model_copy(update={"tool_execution_requests": requests})})
+
+    monkeypatch.setattr(ScriptedChatModel, "chat", chat)
+
+
+@pytest.mark.both
+def test_nul_in_tool_arguments_and_output_is_stored_escaped(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    # The JSON escape in the raw arguments decodes to a real NUL for the tool.
+    script = [{"tool_calls": [{"name": "nul_echo", "arguments": '{"text": "a\\u0000b"}'}]},
+              {"text": "model saw: {last_result}"}]
+    run = start(make_endpoint(script), [tools["nul_echo"]], policy)
+
+    assert execute(run) == "succeeded"
+
+    assert STATE.calls == [("nul_echo", f"a{NUL}b")]  # the tool got the real character
+    [call] = calls(run)
+    assert call.arguments == {"text": "a\\u0000b"}
+    assert call.result_text == "echo:\\u0000a\\u0000b\\u0000"
+    assert call.result_json == call.result_text
+    assert run.final_text == f"model saw: {call.result_text}"
+    finished = RunEvent.objects.get(run=run, kind="tool_call_finished")
+    assert finished.payload["text"] == call.result_text
+    assert not [s for s in stored_strings(run) if NUL in s]
+
+
+@pytest.mark.both
+def test_nul_in_raw_arguments_is_stored_escaped(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    model_sends_nul: None,
+) -> None:
+    policy.arguments_error = "to_model"
+    policy.arguments_error_template = "bad: {arguments}"
+    policy.save()
+    script = [{"tool_calls": [{"name": "nul_echo", "arguments": '{"text": "x"}<NUL>'}]},
+              {"text": "model saw: {last_result}"}]
+    run = start(make_endpoint(script), [tools["nul_echo"]], policy)
+
+    assert execute(run) == "succeeded"
+
+    [call] = calls(run)
+    assert call.state == "arguments_error"
+    assert call.arguments_raw == '{"text": "x"}\\u0000'
+    assert call.arguments is None
+    assert call.result_text == 'bad: {"text": "x"}\\u0000'
+    [first, _] = rounds(run)
+    [requested] = first.response["ai_message"]["tool_execution_requests"]
+    assert requested["arguments"] == call.arguments_raw
+    assert not [s for s in stored_strings(run) if NUL in s]
+
+
+@pytest.mark.both
+def test_nul_in_the_users_message_is_stored_escaped(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    run = start(make_endpoint([{"text": "ok"}]), [tools["nul_echo"]], policy,
+                f"pasted{NUL}text")
+
+    assert execute(run) == "succeeded"
+
+    assert run.title == "pasted\\u0000text"
+    assert run.snapshot["messages"] == [{"type": "user", "text": "pasted\\u0000text"}]
+    assert not [s for s in stored_strings(run) if NUL in s]
+
+
+# -- size caps -------------------------------------------------------------------------
+
+
+@pytest.mark.both
+def test_a_value_over_the_size_cap_is_truncated_with_an_exact_marker(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy, settings: Any
+) -> None:
+    settings.AGENTFORGE_MAX_VALUE_BYTES = 1024
+    script = [{"tool_calls": [{"name": "big_output", "arguments": {"size": 5000}}]},
+              {"text": "{last_result}"}]
+    run = start(make_endpoint(script), [tools["big_output"]], policy)
+
+    assert execute(run) == "succeeded"
+
+    expected = "x" * 1024 + "[truncated 3976 bytes]"
+    [call] = calls(run)
+    assert call.result_text == expected
+    assert call.result_json == expected
+    assert run.final_text == expected
+    finished = RunEvent.objects.get(run=run, kind="tool_call_finished")
+    assert finished.payload["text"] == expected
+
+
+@pytest.mark.both
+def test_a_value_at_the_size_cap_is_kept_whole(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy, settings: Any
+) -> None:
+    settings.AGENTFORGE_MAX_VALUE_BYTES = 1024
+    script = [{"tool_calls": [{"name": "big_output", "arguments": {"size": 1024}}]},
+              {"text": "done"}]
+    run = start(make_endpoint(script), [tools["big_output"]], policy)
+
+    execute(run)
+
+    [call] = calls(run)
+    assert call.result_text == "x" * 1024
+
+
+def test_clean_text_counts_the_cap_in_utf8_bytes(settings: Any) -> None:
+    settings.AGENTFORGE_MAX_VALUE_BYTES = 1024
+    text = "é" * 600  # 1200 bytes
+
+    cleaned = clean_text(text)
+
+    assert cleaned == "é" * 512 + "[truncated 176 bytes]"
+    assert clean_text("abcdef", limit=4) == "abcd[truncated 2 bytes]"
+    assert clean_text(None) is None
+
+
+def test_clean_json_escapes_keys_and_nested_values() -> None:
+    value = {f"k{NUL}": [f"v{NUL}", {"deep": (f"t{NUL}", 1, None, True)}]}
+
+    assert clean_json(value) == {
+        f"k{NUL_REPLACEMENT}": [f"v{NUL_REPLACEMENT}",
+                                {"deep": [f"t{NUL_REPLACEMENT}", 1, None, True]}]}
+
+
+# -- redaction -------------------------------------------------------------------------
+
+
+def test_redact_removes_secrets_from_nested_json() -> None:
+    secret = "sk-canary-1234567890"
+    value = {
+        "headers": {"authorization": f"Bearer {secret}"},
+        "attempts": [{"error": f"401 for key {secret}"}, ("tuple", secret)],
+        "count": 3,
+        "flag": None,
+        "untouched": "nothing to hide",
+    }
+
+    cleaned = redact(value, [secret])
+
+    assert cleaned == {
+        "headers": {"authorization": f"Bearer {REDACTED}"},
+        "attempts": [{"error": f"401 for key {REDACTED}"}, ["tuple", REDACTED]],
+        "count": 3,
+        "flag": None,
+        "untouched": "nothing to hide",
+    }
+    assert secret not in repr(cleaned)
+
+
+def test_redact_removes_secrets_from_keys_too() -> None:
+    secret = "sk-canary-1234567890"
+
+    cleaned = redact({f"token {secret}": {secret: "x"}}, [secret])
+
+    assert secret not in repr(cleaned)
+    assert cleaned == {f"token {REDACTED}": {REDACTED: "x"}}
+
+
+def test_redact_with_no_usable_secrets_returns_the_value_unchanged() -> None:
+    value = {"a": "abc"}
+
+    assert redact(value, []) is value
+    assert redact(value, ["", "ab"]) is value  # too short to be a credential

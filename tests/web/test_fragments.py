@@ -1,0 +1,289 @@
+"""The timeline fragments: the same partials as the page, idempotent, and always escaped.
+
+render_updates re-renders the header and each touched round from the current database
+state, so applying every batch of a run to its first page gives a fresh render of the
+final page, and applying a batch twice changes nothing. Everything that came from a
+tool, a model or a user is escaped and sits inside an hx-disable region.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.contrib.auth.models import AbstractUser
+from django.template.loader import render_to_string
+from django.test import Client
+
+from tools_app import recorder
+from tools_app.fragments import render_updates
+from tools_app.models import ErrorPolicy, ModelEndpoint, Round, Run, ToolCall, ToolRegistration
+from tools_app.runner import execute_run
+from tools_app.selectors import events_after
+
+from .support import HEADER_RE, OOB_TRUE, ROUND_RE, SEQ_RE, Timeline, Tree, inside_hx_disable
+from .support import start_run as _start_run
+
+pytestmark = pytest.mark.django_db
+
+
+def page_of(client: Client, run: Run) -> str:
+    response = client.get(f"/runs/{run.pk}/")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def finished(run: Run) -> Run:
+    async_to_sync(execute_run)(str(run.pk))
+    run.refresh_from_db()
+    return run
+
+
+@pytest.fixture
+def live_batches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What one live viewer is sent: a batch per notification, read by seq (like the
+    consumer does), collected while the run executes."""
+    batches: list[str] = []
+    sent = {"seq": 0}
+
+    def batch(run_id: str) -> None:
+        events = events_after(run_id, sent["seq"])
+        if events:
+            batches.append(render_updates(run_id, events))
+            sent["seq"] = events[-1].seq
+
+    async def notify(run_id: str, message: dict[str, Any]) -> None:
+        if "seq" in message:
+            await sync_to_async(batch)(run_id)
+
+    monkeypatch.setattr(recorder, "notify", notify)
+    monkeypatch.setattr("tools_app.runner.notify", notify)
+    return batches
+
+
+# -- the fragments are the page's partials ---------------------------------------------
+
+
+def test_a_batch_holds_the_same_header_and_rounds_as_a_fresh_page(
+    bob: AbstractUser, bob_client: Client, weather_endpoint: ModelEndpoint,
+    demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    run = finished(_start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy))
+    page = page_of(bob_client, run)
+
+    batch = render_updates(run.pk, events_after(run.pk, 0))
+
+    header = HEADER_RE.search(batch)
+    assert header is not None
+    assert header.group(0).replace(OOB_TRUE, "", 1) == HEADER_RE.findall(page)[0]
+    page_rounds = {m.group(1): m.group(0) for m in ROUND_RE.finditer(page)}
+    batch_rounds = {m.group(1): m.group(0) for m in ROUND_RE.finditer(batch)}
+    assert list(batch_rounds) == ["round-0", "round-1"]
+    assert batch_rounds == page_rounds
+    assert SEQ_RE.findall(batch)[0].replace(OOB_TRUE, "", 1) == SEQ_RE.findall(page)[0]
+    assert f'data-seq="{run.last_seq}"' in SEQ_RE.findall(page)[0]
+
+
+def test_the_rounds_are_appended_to_the_rounds_container_out_of_band(
+    bob: AbstractUser, weather_endpoint: ModelEndpoint,
+    demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    run = finished(_start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy))
+    tree = Tree(render_updates(run.pk, events_after(run.pk, 0)))
+
+    top = [e for e in tree.elements if e.parent is None]
+    assert [(e.tag, e.attrs.get("id"), e.attrs.get("hx-swap-oob")) for e in top] == [
+        ("section", "run-header", "true"),
+        ("div", None, "beforeend:#rounds"),
+        ("div", None, "beforeend:#rounds"),
+        ("span", "run-seq", "true"),
+    ]
+    rounds = [e for e in tree.elements if e.parent in top[1:3]]
+    assert [(e.attrs["id"], "data-upsert" in e.attrs) for e in rounds] == [
+        ("round-0", True), ("round-1", True)]
+
+
+def test_live_batches_applied_to_the_first_page_give_the_final_page(
+    bob: AbstractUser, bob_client: Client, weather_endpoint: ModelEndpoint,
+    demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy, live_batches: list[str],
+) -> None:
+    run = _start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy)
+    timeline = Timeline(page_of(bob_client, run))
+    assert timeline.rounds == {}
+
+    run = finished(run)
+    assert len(live_batches) > 5
+    for batch in live_batches:
+        timeline.apply(batch)
+
+    assert timeline.state() == Timeline(page_of(bob_client, run)).state()
+
+
+def test_applying_batches_twice_changes_nothing(
+    bob: AbstractUser, bob_client: Client, weather_endpoint: ModelEndpoint,
+    demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy, live_batches: list[str],
+) -> None:
+    run = _start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy)
+    first_page = page_of(bob_client, run)
+    run = finished(run)
+    once, twice = Timeline(first_page), Timeline(first_page)
+    for batch in live_batches:
+        once.apply(batch)
+        twice.apply(batch)
+        twice.apply(batch)
+    # and a late duplicate of every batch (a replay after a reconnect) on top
+    for batch in live_batches:
+        twice.apply(batch)
+    twice.apply(live_batches[-1])
+
+    assert once.state() == twice.state()
+    assert [rid for rid, _ in twice.state()[1]] == ["round-0", "round-1"]
+
+
+def test_the_same_events_render_the_same_markup(
+    bob: AbstractUser, weather_endpoint: ModelEndpoint,
+    demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    run = finished(_start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy))
+    events = events_after(run.pk, 0)
+    first, second = render_updates(run.pk, events), render_updates(run.pk, events)
+    assert first == second
+    ids = Tree(first).ids()
+    assert len(ids) == len(set(ids)), "a DOM id appears twice in one batch"
+
+
+def test_a_batch_renders_only_the_rounds_its_events_touched(
+    bob: AbstractUser, weather_endpoint: ModelEndpoint,
+    demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    run = finished(_start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy))
+    events = events_after(run.pk, 0)
+    status_only = [e for e in events if e.kind == "run_status"]
+    round_one = [e for e in events if e.payload.get("round_index") == 1]
+
+    assert set(ROUND_RE.findall(render_updates(run.pk, status_only))) == set()
+    assert set(ROUND_RE.findall(render_updates(run.pk, round_one))) == {"round-1"}
+    assert f'data-seq="{round_one[-1].seq}"' in render_updates(run.pk, round_one)
+
+
+def test_a_requested_round_has_the_stream_targets_inside_hx_disable(
+    bob: AbstractUser, weather_endpoint: ModelEndpoint,
+    demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    run = _start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy)
+    Round.objects.create(run=run, index=0, status="requested")
+    html = render_updates(run.pk, events_after(run.pk, 0)[:1])  # only run_status
+    assert "round-0" not in html
+    from tools_app.models import RunEvent
+
+    event = RunEvent(run=run, seq=run.last_seq, kind="round_started",
+                     payload={"round_index": 0})
+    tree = Tree(render_updates(run.pk, [event]))
+    assert inside_hx_disable(tree.by_id("round-0-stream"))
+    assert inside_hx_disable(tree.by_id("round-0-stext"))
+
+
+# -- untrusted text is escaped, and inert for htmx -------------------------------------
+
+PAYLOAD = ('<script>alert("s")</script><img src=x onerror=alert("i")>'
+           '<a href="javascript:alert(1)" hx-get="/admin/" hx-post="/runs/" hx-trigger="load">'
+           "{{ request.user }}{% csrf_token %}</a>")
+MARKERS = ("alert(", "javascript:", "request.user")
+STATIC_SCRIPTS = 3  # htmx, its ws extension, timeline.js
+
+
+@pytest.fixture
+def hostile_runs(
+    bob: AbstractUser, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy,
+) -> list[Run]:
+    """Two executed runs whose every stored text carries PAYLOAD."""
+    tools = [demo_tools[n] for n in ("get_weather", "always_fails")]
+    telling = ErrorPolicy.objects.create(name="tell", hallucinated_tool="tell_model")
+    chatty = make_endpoint([
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": PAYLOAD}},
+                        {"name": "always_fails", "arguments": {"reason": PAYLOAD}},
+                        {"name": PAYLOAD, "arguments": {"q": PAYLOAD}}]},
+        {"text": f"Model says {PAYLOAD}\n{{last_results}}"},
+    ], name="chatty")
+    ok = finished(_start_run(bob, chatty, tools, telling, text=PAYLOAD))
+    assert ok.status == "succeeded"
+    failing = make_endpoint([{"tool_calls": [{"name": PAYLOAD, "arguments": "{\"a\": 1"}]}],
+                            name="failing")
+    failed = finished(_start_run(bob, failing, tools, policy, text=PAYLOAD))
+    assert failed.status == "failed"
+    assert "alert(" in failed.error_message
+    # What no scripted run stores: thinking, failed provider attempts, wire JSON,
+    # validation details.
+    Round.objects.filter(run=ok, index=0).update(
+        thinking=PAYLOAD,
+        attempts=[{"attempt": 1, "status": 500, "error": PAYLOAD, "wait_s": 0.5}],
+        request_json={"messages": [{"content": PAYLOAD}]}, response_json={PAYLOAD: PAYLOAD},
+    )
+    ToolCall.objects.filter(run=ok, tool_name="get_weather").update(
+        error_type="ToolArgumentsError", error_message=PAYLOAD, traceback=PAYLOAD,
+        handled_by=PAYLOAD, error_details=[{"loc": [PAYLOAD], "msg": PAYLOAD}],
+    )
+    return [ok, failed]
+
+
+def assert_inert(html: str, *, scripts: int) -> None:
+    tree = Tree(html)
+    assert len(tree.tags("script")) == scripts
+    assert html.count("<script") == scripts
+    assert "<img" not in html
+    assert "</script><img" not in html
+    for element in tree.elements:
+        for name, value in element.attrs.items():
+            assert not name.startswith("on"), f"event handler attribute {name}"
+            assert name not in ("hx-get", "hx-post", "hx-trigger"), f"htmx attribute {name}"
+            assert not (value or "").strip().lower().startswith("javascript:")
+    hits = [(text, el) for text, el in tree.texts if any(m in text for m in MARKERS)]
+    assert hits, "the payload is not shown at all"
+    for text, element in hits:
+        if element is not None and element.tag == "title":
+            continue  # RCDATA in <head>: never parsed as markup, never seen by htmx
+        assert inside_hx_disable(element), f"outside hx-disable: {text[:80]!r}"
+
+
+def test_the_page_shows_hostile_values_escaped_and_inert(
+    bob_client: Client, hostile_runs: list[Run],
+) -> None:
+    for run in hostile_runs:
+        html = page_of(bob_client, run)
+        assert_inert(html, scripts=STATIC_SCRIPTS)
+        assert "{{ request.user }}" in Tree(html).texts_containing("{{ request.user }}")[0][0]
+        assert "bob{%" not in html  # the template syntax was not evaluated
+
+
+def test_the_fragments_show_hostile_values_escaped_and_inert(hostile_runs: list[Run]) -> None:
+    for run in hostile_runs:
+        html = render_updates(run.pk, events_after(run.pk, 0))
+        assert_inert(html, scripts=0)
+        assert "csrfmiddlewaretoken" not in html
+
+
+def test_every_hostile_field_reaches_the_page(
+    bob_client: Client, hostile_runs: list[Run],
+) -> None:
+    """The inertness checks above are only worth something if the values are shown."""
+    ok, failed = hostile_runs
+    texts = " ".join(t for t, _ in Tree(page_of(bob_client, ok)).texts)
+    escaped = PAYLOAD  # the parser decodes entities: the text equals the raw payload
+    assert texts.count(escaped) >= 10
+    assert "No weather data for" in texts  # tool output
+    assert "Model says" in texts  # model text
+    assert "Error: unknown tool" in texts  # hallucinated tool name, told to the model
+    assert "Traceback" in texts
+    failed_texts = " ".join(t for t, _ in Tree(page_of(bob_client, failed)).texts)
+    assert escaped in failed_texts
+
+
+def test_a_stream_fragment_is_escaped() -> None:
+    html = render_to_string("tools_app/_stream.html", {
+        "kind": "call_start", "round_index": 0, "index": 0, "name": PAYLOAD})
+    assert "<script" not in html
+    assert "<img" not in html
+    assert not re.search(r"<a\b", html)
