@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
@@ -125,8 +126,8 @@ class FunctionToolExecutor:
         options = tool_options(func)
         self.func = func
         self.name = tool_name_from(func)
-        use_strict = strict if strict is not None else bool(options and options.strict)
-        self.arguments: ArgumentsModel = arguments_model_for(func, strict=use_strict)
+        self.strict = strict if strict is not None else bool(options and options.strict)
+        self.arguments: ArgumentsModel = arguments_model_for(func, strict=self.strict)
         self.is_async = inspect.iscoroutinefunction(func)
 
     async def execute(self, request: ToolExecutionRequest) -> str:
@@ -140,6 +141,8 @@ class FunctionToolExecutor:
 
     def validate(self, request: ToolExecutionRequest) -> BaseModel:
         raw = arguments_as_map(request)
+        if self.strict:
+            raw = self._defaults_for_nulls(raw)
         try:
             return self.arguments.model.model_validate(raw)
         except ValidationError as exc:
@@ -148,6 +151,10 @@ class FunctionToolExecutor:
                 tool_name=request.name,
                 errors=_plain_errors(exc),
             ) from exc
+
+    def _defaults_for_nulls(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Strict schemas send optional parameters as null: null means "use the default"."""
+        return _drop_nulls_of_optionals(self.arguments.model, raw)
 
     def _call_arguments(self, validated: BaseModel) -> tuple[list[Any], dict[str, Any]]:
         args = [getattr(validated, name) for name in self.arguments.positional]
@@ -195,6 +202,32 @@ class CallableToolExecutor:
         if isinstance(value, ToolExecutionResult):
             return value
         return ToolExecutionResult.success(result_text(value), result=value)
+
+
+def _drop_nulls_of_optionals(model: type[BaseModel], raw: dict[str, Any]) -> dict[str, Any]:
+    """Drop `null` for fields that have a default, recursing into nested models."""
+    cleaned = dict(raw)
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        value = cleaned.get(key)
+        if value is None and key in cleaned and not field.is_required():
+            del cleaned[key]
+        elif isinstance(value, dict):
+            nested = _model_in(field.annotation)
+            if nested is not None:
+                cleaned[key] = _drop_nulls_of_optionals(nested, value)
+    return cleaned
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation like `M`, `M | None` or `Annotated[M, ...]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _plain_errors(exc: ValidationError) -> list[dict[str, Any]]:

@@ -204,7 +204,7 @@ def tool_specification_from(
     arguments = arguments_model_for(func, strict=bool(options.strict))
     schema = _clean_schema(arguments.model.model_json_schema(by_alias=True))
     if options.strict:
-        schema["additionalProperties"] = False
+        schema = strict_schema(schema)
     return ToolSpecification(
         name=name or tool_name_from(func),
         description=description or options.description or _docstring(func),
@@ -212,6 +212,46 @@ def tool_specification_from(
         strict=options.strict,
         metadata=dict(options.metadata),
     )
+
+
+def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The form OpenAI's strict mode accepts: in every object, all properties required
+    and no others allowed; an optional property becomes nullable instead (the executor
+    turns a null back into the parameter's default)."""
+    return cast(dict[str, Any], _strict_node(schema))
+
+
+def _strict_node(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strict_node(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    result = {key: _strict_node(value) for key, value in node.items()}
+    properties = result.get("properties")
+    if result.get("type") == "object" and isinstance(properties, dict):
+        required = set(result.get("required", []))
+        result["properties"] = {
+            name: prop if name in required else _nullable(prop)
+            for name, prop in properties.items()
+        }
+        result["required"] = list(properties)
+        result["additionalProperties"] = False
+    return result
+
+
+def _nullable(prop: Any) -> Any:
+    if not isinstance(prop, dict):
+        return prop
+    prop = {key: value for key, value in prop.items() if key != "default"}
+    if prop.get("type") == "null" or {"type": "null"} in prop.get("anyOf", []):
+        return prop
+    if "anyOf" in prop:
+        return {**prop, "anyOf": [*prop["anyOf"], {"type": "null"}]}
+    description = prop.pop("description", None)
+    nullable: dict[str, Any] = {"anyOf": [prop, {"type": "null"}]}
+    if description is not None:
+        nullable["description"] = description
+    return nullable
 
 
 def tool_specifications_from(source: object) -> list[ToolSpecification]:
