@@ -44,6 +44,8 @@ from .events import (
     ModelRequestSent,
     ModelResponseReceived,
     Observer,
+    PartialText,
+    PartialToolCall,
     RoundStarted,
     ToolCallFinished,
     ToolCallOutcome,
@@ -338,10 +340,14 @@ class _ChatRun:
         self.executions: list[ToolExecution] = []
         self.intermediate: list[ChatResponse] = []
         self.usage: TokenUsage | None = None
+        # perf_counter() when the current model call's first streamed piece arrived
+        self._first_token: float | None = None
 
     async def _emit(self, event: Any) -> None:
         if event.round_index is None and not isinstance(event, (ChatStarted, ChatFinished)):
             event = event.model_copy(update={"round_index": self.round_index})
+        if self._first_token is None and isinstance(event, (PartialText, PartialToolCall)):
+            self._first_token = time.perf_counter()
         for observer in self.observers:
             await _maybe_await(observer(event))
 
@@ -403,11 +409,16 @@ class _ChatRun:
             )
         )
         started = time.perf_counter()
+        self._first_token = None
         response = await self.model.chat(request)
         latency_ms = (time.perf_counter() - started) * 1000
+        first_token_ms = (
+            (self._first_token - started) * 1000 if self._first_token is not None else None
+        )
         self.usage = response.usage + self.usage if response.usage else self.usage
         await self._emit(
-            ModelResponseReceived(response=response, latency_ms=latency_ms, usage=response.usage)
+            ModelResponseReceived(response=response, latency_ms=latency_ms,
+                                  first_token_ms=first_token_ms, usage=response.usage)
         )
         return response
 
