@@ -84,7 +84,19 @@ def _round_view(round_: Round) -> dict[str, Any]:
     view = {name: getattr(round_, name) for name in ROUND_FIELDS}
     view["calls"] = _call_views(round_)
     view["has_wire"] = round_.request_json is not None or round_.response_json is not None
+    view["wire"] = [_wire_view("request", round_.request_json),
+                    _wire_view("response", round_.response_json)]
     return view
+
+
+def _wire_view(which: str, body: Any) -> dict[str, Any]:
+    """Pretty and raw JSON of a wire body; past the display limit only a head is shown
+    (a long conversation's request repeats the whole history every round)."""
+    limit = settings.AGENTFORGE_DISPLAY_LIMIT
+    pretty = json.dumps(body, indent=2, ensure_ascii=False) if body is not None else ""
+    raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")) if body is not None else ""
+    return {"which": which, "large": len(pretty) > limit, "size": len(raw),
+            "pretty": pretty[:limit], "raw": raw[:limit]}
 
 
 def _call_views(round_: Round) -> list[dict[str, Any]]:

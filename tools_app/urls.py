@@ -10,6 +10,8 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<uuid:run_id>/calls/<int:call_id>/result.txt", views.call_result,
          name="call_result"),
+    path("runs/<uuid:run_id>/rounds/<int:index>/<str:which>.json", views.round_wire,
+         name="round_wire"),
     path("endpoints/", views.endpoint_list, name="endpoint_list"),
     path("endpoints/<uuid:endpoint_id>/probe/", views.endpoint_probe, name="endpoint_probe"),
     path("api/runs", api.runs, name="api_runs"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import messages
@@ -15,7 +16,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from . import selectors, services
 from .engine import ChatRequestParameters, NamedToolChoice
 from .forms import PlaygroundForm
-from .models import ModelEndpoint, PlaygroundState, Run, ToolCall
+from .models import ModelEndpoint, PlaygroundState, Round, Run, ToolCall
 from .tasks import enqueue_probe
 
 
@@ -110,6 +111,21 @@ def call_result(request: HttpRequest, run_id: Any, call_id: int) -> HttpResponse
     call = get_object_or_404(ToolCall, run=run, pk=call_id)
     response = HttpResponse(call.result_text or "", content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="call-{call.pk}-result.txt"'
+    return response
+
+
+@require_GET
+@login_required
+def round_wire(request: HttpRequest, run_id: Any, index: int, which: str) -> HttpResponse:
+    """The full wire request or response of one round, as a JSON download."""
+    if which not in ("request", "response"):
+        raise Http404("No such wire body")
+    run = _run_for_user(request, run_id)
+    round_ = get_object_or_404(Round, run=run, index=index)
+    body = round_.request_json if which == "request" else round_.response_json
+    response = HttpResponse(json.dumps(body, indent=2, ensure_ascii=False),
+                            content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="round-{index + 1}-{which}.json"'
     return response
 
 
