@@ -42,6 +42,11 @@ FINISHED_CALL_STATES = frozenset(
 )
 
 
+# A call that started and never finished may have had its effect: a cancelled call too,
+# since a sync tool keeps running in its thread after its task is cancelled.
+IN_DOUBT_STATES = frozenset({ToolCallState.STARTED, ToolCallState.CANCELLED})
+
+
 class WorkerShutdown(Exception):
     """The worker is stopping; the run is checkpointed and handed to another worker."""
 
@@ -213,7 +218,7 @@ def _pending(
     done = {c.call_id: _result_message(c) for c in calls if _finished(c)}
     in_doubt = frozenset(
         c.call_id for c in calls
-        if c.state == ToolCallState.STARTED and not idempotent.get(c.tool_name, False)
+        if c.state in IN_DOUBT_STATES and not idempotent.get(c.tool_name, False)
     )
     return ResumeState(round_index=round_.index, round_trips_done=round_trips,
                        pending_response=response, completed_results=done,

@@ -28,8 +28,10 @@ def clean_text(value: str | None, *, limit: int | None = None) -> str | None:
     encoded = text.encode("utf-8")
     if len(encoded) <= cap:
         return text
+    # A cut through a multi-byte character drops its partial bytes too; count them.
     head = encoded[:cap].decode("utf-8", errors="ignore")
-    return f"{head}[truncated {len(encoded) - cap} bytes]"
+    dropped = len(encoded) - len(head.encode("utf-8"))
+    return f"{head}[truncated {dropped} bytes]"
 
 
 def clean_json(value: Any, *, limit: int | None = None) -> Any:

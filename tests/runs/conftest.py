@@ -8,7 +8,6 @@ Markers used here:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -16,6 +15,7 @@ from tools_app.engine import AiMessage, ChatRequest, ChatResponse, ScriptedChatM
 from tools_app.models import ToolRegistration
 from tools_app.tool_registry import sync_tools
 
+from .support import ModelSpy
 from .tools_for_tests import STATE, SimulatedCrash, ToolState
 
 
@@ -41,18 +41,6 @@ def tools(db: None) -> dict[str, ToolRegistration]:
     return {t.name: t for t in ToolRegistration.objects.all()}
 
 
-class ModelSpy:
-    """Which script steps the scripted model was asked for, in order (across workers)."""
-
-    def __init__(self) -> None:
-        self.steps: list[int] = []
-        self.crash_once_at: set[int] = set()
-
-    def take(self) -> list[int]:
-        steps, self.steps = self.steps, []
-        return steps
-
-
 @pytest.fixture
 def model_spy(monkeypatch: pytest.MonkeyPatch) -> ModelSpy:
     spy = ModelSpy()
@@ -69,13 +57,3 @@ def model_spy(monkeypatch: pytest.MonkeyPatch) -> ModelSpy:
     monkeypatch.setattr(ScriptedChatModel, "chat", chat)
     return spy
 
-
-@pytest.fixture
-def script_endpoint(make_endpoint: Any) -> Any:
-    """make_endpoint with a unique name per call."""
-    counter = iter(range(1, 1000))
-
-    def make(script: list[dict[str, Any]], **fields: Any) -> Any:
-        return make_endpoint(script, name=f"script-{next(counter)}", **fields)
-
-    return make

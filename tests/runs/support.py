@@ -113,3 +113,15 @@ def overlaps(call_rows: Sequence[ToolCall]) -> int:
         current += delta
         peak = max(peak, current)
     return peak
+
+
+class ModelSpy:
+    """Which script steps the scripted model was asked for, in order (across workers)."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.crash_once_at: set[int] = set()
+
+    def take(self) -> list[int]:
+        steps, self.steps = self.steps, []
+        return steps

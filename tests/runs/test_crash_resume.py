@@ -15,8 +15,8 @@ import pytest
 from tools_app.leases import append_event, reap_expired_runs
 from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolCall, ToolRegistration
 
-from .conftest import ModelSpy
 from .support import (
+    ModelSpy,
     assert_seqs_gapless,
     calls,
     events,
@@ -234,11 +234,15 @@ def test_a_model_call_that_never_completed_is_asked_again(
     assert_seqs_gapless(run)
 
 
+@pytest.mark.parametrize("in_flight_state", ["started", "cancelled"])
 def test_history_written_by_a_dead_worker_is_resumed_from_the_rows(
     make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
-    model_spy: ModelSpy,
+    model_spy: ModelSpy, in_flight_state: str,
 ) -> None:
-    """Rows in mid-run states, written directly: round 0 answered, its call in flight."""
+    """Rows in mid-run states, written directly: round 0 answered, its call in flight.
+
+    A call recorded as cancelled is in doubt too: a cancelled sync tool keeps running in
+    its thread, so it may have had its effect."""
     script = [{"tool_calls": [{"name": "transfer", "arguments": {"to": "eve"}}]},
               {"text": "model saw: {last_result}"}]
     run = start(make_endpoint(script), [tools["transfer"]], policy)
@@ -250,7 +254,7 @@ def test_history_written_by_a_dead_worker_is_resumed_from_the_rows(
     round_ = Round.objects.create(run=run, index=0, status="responded", response=response)
     ToolCall.objects.create(run=run, round=round_, call_index=0, call_id="call_0_0",
                             tool_name="transfer", arguments_raw='{"to": "eve"}',
-                            state="started", attempts=1)
+                            state=in_flight_state, attempts=1)
     append_event(str(run.pk), None, "round_started", {"round_index": 0})
     Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, lease_owner="dead-host:1",
                                          lease_token=1)

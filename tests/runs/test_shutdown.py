@@ -10,8 +10,7 @@ import pytest
 from tools_app import runner, tasks
 from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolCall, ToolRegistration
 
-from .conftest import ModelSpy
-from .support import assert_seqs_gapless, calls, events, execute, rounds, start, statuses
+from .support import ModelSpy, assert_seqs_gapless, calls, events, execute, rounds, start, statuses
 from .tools_for_tests import STATE
 
 pytestmark = pytest.mark.both

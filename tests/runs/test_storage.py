@@ -195,3 +195,13 @@ def test_redact_with_no_usable_secrets_returns_the_value_unchanged() -> None:
 
     assert redact(value, []) is value
     assert redact(value, ["", "ab"]) is value  # too short to be a credential
+
+
+def test_the_truncation_marker_counts_every_dropped_byte_of_a_split_character(
+    settings: object,
+) -> None:
+    from tools_app.storage import clean_text
+
+    text = "ab" + "é" * 10  # é is two bytes: a cap of 3 splits the first one
+    cleaned = clean_text(text, limit=3)
+    assert cleaned == "ab[truncated 20 bytes]"
