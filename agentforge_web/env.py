@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -40,14 +41,20 @@ def envint(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
-def envfloat(name: str, default: float) -> float:
+def envfloat(name: str, default: float, *, above: float | None = None) -> float:
+    """A finite number (NaN and infinities are refused), greater than `above` if given."""
     raw = os.environ.get(name)
     if raw is None:
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {raw!r}")
+    if above is not None and value <= above:
+        raise ImproperlyConfigured(f"{name} must be greater than {above:g}, got {raw!r}")
+    return value
 
 
 def envlist(name: str, default: list[str]) -> list[str]:

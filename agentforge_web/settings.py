@@ -160,8 +160,14 @@ TASKS = {"default": {"BACKEND": _TASK_BACKENDS[TASK_BACKEND]}}
 # -- the product ------------------------------------------------------------------------
 AGENTFORGE_TOOL_MODULES = envlist("AGENTFORGE_TOOL_MODULES", ["tools_app.example_tools"])
 AGENTFORGE_MAX_VALUE_BYTES = envint("AGENTFORGE_MAX_VALUE_BYTES", 1_000_000, minimum=1024)
-AGENTFORGE_LEASE_SECONDS = envfloat("AGENTFORGE_LEASE_SECONDS", 30.0)
-AGENTFORGE_HEARTBEAT_SECONDS = envfloat("AGENTFORGE_HEARTBEAT_SECONDS", 5.0)
+AGENTFORGE_LEASE_SECONDS = envfloat("AGENTFORGE_LEASE_SECONDS", 30.0, above=0)
+AGENTFORGE_HEARTBEAT_SECONDS = envfloat("AGENTFORGE_HEARTBEAT_SECONDS", 5.0, above=0)
+if AGENTFORGE_HEARTBEAT_SECONDS >= AGENTFORGE_LEASE_SECONDS:
+    # The lease would run out between heartbeats and reapers would take over live runs.
+    raise ImproperlyConfigured(
+        f"AGENTFORGE_HEARTBEAT_SECONDS ({AGENTFORGE_HEARTBEAT_SECONDS:g}) must be shorter "
+        f"than AGENTFORGE_LEASE_SECONDS ({AGENTFORGE_LEASE_SECONDS:g})"
+    )
 AGENTFORGE_MAX_RESUMES = envint("AGENTFORGE_MAX_RESUMES", 3, minimum=0)
 
 LOGGING = {

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, NamedTuple
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -18,7 +21,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.middleware.csrf import get_token
 
-from .fragments import render_fragment, render_updates
+from .fragments import render_changes, render_fragment, render_header, run_for_header
 from .models import Run
 from .recorder import group_name
 from .selectors import events_after, run_get_for_user
@@ -35,12 +38,65 @@ def _visible_run(run_id: str, user: Any) -> Run | None:
     return run_get_for_user(run_id, user)
 
 
+BATCH = 500  # events per message at most (a long history arrives in several)
+SHARE_SECONDS = 2.0  # how long one viewer's rendering of a batch serves the others
+SHARED_MAX = 256  # runs with a shared rendering kept at most
+
+
+class _Shared(NamedTuple):
+    after: int
+    last: int
+    complete: bool
+    changes: str
+    at: float
+
+
+# run id -> the latest batch rendered for it. Viewers of one run get the same
+# notifications, so they usually ask for the same batch (after the same seq) at about the
+# same time: one reads and renders the touched rounds, the others reuse that and render
+# only their own header. Reusing it later is still correct: rounds change only together
+# with an event (one transaction), so a rendering made after seq `last` committed holds
+# the rounds as they were at `last` or later, and any later change comes with a later
+# event and its own batch. The age limit only bounds how long it stays in memory.
+_shared: OrderedDict[str, _Shared] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def _reuse(run_id: str, after: int) -> _Shared | None:
+    with _shared_lock:
+        shared = _shared.get(run_id)
+    if shared is None or shared.after != after:
+        return None
+    if time.monotonic() - shared.at > SHARE_SECONDS:
+        return None
+    return shared
+
+
+def _remember(run_id: str, shared: _Shared) -> None:
+    with _shared_lock:
+        _shared[run_id] = shared
+        _shared.move_to_end(run_id)
+        while len(_shared) > SHARED_MAX:
+            _shared.popitem(last=False)
+
+
 @database_sync_to_async
-def _updates_after(run: Run, seq: int, csrf_token: str | None) -> tuple[str, int]:
-    events = events_after(run.pk, seq)
-    if not events:
-        return "", seq
-    return render_updates(run.pk, events, csrf_token=csrf_token), events[-1].seq
+def _updates_after(run: Run, seq: int, csrf_token: str | None) -> tuple[str, int, bool]:
+    """(html, last seq covered, whether that was everything committed at the read)."""
+    run_id = str(run.pk)
+    shared = _reuse(run_id, seq)
+    if shared is None:
+        events = events_after(run.pk, seq, limit=BATCH)
+        if not events:
+            return "", seq, True
+        current = run_for_header(run.pk)
+        shared = _Shared(after=seq, last=events[-1].seq, complete=len(events) < BATCH,
+                         changes=render_changes(current, events), at=time.monotonic())
+        _remember(run_id, shared)
+    else:
+        current = run_for_header(run.pk)
+    html = render_header(current, csrf_token) + shared.changes
+    return html, shared.last, shared.complete
 
 
 def _csrf_token(scope: dict[str, Any]) -> str | None:
@@ -107,15 +163,29 @@ class RunConsumer(AsyncWebsocketConsumer):
             if html:
                 await self.send(text_data=html)
             return
+        seq = message.get("seq")
+        if isinstance(seq, int) and seq <= self.sent_seq:
+            # Already sent: a flush that ran while this notification waited in the queue
+            # read it. Seqs commit in order (allocated under the run row's lock), so
+            # nothing at or below the seq we sent can still appear. Skipping here saves
+            # a database round trip per notification, which is what makes a burst of
+            # events coalesce into one message.
+            return
         await self.flush()
 
     async def flush(self) -> None:
-        """Send everything after the last seq sent, in batches, until caught up."""
+        """Send everything after the last seq sent, in batches, until caught up.
+
+        A batch shorter than BATCH was everything committed when it was read; whatever
+        commits later brings its own notification, so no confirming empty read follows.
+        """
         if self.run is None or self.sent_seq is None:
             return
         while True:
-            html, seq = await _updates_after(self.run, self.sent_seq, self.csrf_token)
-            if not html:
+            html, seq, complete = await _updates_after(self.run, self.sent_seq,
+                                                       self.csrf_token)
+            if html:
+                await self.send(text_data=html)
+                self.sent_seq = seq
+            if complete:
                 return
-            await self.send(text_data=html)
-            self.sent_seq = seq

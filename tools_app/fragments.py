@@ -22,13 +22,28 @@ PAGE = "tools_app/run_detail.html"
 def render_updates(run_id: uuid.UUID | str, events: Sequence[RunEvent],
                    csrf_token: str | None = None) -> str:
     """`csrf_token`: the viewer's, for the header's Cancel form (no request here)."""
-    run = Run.objects.select_related("created_by").get(pk=run_id)
-    touched = sorted({e.payload["round_index"] for e in events
-                      if isinstance(e.payload.get("round_index"), int)})
+    run = run_for_header(run_id)
+    return render_header(run, csrf_token) + render_changes(run, events)
+
+
+def run_for_header(run_id: uuid.UUID | str) -> Run:
+    return Run.objects.select_related("created_by").get(pk=run_id)
+
+
+def render_header(run: Run, csrf_token: str | None = None) -> str:
+    """The run header: the only viewer-specific part of a batch (its CSRF token)."""
     header: dict[str, Any] = {"run": run, "oob": True}
     if csrf_token:
         header["csrf_token"] = csrf_token
-    parts = [render_to_string(f"{PAGE}#header", header)]
+    return render_to_string(f"{PAGE}#header", header)
+
+
+def render_changes(run: Run, events: Sequence[RunEvent]) -> str:
+    """The rounds the events touched (current state) and the seq marker: the same for
+    every viewer of the run, so viewers can share one rendering."""
+    touched = sorted({e.payload["round_index"] for e in events
+                      if isinstance(e.payload.get("round_index"), int)})
+    parts = []
     for round_view in round_views(run, touched):
         body = render_to_string(f"{PAGE}#round", {"run": run, "round": round_view})
         parts.append(f'<div hx-swap-oob="beforeend:#rounds">{body}</div>')

@@ -22,7 +22,9 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import async_playwright
 
-from .support import CHROMIUM, CHROMIUM_ARGS, Server, new_page
+pytest.register_assert_rewrite("tests.browser.support")
+
+from .support import CHROMIUM, CHROMIUM_ARGS, Server, new_page  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -158,3 +160,13 @@ async def open_page(browser: Any, server: Server) -> AsyncIterator[Callable[...,
     yield factory
     for context in contexts:
         await context.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed browser test shows the end of the server's log."""
+    report = yield
+    server = getattr(item, "funcargs", {}).get("server")
+    if report.failed and isinstance(server, Server):
+        report.sections.append(("daphne log (tail)", server.log_tail()))
+    return report

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,8 @@ STRUCTURE_JS = """() => ({
 RECORDER_JS = """
 window.__live = [];
 window.__cspViolations = [];
+window.__closes = [];
+document.addEventListener('htmx:wsClose', (e) => { window.__closes.push(e.detail.event.code); });
 document.addEventListener('securitypolicyviolation', (e) => {
   window.__cspViolations.push(e.violatedDirective + ' ' + e.blockedURI);
 });
@@ -181,6 +185,20 @@ async def wait_status(page: Any, *wanted: str) -> str:
 
 async def wait_round(page: Any, index: int) -> None:
     await page.wait_for_selector(f"#rounds > #round-{index}", state="attached")
+
+
+async def next_round(page: Any) -> int:
+    """Wait for the round after those on the page now; returns its index."""
+    index = await page.locator('#rounds > [id^="round-"]').count()
+    await wait_round(page, index)
+    return int(index)
+
+
+async def eventually(condition: Callable[[], bool], timeout: float = WAIT_MS / 1000) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
 
 
 async def snapshot(page: Any) -> dict[str, Any]:

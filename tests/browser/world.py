@@ -14,8 +14,8 @@ from typing import Any
 
 import django
 
-SLOW_ROUNDS = 4
-SLOW_SECONDS = 0.7
+SLOW_ROUNDS = 8
+SLOW_SECONDS = 0.4
 SLOW_ENDPOINT = "Browser: slow rounds"
 XSS_ENDPOINT = "Browser: XSS <img src=x onerror=alert(1)> {{7*7}}"
 XSS_FAILING_ENDPOINT = "Browser: XSS stops <script>alert(1)</script>"

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 import httpx
 import pytest
 
+from tools_app.engine.providers.transports import AiohttpTransport, Httpcore2Transport
+
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# Every transport that opens real connections (one per http_backend).
+_NETWORK_TRANSPORTS: tuple[type[httpx.AsyncBaseTransport], ...] = (
+    httpx.AsyncHTTPTransport, AiohttpTransport, Httpcore2Transport)
+
+
+def _guard(original: Callable[..., Awaitable[httpx.Response]]) -> Any:
+    async def guarded(self: httpx.AsyncBaseTransport, request: httpx.Request) -> httpx.Response:
+        if request.url.host not in _LOOPBACK:
+            raise AssertionError(f"a provider test tried to reach {request.url.host}")
+        return await original(self, request)
+
+    return guarded
 
 
 @pytest.fixture(autouse=True)
 def _no_real_provider(monkeypatch: pytest.MonkeyPatch) -> None:
     """A test that forgot its MockTransport fails instead of calling a real API."""
-    original = httpx.AsyncHTTPTransport.handle_async_request
-
-    async def guarded(self: httpx.AsyncHTTPTransport, request: httpx.Request) -> httpx.Response:
-        if request.url.host not in _LOOPBACK:
-            raise AssertionError(f"a provider test tried to reach {request.url.host}")
-        return await original(self, request)
-
-    monkeypatch.setattr(httpx.AsyncHTTPTransport, "handle_async_request", guarded)
+    for transport in _NETWORK_TRANSPORTS:
+        monkeypatch.setattr(transport, "handle_async_request",
+                            _guard(transport.handle_async_request))

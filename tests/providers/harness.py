@@ -22,7 +22,6 @@ from .support import (
     validate_openai_body,
 )
 from .wire import (
-    _sse,
     anthropic_events,
     anthropic_message,
     anthropic_sse,
@@ -32,6 +31,7 @@ from .wire import (
     openai_chunks,
     openai_completion,
     openai_sse,
+    sse_text,
 )
 
 CALL_ARGUMENTS = {"path": "notes/a-rather-long-file-name.txt", "content": "x" * 40}
@@ -84,21 +84,21 @@ def _openai_error_event() -> str:
     chunks = openai_chunks(text="Working on it")[:2]
     error = {"error": {"message": "The server had an error", "type": "server_error",
                        "code": "overloaded"}}
-    return _sse([(None, c) for c in chunks] + [(None, error)])
+    return sse_text([(None, c) for c in chunks] + [(None, error)])
 
 
 def _anthropic_error_event() -> str:
     events: list[tuple[str | None, Any]] = list(anthropic_events(text="Working on it")[:3])
     events.append(("error", {"type": "error", "error": {"type": "overloaded_error",
                                                         "message": "Overloaded"}}))
-    return _sse(events)
+    return sse_text(events)
 
 
 def _gemini_error_event() -> str:
     chunks = gemini_chunks(text="Working on it")[:1]
     error = {"error": {"code": 503, "message": "The model is overloaded.",
                        "status": "UNAVAILABLE"}}
-    return _sse([(None, c) for c in chunks] + [(None, error)])
+    return sse_text([(None, c) for c in chunks] + [(None, error)])
 
 
 OPENAI = Harness(

@@ -11,7 +11,7 @@ from tools_app.engine.providers.anthropic import map_stop_reason
 from tools_app.engine.providers.openai import OpenAIChatModel, map_finish_reason
 
 from .support import FIXTURES, Replay, json_response, sse_response
-from .wire import _sse, openai_completion
+from .wire import openai_completion, sse_text
 
 REQUEST = ChatRequest(messages=(UserMessage(text="Go"),))
 
@@ -45,7 +45,7 @@ def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
 
 
 async def streamed(*chunks: dict[str, Any]) -> Any:
-    replay = Replay([sse_response(_sse([(None, c) for c in chunks] + [(None, "[DONE]")]))])
+    replay = Replay([sse_response(sse_text([(None, c) for c in chunks] + [(None, "[DONE]")]))])
     model = OpenAIChatModel(base_url="http://127.0.0.1:1/v1", model="m", stream=True,
                             transport=replay.transport)
     return await model.chat(REQUEST)

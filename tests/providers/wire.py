@@ -10,7 +10,7 @@ from typing import Any
 Call = tuple[str, str, dict[str, Any]]  # id, name, arguments
 
 
-def _sse(events: Sequence[tuple[str | None, Any]]) -> str:
+def sse_text(events: Sequence[tuple[str | None, Any]]) -> str:
     lines = []
     for name, data in events:
         payload = data if isinstance(data, str) else json.dumps(data)
@@ -61,7 +61,7 @@ def openai_chunks(*, text: str | None = None, calls: Sequence[Call] = (),
 
 
 def openai_sse(**kwargs: Any) -> str:
-    return _sse([(None, c) for c in openai_chunks(**kwargs)] + [(None, "[DONE]")])
+    return sse_text([(None, c) for c in openai_chunks(**kwargs)] + [(None, "[DONE]")])
 
 
 # -- Anthropic Messages ------------------------------------------------------------------
@@ -113,7 +113,7 @@ def anthropic_events(*, text: str | None = None, calls: Sequence[Call] = (),
 
 
 def anthropic_sse(**kwargs: Any) -> str:
-    return _sse(anthropic_events(**kwargs))
+    return sse_text(anthropic_events(**kwargs))
 
 
 # -- Gemini ------------------------------------------------------------------------------
@@ -157,7 +157,7 @@ def gemini_chunks(*, text: str | None = None, calls: Sequence[tuple[str, dict[st
 
 
 def gemini_sse(**kwargs: Any) -> str:
-    return _sse([(None, c) for c in gemini_chunks(**kwargs)])
+    return sse_text([(None, c) for c in gemini_chunks(**kwargs)])
 
 
 def _pieces(text: str, size: int = 7) -> list[str]:

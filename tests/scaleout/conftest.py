@@ -15,6 +15,7 @@ it, before pytest-django flushes the tables.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -128,6 +129,11 @@ class Worker:
             raise AssertionError(f"worker {self.name} did not exit within {timeout} s\n"
                                  f"{self.log()[-4000:]}") from None
 
+    def assert_exits_with(self, code: int, timeout: float) -> None:
+        returncode = self.wait_exit(timeout)
+        assert returncode == code, (f"worker {self.name} exited with {returncode}\n"
+                                    f"{self.log()[-4000:]}")
+
 
 @dataclass
 class WorkerPool:
@@ -164,10 +170,8 @@ class WorkerPool:
     def stop_all(self) -> None:
         for worker in self.workers:
             if worker.process.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(worker.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         for worker in self.workers:
             try:
                 worker.process.wait(timeout=10)

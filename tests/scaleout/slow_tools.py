@@ -3,7 +3,8 @@
 Each call appends one line ("<tool> <argument>") to a counter file in the directory
 named by AGENTFORGE_TEST_COUNTER_DIR (set by the tests in the workers' environment)
 as soon as the tool is entered, before it sleeps. So the file tells how many times a
-tool really started, even when the worker running it was SIGKILLed mid-call.
+tool really started, even when the worker running it was SIGKILLed mid-call (or was
+killed by the tool itself: `crash_worker`).
 """
 
 from __future__ import annotations
@@ -51,3 +52,11 @@ async def tally(tag: str, seconds: float = 0.0) -> str:
     _count("tally", tag)
     await asyncio.sleep(seconds)
     return f"tallied {tag}"
+
+
+@tool(idempotent=True)
+async def crash_worker(reason: str = "poison") -> str:
+    """Kill the worker process running it, every time (a poison run). Idempotent, so a
+    resumed run executes it again and kills that worker too."""
+    _count("crash_worker", reason)
+    os._exit(3)

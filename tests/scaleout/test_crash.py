@@ -123,3 +123,45 @@ def test_sigkill_during_a_tool_call(
         assert call.result_text == UNKNOWN_OUTCOME
         assert run.final_text == f"Tool said: {UNKNOWN_OUTCOME}"  # the model was told
         assert run.errors_count == 1
+
+
+def test_a_poison_run_fails_as_worker_lost_and_other_runs_still_finish(
+    workers: WorkerPool, counter_dir: Path, make_endpoint: Any,
+    slow_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    """Its tool kills every worker that runs it: after AGENTFORGE_MAX_RESUMES resumes the
+    reaper fails it as worker lost instead of feeding it to worker after worker."""
+    poison = start_run(make_endpoint([
+        {"tool_calls": [{"name": "crash_worker", "arguments": {"reason": "poison"}}]},
+        {"text": "never reached"},
+    ], name="poison"), [slow_tools["crash_worker"]], policy)
+    healthy = start_run(make_endpoint([
+        {"tool_calls": [{"name": "tally", "arguments": {"tag": "healthy"}}]},
+        {"text": "Fine: {last_result}"},
+    ], name="healthy"), [slow_tools["tally"]], policy)
+
+    def supervise() -> bool:
+        """A process supervisor: start a new worker whenever none is alive."""
+        if Run.objects.filter(pk__in=[poison.pk, healthy.pk],
+                              status__in=[RunStatus.SUCCEEDED, RunStatus.FAILED]).count() == 2:
+            return True
+        if not any(w.alive() for w in workers.workers):
+            assert len(workers.workers) < 4, "the poison run was fed to worker after worker"
+            workers.start(f"w-{len(workers.workers) + 1}", AGENTFORGE_MAX_RESUMES="1")
+        return False
+
+    wait_until(supervise, RUN_TIMEOUT, "both runs to finish", workers, interval=0.1)
+
+    poison.refresh_from_db()
+    healthy.refresh_from_db()
+    assert healthy.status == RunStatus.SUCCEEDED
+    assert healthy.final_text == "Fine: tallied healthy"
+    assert poison.status == RunStatus.FAILED
+    assert poison.error_type == "WorkerLost"
+    assert "stopped 2 times" in poison.error_message
+    assert poison.resume_count == 1
+    assert statuses(poison) == ["queued", "interrupted", "failed"]
+    assert_seqs_complete(poison)
+    assert counted(counter_dir, "crash_worker") == ["poison", "poison"]  # two workers died
+    assert [w.process.returncode for w in workers.workers[:2]] == [3, 3]
+    assert len(workers.workers) == 3

@@ -107,4 +107,5 @@ def test_fake_provider_run_completes_in_a_worker_process(
     first = Round.objects.get(run=run, index=0)
     assert first.request_json is not None
     assert first.request_json.get("stream", False) is stream
-    assert first.latency_ms is not None and first.latency_ms >= 150
+    assert first.latency_ms is not None
+    assert first.latency_ms >= 150

@@ -129,3 +129,31 @@ def _one(pattern: re.Pattern[str], html: str) -> str:
         m.group(0) for m in pattern.finditer(html)]
     assert len(found) == 1, f"{len(found)} matches of {pattern.pattern!r}"
     return str(found[0])
+
+
+# -- hostile text --------------------------------------------------------------------
+
+PAYLOAD = ('<script>alert("s")</script><img src=x onerror=alert("i")>'
+           '<a href="javascript:alert(1)" hx-get="/admin/" hx-post="/runs/" hx-trigger="load">'
+           "{{ request.user }}{% csrf_token %}</a>")
+MARKERS = ("alert(", "javascript:", "request.user")
+STATIC_SCRIPTS = 3  # htmx, its ws extension, timeline.js
+
+
+def assert_inert(html: str, *, scripts: int) -> None:
+    tree = Tree(html)
+    assert len(tree.tags("script")) == scripts
+    assert html.count("<script") == scripts
+    assert "<img" not in html
+    assert "</script><img" not in html
+    for element in tree.elements:
+        for name, value in element.attrs.items():
+            assert not name.startswith("on"), f"event handler attribute {name}"
+            assert name not in ("hx-get", "hx-post", "hx-trigger"), f"htmx attribute {name}"
+            assert not (value or "").strip().lower().startswith("javascript:")
+    hits = [(text, el) for text, el in tree.texts if any(m in text for m in MARKERS)]
+    assert hits, "the payload is not shown at all"
+    for text, element in hits:
+        if element is not None and element.tag == "title":
+            continue  # RCDATA in <head>: never parsed as markup, never seen by htmx
+        assert inside_hx_disable(element), f"outside hx-disable: {text[:80]!r}"

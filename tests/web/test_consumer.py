@@ -8,6 +8,7 @@ so dropped or duplicate notifications never leave a gap or a double.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -27,7 +28,7 @@ from tools_app.recorder import group_name, notify
 from tools_app.runner import execute_run
 from tools_app.selectors import events_after
 
-from .support import Tree, inside_hx_disable, start_run
+from .support import PAYLOAD, Tree, assert_inert, start_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,7 +64,9 @@ async def sockets() -> AsyncIterator[list[WebsocketCommunicator]]:
     opened: list[WebsocketCommunicator] = []
     yield opened
     for comm in opened:
-        await comm.disconnect(timeout=WAIT)
+        # After a receive timed out, the communicator has already cancelled the app.
+        with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
+            await comm.disconnect(timeout=WAIT)
 
 
 @pytest.fixture
@@ -164,7 +167,7 @@ async def test_a_forged_session_is_closed_with_4401(weather_run: Any) -> None:
 
 async def test_another_users_run_is_closed_with_4403(
     weather_run: Any, alice: AbstractUser, charlie: AbstractUser,
-    make_endpoint: Any, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    make_endpoint: Any, policy: ErrorPolicy,
 ) -> None:
     bobs = await weather_run()
     alices = await sync_to_async(start_run)(alice, await sync_to_async(make_endpoint)(
@@ -568,25 +571,30 @@ async def test_an_unknown_or_malformed_fragment_sends_nothing(
     assert await comm.receive_nothing(timeout=0.3)
 
 
-def test_the_fragments_texts_sit_where_hx_disable_covers_them_on_the_page() -> None:
-    """The stream targets exist only inside an hx-disable region of a requested round."""
-    from django.template.loader import render_to_string
+async def test_hostile_values_reach_the_socket_escaped_and_inert(
+    bob: AbstractUser, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+    sockets: list[WebsocketCommunicator],
+) -> None:
+    telling = await ErrorPolicy.objects.acreate(name="tell", hallucinated_tool="tell_model")
+    endpoint = await sync_to_async(make_endpoint)([
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": PAYLOAD}},
+                        {"name": "always_fails", "arguments": {"reason": PAYLOAD}},
+                        {"name": PAYLOAD, "arguments": {"q": PAYLOAD}}]},
+        {"text": f"Model says {PAYLOAD}"},
+    ], name="hostile")
+    tools = [demo_tools["get_weather"], demo_tools["always_fails"]]
+    run = await sync_to_async(start_run)(bob, endpoint, tools, telling, text=PAYLOAD)
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+    await comm.receive_from(timeout=WAIT)
 
-    from tools_app.models import Round
+    execution = asyncio.ensure_future(execute_run(str(run.pk)))
+    received = await watch_until_done(comm, execution, run.pk)
 
-    run = Run(status="running", snapshot={"endpoint": {"name": "e"}, "policy": {"name": "p"}})
-    round_ = Round(run=run, index=0, status="requested")
-    html = render_to_string("tools_app/run_detail.html#round",
-                            {"run": run, "round": type("R", (), {
-                                "index": 0, "status": "requested", "calls": [],
-                                "attempts": [], "thinking": None, "ai_text": None,
-                                "request_json": None, "response_json": None,
-                                "finish_reason": "", "latency_ms": None,
-                                "first_token_ms": None, "input_tokens": None,
-                                "round": round_})()})
-    tree = Tree(html)
-    assert inside_hx_disable(tree.by_id("round-0-stream"))
-    assert inside_hx_disable(tree.by_id("round-0-stext"))
+    assert execution.result() == "succeeded"
+    for html in received:
+        assert_inert(html, scripts=0)
+    texts = " ".join(t for m in received for t, _ in Tree(m).texts)
+    assert texts.count(PAYLOAD) >= 5  # tool output, error, tool name, model text, title
 
 
 # -- the live header's cancel form -------------------------------------------------------

@@ -19,11 +19,30 @@ from django.test import Client
 
 from tools_app import recorder
 from tools_app.fragments import render_updates
-from tools_app.models import ErrorPolicy, ModelEndpoint, Round, Run, ToolCall, ToolRegistration
+from tools_app.models import (
+    ErrorPolicy,
+    ModelEndpoint,
+    Round,
+    Run,
+    RunEvent,
+    ToolCall,
+    ToolRegistration,
+)
 from tools_app.runner import execute_run
 from tools_app.selectors import events_after
 
-from .support import HEADER_RE, OOB_TRUE, ROUND_RE, SEQ_RE, Timeline, Tree, inside_hx_disable
+from .support import (
+    HEADER_RE,
+    OOB_TRUE,
+    PAYLOAD,
+    ROUND_RE,
+    SEQ_RE,
+    STATIC_SCRIPTS,
+    Timeline,
+    Tree,
+    assert_inert,
+    inside_hx_disable,
+)
 from .support import start_run as _start_run
 
 pytestmark = pytest.mark.django_db
@@ -172,27 +191,18 @@ def test_a_requested_round_has_the_stream_targets_inside_hx_disable(
     bob: AbstractUser, weather_endpoint: ModelEndpoint,
     demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
 ) -> None:
+    """Streamed pieces are appended to #round-N-stream / -stext: both must be inert."""
     run = _start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy)
     Round.objects.create(run=run, index=0, status="requested")
-    html = render_updates(run.pk, events_after(run.pk, 0)[:1])  # only run_status
-    assert "round-0" not in html
-    from tools_app.models import RunEvent
-
-    event = RunEvent(run=run, seq=run.last_seq, kind="round_started",
-                     payload={"round_index": 0})
+    event = RunEvent(run=run, seq=run.last_seq, kind="round_started", payload={"round_index": 0})
     tree = Tree(render_updates(run.pk, [event]))
     assert inside_hx_disable(tree.by_id("round-0-stream"))
     assert inside_hx_disable(tree.by_id("round-0-stext"))
+    Round.objects.filter(run=run, index=0).update(status="responded")
+    assert "round-0-stream" not in render_updates(run.pk, [event])
 
 
 # -- untrusted text is escaped, and inert for htmx -------------------------------------
-
-PAYLOAD = ('<script>alert("s")</script><img src=x onerror=alert("i")>'
-           '<a href="javascript:alert(1)" hx-get="/admin/" hx-post="/runs/" hx-trigger="load">'
-           "{{ request.user }}{% csrf_token %}</a>")
-MARKERS = ("alert(", "javascript:", "request.user")
-STATIC_SCRIPTS = 3  # htmx, its ws extension, timeline.js
-
 
 @pytest.fixture
 def hostile_runs(
@@ -227,25 +237,6 @@ def hostile_runs(
         handled_by=PAYLOAD, error_details=[{"loc": [PAYLOAD], "msg": PAYLOAD}],
     )
     return [ok, failed]
-
-
-def assert_inert(html: str, *, scripts: int) -> None:
-    tree = Tree(html)
-    assert len(tree.tags("script")) == scripts
-    assert html.count("<script") == scripts
-    assert "<img" not in html
-    assert "</script><img" not in html
-    for element in tree.elements:
-        for name, value in element.attrs.items():
-            assert not name.startswith("on"), f"event handler attribute {name}"
-            assert name not in ("hx-get", "hx-post", "hx-trigger"), f"htmx attribute {name}"
-            assert not (value or "").strip().lower().startswith("javascript:")
-    hits = [(text, el) for text, el in tree.texts if any(m in text for m in MARKERS)]
-    assert hits, "the payload is not shown at all"
-    for text, element in hits:
-        if element is not None and element.tag == "title":
-            continue  # RCDATA in <head>: never parsed as markup, never seen by htmx
-        assert inside_hx_disable(element), f"outside hx-disable: {text[:80]!r}"
 
 
 def test_the_page_shows_hostile_values_escaped_and_inert(

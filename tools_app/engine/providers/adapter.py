@@ -16,7 +16,8 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, ClassVar, NotRequired, Required, TypedDict
+from types import TracebackType
+from typing import Any, ClassVar, Required, Self, TypedDict
 
 import httpx
 
@@ -33,6 +34,7 @@ from .http import (
     RetryPolicy,
     invalid_response_error,
 )
+from .transports import HttpBackend, TransportFactory
 
 JsonObject = dict[str, Any]
 
@@ -52,11 +54,19 @@ class WireConfig(TypedDict, total=False):
     read_timeout: float
     max_retries: int | None
     retry: RetryPolicy | None
-    transport: NotRequired[httpx.AsyncBaseTransport | None]
+    transport: httpx.AsyncBaseTransport | None
+    http_backend: HttpBackend | TransportFactory | None
+    limits: httpx.Limits | None
 
 
 class WireChatModel(ABC):
-    """A ChatModel that talks to one HTTP API. Subclasses implement the translation."""
+    """A ChatModel that talks to one HTTP API. Subclasses implement the translation.
+
+    The model keeps a pool of connections (one per event loop), shared by every call
+    and every run using it: `await model.aclose()` (or `async with model:`) releases
+    it. `http_backend` picks the pool ("aiohttp", "httpx", "httpx2" or a transport
+    factory, see transports.py), `limits` its size; `transport=` replaces it outright.
+    """
 
     provider: ClassVar[str]
     default_base_url: ClassVar[str | None] = None
@@ -75,17 +85,14 @@ class WireChatModel(ABC):
         max_retries: int | None = None,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        http_backend: HttpBackend | TransportFactory | None = None,
+        limits: httpx.Limits | None = None,
     ) -> None:
         base = base_url or self.default_base_url
         if not base:
             raise ValueError(f"{self.provider}: base_url is required")
         if not model:
             raise ValueError(f"{self.provider}: model is required")
-        policy = retry or RetryPolicy()
-        if max_retries is not None:
-            if max_retries < 0:
-                raise ValueError("max_retries must be 0 or more")
-            policy = replace(policy, max_retries=max_retries)
         self.model = model
         self.stream = stream
         self.parameters = parameters or ChatRequestParameters()
@@ -96,8 +103,10 @@ class WireChatModel(ABC):
             headers={**self.default_headers(), **dict(extra_headers or {})},
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
-            retry=policy,
+            retry=_retry_policy(retry, max_retries),
             transport=transport,
+            http_backend=http_backend,
+            limits=limits,
         )
 
     def __repr__(self) -> str:
@@ -107,6 +116,17 @@ class WireChatModel(ABC):
     @property
     def model_name(self) -> str:
         return self.model
+
+    async def aclose(self) -> None:
+        """Close the model's pooled connections; a later call opens new ones."""
+        await self.http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
         parameters = self.parameters.override_with(request.parameters)
@@ -201,6 +221,15 @@ class WireChatModel(ABC):
             provider=self.provider, status=200, error_type="truncated_tool_call",
             request_id=request_id, retryable=False,
         )
+
+
+def _retry_policy(retry: RetryPolicy | None, max_retries: int | None) -> RetryPolicy:
+    policy = retry or RetryPolicy()
+    if max_retries is None:
+        return policy
+    if max_retries < 0:
+        raise ValueError("max_retries must be 0 or more")
+    return replace(policy, max_retries=max_retries)
 
 
 # -- translation helpers shared by the adapters ------------------------------------------

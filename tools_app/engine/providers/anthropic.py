@@ -3,8 +3,10 @@
 Request: system messages go to the top-level `system`; tools carry `input_schema`;
 tool_choice auto/any/tool/none (the engine's "required" is `any`, a named choice is
 `tool`); parallel_tool_calls=False becomes `disable_parallel_tool_use`; `max_tokens`
-is always sent (`default_max_tokens`, 4096, unless max_output_tokens is set). All the
-results of one round go back as ONE user message made of tool_result blocks.
+is always sent (`default_max_tokens`, 4096, unless max_output_tokens is set);
+temperature/top_p are sent only when set (the installed SDK's types no longer list
+them, but the API accepted them in 2026 recordings). All the results of one round go
+back as ONE user message made of tool_result blocks.
 
 Response: every content block is kept verbatim in AiMessage.provider_blocks and sent
 back as received, so thinking blocks keep their signatures and their place before
@@ -13,10 +15,15 @@ only `tool_use` blocks become ToolExecutionRequests. When an assistant message i
 back, its tool_use blocks are rewritten from the message's tool_execution_requests (so
 a request edited by the user is what the API sees).
 
+Usage: input_tokens counts the whole prompt (cache reads and writes included).
+
 Streaming folds message_start / content_block_* / message_delta / message_stop into
-the non-streamed message body. An `error` event, a stream that ends before
-message_stop, or a tool_use block that never got its content_block_stop (an input cut
-off at max_tokens) raise instead of returning anything.
+the non-streamed message body. A finished tool_use whose streamed input is not valid
+JSON keeps the raw text as its arguments, so the engine rejects it as an arguments
+error (it is sent back as {"INVALID_JSON": raw}, since the API wants an object). An
+`error` event, a stream that ends before message_stop, or a tool_use block that never
+got its content_block_stop (an input cut off at max_tokens) raise instead of returning
+anything.
 """
 
 from __future__ import annotations

@@ -3,6 +3,16 @@
     ProviderHttpClient.post_json()    one JSON request, retried per RetryPolicy
     ProviderHttpClient.open_stream()  the same, until the response headers; the
                                       event stream itself is never retried
+    ProviderHttpClient.aclose()       closes the pooled connections
+
+One pooled httpx.AsyncClient per ProviderHttpClient and event loop: created on the
+first request made in that loop, then shared by every call and every concurrent run
+using the model (a client and its connections belong to the loop that opened them, so
+the embedded worker and a test each get their own). The pool under it is chosen with
+`http_backend` (see transports.py; aiohttp's by default); an injected `transport=`
+(tests: httpx.MockTransport) is used as it is, in every loop. Clients that were never
+closed are closed when the ProviderHttpClient is garbage-collected (in their loop if it
+still runs).
 
 The retry policy is the official OpenAI/Anthropic SDKs' one, and this is the only
 retry loop in the engine: connection errors, timeouts, 408, 409, 429 and every 5xx
@@ -26,7 +36,9 @@ import email.utils
 import json
 import logging
 import random
+import threading
 import time
+import weakref
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -37,6 +49,7 @@ from collections.abc import (
 )
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import httpx
@@ -44,6 +57,14 @@ import httpx
 from ..errors import ProviderError
 from ..events import ProviderAttempt, ProviderWireRequest, emit
 from .sse import SseEvent, aiter_sse
+from .transports import (
+    DEFAULT_HTTP_BACKEND,
+    DEFAULT_LIMITS,
+    HttpBackend,
+    TransportFactory,
+    close_transport_now,
+    transport_factory,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +76,7 @@ REDACTED = "[redacted]"
 
 _RETRYABLE_STATUSES = frozenset({408, 409, 429})
 _SENSITIVE_HEADER_PARTS = ("auth", "key", "token", "secret", "cookie", "password")
-_REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-goog-request-id", "cf-ray")
+_REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-goog-request-id")
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -108,6 +129,26 @@ class Redactor:
         if isinstance(value, list):
             return [self.json(item) for item in value]
         return value
+
+    def decoded_json(self, value: Any, raw: bytes) -> Any:
+        """`json(value)` for a `value` decoded from the JSON text `raw`. Walking a whole
+        response is most of a call's cost in this layer, so it is skipped when no secret
+        can be in `raw`: none appears in it verbatim and nothing in it is escaped in a
+        way that could spell one (\\uXXXX, \\/, or a UTF-16/32 body)."""
+        if not self.secrets:
+            return value
+        verbatim = self._verbatim_secrets
+        if (verbatim is None or b"\\u" in raw or b"\\/" in raw or 0 in raw[:4]
+                or any(secret in raw for secret in verbatim)):
+            return self.json(value)
+        return value
+
+    @cached_property
+    def _verbatim_secrets(self) -> tuple[bytes, ...] | None:
+        """The secrets as JSON text carries them, or None if one needs escaping there."""
+        if any(char in '"\\' or char < " " for secret in self.secrets for char in secret):
+            return None
+        return tuple(secret.encode() for secret in self.secrets)
 
 
 def is_sensitive_header(name: str) -> bool:
@@ -327,8 +368,84 @@ class EventStream:
         )
 
 
+# -- the pooled clients ------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _PooledClient:
+    """One loop's client, and the async generator that stands for its lifetime.
+
+    The generator is registered with the loop on its first step, so the loop closes the
+    client when it shuts down (asyncio.run, asyncio.Runner and pytest-asyncio call
+    `loop.shutdown_asyncgens()`), or soon after the generator is dropped with its owner
+    while the loop runs (the loop's async-generator finalizer hook). The generator
+    refers to the client, not the other way round, so dropping the entry finalizes it
+    at once instead of at the next cyclic garbage collection.
+    """
+
+    client: httpx.AsyncClient
+    transport: httpx.AsyncBaseTransport
+    owned: bool
+    """False for an injected transport: the caller's to close."""
+
+    async def aclose(self) -> None:
+        if not self.owned:
+            return
+        try:
+            await self.client.aclose()
+        except Exception:  # a connection that fails to close is gone anyway
+            logger.debug("closing a provider connection pool failed", exc_info=True)
+
+    def close_now(self) -> None:
+        """Its loop is closed and never shut the client down: release what can be."""
+        if self.owned:
+            close_transport_now(self.transport)
+
+
+async def _lifetime(pooled: _PooledClient) -> AsyncGenerator[None]:
+    try:
+        yield
+    finally:
+        await pooled.aclose()
+
+
+@dataclass(eq=False)
+class _Entry:
+    pooled: _PooledClient
+    lifetime: AsyncGenerator[None]
+
+
+class _ClientsByLoop:
+    """The pooled clients of one ProviderHttpClient, keyed by event loop. It holds no
+    reference to its owner, so it can release the clients when the owner is collected."""
+
+    def __init__(self) -> None:
+        self.clients: dict[asyncio.AbstractEventLoop, _Entry] = {}
+        self.lock = threading.Lock()
+
+    def add(self, loop: asyncio.AbstractEventLoop, entry: _Entry) -> None:
+        with self.lock:
+            for other in [other for other in self.clients if other.is_closed()]:
+                self.clients.pop(other).pooled.close_now()
+            self.clients[loop] = entry
+
+    def take_all(self) -> list[tuple[asyncio.AbstractEventLoop, _Entry]]:
+        with self.lock:
+            taken = list(self.clients.items())
+            self.clients.clear()
+        return taken
+
+    def release(self) -> None:
+        """The owner is gone. A live loop closes its client through the lifetime
+        generator's finalizer hook once the entry is dropped here; a closed loop cannot
+        run anything, so what it left open is released at once."""
+        for loop, entry in self.take_all():
+            if loop.is_closed():
+                entry.pooled.close_now()
+
+
 class ProviderHttpClient:
-    """Builds the httpx client, sends with credentials, retries, maps failures."""
+    """Holds the pooled httpx clients, sends with credentials, retries, maps failures."""
 
     def __init__(
         self,
@@ -341,12 +458,19 @@ class ProviderHttpClient:
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        http_backend: HttpBackend | TransportFactory | None = None,
+        limits: httpx.Limits | None = None,
     ) -> None:
         self.provider = provider
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.timeouts = httpx.Timeout(read_timeout, connect=connect_timeout)
+        self.limits = limits or DEFAULT_LIMITS
+        self.http_backend = http_backend or DEFAULT_HTTP_BACKEND
         self._transport = transport
+        self._transport_factory = transport_factory(self.http_backend)
+        self._clients = _ClientsByLoop()
+        weakref.finalize(self, self._clients.release)
         plain = {k: v for k, v in (headers or {}).items() if not is_sensitive_header(k)}
         secret = {k: v for k, v in (headers or {}).items() if is_sensitive_header(k)}
         self._headers = {**plain, **secret, **(credentials or {})}
@@ -361,9 +485,9 @@ class ProviderHttpClient:
 
     async def post_json(self, path: str, body: dict[str, Any]) -> JsonResponse:
         url = await self._announce(path, body, stream=False)
-        async with self._client() as client:
-            (response, content), attempt = await self._with_retries(
-                lambda: self._attempt_json(client, url, body))
+        client = await self.client()
+        (response, content), attempt = await self._with_retries(
+            lambda: self._attempt_json(client, url, body))
         return JsonResponse(response.status_code, content, response.headers, attempt)
 
     def decode(self, response: JsonResponse) -> tuple[Any, str | None]:
@@ -373,23 +497,23 @@ class ProviderHttpClient:
         if decoded is None:
             raise invalid_response_error(self.provider, "the body is not JSON",
                                          response.content, self.redactor, request_id=request_id)
-        return self.redactor.json(decoded), request_id
+        return self.redactor.decoded_json(decoded, response.content), request_id
 
     @asynccontextmanager
     async def open_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[EventStream]:
         url = await self._announce(path, body, stream=True)
-        async with self._client() as client:
-            response, attempt = await self._with_retries(
-                lambda: self._attempt_stream(client, url, body))
+        client = await self.client()
+        response, attempt = await self._with_retries(
+            lambda: self._attempt_stream(client, url, body))
+        try:
             try:
-                try:
-                    await self._check_event_stream(response)
-                except ProviderError as error:
-                    await self.report_attempt(attempt, error, None)
-                    raise
-                yield EventStream(self.provider, response, self.redactor, self.timeouts, attempt)
-            finally:
-                await response.aclose()
+                await self._check_event_stream(response)
+            except ProviderError as error:
+                await self.report_attempt(attempt, error, None)
+                raise
+            yield EventStream(self.provider, response, self.redactor, self.timeouts, attempt)
+        finally:
+            await response.aclose()
 
     async def report_attempt(self, number: int, error: ProviderError, wait: float | None) -> None:
         """Log and emit one failed attempt (also one whose response proved unusable)."""
@@ -399,11 +523,39 @@ class ProviderHttpClient:
         await emit(ProviderAttempt(provider=self.provider, attempt=number, status=error.status,
                                    error=str(error), retryable=error.retryable, wait_s=wait))
 
-    # -- internals ---------------------------------------------------------------------
+    async def client(self) -> httpx.AsyncClient:
+        """The pooled client of the running event loop, created on first use."""
+        loop = asyncio.get_running_loop()
+        entry = self._clients.clients.get(loop)
+        if entry is None or entry.pooled.client.is_closed:
+            entry = await self._open_client(loop)
+        return entry.pooled.client
 
-    def _client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=self._transport, timeout=self.timeouts,
-                                 headers=self._headers, follow_redirects=False)
+    async def _open_client(self, loop: asyncio.AbstractEventLoop) -> _Entry:
+        owned = self._transport is None
+        transport = self._transport or self._transport_factory(self.limits)
+        client = httpx.AsyncClient(transport=transport, timeout=self.timeouts,
+                                   headers=self._headers, follow_redirects=False)
+        pooled = _PooledClient(client, transport, owned=owned)
+        entry = _Entry(pooled, _lifetime(pooled))
+        await anext(entry.lifetime)  # registers it with the loop (see _PooledClient)
+        self._clients.add(loop, entry)
+        return entry
+
+    async def aclose(self) -> None:
+        """Close the pooled connections of every event loop. The client stays usable:
+        a later request opens a new pool. An injected `transport=` is left open."""
+        current = asyncio.get_running_loop()
+        for loop, entry in self._clients.take_all():
+            if loop is current:
+                await entry.lifetime.aclose()
+            elif loop.is_closed() or not loop.is_running():
+                entry.pooled.close_now()
+            else:
+                future = asyncio.run_coroutine_threadsafe(entry.lifetime.aclose(), loop)
+                await asyncio.wait_for(asyncio.wrap_future(future), self.timeouts.connect)
+
+    # -- internals ---------------------------------------------------------------------
 
     async def _announce(self, path: str, body: dict[str, Any], *, stream: bool) -> str:
         url = self.url(path)

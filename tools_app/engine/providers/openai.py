@@ -7,11 +7,14 @@ parallel_tool_calls; max_output_tokens goes out as `max_completion_tokens` for
 OpenAI (`max_tokens` is deprecated there and refused by reasoning models) and as
 `max_tokens` for OpenAI-compatible servers, which mostly know only that one (both are
 configurable with `max_tokens_field`); `custom` parameters are merged into the body last.
+Tool-call arguments that are empty or null are the empty object "{}"; reasoning text
+(`reasoning_content`, `reasoning`) becomes AiMessage.thinking and is never sent back.
 
-Streaming quirks of compatible servers that are tolerated (all seen in recordings): a
-function name repeated in every chunk, `arguments: null`, arguments resent whole,
-a leading space before `data:`, no finish_reason at all, and an empty, missing or
-repeated tool-call id (replaced by a stable id made from the response id and index).
+Quirks of compatible servers that are tolerated. Seen in recordings: a function name
+repeated in every chunk, `arguments: null`, a leading space before `data:`, no
+finish_reason at all, an empty tool-call id. Guarded against as well: arguments resent
+whole, fragments without an index, a missing or repeated id. A missing id is replaced
+by a stable one made from the response id and the call's index.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@ graceful SIGTERM that checkpoints the current run instead of running it to the e
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import threading
 from types import FrameType
 from typing import Any
@@ -11,6 +14,8 @@ from django_tasks_db.management.commands import db_worker
 
 from tools_app import runner
 from tools_app.worker import reap_and_enqueue, start_reaper_thread
+
+logger = logging.getLogger(__name__)
 
 
 class Command(db_worker.Command):
@@ -28,10 +33,22 @@ class Command(db_worker.Command):
 
 
 def _checkpoint_on_shutdown() -> None:
-    """The first SIGTERM/SIGINT also asks the running run to stop at its next step."""
+    """The first SIGTERM/SIGINT also asks the running run to stop at its next step.
+
+    A second one while a task runs stops the process at once, as a crash would: the
+    run's lease runs out and another worker's reaper resumes it. (django-tasks-db would
+    raise SystemExit in the task instead, but a run is an async task: its event loop
+    thread then waits forever for this main thread, and the process never exits.)
+    """
     original = db_worker.Worker.shutdown
 
     def shutdown(self: db_worker.Worker, signum: int, frame: FrameType | None) -> None:
+        if not self.running and self.running_task:
+            logger.warning("Received a second stop signal: exiting now; the run in progress "
+                           "will be resumed by another worker when its lease expires")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
         runner.shutdown_requested.set()
         original(self, signum, frame)
 

@@ -1,0 +1,172 @@
+"""Settings come from the environment and bad values fail loudly at start.
+
+Each case starts a fresh interpreter (`django.setup()` with a controlled environment),
+because settings are read once, at import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SETTINGS_VARIABLES = {
+    "DATA_DIR", "DEBUG", "SECRET_KEY", "SECRET_KEY_FILE", "ALLOWED_HOSTS",
+    "CSRF_TRUSTED_ORIGINS", "DATABASE_URL", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE",
+    "TIME_ZONE", "SERVE_STATIC", "REDIS_URL", "CHANNEL_CAPACITY", "TASK_BACKEND", "LOG_LEVEL",
+}
+SCRIPT = """
+import json, django
+django.setup()
+from django.conf import settings
+print(json.dumps({
+    "debug": settings.DEBUG,
+    "allowed_hosts": settings.ALLOWED_HOSTS,
+    "database": settings.DATABASES["default"],
+    "channel_layer": settings.CHANNEL_LAYERS["default"],
+    "tasks": settings.TASKS["default"]["BACKEND"],
+    "lease": settings.AGENTFORGE_LEASE_SECONDS,
+    "heartbeat": settings.AGENTFORGE_HEARTBEAT_SECONDS,
+}, default=str))
+"""
+
+
+def start(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in SETTINGS_VARIABLES and not k.startswith("AGENTFORGE_")}
+    clean |= {"DJANGO_SETTINGS_MODULE": "agentforge_web.settings", "DATA_DIR": str(tmp_path)}
+    return subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO_ROOT, env=clean | env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def started(tmp_path: Path, **env: str) -> dict[str, Any]:
+    result = start(tmp_path, **env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def refused(tmp_path: Path, **env: str) -> str:
+    """The ImproperlyConfigured line a start with this environment fails with."""
+    result = start(tmp_path, **env)
+    assert result.returncode != 0, f"started with {env}: {result.stdout}"
+    lines = [line for line in result.stderr.splitlines()
+             if line.startswith("django.core.exceptions.ImproperlyConfigured")]
+    assert lines, result.stderr
+    return lines[-1]
+
+
+PRODUCTION = {"DEBUG": "0", "SECRET_KEY": "x" * 50, "ALLOWED_HOSTS": "agentforge.example.com"}
+
+
+@pytest.mark.parametrize("hosts", ["*", "agentforge.example.com, * "])
+def test_debug_off_refuses_a_wildcard_allowed_hosts(tmp_path: Path, hosts: str) -> None:
+    message = refused(tmp_path, **PRODUCTION | {"ALLOWED_HOSTS": hosts})
+    assert "ALLOWED_HOSTS" in message
+
+
+def test_debug_on_allows_a_wildcard_allowed_hosts(tmp_path: Path) -> None:
+    assert started(tmp_path, DEBUG="1", ALLOWED_HOSTS="*")["allowed_hosts"] == ["*"]
+
+
+def test_debug_off_requires_a_secret_key(tmp_path: Path) -> None:
+    env = {k: v for k, v in PRODUCTION.items() if k != "SECRET_KEY"}
+    assert "SECRET_KEY" in refused(tmp_path, **env)
+    assert "SECRET_KEY" in refused(tmp_path, **env, SECRET_KEY="")
+
+
+def test_an_unreadable_secret_key_file_is_refused(tmp_path: Path) -> None:
+    message = refused(tmp_path, **PRODUCTION, SECRET_KEY_FILE=str(tmp_path / "missing"))
+    assert "SECRET_KEY_FILE" in message
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("DEBUG", "maybe"),
+        ("SERVE_STATIC", "2"),
+        ("AGENTFORGE_MAX_RESUMES", "three"),
+        ("AGENTFORGE_MAX_RESUMES", "-1"),
+        ("AGENTFORGE_MAX_VALUE_BYTES", "1e6"),
+        ("AGENTFORGE_LEASE_SECONDS", "soon"),
+        ("AGENTFORGE_HEARTBEAT_SECONDS", "often"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_the_variable(
+    tmp_path: Path, variable: str, value: str
+) -> None:
+    message = refused(tmp_path, **{variable: value})
+    assert variable in message
+    assert repr(value) in message or value in message
+
+
+def test_a_bad_channel_capacity_is_refused_when_redis_is_used(tmp_path: Path) -> None:
+    message = refused(tmp_path, REDIS_URL="redis://127.0.0.1:6379/0", CHANNEL_CAPACITY="lots")
+    assert "CHANNEL_CAPACITY" in message
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("AGENTFORGE_LEASE_SECONDS", "nan"), ("AGENTFORGE_LEASE_SECONDS", "0"),
+     ("AGENTFORGE_HEARTBEAT_SECONDS", "-5"), ("AGENTFORGE_HEARTBEAT_SECONDS", "inf")],
+)
+def test_a_lease_or_heartbeat_that_cannot_work_is_refused(
+    tmp_path: Path, variable: str, value: str
+) -> None:
+    """A NaN, infinite, zero or negative duration would only fail (or never expire) at
+    run time, in every worker: refuse it at start."""
+    message = refused(tmp_path, **{variable: value})
+    assert variable in message
+    assert repr(value) in message
+
+
+def test_a_heartbeat_not_shorter_than_the_lease_is_refused(tmp_path: Path) -> None:
+    """The lease would expire between heartbeats: reapers would steal live runs."""
+    message = refused(tmp_path, AGENTFORGE_LEASE_SECONDS="5", AGENTFORGE_HEARTBEAT_SECONDS="5")
+    assert "AGENTFORGE_HEARTBEAT_SECONDS" in message
+    assert "AGENTFORGE_LEASE_SECONDS" in message
+
+
+@pytest.mark.parametrize("value", ["celery", "Database"])
+def test_an_unknown_task_backend_is_refused(tmp_path: Path, value: str) -> None:
+    message = refused(tmp_path, TASK_BACKEND=value)
+    assert "TASK_BACKEND" in message
+    assert "inprocess, database, immediate" in message
+
+
+def test_the_default_is_the_embedded_configuration(tmp_path: Path) -> None:
+    config = started(tmp_path)
+    assert config["debug"] is True
+    assert config["database"]["ENGINE"] == "django.db.backends.sqlite3"
+    assert config["database"]["NAME"] == str(tmp_path / "agentforge.sqlite3")
+    assert config["channel_layer"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
+    assert config["tasks"] == "tools_app.task_backend.InProcessBackend"
+    assert (config["lease"], config["heartbeat"]) == (30.0, 5.0)
+
+
+def test_the_scale_out_configuration_is_honoured(tmp_path: Path) -> None:
+    config = started(
+        tmp_path, **PRODUCTION,
+        DATABASE_URL="postgres://agent:pw@db.internal:6543/agentforge",
+        REDIS_URL="redis://cache.internal:6380/2", CHANNEL_CAPACITY="250",
+        TASK_BACKEND="database",
+        AGENTFORGE_LEASE_SECONDS="12.5", AGENTFORGE_HEARTBEAT_SECONDS="2",
+    )
+    assert config["debug"] is False
+    assert config["allowed_hosts"] == ["agentforge.example.com"]
+    database = config["database"]
+    assert database["ENGINE"] == "django.db.backends.postgresql"
+    assert (database["NAME"], database["USER"], database["PASSWORD"]) == ("agentforge", "agent",
+                                                                          "pw")
+    assert (database["HOST"], int(database["PORT"])) == ("db.internal", 6543)
+    assert config["channel_layer"] == {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": ["redis://cache.internal:6380/2"], "capacity": 250},
+    }
+    assert config["tasks"] == "django_tasks_db.DatabaseBackend"
+    assert (config["lease"], config["heartbeat"]) == (12.5, 2.0)
