@@ -205,8 +205,24 @@ async def snapshot(page: Any) -> dict[str, Any]:
     return dict(await page.evaluate(SNAPSHOT_JS))
 
 
+async def wait_caught_up(page: Any) -> None:
+    """Wait until the live page has applied the run's last event.
+
+    The header can show the final status one message before the last seq arrives (it is
+    rendered from the current rows); the next message follows within milliseconds.
+    """
+    html = await (await page.request.get(page.url)).text()
+    match = re.search(r'id="run-seq" data-seq="(\d+)"', html)
+    assert match, "the page has no run-seq marker"
+    await page.wait_for_function(
+        "seq => (document.getElementById('run-seq') || {dataset: {}}).dataset.seq === seq",
+        arg=match.group(1), timeout=WAIT_MS,
+    )
+
+
 async def assert_equals_reload(page: Any) -> dict[str, Any]:
     """The live page's timeline is exactly what a fresh render of the run shows."""
+    await wait_caught_up(page)
     live = await snapshot(page)
     await page.reload()
     reloaded = await snapshot(page)
