@@ -1,0 +1,60 @@
+"""The endpoints page: each endpoint's capability report, and the button that probes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from tools_app import views
+from tools_app.models import ModelEndpoint
+from tools_app.probing import probe_and_store
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# A scripted model that calls a tool whatever it is asked: it "supports" tool calls and
+# both tool_choice modes, but never makes two calls at once.
+ONE_CALL_THEN_TEXT = [
+    {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+    {"text": "done"},
+]
+
+
+@pytest.fixture
+def endpoint(make_endpoint: Any) -> ModelEndpoint:
+    return make_endpoint(ONE_CALL_THEN_TEXT, name="probe me")  # type: ignore[no-any-return]
+
+
+def test_the_probe_button_enqueues_a_probe_of_that_endpoint(
+    alice_client: Client, endpoint: ModelEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probed: list[str] = []
+    monkeypatch.setattr(views, "enqueue_probe", probed.append)
+    response = alice_client.post(f"/endpoints/{endpoint.pk}/probe/")
+    assert response.status_code == 302
+    assert probed == [str(endpoint.pk)]
+
+
+def test_the_probe_needs_a_login_and_a_post(client: Client, alice_client: Client,
+                                            endpoint: ModelEndpoint) -> None:
+    assert client.post(f"/endpoints/{endpoint.pk}/probe/").status_code == 302  # to login
+    assert alice_client.get(f"/endpoints/{endpoint.pk}/probe/").status_code == 405
+
+
+def test_a_probe_stores_its_report_and_the_page_shows_it(
+    alice_client: Client, endpoint: ModelEndpoint
+) -> None:
+    assert alice_client.get("/endpoints/").content.decode().count("Not probed yet") == 1
+    asyncio.run(probe_and_store(str(endpoint.pk)))
+    endpoint.refresh_from_db()
+    report = endpoint.capability_report
+    assert endpoint.capability_checked_at is not None
+    checks = {c["name"]: c["status"] for c in report["checks"]}
+    assert checks["tool_calls"] == "passed"
+    assert checks["parallel_tool_calls"] == "failed"
+    page = alice_client.get("/endpoints/").content.decode()
+    assert "Not probed yet" not in page
+    assert "parallel_tool_calls" in page
+    assert "probe-failed" in page
