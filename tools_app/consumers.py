@@ -4,6 +4,9 @@ On connect it checks who may watch; the client then says which seq it has seen, 
 the consumer sends every later event's fragments, read from the database by seq.
 Notifications from the channel layer only say "something new" (or carry an ephemeral
 streaming fragment), so a dropped notification or a reconnect never leaves a gap.
+
+Bursts coalesce: a notification for a seq already sent costs nothing, and viewers of one
+run share the rendering of the rounds a batch touched (docs/benchmarks/live.md).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def _visible_run(run_id: str, user: Any) -> Run | None:
 
 
 BATCH = 500  # events per message at most (a long history arrives in several)
-SHARE_SECONDS = 2.0  # how long one viewer's rendering of a batch serves the others
+SHARE_SECONDS = 1.0  # how long one viewer's rendering of a batch serves the others
 SHARED_MAX = 256  # runs with a shared rendering kept at most
 
 
@@ -57,7 +60,8 @@ class _Shared(NamedTuple):
 # only their own header. Reusing it later is still correct: rounds change only together
 # with an event (one transaction), so a rendering made after seq `last` committed holds
 # the rounds as they were at `last` or later, and any later change comes with a later
-# event and its own batch. The age limit only bounds how long it stays in memory.
+# event and its own batch. The one thing that ages is the bar of a call still running,
+# drawn up to the time of rendering: SHARE_SECONDS bounds that, and the memory held.
 _shared: OrderedDict[str, _Shared] = OrderedDict()
 _shared_lock = threading.Lock()
 
@@ -76,7 +80,9 @@ def _remember(run_id: str, shared: _Shared) -> None:
     with _shared_lock:
         _shared[run_id] = shared
         _shared.move_to_end(run_id)
-        while len(_shared) > SHARED_MAX:
+        # Oldest first: drop what is too old to be reused, and beyond the cap.
+        while _shared and (len(_shared) > SHARED_MAX
+                           or shared.at - next(iter(_shared.values())).at > SHARE_SECONDS):
             _shared.popitem(last=False)
 
 
@@ -154,6 +160,17 @@ class RunConsumer(AsyncWebsocketConsumer):
             return
         self.sent_seq = after
         await self.flush()
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        if message.get("type") == "run.event":
+            # Channels runs close_old_connections() before every handler, as a hop to the
+            # one thread that also does every viewer's database reads: one queued hop per
+            # notification per viewer, most of which then need no database at all. The
+            # reads that do happen go through database_sync_to_async, which closes old
+            # connections itself, around the work.
+            await self.run_event(message)
+            return
+        await super().dispatch(message)
 
     async def run_event(self, message: dict[str, Any]) -> None:
         if self.sent_seq is None:

@@ -11,6 +11,7 @@ safe across event loops: consumers record that loop (`remember_server_loop`) and
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 from collections.abc import Awaitable, Coroutine
@@ -23,6 +24,7 @@ from django.utils.crypto import get_random_string
 
 logger = logging.getLogger(__name__)
 
+WORKER_THREAD_NAME = "agentforge-worker"
 _server_loop: asyncio.AbstractEventLoop | None = None
 _worker_loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
@@ -44,17 +46,28 @@ def worker_loop() -> asyncio.AbstractEventLoop:
     with _lock:
         if _worker_loop is None or _worker_loop.is_closed():
             _worker_loop = asyncio.new_event_loop()
-            threading.Thread(target=_worker_loop.run_forever, name="agentforge-worker",
+            threading.Thread(target=_worker_loop.run_forever, name=WORKER_THREAD_NAME,
                              daemon=True).start()
         return _worker_loop
 
 
 def submit(coroutine: Coroutine[Any, Any, Any]) -> Future[Any]:
-    """Run a coroutine on the in-process worker loop; returns a concurrent Future."""
-    future = asyncio.run_coroutine_threadsafe(_guarded(coroutine), worker_loop())
+    """Run a coroutine on the in-process worker loop; returns a concurrent Future.
+
+    The task starts in an empty context: it must not inherit the enqueuing request's
+    context variables (asgiref's per-request thread among them), or every run would do
+    its database work on the thread of the request that started it.
+    """
+    future = asyncio.run_coroutine_threadsafe(_in_fresh_context(coroutine), worker_loop())
     _running.add(future)
     future.add_done_callback(_running.discard)
     return future
+
+
+async def _in_fresh_context(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    task = asyncio.get_running_loop().create_task(_guarded(coroutine),
+                                                  context=contextvars.Context())
+    return await task
 
 
 async def _guarded(coroutine: Awaitable[Any]) -> Any:

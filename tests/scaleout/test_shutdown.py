@@ -1,6 +1,8 @@
 """SIGTERM to a `db_worker` process (reliability plan A3): the run in progress stops at
 the next round boundary, is left INTERRUPTED (never RUNNING) and re-queued, the worker
-exits 0, and another worker completes the run without redoing finished work."""
+exits 0, and another worker completes the run without redoing finished work. With no
+round boundary left (the last model call), the run simply finishes first. A second
+SIGTERM makes the worker exit at once, and the run is recovered like a crashed one."""
 
 from __future__ import annotations
 
@@ -103,7 +105,7 @@ def test_a_second_sigterm_stops_the_worker_at_once(
     workers: WorkerPool, counter_dir: Path, make_endpoint: Any,
     slow_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
 ) -> None:
-    """"Press Ctrl+C again to force": the worker exits now, as if it crashed, and the
+    """'Press Ctrl+C again to force': the worker exits now, as if it crashed, and the
     run is resumed elsewhere once its lease expires (the call in flight was not
     idempotent, so it is reported as an unknown outcome, not run twice)."""
     run = start_run(make_endpoint([

@@ -13,8 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Any, ClassVar, Required, Self, TypedDict
@@ -32,6 +34,7 @@ from .http import (
     JsonResponse,
     ProviderHttpClient,
     RetryPolicy,
+    encode_json,
     invalid_response_error,
 )
 from .transports import HttpBackend, TransportFactory
@@ -132,11 +135,12 @@ class WireChatModel(ABC):
         parameters = self.parameters.override_with(request.parameters)
         model = parameters.model_name or self.model
         body = self.build_body(request.messages, parameters, model=model, stream=self.stream)
+        encoded = self.encode_body(body)
         path = self.path(model, stream=self.stream)
         if self.stream:
-            async with self.http.open_stream(path, body) as stream:
+            async with self.http.open_stream(path, body, encoded) as stream:
                 return await self._settle(stream.attempt, self._from_stream(stream))
-        response = await self.http.post_json(path, body)
+        response = await self.http.post_json(path, body, encoded)
         return await self._settle(response.attempt, self._from_json(response))
 
     async def _from_stream(self, stream: EventStream) -> ChatResponse:
@@ -167,6 +171,11 @@ class WireChatModel(ABC):
 
     def default_headers(self) -> dict[str, str]:
         return {}
+
+    def encode_body(self, body: JsonObject) -> bytes | None:
+        """The body as JSON text, when the adapter can do better than encoding it whole
+        (see MessageCache); None lets the HTTP layer encode it."""
+        return None
 
     @abstractmethod
     def credentials(self, api_key: str) -> dict[str, str]:
@@ -230,6 +239,79 @@ def _retry_policy(retry: RetryPolicy | None, max_retries: int | None) -> RetryPo
     if max_retries < 0:
         raise ValueError("max_retries must be 0 or more")
     return replace(policy, max_retries=max_retries)
+
+
+# -- request bodies: each history message translated and encoded once -------------------
+
+
+class MessageCache:
+    """Each ChatMessage translated to its wire form and JSON-encoded once.
+
+    A tool-calling loop resends the whole history every round, so translating and
+    encoding it each time makes a request O(history) and a run O(rounds^2). Messages
+    are immutable, so the translation of one message object never changes: it is kept
+    here, keyed by the object (the oldest entries are dropped beyond `limit`; a dropped
+    message is simply translated again), and a request body is spliced from the cached
+    JSON texts (see `encode_json_body`). The cached dicts are shared by every request
+    body that contains them: treat bodies as read-only (observers receive them through
+    ProviderWireRequest). Lookups take no lock; only insertions do.
+    """
+
+    def __init__(self, translate: Callable[[Any], JsonObject], limit: int = 8192) -> None:
+        self._translate = translate
+        self._limit = limit
+        self._entries: dict[int, tuple[object, JsonObject, bytes]] = {}
+        self._encoded: dict[int, bytes] = {}  # id(translated dict) -> its JSON text
+        self._lock = threading.Lock()
+
+    def translate(self, message: object) -> JsonObject:
+        entry = self._entries.get(id(message))
+        if entry is not None and entry[0] is message:
+            return entry[1]
+        translated = self._translate(message)
+        encoded = encode_json(translated)
+        with self._lock:
+            stale = self._entries.pop(id(message), None)  # an id reused by a new object
+            if stale is not None:
+                self._encoded.pop(id(stale[1]), None)
+            self._entries[id(message)] = (message, translated, encoded)
+            self._encoded[id(translated)] = encoded
+            while len(self._entries) > self._limit:
+                _, evicted, _ = self._entries.pop(next(iter(self._entries)))
+                self._encoded.pop(id(evicted), None)
+        return translated
+
+    def encoded(self, items: Sequence[Any]) -> list[bytes] | None:
+        """The cached JSON texts of translated messages, or None when one is not a
+        dict this cache holds (a `custom` parameter replaced the messages, or it was
+        dropped meanwhile)."""
+        encoded = self._encoded
+        try:
+            return [encoded[id(item)] for item in items]
+        except KeyError:
+            return None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# Stands in for a spliced list while the rest of a body is encoded: a string no body
+# holds (NUL-delimited, random), which JSON renders as one unmistakable quoted token.
+_SPLICE_MARK = f"\x00splice-{secrets.token_hex(8)}-"
+
+
+def encode_json_body(body: JsonObject, spliced: Mapping[str, bytes]) -> bytes:
+    """`encode_json(body)`, with the value under each key of `spliced` replaced by that
+    already-encoded JSON text: the same text, key order included, for the cost of
+    encoding the rest of the body."""
+    marks = {key: f"{_SPLICE_MARK}{index}\x00" for index, key in enumerate(spliced)}
+    text = encode_json({key: marks.get(key, value) for key, value in body.items()})
+    for key, mark in marks.items():
+        token = encode_json(mark)
+        if text.count(token) != 1:  # the key is missing (or, in theory, a value holds it)
+            return encode_json(body)
+        text = text.replace(token, spliced[key], 1)
+    return text
 
 
 # -- translation helpers shared by the adapters ------------------------------------------

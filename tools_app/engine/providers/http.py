@@ -71,6 +71,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 600.0
 DEFAULT_MAX_RETRIES = 2
+DRAIN_TIMEOUT = 0.5
 EXCERPT_BYTES = 512
 REDACTED = "[redacted]"
 
@@ -79,6 +80,15 @@ _SENSITIVE_HEADER_PARTS = ("auth", "key", "token", "secret", "cookie", "password
 _REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-goog-request-id")
 
 Sleep = Callable[[float], Awaitable[None]]
+
+_JSON_CONTENT = {"content-type": "application/json"}
+_SSE_REQUEST = {**_JSON_CONTENT, "accept": "text/event-stream"}
+
+
+def encode_json(value: Any) -> bytes:
+    """JSON text exactly as httpx's `json=` sends it (compact, UTF-8, no NaN)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                      allow_nan=False).encode()
 
 
 class ProviderStreamError(ProviderError):
@@ -358,6 +368,19 @@ class EventStream:
             detail = str(cause).removeprefix(f"{self.provider}: ")
             raise self.broken(f"the response stream broke ({detail})") from None
 
+    async def drain(self, events: AsyncIterator[SseEvent], timeout: float | None = None) -> None:
+        """Read on to the end of the body after the stream's end marker (OpenAI's
+        `[DONE]`), as the SDKs do: a response closed before its body ended takes its
+        connection with it, and the next request has to open a new one. Nothing after
+        the marker is used, so a body that does not end within `timeout`, or breaks,
+        is simply dropped."""
+        try:
+            async with asyncio.timeout(DRAIN_TIMEOUT if timeout is None else timeout):
+                async for _ in events:
+                    pass
+        except (TimeoutError, ProviderStreamError):
+            pass
+
     def broken(self, reason: str, **details: Any) -> ProviderStreamError:
         """The error for a stream that cannot be used; nothing from it is returned."""
         return ProviderStreamError(
@@ -471,6 +494,7 @@ class ProviderHttpClient:
         self._transport_factory = transport_factory(self.http_backend)
         self._clients = _ClientsByLoop()
         weakref.finalize(self, self._clients.release)
+        self._urls: dict[str, httpx.URL] = {}
         plain = {k: v for k, v in (headers or {}).items() if not is_sensitive_header(k)}
         secret = {k: v for k, v in (headers or {}).items() if is_sensitive_header(k)}
         self._headers = {**plain, **secret, **(credentials or {})}
@@ -483,11 +507,15 @@ class ProviderHttpClient:
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
-    async def post_json(self, path: str, body: dict[str, Any]) -> JsonResponse:
+    async def post_json(self, path: str, body: dict[str, Any],
+                        encoded: bytes | None = None) -> JsonResponse:
+        """POST `body` (sent as `encoded` when the caller has serialized it already:
+        the same JSON text httpx would produce, see adapter.encode_json_body)."""
         url = await self._announce(path, body, stream=False)
         client = await self.client()
+        content = self._content(body, encoded)
         (response, content), attempt = await self._with_retries(
-            lambda: self._attempt_json(client, url, body))
+            lambda: self._attempt_json(client, url, content))
         return JsonResponse(response.status_code, content, response.headers, attempt)
 
     def decode(self, response: JsonResponse) -> tuple[Any, str | None]:
@@ -500,11 +528,13 @@ class ProviderHttpClient:
         return self.redactor.decoded_json(decoded, response.content), request_id
 
     @asynccontextmanager
-    async def open_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[EventStream]:
+    async def open_stream(self, path: str, body: dict[str, Any],
+                          encoded: bytes | None = None) -> AsyncIterator[EventStream]:
         url = await self._announce(path, body, stream=True)
         client = await self.client()
+        content = self._content(body, encoded)
         response, attempt = await self._with_retries(
-            lambda: self._attempt_stream(client, url, body))
+            lambda: self._attempt_stream(client, url, content))
         try:
             try:
                 await self._check_event_stream(response)
@@ -557,26 +587,31 @@ class ProviderHttpClient:
 
     # -- internals ---------------------------------------------------------------------
 
-    async def _announce(self, path: str, body: dict[str, Any], *, stream: bool) -> str:
-        url = self.url(path)
-        await emit(ProviderWireRequest(provider=self.provider, url=self.redactor.text(url),
+    async def _announce(self, path: str, body: dict[str, Any], *, stream: bool) -> httpx.URL:
+        url = self._urls.get(path)
+        if url is None:  # parsed once: httpx parses a str URL on every request
+            url = self._urls.setdefault(path, httpx.URL(self.url(path)))
+        await emit(ProviderWireRequest(provider=self.provider, url=self.redactor.text(str(url)),
                                        body=body, stream=stream))
         return url
 
+    @staticmethod
+    def _content(body: dict[str, Any], encoded: bytes | None) -> bytes:
+        return encoded if encoded is not None else encode_json(body)
+
     async def _attempt_json(
-        self, client: httpx.AsyncClient, url: str, body: dict[str, Any]
+        self, client: httpx.AsyncClient, url: httpx.URL, content: bytes
     ) -> tuple[httpx.Response, bytes]:
-        response = await client.post(url, json=body)
+        response = await client.post(url, content=content, headers=_JSON_CONTENT)
         if not response.is_success:
             raise _Failed(status_error(self.provider, response, response.content,
                                        self.redactor, self.retry.clock))
         return response, response.content
 
     async def _attempt_stream(
-        self, client: httpx.AsyncClient, url: str, body: dict[str, Any]
+        self, client: httpx.AsyncClient, url: httpx.URL, content: bytes
     ) -> httpx.Response:
-        request = client.build_request("POST", url, json=body,
-                                       headers={"accept": "text/event-stream"})
+        request = client.build_request("POST", url, content=content, headers=_SSE_REQUEST)
         response = await client.send(request, stream=True)
         if not response.is_success:
             try:

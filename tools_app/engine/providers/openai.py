@@ -42,6 +42,7 @@ from ..messages import (
 from ..spec import ToolSpecification
 from .adapter import (
     JsonObject,
+    MessageCache,
     WireChatModel,
     WireConfig,
     arguments_object,
@@ -50,11 +51,12 @@ from .adapter import (
     as_list,
     as_str,
     dedupe_call_ids,
+    encode_json_body,
     merge_custom,
     normalize_arguments,
     parse_json_event,
 )
-from .http import ErrorDetails, EventStream
+from .http import ErrorDetails, EventStream, encode_json
 
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
 
@@ -79,6 +81,10 @@ class OpenAIChatModel(WireChatModel):
         super().__init__(**config)
         self.max_tokens_field: MaxTokensField = (max_tokens_field
                                                  or self.default_max_tokens_field)
+        self.messages = MessageCache(_map_message)
+        # The tools of the last request, mapped and encoded: a loop sends the same
+        # tuple of specifications every round.
+        self._tools: tuple[tuple[ToolSpecification, ...], list[JsonObject], bytes] | None = None
 
     def credentials(self, api_key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"}
@@ -94,16 +100,35 @@ class OpenAIChatModel(WireChatModel):
         model: str,
         stream: bool,
     ) -> JsonObject:
-        body: JsonObject = {"model": model, "messages": map_messages(messages), "stream": stream}
+        translated = [self.messages.translate(message) for message in messages]
+        body: JsonObject = {"model": model, "messages": translated, "stream": stream}
         if stream:
             body["stream_options"] = {"include_usage": True}
         body.update(self._map_parameters(parameters))
         return merge_custom(body, parameters.custom)
 
+    def encode_body(self, body: JsonObject) -> bytes | None:
+        messages = body.get("messages")
+        encoded = self.messages.encoded(messages) if isinstance(messages, list) else None
+        if encoded is None:
+            return None
+        spliced = {"messages": b"[" + b",".join(encoded) + b"]"}
+        tools = self._tools
+        if tools is not None and body.get("tools") is tools[1]:
+            spliced["tools"] = tools[2]
+        return encode_json_body(body, spliced)
+
+    def _mapped_tools(self, specifications: tuple[ToolSpecification, ...]) -> list[JsonObject]:
+        cached = self._tools
+        if cached is None or cached[0] is not specifications:
+            mapped = [map_tool(spec) for spec in specifications]
+            cached = self._tools = (specifications, mapped, encode_json(mapped))
+        return cached[1]
+
     def _map_parameters(self, parameters: ChatRequestParameters) -> JsonObject:
         mapped: JsonObject = {}
         if parameters.tools:
-            mapped["tools"] = [map_tool(spec) for spec in parameters.tools]
+            mapped["tools"] = self._mapped_tools(parameters.tools)
             if parameters.tool_choice is not None:
                 mapped["tool_choice"] = map_tool_choice(parameters.tool_choice)
             if parameters.parallel_tool_calls is not None:
@@ -121,6 +146,7 @@ class OpenAIChatModel(WireChatModel):
             async for event in events:
                 if event.data.strip() == "[DONE]":
                     folder.done = True
+                    await stream.drain(events)
                     break
                 await folder.add(_chunk(event.data, stream))
         if not folder.complete:
@@ -267,11 +293,15 @@ class _ToolCallFolder:
 
     def add(self, fragment: JsonObject) -> tuple[str | None, str | None, str]:
         """Merge one fragment; returns what was new (id, name, arguments delta)."""
-        new_id = as_str(fragment.get("id")) or None
-        function = as_dict(fragment.get("function"))
-        name = as_str(function.get("name")) or None
-        delta = as_str(function.get("arguments")) or ""
-        new_id = new_id if new_id and not self.id else None
+        new_id = fragment.get("id")
+        new_id = new_id if new_id and isinstance(new_id, str) and not self.id else None
+        function = fragment.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        name = function.get("name")
+        name = name if name and isinstance(name, str) else None
+        delta = function.get("arguments")
+        delta = delta if delta and isinstance(delta, str) else ""
         self.id = self.id or new_id
         name = None if name == self.name else name  # a name repeated in every chunk
         self.name += name or ""
@@ -304,28 +334,43 @@ class _StreamFolder:
         return self.done or self.finish_reason is not None
 
     async def add(self, chunk: JsonObject) -> None:
-        self.response_id = self.response_id or as_str(chunk.get("id"))
-        self.model = self.model or as_str(chunk.get("model"))
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        for choice in as_list(chunk.get("choices")):
-            if as_dict(choice).get("index", 0) == 0:
-                await self._add_choice(as_dict(choice))
+        # Called for every event of a stream: plain lookups, no helper per field.
+        if not self.response_id:
+            self.response_id = as_str(chunk.get("id"))
+        if not self.model:
+            self.model = as_str(chunk.get("model"))
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                    await self._add_choice(choice)
 
     async def _add_choice(self, choice: JsonObject) -> None:
-        self.finish_reason = as_str(choice.get("finish_reason")) or self.finish_reason
-        delta = as_dict(choice.get("delta"))
-        text = as_str(delta.get("content"))
-        if text:
+        reason = choice.get("finish_reason")
+        if reason and isinstance(reason, str):
+            self.finish_reason = reason
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return
+        text = delta.get("content")
+        if text and isinstance(text, str):
             self.text.append(text)
             await emit(PartialText(delta=text))
-        reasoning = as_str(delta.get("reasoning_content")) or as_str(delta.get("reasoning"))
-        if reasoning:
-            self.reasoning.append(reasoning)
-        if as_str(delta.get("refusal")):
-            self.refusal.append(delta["refusal"])
-        for position, fragment in enumerate(as_list(delta.get("tool_calls"))):
-            await self._add_tool_fragment(position, as_dict(fragment))
+        if "reasoning_content" in delta or "reasoning" in delta:
+            reasoning = (as_str(delta.get("reasoning_content"))
+                         or as_str(delta.get("reasoning")))
+            if reasoning:
+                self.reasoning.append(reasoning)
+        refusal = delta.get("refusal")
+        if refusal and isinstance(refusal, str):
+            self.refusal.append(refusal)
+        fragments = delta.get("tool_calls")
+        if fragments and isinstance(fragments, list):
+            for position, fragment in enumerate(fragments):
+                await self._add_tool_fragment(position, as_dict(fragment))
 
     async def _add_tool_fragment(self, position: int, fragment: JsonObject) -> None:
         index = as_int(fragment.get("index"))

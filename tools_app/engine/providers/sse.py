@@ -31,6 +31,10 @@ class SseDecoder:
     _has_fields: bool = False
 
     def feed(self, line: str) -> SseEvent | None:
+        if line.startswith("data: ") and not line.endswith(("\r", "\n")):
+            self._data.append(line[6:])  # the common line, decoded as below would do
+            self._has_fields = True
+            return None
         line = line.rstrip("\r\n").lstrip()
         if not line:
             return self._dispatch()

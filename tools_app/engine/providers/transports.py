@@ -23,10 +23,10 @@ closable synchronously when its event loop is already gone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import httpx
@@ -92,18 +92,25 @@ def close_transport_now(transport: httpx.AsyncBaseTransport) -> None:
         transport.close_now()
 
 
-@contextlib.contextmanager
-def _errors_mapped(mapper: Callable[[Exception], Exception]) -> Iterator[None]:
-    """Raise `mapper(error)` instead of an error it translates (chained to the
-    original); errors it leaves alone go through untouched."""
-    try:
-        yield
-    except Exception as exc:
-        mapped = mapper(exc)
+class _ErrorsMapped:
+    """`with` block raising `mapper(error)` instead of an error it translates (chained
+    to the original); errors it leaves alone go through untouched. Stateless, so one
+    instance per mapper serves every request."""
+
+    def __init__(self, mapper: Callable[[Exception], Exception]) -> None:
+        self.mapper = mapper
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        if not isinstance(exc, Exception):
+            return False
+        mapped = self.mapper(exc)
         if mapped is exc:
-            raise
-        original = exc.__cause__ if isinstance(exc, httpx.TransportError) else exc
-        raise mapped from original
+            return False
+        raise mapped from (exc.__cause__ if isinstance(exc, httpx.TransportError) else exc)
 
 
 # -- httpx on the httpcore2 pool (the httpx2 fork's) -------------------------------------
@@ -113,7 +120,11 @@ class Httpcore2Transport(httpx.AsyncBaseTransport):
     """httpx.AsyncHTTPTransport with httpcore2's connection pool instead of httpcore's."""
 
     def __init__(self, limits: httpx.Limits = DEFAULT_LIMITS) -> None:
-        import httpcore2
+        try:
+            import httpcore2
+        except ImportError:  # pragma: no cover - installed with httpx2
+            raise ImportError('http_backend="httpx2" needs httpcore2 (pip install '
+                              "httpx2)") from None
 
         self._httpcore2 = httpcore2
         self._pool = httpcore2.AsyncConnectionPool(
@@ -134,7 +145,7 @@ class Httpcore2Transport(httpx.AsyncBaseTransport):
             content=cast(Any, request.stream),
             extensions=request.extensions,
         )
-        with _errors_mapped(_httpcore2_error):
+        with _HTTPCORE2_ERRORS:
             received = await self._pool.handle_async_request(sent)
         return httpx.Response(status_code=received.status, headers=received.headers,
                               stream=_Httpcore2Stream(received),
@@ -149,12 +160,12 @@ class _Httpcore2Stream(httpx.AsyncByteStream):
         self._response = response
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        with _errors_mapped(_httpcore2_error):
+        with _HTTPCORE2_ERRORS:
             async for part in self._response.stream:
                 yield part
 
     async def aclose(self) -> None:
-        with _errors_mapped(_httpcore2_error):
+        with _HTTPCORE2_ERRORS:
             await self._response.aclose()
 
 
@@ -203,7 +214,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return self._session
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        with _errors_mapped(_aiohttp_error):
+        with _AIOHTTP_ERRORS:
             response = await self._upstream.handle_async_request(request)
         response.stream = _AiohttpStream(response.stream)
         return response
@@ -230,12 +241,12 @@ class _AiohttpStream(httpx.AsyncByteStream):
         self._stream = stream
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        with _errors_mapped(_aiohttp_error):
+        with _AIOHTTP_ERRORS:
             async for part in self._stream:
                 yield part
 
     async def aclose(self) -> None:
-        with _errors_mapped(_aiohttp_error):
+        with _AIOHTTP_ERRORS:
             await self._stream.aclose()
 
 
@@ -269,3 +280,7 @@ def _aiohttp_error(exc: Exception) -> Exception:
     else:
         mapped = httpx.TransportError
     return mapped(message)
+
+
+_HTTPCORE2_ERRORS = _ErrorsMapped(_httpcore2_error)
+_AIOHTTP_ERRORS = _ErrorsMapped(_aiohttp_error)

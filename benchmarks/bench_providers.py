@@ -1,0 +1,612 @@
+"""The provider HTTP layer against the fake server: loop overhead and concurrency.
+
+    python -m benchmarks.bench_providers            (about 2-3 minutes on 2 cores)
+    python -m benchmarks.bench_providers --quick    (a smoke run, well under a minute)
+
+(1) Per-round overhead at zero model latency: ToolService + OpenAIChatModel against a
+    bare hand-written httpx loop doing the same task (one prompt, one `get_weather`
+    tool, K=20 rounds of P=1 or 4 parallel calls, JSON and SSE). Target: at most 1.2x
+    the bare loop.
+(2) 100 concurrent runs x 5 rounds x 2 parallel calls at 50 ms model latency, per HTTP
+    stack: efficiency = ideal wall time / measured, ideal = (5 + 1) x 50 ms because a
+    run makes 6 sequential model calls. Target: at least 85 %.
+
+Protocol: the fake server (`python -m tools_app.fake_llm`) runs in its own process,
+pinned to the second CPU when there are two; every sample is a fresh client process
+pinned to the first, so its CPU time (`time.process_time`) and peak RSS
+(`ru_maxrss`) are the client's alone. Variants are interleaved (A B C, B C A, ...) so
+that noise on a shared machine hits them alike. Every run is checked: the right
+number of tool executions, and the server counted exactly the requests the client
+made. Results go to docs/benchmarks/providers.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.common import ROOT, write_result
+
+PROMPT = "What is the weather in a few cities?"
+API_KEY = "sk-bench-0123456789abcdef"
+SEQ_ROUNDS = 20
+SEQ_PARALLEL = (1, 4)
+CONC_RUNS, CONC_ROUNDS, CONC_PARALLEL, CONC_LATENCY_MS = 100, 5, 2, 50
+IDEAL_S = (CONC_ROUNDS + 1) * CONC_LATENCY_MS / 1000
+SEQ_TARGET, CONC_TARGET = 1.2, 0.85
+WORKER_TIMEOUT_S = 150
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+async def get_weather(city: str) -> str:
+    """The current weather in a city."""
+    return f"Sunny, 21C in {city}"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    label: str
+    kind: str  # "bare", "adapter" (OpenAIChatModel in a hand loop) or "service"
+    stack: str  # "httpx", "httpx2", "aiohttp"
+
+
+def _shipped_backend() -> str:
+    from tools_app.engine.providers.transports import DEFAULT_HTTP_BACKEND
+
+    return DEFAULT_HTTP_BACKEND
+
+
+STACK_LABELS = {"httpx": "httpx 0.28 (httpcore pool)",
+                "httpx2": "httpx2 fork (httpcore2 pool)",
+                "aiohttp": "httpx + aiohttp transport (httpx-aiohttp)",
+                "raw_aiohttp": "aiohttp alone, no httpx (reference, not a candidate)"}
+
+
+def seq_variants() -> list[Variant]:
+    shipped = _shipped_backend()
+    variants = [Variant("bare_httpx", "bare loop, httpx", "bare", "httpx")]
+    if shipped != "httpx":
+        variants.append(Variant(f"bare_{shipped}", f"bare loop, {STACK_LABELS[shipped]}",
+                                "bare", shipped))
+    variants.append(Variant("adapter", f"OpenAIChatModel in the bare loop, no ToolService "
+                                       f"({shipped}; attribution only)", "adapter", shipped))
+    variants.append(Variant("service", f"ToolService + OpenAIChatModel ({shipped}, shipped)",
+                            "service", shipped))
+    return variants
+
+
+def conc_variants(all_stacks: bool) -> list[Variant]:
+    shipped = _shipped_backend()
+    variants = [Variant(f"bare_{stack}", f"bare loop, {STACK_LABELS[stack]}", "bare", stack)
+                for stack in ("httpx", "httpx2", "aiohttp", "raw_aiohttp")]
+    variants.append(Variant("adapter", f"OpenAIChatModel in the bare loop, no ToolService "
+                                       f"({shipped}; attribution only)", "adapter", shipped))
+    for stack in ("httpx", "httpx2", "aiohttp"):
+        if stack == shipped or all_stacks:
+            tag = ", shipped" if stack == shipped else ""
+            variants.append(Variant(f"service_{stack}",
+                                    f"ToolService + OpenAIChatModel ({stack}{tag})",
+                                    "service", stack))
+    return variants
+
+
+# -- the client side (runs in a worker process) -------------------------------------------
+
+
+def make_bare_client(stack: str) -> Any:
+    """The hand-written loop's client, pool limits raised for 100 concurrent runs."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+    headers = {"authorization": f"Bearer {API_KEY}"}
+    if stack == "httpx":
+        return httpx.AsyncClient(limits=limits, timeout=60, headers=headers)
+    if stack == "httpx2":
+        import httpx2
+
+        return httpx2.AsyncClient(timeout=60, headers=headers, limits=httpx2.Limits(
+            max_connections=1000, max_keepalive_connections=1000))
+    if stack == "aiohttp":
+        from httpx_aiohttp import AiohttpTransport
+
+        return httpx.AsyncClient(transport=AiohttpTransport(limits=limits), timeout=60,
+                                 headers=headers)
+    if stack == "raw_aiohttp":
+        import aiohttp
+
+        return aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=60),
+                                     connector=aiohttp.TCPConnector(limit=1000))
+    raise ValueError(stack)
+
+
+async def raw_aiohttp_run(session: Any, url: str, model: str) -> int:
+    """The same loop on aiohttp's own API (JSON only): what this server and machine allow."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
+    executed = 0
+    while True:
+        body = {"model": model, "messages": messages, "tools": TOOLS}
+        async with session.post(url, json=body) as response:
+            response.raise_for_status()
+            message = (await response.json())["choices"][0]["message"]
+        calls = message.get("tool_calls") or []
+        if not calls:
+            assert message.get("content"), message
+            return executed
+        messages.append({"role": "assistant", "content": message.get("content"),
+                         "tool_calls": calls})
+        results = await asyncio.gather(*(
+            get_weather(**json.loads(call["function"]["arguments"])) for call in calls))
+        messages.extend({"role": "tool", "tool_call_id": call["id"], "content": result}
+                        for call, result in zip(calls, results, strict=True))
+        executed += len(calls)
+
+
+async def bare_run(client: Any, url: str, model: str, stream: bool) -> int:
+    """One conversation to the final answer; returns the tool calls executed."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
+    executed = 0
+    while True:
+        body: dict[str, Any] = {"model": model, "messages": messages, "tools": TOOLS}
+        if stream:
+            body["stream"] = True
+            async with client.stream("POST", url, json=body) as response:
+                response.raise_for_status()
+                message = await _fold_sse(response.aiter_lines())
+        else:
+            response = await client.post(url, json=body)
+            response.raise_for_status()
+            message = response.json()["choices"][0]["message"]
+        calls = message.get("tool_calls") or []
+        if not calls:
+            assert message.get("content"), message
+            return executed
+        messages.append({"role": "assistant", "content": message.get("content"),
+                         "tool_calls": calls})
+        results = await asyncio.gather(*(
+            get_weather(**json.loads(call["function"]["arguments"])) for call in calls))
+        messages.extend({"role": "tool", "tool_call_id": call["id"], "content": result}
+                        for call, result in zip(calls, results, strict=True))
+        executed += len(calls)
+
+
+async def _fold_sse(lines: Any) -> dict[str, Any]:
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    async for line in lines:  # read to the end of the body, so the connection is reused
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            continue
+        chunk = json.loads(data)
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                content.append(delta["content"])
+            for fragment in delta.get("tool_calls") or ():
+                call = calls.setdefault(fragment["index"], {
+                    "id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                call["id"] = fragment.get("id") or call["id"]
+                function = fragment.get("function") or {}
+                call["function"]["name"] += function.get("name") or ""
+                call["function"]["arguments"] += function.get("arguments") or ""
+    return {"role": "assistant", "content": "".join(content) or None,
+            "tool_calls": [calls[i] for i in sorted(calls)]}
+
+
+async def adapter_run(model: Any, parameters: Any) -> int:
+    """The bare loop with OpenAIChatModel.chat() for the HTTP part: separates the
+    adapter's cost from ToolService's."""
+    from tools_app.engine.messages import ChatRequest, ToolExecutionResultMessage, UserMessage
+
+    messages: list[Any] = [UserMessage(text=PROMPT)]
+    executed = 0
+    while True:
+        response = await model.chat(ChatRequest(messages=tuple(messages),
+                                                parameters=parameters))
+        calls = response.ai_message.tool_execution_requests
+        if not calls:
+            assert response.ai_message.text
+            return executed
+        messages.append(response.ai_message)
+        results = await asyncio.gather(*(get_weather(**json.loads(call.arguments))
+                                         for call in calls))
+        messages.extend(ToolExecutionResultMessage(id=call.id, tool_name=call.name, text=text)
+                        for call, text in zip(calls, results, strict=True))
+        executed += len(calls)
+
+
+class Client:
+    """One variant's way of doing a run, sharing one client / model across runs."""
+
+    def __init__(self, variant: dict[str, str], base_url: str) -> None:
+        self.kind, self.stack, self.base_url = variant["kind"], variant["stack"], base_url
+        self.bare = make_bare_client(self.stack) if self.kind == "bare" else None
+        self.models: dict[tuple[str, bool], Any] = {}
+        self.service: Any = None
+        if self.kind in ("service", "adapter"):
+            from tools_app.engine.service import ToolService
+
+            self.service = ToolService().tool(get_weather)
+
+    def _model(self, name: str, stream: bool) -> Any:
+        from tools_app.engine.providers.openai import OpenAIChatModel
+
+        key = (name, stream)
+        if key not in self.models:
+            self.models[key] = OpenAIChatModel(base_url=self.base_url, model=name,
+                                               api_key=API_KEY, stream=stream,
+                                               http_backend=self.stack)  # type: ignore[arg-type]
+        return self.models[key]
+
+    async def run(self, name: str, stream: bool) -> int:
+        if self.bare is not None:
+            url = f"{self.base_url}/chat/completions"
+            if self.stack == "raw_aiohttp":
+                assert not stream
+                return await raw_aiohttp_run(self.bare, url, name)
+            return await bare_run(self.bare, url, name, stream)
+        from tools_app.engine.messages import UserMessage
+
+        if self.kind == "adapter":
+            return await adapter_run(self._model(name, stream),
+                                     self.service.request_parameters(None))
+        result = await self.service.chat(self._model(name, stream), [UserMessage(text=PROMPT)])
+        return len(result.tool_executions)
+
+    async def aclose(self) -> None:
+        if self.bare is not None:
+            await (self.bare.close() if self.stack == "raw_aiohttp" else self.bare.aclose())
+        for model in self.models.values():
+            await model.aclose()
+
+
+def model_name(rounds: int, parallel: int, latency_ms: int = 0) -> str:
+    return f"fake-k{rounds}-p{parallel}" + (f"-l{latency_ms}" if latency_ms else "")
+
+
+async def seq_phase(client: Client, runs: int, warmup: int) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    requests = 0
+    for parallel in SEQ_PARALLEL:
+        for stream in (False, True):
+            name = model_name(SEQ_ROUNDS, parallel)
+            walls, cpus = [], []
+            for index in range(warmup + runs):
+                wall, cpu = time.perf_counter(), time.process_time()
+                executed = await client.run(name, stream)
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                assert executed == SEQ_ROUNDS * parallel, (name, executed)
+                requests += SEQ_ROUNDS + 1
+                if index >= warmup:
+                    walls.append(wall / SEQ_ROUNDS * 1e6)
+                    cpus.append(cpu / SEQ_ROUNDS * 1e6)
+            results[f"p{parallel}-{'sse' if stream else 'json'}"] = {"wall_us": walls,
+                                                                     "cpu_us": cpus}
+    return {"configs": results, "requests": requests}
+
+
+async def conc_phase(client: Client, batches: int) -> dict[str, Any]:
+    async def batch(name: str, rounds: int) -> tuple[float, float, list[float]]:
+        async def timed() -> float:
+            started = time.perf_counter()
+            executed = await client.run(name, False)
+            assert executed == rounds * CONC_PARALLEL, (name, executed)
+            return time.perf_counter() - started
+
+        wall, cpu = time.perf_counter(), time.process_time()
+        per_run = await asyncio.gather(*(timed() for _ in range(CONC_RUNS)))
+        return time.perf_counter() - wall, time.process_time() - cpu, list(per_run)
+
+    # Warm-up: open the connections and load everything (a shorter conversation).
+    warm_name = model_name(1, CONC_PARALLEL, CONC_LATENCY_MS)
+    cold_wall, _, _ = await batch(warm_name, 1)
+    requests = CONC_RUNS * 2
+    name = model_name(CONC_ROUNDS, CONC_PARALLEL, CONC_LATENCY_MS)
+    walls, cpus, p50s, p99s = [], [], [], []
+    for _ in range(batches):
+        wall, cpu, per_run = await batch(name, CONC_ROUNDS)
+        requests += CONC_RUNS * (CONC_ROUNDS + 1)
+        walls.append(wall)
+        cpus.append(cpu)
+        per_run.sort()
+        p50s.append(per_run[len(per_run) // 2])
+        p99s.append(per_run[min(len(per_run) - 1, round(0.99 * (len(per_run) - 1)))])
+    return {"walls": walls, "cpus": cpus, "p50s": p50s, "p99s": p99s,
+            "cold_wall": cold_wall, "requests": requests}
+
+
+async def worker_main(spec: dict[str, Any]) -> dict[str, Any]:
+    client = Client(spec["variant"], spec["base_url"])
+    try:
+        if spec["phase"] == "seq":
+            result = await seq_phase(client, spec["runs"], spec["warmup"])
+        else:
+            result = await conc_phase(client, spec["batches"])
+    finally:
+        await client.aclose()
+    result["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def worker(spec_json: str) -> None:
+    spec = json.loads(spec_json)
+    if spec.get("cpu") is not None:
+        os.sched_setaffinity(0, {spec["cpu"]})
+    result = asyncio.run(worker_main(spec))
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# -- the orchestrator ---------------------------------------------------------------------
+
+
+class FakeServer:
+    """`python -m tools_app.fake_llm` on a free loopback port, in its own process."""
+
+    def __init__(self, cpu: int | None) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tools_app.fake_llm", "--host", "127.0.0.1", "--port", "0",
+             "--record-limit", "0", "--log-level", "warning"],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        if cpu is not None:
+            os.sched_setaffinity(self.process.pid, {cpu})
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        if match is None:
+            self.stop()
+            raise RuntimeError(f"the fake server did not start: {line!r}")
+        self.url = f"http://127.0.0.1:{match.group(1)}"
+
+    def requests_seen(self) -> int:
+        import httpx
+
+        return int(httpx.get(f"{self.url}/_fake/health", timeout=10).json()["requests"])
+
+    def cpu_seconds(self) -> float:
+        with open(f"/proc/{self.process.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+
+@dataclass
+class Sample:
+    variant: Variant
+    phase: str
+    result: dict[str, Any]
+    server_cpu_us_per_request: float
+
+
+def run_worker(server: FakeServer, variant: Variant, phase: str, settings: dict[str, Any],
+               cpu: int | None) -> Sample:
+    spec = {"variant": {"kind": variant.kind, "stack": variant.stack},
+            "base_url": f"{server.url}/v1", "phase": phase, "cpu": cpu, **settings}
+    seen, server_cpu = server.requests_seen(), server.cpu_seconds()
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_providers", "--worker", json.dumps(spec)],
+        cwd=ROOT, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S, check=False)
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
+    if completed.returncode != 0 or not lines:
+        raise RuntimeError(f"{variant.name} {phase} failed:\n{completed.stderr[-3000:]}")
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    server_cpu = server.cpu_seconds() - server_cpu
+    counted = server.requests_seen() - seen  # provider requests only
+    if counted != result["requests"]:
+        raise RuntimeError(f"{variant.name} {phase}: the server counted {counted} requests, "
+                           f"the client made {result['requests']}")
+    return Sample(variant, phase, result, server_cpu / counted * 1e6)
+
+
+def rotated[T](items: list[T], by: int) -> list[T]:
+    by %= len(items)
+    return items[by:] + items[:by]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def fmt(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def spread(values: list[float], digits: int = 0) -> str:
+    return f"{fmt(median(values), digits)} ({fmt(min(values), digits)}-{fmt(max(values), digits)})"
+
+
+def _verdict(ratio: float) -> str:
+    return "meets" if ratio <= SEQ_TARGET else "MISSES"
+
+
+def seq_table(samples: list[Sample], variants: list[Variant]) -> tuple[str, list[str]]:
+    rows, verdicts = [], []
+    configs = [(p, s) for p in SEQ_PARALLEL for s in ("json", "sse")]
+    bare_same = next((v for v in variants if v.kind == "bare" and v.stack != "httpx"),
+                     variants[0])
+    for parallel, mode in configs:
+        key = f"p{parallel}-{mode}"
+        pooled: dict[str, dict[str, list[float]]] = {}
+        for sample in samples:
+            config = sample.result["configs"][key]
+            entry = pooled.setdefault(sample.variant.name, {"wall": [], "cpu": [], "rss": []})
+            entry["wall"] += config["wall_us"]
+            entry["cpu"] += config["cpu_us"]
+            entry["rss"].append(sample.result["maxrss_mb"])
+        floor = {m: median(pooled["bare_httpx"][m]) for m in ("wall", "cpu")}
+        same = {m: median(pooled[bare_same.name][m]) for m in ("wall", "cpu")}
+        for variant in variants:
+            entry = pooled[variant.name]
+            wall, cpu = median(entry["wall"]), median(entry["cpu"])
+            ratio, cpu_ratio = wall / floor["wall"], cpu / floor["cpu"]
+            same_ratio, same_cpu = wall / same["wall"], cpu / same["cpu"]
+            target = ""
+            if variant.kind == "service":
+                target = (f"wall {_verdict(ratio)}, CPU {_verdict(cpu_ratio)}")
+                verdicts.append(
+                    f"(1) K={SEQ_ROUNDS}, P={parallel}, {mode}: {ratio:.2f}x the bare httpx "
+                    f"loop's wall time and {cpu_ratio:.2f}x its CPU: wall {_verdict(ratio)}, "
+                    f"CPU {_verdict(cpu_ratio)} the {SEQ_TARGET}x target. Against the bare "
+                    f"loop on the same stack: {same_ratio:.2f}x wall, {same_cpu:.2f}x CPU.")
+            rows.append(f"| P={parallel} {mode} | {variant.label} | {spread(entry['wall'])} | "
+                        f"{spread(entry['cpu'])} | {ratio:.2f}x / {cpu_ratio:.2f}x | "
+                        f"{same_ratio:.2f}x / {same_cpu:.2f}x | {target} | "
+                        f"{median(entry['rss']):.0f} |")
+    header = ("| config | variant | wall µs/round med (min-max) | CPU µs/round med (min-max) "
+              "| vs bare httpx loop (wall / CPU) | vs bare loop on the same stack (wall / CPU) "
+              f"| target ≤ {SEQ_TARGET}x | peak RSS MB |\n|---|---|---|---|---|---|---|---|")
+    return header + "\n" + "\n".join(rows), verdicts
+
+
+def conc_table(samples: list[Sample], variants: list[Variant]) -> tuple[str, list[str]]:
+    rows, verdicts = [], []
+    for variant in variants:
+        mine = [s for s in samples if s.variant.name == variant.name]
+        walls = [w * 1000 for s in mine for w in s.result["walls"]]
+        cpus = [c * 1000 for s in mine for c in s.result["cpus"]]
+        effs = [IDEAL_S * 1000 / w * 100 for w in walls]
+        p50 = median([p * 1000 for s in mine for p in s.result["p50s"]])
+        p99 = median([p * 1000 for s in mine for p in s.result["p99s"]])
+        cpu_per_request = median(cpus) * 1000 / (CONC_RUNS * (CONC_ROUNDS + 1))
+        rss = median([s.result["maxrss_mb"] for s in mine])
+        server = median([s.server_cpu_us_per_request for s in mine])
+        eff = median(effs)
+        verdict = "meets" if eff >= CONC_TARGET * 100 else "MISSES"
+        target = f"{verdict} ({eff:.0f} % vs {CONC_TARGET * 100:.0f} %)"
+        if variant.kind == "service" and ", shipped" in variant.label:
+            verdicts.append(f"(2) ToolService + adapter on the shipped stack: {eff:.0f} % "
+                            f"efficiency: {verdict} the {CONC_TARGET * 100:.0f} % target")
+        elif variant.stack == "raw_aiohttp":
+            verdicts.append(f"(2) Ceiling of this server and machine (aiohttp alone, no httpx): "
+                            f"{eff:.0f} %")
+        rows.append(f"| {variant.label} | {spread(walls)} | {IDEAL_S * 1000:.0f} | "
+                    f"{spread(effs)} % | {target} | {fmt(median(cpus))} | "
+                    f"{fmt(cpu_per_request)} | {fmt(p50)} / {fmt(p99)} | {fmt(server)} | "
+                    f"{rss:.0f} |")
+    header = ("| variant | batch wall ms med (min-max) | ideal ms | efficiency med (min-max) "
+              "| target ≥ 85 % | client CPU ms/batch | client CPU µs per model request "
+              "| run p50 / p99 ms | server CPU µs/request | peak RSS MB |\n"
+              "|---|---|---|---|---|---|---|---|---|---|")
+    return header + "\n" + "\n".join(rows), verdicts
+
+
+def render(seq: list[Sample], conc: list[Sample], seq_vs: list[Variant],
+           conc_vs: list[Variant], settings: dict[str, Any], elapsed: float,
+           load: tuple[tuple[float, ...], tuple[float, ...]]) -> str:
+    import platform
+
+    seq_md, seq_verdicts = seq_table(seq, seq_vs)
+    conc_md, conc_verdicts = conc_table(conc, conc_vs)
+    versions = ", ".join(f"{name} {_dist_version(name)}" for name in (
+        "httpx", "httpcore", "httpx2", "httpcore2", "aiohttp", "httpx-aiohttp", "uvicorn"))
+    pinned = ("server pinned to CPU 1, clients to CPU 0" if settings["pinned"]
+              else "no CPU pinning")
+    verdicts = "\n".join(f"- {line}" for line in seq_verdicts + conc_verdicts)
+    return f"""
+## Provider HTTP stack: loop overhead and 100 concurrent runs
+
+`python -m benchmarks.bench_providers` against the fake server
+(`python -m tools_app.fake_llm`, uvicorn) on loopback, {settings['seq_reps']} x {settings['runs']}
+timed runs per sequential configuration and {settings['conc_reps']} x {settings['batches']}
+measured batches per concurrency variant, every sample a fresh client process, variants
+interleaved; {pinned}. Python {platform.python_version()}, stock asyncio, {os.cpu_count()} CPUs;
+{versions}. Shipped HTTP stack: **{_shipped_backend()}**. Load average
+{_load(load[0])} at the start, {_load(load[1])} at the end; the run took {elapsed:.0f} s.
+
+{verdicts}
+
+### (1) Per-round overhead at zero model latency (K={SEQ_ROUNDS} rounds)
+
+Per round = run wall time / K (the final request included in the total); CPU is the
+client process's. Ratios compare medians of the same invocation.
+
+{seq_md}
+
+### (2) {CONC_RUNS} concurrent runs x {CONC_ROUNDS} rounds x {CONC_PARALLEL} parallel calls, \
+{CONC_LATENCY_MS} ms model latency
+
+Efficiency = ideal / batch wall, ideal = ({CONC_ROUNDS} + 1) x {CONC_LATENCY_MS} ms. One
+client (or model) is shared by the 100 runs; pool limits raised to 1,000 connections.
+
+{conc_md}
+"""
+
+
+def _dist_version(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
+
+
+def _load(values: tuple[float, ...]) -> str:
+    return " / ".join(f"{v:.1f}" for v in values)
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="a smoke run")
+    parser.add_argument("--all-stacks", action="store_true",
+                        help="also run ToolService on the stacks that do not ship")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="do not pin the server and the clients to separate CPUs")
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.worker)
+        return ""
+    settings: dict[str, Any] = (
+        {"seq_reps": 1, "runs": 2, "warmup": 1, "conc_reps": 1, "batches": 1} if args.quick
+        else {"seq_reps": 3, "runs": 6, "warmup": 2, "conc_reps": 2, "batches": 2})
+    pinned = len(os.sched_getaffinity(0)) >= 2 and not args.no_pin
+    settings["pinned"] = pinned
+    client_cpu, server_cpu = (0, 1) if pinned else (None, None)
+    started, load_start = time.perf_counter(), os.getloadavg()
+    seq_vs, conc_vs = seq_variants(), conc_variants(args.all_stacks)
+    server = FakeServer(server_cpu)
+    seq: list[Sample] = []
+    conc: list[Sample] = []
+    try:
+        reps = max(settings["seq_reps"], settings["conc_reps"])
+        for rep in range(reps):
+            jobs: list[tuple[Variant, str]] = []
+            if rep < settings["seq_reps"]:
+                jobs += [(v, "seq") for v in rotated(seq_vs, rep)]
+            if rep < settings["conc_reps"]:
+                jobs += [(v, "conc") for v in rotated(conc_vs, rep)]
+            for variant, phase in jobs:
+                sample = run_worker(server, variant, phase, settings, client_cpu)
+                (seq if phase == "seq" else conc).append(sample)
+                print(f"  {phase} {variant.name}: done", file=sys.stderr, flush=True)
+    finally:
+        server.stop()
+    markdown = render(seq, conc, seq_vs, conc_vs, settings, time.perf_counter() - started,
+                      (load_start, os.getloadavg()))
+    return write_result("providers", markdown).read_text()
+
+
+if __name__ == "__main__":
+    output = main()
+    if output:
+        print(output)

@@ -1,0 +1,460 @@
+"""One pooled HTTP client per model and event loop; the pluggable pool under it.
+
+The client is created on the first call, reused by later and concurrent calls, closed
+by `aclose()` (and when its loop shuts down or the model is collected), and a model
+used from another event loop gets a client of its own there. Every `http_backend`
+carries a real run against the fake server, faults included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tools_app.engine import ProviderError, ToolService, UserMessage, tool
+from tools_app.engine.events import ProviderAttempt
+from tools_app.engine.messages import (
+    AiMessage,
+    ChatRequest,
+    ToolExecutionRequest,
+    ToolExecutionResultMessage,
+)
+from tools_app.engine.providers import build_chat_model
+from tools_app.engine.providers.adapter import encode_json_body
+from tools_app.engine.providers.http import RetryPolicy, encode_json
+from tools_app.engine.providers.openai import OpenAIChatModel
+from tools_app.engine.providers.transports import (
+    DEFAULT_HTTP_BACKEND,
+    DEFAULT_LIMITS,
+    HTTP_BACKENDS,
+    AiohttpTransport,
+    Httpcore2Transport,
+)
+from tools_app.fake_llm import BackgroundServer
+
+from .support import captured_events, json_response
+from .wire import openai_completion
+
+FAST_RETRY = RetryPolicy(max_retries=2, initial_delay=0.001, max_delay=0.001)
+REQUEST = ChatRequest(messages=(UserMessage(text="Hi"),))
+
+
+class CountingTransport(httpx.MockTransport):
+    """A mock pool that says how often it was closed and how many requests overlapped."""
+
+    def __init__(self) -> None:
+        super().__init__(self._handle)
+        self.closed = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.requests = 0
+
+    async def _handle(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        return json_response(200, openai_completion(text="Hello"))
+
+    async def aclose(self) -> None:
+        self.closed += 1
+
+
+class Pools:
+    """A transport factory that keeps every transport it made."""
+
+    def __init__(self) -> None:
+        self.made: list[CountingTransport] = []
+        self.limits: list[httpx.Limits] = []
+
+    def __call__(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+        self.limits.append(limits)
+        self.made.append(CountingTransport())
+        return self.made[-1]
+
+
+def model_on(pools: Pools, **config: Any) -> OpenAIChatModel:
+    return OpenAIChatModel(base_url="http://127.0.0.1:9/v1", model="m", api_key="k" * 12,
+                           http_backend=pools, **config)
+
+
+async def test_one_client_serves_every_call() -> None:
+    pools = Pools()
+    model = model_on(pools)
+
+    await model.chat(REQUEST)
+    first = await model.http.client()
+    await model.chat(REQUEST)
+    await model.chat(REQUEST)
+
+    assert await model.http.client() is first
+    assert len(pools.made) == 1
+    assert pools.made[0].requests == 3
+    assert pools.limits == [DEFAULT_LIMITS]
+    await model.aclose()
+
+
+async def test_concurrent_calls_share_the_client() -> None:
+    pools = Pools()
+    model = model_on(pools)
+
+    responses = await asyncio.gather(*(model.chat(REQUEST) for _ in range(20)))
+
+    assert [r.ai_message.text for r in responses] == ["Hello"] * 20
+    assert len(pools.made) == 1
+    assert pools.made[0].requests == 20
+    assert pools.made[0].most_in_flight > 1  # the calls did overlap
+    await model.aclose()
+
+
+async def test_concurrent_runs_sharing_a_model_share_the_client() -> None:
+    pools = Pools()
+    model = model_on(pools)
+
+    await asyncio.gather(*(ToolService().chat(model, [UserMessage(text="Hi")])
+                           for _ in range(10)))
+
+    assert len(pools.made) == 1
+    assert pools.made[0].requests == 10
+    await model.aclose()
+
+
+async def test_aclose_closes_the_client_and_a_later_call_opens_a_new_one() -> None:
+    pools = Pools()
+    model = model_on(pools)
+    await model.chat(REQUEST)
+    client = await model.http.client()
+
+    await model.aclose()
+
+    assert client.is_closed
+    assert pools.made[0].closed == 1
+    await model.chat(REQUEST)
+    assert len(pools.made) == 2
+    assert await model.http.client() is not client
+    await model.aclose()
+    assert pools.made[1].closed == 1
+
+
+async def test_the_model_is_an_async_context_manager() -> None:
+    pools = Pools()
+
+    async with model_on(pools) as model:
+        await model.chat(REQUEST)
+
+    assert pools.made[0].closed == 1
+
+
+async def test_another_event_loop_gets_its_own_client() -> None:
+    pools = Pools()
+    model = model_on(pools)
+    await model.chat(REQUEST)
+    here = await model.http.client()
+
+    async def elsewhere() -> httpx.AsyncClient:
+        await model.chat(REQUEST)
+        return await model.http.client()
+
+    there = await asyncio.to_thread(asyncio.run, elsewhere())
+
+    assert there is not here
+    assert len(pools.made) == 2
+    # asyncio.run shut its loop down, and the client of that loop with it.
+    assert there.is_closed
+    assert pools.made[1].closed == 1
+    assert not here.is_closed
+    await model.chat(REQUEST)
+    assert await model.http.client() is here
+    await model.aclose()
+    assert here.is_closed
+
+
+async def test_a_client_is_closed_when_its_model_is_collected() -> None:
+    pools = Pools()
+    model = model_on(pools)
+    await model.chat(REQUEST)
+
+    del model
+    gc.collect()
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+    assert pools.made[0].closed == 1
+
+
+async def test_an_injected_transport_is_used_in_every_loop_and_left_open() -> None:
+    transport = CountingTransport()
+    model = OpenAIChatModel(base_url="http://127.0.0.1:9/v1", model="m", transport=transport)
+
+    await model.chat(REQUEST)
+    await asyncio.to_thread(asyncio.run, model.chat(REQUEST))
+    await model.aclose()
+
+    assert transport.requests == 2
+    assert transport.closed == 0
+
+
+def test_the_backend_is_chosen_by_name_or_factory() -> None:
+    assert DEFAULT_HTTP_BACKEND in HTTP_BACKENDS
+    built: Any = build_chat_model("openai", model="m", http_backend="httpx2")
+    assert built.http.http_backend == "httpx2"
+    assert OpenAIChatModel(model="m").http.http_backend == DEFAULT_HTTP_BACKEND
+    with pytest.raises(ValueError, match="unknown http_backend 'curl'"):
+        OpenAIChatModel(model="m", http_backend="curl")  # type: ignore[arg-type]
+
+
+# -- each backend against the fake server ---------------------------------------------------
+
+
+@tool(description="Current weather in one city")
+async def get_weather(city: str) -> str:
+    return f"Sunny in {city}"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[BackgroundServer]:
+    with BackgroundServer() as running:
+        yield running
+
+
+def set_script(server: BackgroundServer, name: str, script: dict[str, Any]) -> None:
+    httpx.put(f"{server.url}/_fake/scripts/{name}", json=script, timeout=10).raise_for_status()
+
+
+BACKEND_TRANSPORTS = {"httpx": httpx.AsyncHTTPTransport, "httpx2": Httpcore2Transport,
+                      "aiohttp": AiohttpTransport}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("backend", HTTP_BACKENDS)
+async def test_every_backend_runs_a_conversation(server: BackgroundServer, backend: str,
+                                                 stream: bool) -> None:
+    model = OpenAIChatModel(base_url=server.base_urls()["openai"], model="fake-k2-p2",
+                            api_key="sk-test-key-123456", stream=stream,
+                            http_backend=backend)  # type: ignore[arg-type]
+
+    results = await asyncio.gather(*(ToolService().tools([get_weather]).chat(
+        model, [UserMessage(text="Weather?")]) for _ in range(5)))
+
+    assert [len(r.tool_executions) for r in results] == [4] * 5
+    assert isinstance(model.http._clients.clients[asyncio.get_running_loop()].pooled.transport,
+                      BACKEND_TRANSPORTS[backend])
+    await model.aclose()
+
+
+@pytest.mark.parametrize("backend", HTTP_BACKENDS)
+async def test_every_backend_retries_a_reset_connection(server: BackgroundServer,
+                                                        backend: str) -> None:
+    name = f"reset-{backend}"
+    set_script(server, name, {"steps": [
+        {"faults": [{"kind": "reset"}],
+         "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
+        {"text": "Done: {last_result}"}]})
+    attempts: list[ProviderAttempt] = []
+    model = OpenAIChatModel(base_url=server.base_urls()["openai"], model=name, retry=FAST_RETRY,
+                            http_backend=backend)  # type: ignore[arg-type]
+
+    result = await ToolService().tools([get_weather]).chat(
+        model, [UserMessage(text="Weather?")],
+        observers=[lambda e: attempts.append(e) if isinstance(e, ProviderAttempt) else None])
+
+    assert result.final_response.ai_message.text == "Done: Sunny in Oslo"
+    assert [(a.status, a.retryable) for a in attempts] == [(None, True)]
+    assert "connection failed" in attempts[0].error
+    await model.aclose()
+
+
+@pytest.mark.parametrize("backend", HTTP_BACKENDS)
+async def test_every_backend_reports_a_cut_stream(server: BackgroundServer,
+                                                  backend: str) -> None:
+    name = f"cut-{backend}"
+    set_script(server, name, {"steps": [{
+        "tool_calls": [{"name": "get_weather", "arguments": {"city": "Somewhere far away"}}],
+        "faults": [{"kind": "cut", "after_bytes": 400, "times": None}]}]})
+    model = OpenAIChatModel(base_url=server.base_urls()["openai"], model=name, stream=True,
+                            retry=FAST_RETRY, http_backend=backend)  # type: ignore[arg-type]
+
+    with pytest.raises(ProviderError, match="the response stream broke"):
+        await model.chat(ChatRequest(messages=(UserMessage(text="Weather?"),)))
+    await model.aclose()
+
+
+@pytest.mark.parametrize("backend", HTTP_BACKENDS)
+async def test_every_backend_reports_a_refused_connection(backend: str) -> None:
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = OpenAIChatModel(base_url=f"http://127.0.0.1:{port}/v1", model="m",
+                            retry=RetryPolicy(max_retries=0),
+                            http_backend=backend)  # type: ignore[arg-type]
+
+    with pytest.raises(ProviderError, match=r"connection failed \(ConnectError"):
+        await model.chat(REQUEST)
+    await model.aclose()
+
+
+# -- request bodies: the history is translated and encoded once ----------------------------
+
+
+def history(rounds: int) -> list[Any]:
+    messages: list[Any] = [UserMessage(text="Weather in Zürich? \"quoted\" \u2603")]
+    for index in range(rounds):
+        calls = tuple(ToolExecutionRequest(id=f"call_{index}_{n}", name="get_weather",
+                                           arguments=json.dumps({"city": f"City {n}"}))
+                      for n in range(2))
+        messages.append(AiMessage(text=None, tool_execution_requests=calls))
+        messages += [ToolExecutionResultMessage(id=c.id, tool_name=c.name, text="Sunny")
+                     for c in calls]
+    return messages
+
+
+async def test_the_body_sent_is_the_body_announced_byte_for_byte() -> None:
+    sent: list[bytes] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        return json_response(200, openai_completion(text="ok"))
+
+    model = OpenAIChatModel(model="m", api_key="sk-test-key-123456",
+                            transport=httpx.MockTransport(handle))
+    messages = history(3)
+
+    with captured_events() as events:
+        await model.chat(ChatRequest(messages=tuple(messages)))
+        await model.chat(ChatRequest(messages=(*messages, *history(1))))
+
+    announced = [e.body for e in events if e.kind == "provider_wire_request"]
+    assert [encode_json(body) for body in announced] == sent
+    assert json.loads(sent[0])["messages"][0]["content"] == 'Weather in Zürich? "quoted" \u2603'
+
+
+def test_a_message_is_translated_once() -> None:
+    model = OpenAIChatModel(model="m")
+    messages = history(2)
+
+    first = model.build_body(messages, model.parameters, model="m", stream=False)
+    again = model.build_body(messages, model.parameters, model="m", stream=False)
+
+    assert all(a is b for a, b in zip(first["messages"], again["messages"], strict=True))
+    assert len(model.messages) == len(messages)
+    assert model.encode_body(again) == encode_json(again)
+
+
+def test_a_body_whose_messages_were_replaced_is_encoded_whole() -> None:
+    model = OpenAIChatModel(model="m")
+    body = model.build_body(history(1), model.parameters, model="m", stream=False)
+    body["messages"] = [{"role": "user", "content": "custom"}]
+
+    assert model.encode_body(body) is None
+
+
+def test_splicing_gives_the_same_text_as_encoding() -> None:
+    body = {"model": "m", "messages": [{"a": 1}, {"b": "é\u0000"}], "stream": False,
+            "tools": [{"type": "function"}]}
+
+    spliced = encode_json_body(body, {"messages": encode_json(body["messages"]),
+                                      "tools": encode_json(body["tools"])})
+
+    assert spliced == encode_json(body)
+    assert encode_json_body({"model": "m"}, {"messages": b"[]"}) == encode_json({"model": "m"})
+
+
+def test_the_tools_are_mapped_once_and_spliced() -> None:
+    model = OpenAIChatModel(model="m")
+    parameters = ToolService().tools([get_weather]).request_parameters(None)
+
+    first = model.build_body(history(1), parameters, model="m", stream=False)
+    again = model.build_body(history(1), parameters, model="m", stream=False)
+
+    assert first["tools"] is again["tools"]
+    assert model.encode_body(again) == encode_json(again)
+
+
+def test_the_cache_is_bounded() -> None:
+    model = OpenAIChatModel(model="m")
+    model.messages._limit = 10
+    messages = history(10)
+
+    model.build_body(messages, model.parameters, model="m", stream=False)
+
+    assert len(model.messages) == 10
+    body = model.build_body(messages, model.parameters, model="m", stream=False)
+    assert model.encode_body(body) in (None, encode_json(body))  # None: encoded whole
+
+
+# -- a streamed body is read to its end, so its connection goes back to the pool -----------
+
+
+class TrackedBody(httpx.AsyncByteStream):
+    """An SSE body that records whether it was read to its end; optionally it never ends."""
+
+    def __init__(self, text: str, *, hang: bool = False) -> None:
+        self.text = text
+        self.hang = hang
+        self.finished = False
+
+    async def __aiter__(self) -> Any:
+        yield self.text.encode()
+        if self.hang:
+            await asyncio.sleep(3600)
+        self.finished = True
+
+
+def sse_body(body: TrackedBody) -> httpx.MockTransport:
+    return httpx.MockTransport(lambda request: httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=body))
+
+
+DONE_THEN_MORE = ('data: {"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"},'
+                  '"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n: trailing comment\n\n')
+
+
+async def test_a_stream_is_read_to_the_end_of_its_body_after_done() -> None:
+    body = TrackedBody(DONE_THEN_MORE)
+    model = OpenAIChatModel(model="m", stream=True, transport=sse_body(body))
+
+    response = await model.chat(REQUEST)
+
+    assert response.ai_message.text == "Hi"
+    assert body.finished
+
+
+async def test_a_body_that_never_ends_after_done_is_dropped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tools_app.engine.providers.http.DRAIN_TIMEOUT", 0.05)
+    body = TrackedBody(DONE_THEN_MORE, hang=True)
+    model = OpenAIChatModel(model="m", stream=True, transport=sse_body(body))
+
+    response = await asyncio.wait_for(model.chat(REQUEST), 5)
+
+    assert response.ai_message.text == "Hi"
+    assert not body.finished
+
+
+@pytest.mark.parametrize("backend", HTTP_BACKENDS)
+async def test_streamed_calls_reuse_one_connection(
+        server: BackgroundServer, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[object] = []
+    create_connection = asyncio.BaseEventLoop.create_connection
+
+    async def counting(self: asyncio.BaseEventLoop, *args: Any, **kwargs: Any) -> Any:
+        opened.append(args)
+        return await create_connection(self, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "create_connection", counting)
+    model = OpenAIChatModel(base_url=server.base_urls()["openai"], model="fake-k3-p2",
+                            stream=True, http_backend=backend)  # type: ignore[arg-type]
+
+    for _ in range(2):
+        await ToolService().tools([get_weather]).chat(model, [UserMessage(text="Weather?")])
+
+    assert len(opened) == 1  # 8 streamed requests, one connection
+    await model.aclose()
