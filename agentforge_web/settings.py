@@ -7,6 +7,7 @@ code with DATABASE_URL, REDIS_URL and TASK_BACKEND=database set.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -92,6 +93,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
     }
+    # Tests use a file too (one per test process), not SQLite's shared-cache memory
+    # database: that one fails concurrent writers at once instead of waiting, unlike
+    # the WAL file the embedded configuration really runs on.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # -- auth -------------------------------------------------------------------------------

@@ -398,6 +398,9 @@ class Sample:
     phase: str
     result: dict[str, Any]
     server_cpu_us_per_request: float
+    error: str | None = None
+    """Why the worker failed (its last line of stderr); a failed sample is reported, not
+    averaged in."""
 
 
 def run_worker(server: FakeServer, variant: Variant, phase: str, settings: dict[str, Any],
@@ -410,7 +413,9 @@ def run_worker(server: FakeServer, variant: Variant, phase: str, settings: dict[
         cwd=ROOT, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S, check=False)
     lines = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
     if completed.returncode != 0 or not lines:
-        raise RuntimeError(f"{variant.name} {phase} failed:\n{completed.stderr[-3000:]}")
+        reason = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"  {phase} {variant.name}: FAILED: {reason}", file=sys.stderr, flush=True)
+        return Sample(variant, phase, {}, float("nan"), error=reason[:200])
     result = json.loads(lines[-1].removeprefix("RESULT "))
     server_cpu = server.cpu_seconds() - server_cpu
     counted = server.requests_seen() - seen  # provider requests only
@@ -426,7 +431,7 @@ def rotated[T](items: list[T], by: int) -> list[T]:
 
 
 def median(values: list[float]) -> float:
-    return statistics.median(values)
+    return statistics.median(values) if values else float("nan")
 
 
 def fmt(value: float, digits: int = 0) -> str:
@@ -448,8 +453,11 @@ def seq_table(samples: list[Sample], variants: list[Variant]) -> tuple[str, list
                      variants[0])
     for parallel, mode in configs:
         key = f"p{parallel}-{mode}"
-        pooled: dict[str, dict[str, list[float]]] = {}
+        pooled: dict[str, dict[str, list[float]]] = {
+            v.name: {"wall": [], "cpu": [], "rss": []} for v in variants}
         for sample in samples:
+            if sample.error is not None:
+                continue
             config = sample.result["configs"][key]
             entry = pooled.setdefault(sample.variant.name, {"wall": [], "cpu": [], "rss": []})
             entry["wall"] += config["wall_us"]
@@ -459,6 +467,10 @@ def seq_table(samples: list[Sample], variants: list[Variant]) -> tuple[str, list
         same = {m: median(pooled[bare_same.name][m]) for m in ("wall", "cpu")}
         for variant in variants:
             entry = pooled[variant.name]
+            if not entry["wall"]:
+                rows.append(f"| P={parallel} {mode} | {variant.label} | every sample failed "
+                            "| | | | | |")
+                continue
             wall, cpu = median(entry["wall"]), median(entry["cpu"])
             ratio, cpu_ratio = wall / floor["wall"], cpu / floor["cpu"]
             same_ratio, same_cpu = wall / same["wall"], cpu / same["cpu"]
@@ -483,7 +495,10 @@ def seq_table(samples: list[Sample], variants: list[Variant]) -> tuple[str, list
 def conc_table(samples: list[Sample], variants: list[Variant]) -> tuple[str, list[str]]:
     rows, verdicts = [], []
     for variant in variants:
-        mine = [s for s in samples if s.variant.name == variant.name]
+        mine = [s for s in samples if s.variant.name == variant.name and s.error is None]
+        if not mine:
+            rows.append(f"| {variant.label} | every sample failed | | | | | | | | |")
+            continue
         walls = [w * 1000 for s in mine for w in s.result["walls"]]
         cpus = [c * 1000 for s in mine for c in s.result["cpus"]]
         effs = [IDEAL_S * 1000 / w * 100 for w in walls]
@@ -519,6 +534,12 @@ def render(seq: list[Sample], conc: list[Sample], seq_vs: list[Variant],
 
     seq_md, seq_verdicts = seq_table(seq, seq_vs)
     conc_md, conc_verdicts = conc_table(conc, conc_vs)
+    failures = "".join(
+        f"\n- {s.phase} {s.variant.name}: a sample failed: `{s.error}`"
+        for s in [*seq, *conc] if s.error is not None)
+    if failures:
+        failures = ("\nFailed samples (left out of the tables; a bare loop has no retries):"
+                    + failures + "\n")
     versions = ", ".join(f"{name} {_dist_version(name)}" for name in (
         "httpx", "httpcore", "httpx2", "httpcore2", "aiohttp", "httpx-aiohttp", "uvicorn"))
     pinned = ("server pinned to CPU 1, clients to CPU 0" if settings["pinned"]
@@ -551,7 +572,7 @@ Efficiency = ideal / batch wall, ideal = ({CONC_ROUNDS} + 1) x {CONC_LATENCY_MS}
 client (or model) is shared by the 100 runs; pool limits raised to 1,000 connections.
 
 {conc_md}
-"""
+{failures}"""
 
 
 def _dist_version(name: str) -> str:

@@ -14,11 +14,11 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 from django.db.models import F
 
-from .db_thread import db
 from .engine.events import (
     ModelResponseReceived,
     PartialText,
@@ -77,7 +77,7 @@ class RunRecorder:
             await notify(self.run_id, {"fragment": self._fragment(event)})
             return
         payload = self._payload(event)
-        seq = await db(self.record)(event, payload)
+        seq = await sync_to_async(self.record)(event, payload)
         await notify(self.run_id, {"seq": seq})
 
     def _payload(self, event: Any) -> dict[str, Any]:

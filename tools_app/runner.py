@@ -12,11 +12,11 @@ import threading
 import time
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .db_thread import db
 from .engine import (
     ChatMessage,
     ChatResponse,
@@ -60,7 +60,7 @@ class _Stop:
 async def execute_run(run_id: str) -> str | None:
     """Run (or resume) a run to its end. Returns the final status, or None if not claimed."""
     worker_id = new_worker_id()
-    token = await db(claim)(run_id, worker_id)
+    token = await sync_to_async(claim)(run_id, worker_id)
     if token is None:
         return None
     started = time.perf_counter()
@@ -69,22 +69,22 @@ async def execute_run(run_id: str) -> str | None:
     except LeaseLost:
         logger.warning("run %s: lease lost, leaving it to its new owner", run_id)
         return None
-    fields["wall_ms"] = await db(_wall_ms)(run_id, started)
+    fields["wall_ms"] = await sync_to_async(_wall_ms)(run_id, started)
     try:
-        seq = await db(_finish)(run_id, token, status, fields)
+        seq = await sync_to_async(_finish)(run_id, token, status, fields)
     except LeaseLost:
         return None
     await notify(run_id, {"seq": seq})
     if status == RunStatus.INTERRUPTED:
-        await db(_requeue)(run_id)
+        await sync_to_async(_requeue)(run_id)
     return str(status)
 
 
 async def _drive(run_id: str, token: int) -> tuple[RunStatus, dict[str, Any]]:
-    run = await db(Run.objects.get)(pk=run_id)
+    run = await sync_to_async(Run.objects.get)(pk=run_id)
     try:
         engine = engine_for_snapshot(run.snapshot)
-        messages, resume = await db(load_history)(run)
+        messages, resume = await sync_to_async(load_history)(run)
     except Exception as exc:  # a broken snapshot (missing key, tool gone) fails the run
         return RunStatus.FAILED, {"error_type": type(exc).__name__, "error_message": str(exc)}
     recorder = RunRecorder(run_id, token, engine.secrets)
@@ -127,12 +127,12 @@ async def _heartbeat(run_id: str, token: int, chat: asyncio.Future[Any], stop: _
     last_renewal = time.monotonic()
     while not chat.done():
         await asyncio.sleep(poll)
-        if await db(cancel_requested)(run_id):
+        if await sync_to_async(cancel_requested)(run_id):
             stop.reason = "cancelled"
             chat.cancel()
             return
         if time.monotonic() - last_renewal >= interval:
-            if not await db(renew)(run_id, token):
+            if not await sync_to_async(renew)(run_id, token):
                 stop.reason = "lease_lost"
                 chat.cancel()
                 return

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
 from typing import Any
 
+from asgiref.sync import ThreadSensitiveContext
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult, TaskResultStatus
 from django.utils.crypto import get_random_string
@@ -71,8 +72,12 @@ async def _in_fresh_context(coroutine: Coroutine[Any, Any, Any]) -> Any:
 
 
 async def _guarded(coroutine: Awaitable[Any]) -> Any:
+    # Each task gets its own thread for its synchronous (database) work: not asgiref's
+    # one shared thread, which serves every viewer's reads and renders (sharing it
+    # halved throughput in the live benchmark, docs/benchmarks.md).
     try:
-        return await coroutine
+        async with ThreadSensitiveContext():
+            return await coroutine
     except Exception:
         logger.exception("in-process task failed")
         raise

@@ -458,3 +458,26 @@ async def test_streamed_calls_reuse_one_connection(
 
     assert len(opened) == 1  # 8 streamed requests, one connection
     await model.aclose()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_requests_carry_one_json_content_type(stream: bool) -> None:
+    seen: list[httpx.Headers] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers)
+        if stream:
+            return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                                  content=DONE_THEN_MORE.encode())
+        return json_response(200, openai_completion(text="Hi"))
+
+    plain = OpenAIChatModel(model="m", stream=stream, transport=httpx.MockTransport(handle))
+    typed = OpenAIChatModel(model="m", stream=stream, transport=httpx.MockTransport(handle),
+                            extra_headers={"Content-Type": "application/json; charset=utf-8"})
+    await plain.chat(REQUEST)
+    await typed.chat(REQUEST)
+
+    assert [h.get_list("content-type") for h in seen] == [
+        ["application/json"], ["application/json; charset=utf-8"]]
+    assert [h.get("accept") for h in seen] == (["text/event-stream"] * 2 if stream
+                                               else ["*/*"] * 2)

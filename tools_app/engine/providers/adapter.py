@@ -62,6 +62,11 @@ class WireConfig(TypedDict, total=False):
     limits: httpx.Limits | None
 
 
+_NO_PARAMETERS = ChatRequestParameters()
+"""A model without default parameters: a request's own are used as they are (what
+override_with would return, without the copy)."""
+
+
 class WireChatModel(ABC):
     """A ChatModel that talks to one HTTP API. Subclasses implement the translation.
 
@@ -98,7 +103,7 @@ class WireChatModel(ABC):
             raise ValueError(f"{self.provider}: model is required")
         self.model = model
         self.stream = stream
-        self.parameters = parameters or ChatRequestParameters()
+        self.parameters = parameters or _NO_PARAMETERS
         self.http = ProviderHttpClient(
             provider=self.provider,
             base_url=base,
@@ -132,7 +137,8 @@ class WireChatModel(ABC):
         await self.aclose()
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
-        parameters = self.parameters.override_with(request.parameters)
+        parameters = (request.parameters if self.parameters is _NO_PARAMETERS
+                      else self.parameters.override_with(request.parameters))
         model = parameters.model_name or self.model
         body = self.build_body(request.messages, parameters, model=model, stream=self.stream)
         encoded = self.encode_body(body)

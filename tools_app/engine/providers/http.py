@@ -56,7 +56,7 @@ import httpx
 
 from ..errors import ProviderError
 from ..events import ProviderAttempt, ProviderWireRequest, emit
-from .sse import SseEvent, aiter_sse
+from .sse import SseDecoder, SseEvent
 from .transports import (
     DEFAULT_HTTP_BACKEND,
     DEFAULT_LIMITS,
@@ -81,8 +81,10 @@ _REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-goog-request-id")
 
 Sleep = Callable[[float], Awaitable[None]]
 
+# Every request this client sends is a JSON POST: the content type is a client header
+# (no per-request header merge); streamed requests add their Accept.
 _JSON_CONTENT = {"content-type": "application/json"}
-_SSE_REQUEST = {**_JSON_CONTENT, "accept": "text/event-stream"}
+_SSE_REQUEST = {"accept": "text/event-stream"}
 
 
 def encode_json(value: Any) -> bytes:
@@ -359,10 +361,18 @@ class EventStream:
         return self.response.status_code
 
     async def events(self) -> AsyncGenerator[SseEvent]:
+        # aiter_sse() inlined: this runs for every line of every stream.
+        decoder = SseDecoder()
         try:
-            async for event in aiter_sse(self.response.aiter_lines()):
+            async for line in self.response.aiter_lines():
+                event = decoder.feed(line)
+                if event is not None:
+                    self.events_seen += 1
+                    yield event
+            last = decoder.flush()
+            if last is not None:
                 self.events_seen += 1
-                yield event
+                yield last
         except httpx.RequestError as exc:
             cause = transport_error(self.provider, exc, self.timeouts, self.redactor)
             detail = str(cause).removeprefix(f"{self.provider}: ")
@@ -497,7 +507,9 @@ class ProviderHttpClient:
         self._urls: dict[str, httpx.URL] = {}
         plain = {k: v for k, v in (headers or {}).items() if not is_sensitive_header(k)}
         secret = {k: v for k, v in (headers or {}).items() if is_sensitive_header(k)}
-        self._headers = {**plain, **secret, **(credentials or {})}
+        given = {**plain, **secret, **(credentials or {})}
+        typed = any(name.lower() == "content-type" for name in given)
+        self._headers = given if typed else {**_JSON_CONTENT, **given}
         self.redactor = Redactor(_secret_values([*secret.values(),
                                                  *(credentials or {}).values()]))
 
@@ -602,7 +614,7 @@ class ProviderHttpClient:
     async def _attempt_json(
         self, client: httpx.AsyncClient, url: httpx.URL, content: bytes
     ) -> tuple[httpx.Response, bytes]:
-        response = await client.post(url, content=content, headers=_JSON_CONTENT)
+        response = await client.post(url, content=content)
         if not response.is_success:
             raise _Failed(status_error(self.provider, response, response.content,
                                        self.redactor, self.retry.clock))

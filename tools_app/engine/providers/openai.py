@@ -82,9 +82,10 @@ class OpenAIChatModel(WireChatModel):
         self.max_tokens_field: MaxTokensField = (max_tokens_field
                                                  or self.default_max_tokens_field)
         self.messages = MessageCache(_map_message)
-        # The tools of the last request, mapped and encoded: a loop sends the same
-        # tuple of specifications every round.
-        self._tools: tuple[tuple[ToolSpecification, ...], list[JsonObject], bytes] | None = None
+        # Tool lists mapped and encoded, keyed by the specification objects: a loop
+        # sends the same ones every round (and every run of a ToolService the same).
+        self._tools: dict[tuple[int, ...], _MappedTools] = {}
+        self._tools_encoded: dict[int, bytes] = {}  # id(mapped list) -> its JSON text
 
     def credentials(self, api_key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"}
@@ -113,17 +114,22 @@ class OpenAIChatModel(WireChatModel):
         if encoded is None:
             return None
         spliced = {"messages": b"[" + b",".join(encoded) + b"]"}
-        tools = self._tools
-        if tools is not None and body.get("tools") is tools[1]:
-            spliced["tools"] = tools[2]
+        tools = self._tools_encoded.get(id(body.get("tools")))
+        if tools is not None:
+            spliced["tools"] = tools
         return encode_json_body(body, spliced)
 
     def _mapped_tools(self, specifications: tuple[ToolSpecification, ...]) -> list[JsonObject]:
-        cached = self._tools
-        if cached is None or cached[0] is not specifications:
+        key = tuple(map(id, specifications))  # the entry keeps them alive: ids stay unique
+        cached = self._tools.get(key)
+        if cached is None:
+            if len(self._tools) >= _TOOL_LISTS_KEPT:
+                self._tools.clear()
+                self._tools_encoded.clear()
             mapped = [map_tool(spec) for spec in specifications]
-            cached = self._tools = (specifications, mapped, encode_json(mapped))
-        return cached[1]
+            cached = self._tools[key] = _MappedTools(specifications, mapped)
+            self._tools_encoded[id(mapped)] = encode_json(mapped)
+        return cached.mapped
 
     def _map_parameters(self, parameters: ChatRequestParameters) -> JsonObject:
         mapped: JsonObject = {}
@@ -184,6 +190,15 @@ def _chunk(data: str, stream: EventStream) -> JsonObject:
         raise stream.broken(f"the stream carried an error: {details.describe()}",
                             error_type=details.error_type, code=details.code)
     return chunk
+
+
+_TOOL_LISTS_KEPT = 64
+
+
+@dataclass(frozen=True)
+class _MappedTools:
+    specifications: tuple[ToolSpecification, ...]
+    mapped: list[JsonObject]
 
 
 class OpenAICompatibleChatModel(OpenAIChatModel):
@@ -376,7 +391,9 @@ class _StreamFolder:
         index = as_int(fragment.get("index"))
         if index is None:  # servers that omit the index: match by id, else by position
             index = self._index_for(as_str(fragment.get("id")), position)
-        folder = self.calls.setdefault(index, _ToolCallFolder())
+        folder = self.calls.get(index)
+        if folder is None:
+            folder = self.calls[index] = _ToolCallFolder()
         new_id, name, delta = folder.add(fragment)
         if new_id or name or delta:
             await emit(PartialToolCall(index=index, id=new_id, name=name, arguments_delta=delta))
