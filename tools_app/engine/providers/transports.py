@@ -10,14 +10,18 @@ the httpx exceptions). Underneath, the pool is pluggable (`http_backend=`):
 or any `TransportFactory`: a callable that takes the pool limits and returns an
 `httpx.AsyncBaseTransport`. Why aiohttp is the default: httpcore 1.0.x's pool is
 quadratic in the number of waiting requests and drops keep-alive connections under
-load (encode/httpcore#1035, httpx#3215); httpcore2's rewrite fixes most of that but
-still costs several times aiohttp per request under concurrency. The numbers are in
-docs/benchmarks/providers.md (`python -m benchmarks.bench_providers`).
+load (encode/httpcore#1035, httpx#3215), and httpcore2's rewrite still costs about
+twice aiohttp's CPU per request under concurrency. With 100 concurrent runs sharing a
+model (benchmarks/bench_providers.py) ToolService reached 5 % of ideal
+throughput on "httpx", 23 % on "httpx2" and 36 % on "aiohttp" on the same machine;
+sequential calls are also cheaper on aiohttp (0.65-0.9x httpx's client CPU). See
+docs/benchmarks/providers.md.
 
-The aiohttp transport here subclasses httpx-aiohttp's to map aiohttp's errors onto the
+The aiohttp transport here drives httpx-aiohttp's to map aiohttp's errors onto the
 httpx exception each one means (the upstream table turns a refused connection or a
-server disconnect into `ConnectTimeout`), to leave cookies to httpx alone, and to be
-closable synchronously when its event loop is already gone.
+server disconnect into `ConnectTimeout`), to leave cookies to httpx alone, to read
+bodies without an extra layer, and to be closable synchronously when its event loop is
+already gone.
 """
 
 from __future__ import annotations
