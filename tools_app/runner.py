@@ -113,7 +113,19 @@ async def _drive(run_id: str, token: int) -> tuple[RunStatus, dict[str, Any]]:
                                   "error_message": clean_text(str(exc)) or ""}
     finally:
         heartbeat.cancel()
+        await _close_model(engine.model)
     return RunStatus.SUCCEEDED, _success_fields(result)
+
+
+async def _close_model(model: Any) -> None:
+    """Release the model's pooled HTTP connections now rather than at garbage collection."""
+    close = getattr(model, "aclose", None)
+    if close is None:
+        return
+    try:
+        await close()
+    except Exception:  # closing must never change how the run ended
+        logger.warning("closing the model's HTTP client failed", exc_info=True)
 
 
 async def _checkpoint() -> None:
