@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+import pydantic_core
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
@@ -22,6 +23,7 @@ from .models import (
     ToolCallState,
     ToolRegistration,
 )
+from .templatetags.timeline import ms
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -66,91 +68,104 @@ def default_policy() -> ErrorPolicy | None:
 def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[dict[str, Any]]:
     """Rounds with their calls, as plain dicts with display values computed here.
 
-    Plain dicts and precomputed strings keep the template cheap: a finished run with
-    1,000 tool calls must render fast (see docs/benchmarks.md).
+    Rows are read with values() (no model instances) and the template gets plain dicts
+    and precomputed strings: a finished run with 1,000 tool calls must render fast
+    (see docs/benchmarks.md).
     """
-    rounds = Round.objects.filter(run=run).order_by("index").prefetch_related("tool_calls")
+    rounds = Round.objects.filter(run=run).order_by("index")
+    calls = ToolCall.objects.filter(run=run).order_by("call_index")
     if indexes is not None:
-        rounds = rounds.filter(index__in=list(indexes))
-    return [_round_view(r) for r in rounds]
+        wanted = list(indexes)
+        rounds = rounds.filter(index__in=wanted)
+        calls = calls.filter(round__index__in=wanted)
+    by_round: dict[int, list[dict[str, Any]]] = {}
+    for call in calls.values("pk", "round_id", *CALL_FIELDS):
+        by_round.setdefault(call["round_id"], []).append(call)
+    return [_round_view(r, by_round.get(r["id"], []))
+            for r in rounds.values("id", *ROUND_FIELDS)]
 
 
 ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_token_ms",
                 "input_tokens", "output_tokens", "attempts", "thinking", "ai_text",
                 "request_json", "response_json")
+CALL_FIELDS = ("call_id", "tool_name", "state", "duration_ms", "attempts", "arguments",
+               "arguments_raw", "error_details", "result_text", "result_json", "is_error",
+               "error_type", "error_message", "handled_by", "stopped_run", "traceback",
+               "started_at", "finished_at")
 
 
-def _round_view(round_: Round) -> dict[str, Any]:
-    view = {name: getattr(round_, name) for name in ROUND_FIELDS}
-    view["calls"] = _call_views(round_)
-    view["has_wire"] = round_.request_json is not None or round_.response_json is not None
-    view["wire"] = [_wire_view("request", round_.request_json),
-                    _wire_view("response", round_.response_json)]
+def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
+    view = {name: round_[name] for name in ROUND_FIELDS}
+    view["calls"] = _call_views(calls)
+    view["has_wire"] = round_["request_json"] is not None or round_["response_json"] is not None
+    view["wire"] = [_wire_view("request", round_["request_json"]),
+                    _wire_view("response", round_["response_json"])]
     return view
+
+
+def _pretty(value: Any) -> str:
+    """Indented JSON. pydantic-core's encoder: the standard library's falls back to pure
+    Python as soon as `indent` is set, which made this the slowest part of a page."""
+    return pydantic_core.to_json(value, indent=2).decode()
 
 
 def _wire_view(which: str, body: Any) -> dict[str, Any]:
     """Pretty and raw JSON of a wire body; past the display limit only a head is shown
     (a long conversation's request repeats the whole history every round)."""
     limit = settings.AGENTFORGE_DISPLAY_LIMIT
-    pretty = json.dumps(body, indent=2, ensure_ascii=False) if body is not None else ""
+    pretty = _pretty(body) if body is not None else ""
     raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")) if body is not None else ""
     return {"which": which, "large": len(pretty) > limit, "size": len(raw),
             "pretty": pretty[:limit], "raw": raw[:limit]}
 
 
-def _call_views(round_: Round) -> list[dict[str, Any]]:
-    calls = sorted(round_.tool_calls.all(), key=lambda c: c.call_index)
-    starts = [c.started_at for c in calls if c.started_at]
-    ends = [_end_of(c) for c in calls if c.started_at]
+def _call_views(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    starts = [c["started_at"] for c in calls if c["started_at"]]
+    ends = [_end_of(c) for c in calls if c["started_at"]]
     origin = min(starts) if starts else None
     span = (max(ends) - origin).total_seconds() if origin and ends else 0.0
     labels = dict(ToolCallState.choices)
-    return [_call_view(c, origin, span, labels) for c in calls]
-
-
-def _call_view(call: ToolCall, origin: Any, span: float, labels: dict[str, str]) -> dict[str, Any]:
-    x, width = _bar(call, origin, span)
     limit = settings.AGENTFORGE_DISPLAY_LIMIT
-    result = call.result_text
+    return [_call_view(c, origin, span, labels, limit) for c in calls]
+
+
+def _call_view(call: dict[str, Any], origin: Any, span: float, labels: dict[str, str],
+               limit: int) -> dict[str, Any]:
+    x, width = _bar(call, origin, span)
+    result = call["result_text"]
     raw_result = None
-    if call.result_json is not None and call.result_json != result:
-        raw_result = json.dumps(call.result_json, indent=2, ensure_ascii=False)
-    return {
-        "pk": call.pk, "call_id": call.call_id, "tool_name": call.tool_name,
-        "state": call.state, "state_label": labels.get(call.state, call.state),
-        "duration_ms": call.duration_ms, "attempts": call.attempts,
-        "bar_x": x, "bar_width": width,
-        "args_text": (json.dumps(call.arguments, indent=2, ensure_ascii=False)
-                      if call.arguments is not None else call.arguments_raw),
-        "arguments": call.arguments, "arguments_raw": call.arguments_raw,
-        "failing_paths": _failing_paths(call.error_details),
-        "result_text": result, "is_error": call.is_error,
+    if call["result_json"] is not None and call["result_json"] != result:
+        raw_result = _pretty(call["result_json"])
+    arguments = call["arguments"]
+    return call | {
+        "state_label": labels.get(call["state"], call["state"]),
+        # Strings, not numbers: the template then has nothing to localize per call.
+        "duration_text": ms(call["duration_ms"]), "bar_x": str(x), "bar_width": str(width),
+        "args_text": _pretty(arguments) if arguments is not None else call["arguments_raw"],
+        "failing_paths": _failing_paths(call["error_details"]),
         "result_large": result is not None and len(result) > limit,
         "result_head": result[:limit] if result is not None else None,
         "result_length": len(result) if result is not None else 0,
         "raw_result": raw_result,
-        "error_type": call.error_type, "error_message": call.error_message,
-        "handled_by": call.handled_by, "stopped_run": call.stopped_run,
-        "traceback": call.traceback,
     }
 
 
-def _bar(call: ToolCall, origin: Any, span: float) -> tuple[int, int]:
+def _bar(call: dict[str, Any], origin: Any, span: float) -> tuple[int, int]:
     """Waterfall bar in a 0..1000 viewBox (SVG attributes, so the CSP needs no inline style)."""
-    if origin is None or call.started_at is None:
+    started = call["started_at"]
+    if origin is None or started is None:
         return 0, 0
     total = span or 1.0
-    x = min(int((call.started_at - origin).total_seconds() / total * 1000), 994)
-    width = max(int((_end_of(call) - call.started_at).total_seconds() / total * 1000), 6)
+    x = min(int((started - origin).total_seconds() / total * 1000), 994)
+    width = max(int((_end_of(call) - started).total_seconds() / total * 1000), 6)
     return x, min(width, 1000 - x)
 
 
-def _end_of(call: ToolCall) -> Any:
+def _end_of(call: dict[str, Any]) -> Any:
     """A call still running extends to now, so its bar grows while it runs."""
-    if call.finished_at is not None:
-        return call.finished_at
-    return timezone.now() if call.state == "started" else call.started_at
+    if call["finished_at"] is not None:
+        return call["finished_at"]
+    return timezone.now() if call["state"] == "started" else call["started_at"]
 
 
 def _failing_paths(details: Any) -> list[str]:
