@@ -46,7 +46,8 @@ def playground(request: HttpRequest) -> HttpResponse:
                 return redirect("run_detail", run_id=run.pk)
     else:
         form = PlaygroundForm(initial=_remembered(request))
-    return render(request, "tools_app/playground.html", {"form": form})
+    return render(request, "tools_app/playground.html",
+                  {"form": form, "endpoints": selectors.endpoints_for_playground()})
 
 
 def _start_from_form(request: HttpRequest, form: PlaygroundForm) -> Run | None:

@@ -58,3 +58,16 @@ def test_a_probe_stores_its_report_and_the_page_shows_it(
     assert "Not probed yet" not in page
     assert "parallel_tool_calls" in page
     assert "probe-failed" in page
+
+
+def test_the_playground_lists_each_endpoints_capabilities_with_a_probe_button(
+    alice_client: Client, endpoint: ModelEndpoint
+) -> None:
+    page = alice_client.get("/playground/").content.decode()
+    assert "not probed yet" in page
+    assert f"/endpoints/{endpoint.pk}/probe/" in page
+    asyncio.run(probe_and_store(str(endpoint.pk)))
+    page = alice_client.get("/playground/").content.decode()
+    assert "not probed yet" not in page
+    assert 'class="badge probe-passed"' in page
+    assert 'class="badge probe-failed"' in page
