@@ -100,7 +100,7 @@ def _wait_until_up(server: Server, process: subprocess.Popen[bytes], log: Path) 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+        pytest.fail(f"{CHROMIUM} is missing (apt-get install chromium chromium-driver)")
     tmp = tmp_path_factory.mktemp("browser")
     env = _server_env(tmp)
     _finish(_manage(env, "migrate", "--noinput", "-v0"), "migrate")
@@ -136,7 +136,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 async def browser() -> AsyncIterator[Any]:
     """One Chromium for the package; every test opens its own contexts (cookie jars)."""
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+        pytest.fail(f"{CHROMIUM} is missing (apt-get install chromium chromium-driver)")
     async with async_playwright() as playwright:
         chromium = await playwright.chromium.launch(executable_path=CHROMIUM,
                                                     args=CHROMIUM_ARGS)

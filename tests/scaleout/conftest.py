@@ -59,9 +59,10 @@ RUN_TIMEOUT = 60.0
 
 @pytest.fixture(autouse=True)
 def _scaleout_configuration(settings: Any) -> None:
-    """PostgreSQL + Redis or skip; the test process enqueues into the database backend."""
+    """PostgreSQL + Redis, or fail saying so; the test process enqueues into the database
+    backend. (`make test` runs these only in its scale-out pass.)"""
     if connection.vendor != "postgresql" or not settings.REDIS_URL:
-        pytest.skip("scale-out tests need DATABASE_URL=postgres://... and REDIS_URL "
+        pytest.fail("scale-out tests need DATABASE_URL=postgres://... and REDIS_URL "
                     "(see the Makefile's test target)")
     settings.TASK_BACKEND = "database"
     settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
