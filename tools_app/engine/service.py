@@ -344,6 +344,8 @@ class _ChatRun:
         self._first_token: float | None = None
 
     async def _emit(self, event: Any) -> None:
+        # The loop's own events carry their round already; only events emitted from
+        # deeper down (providers) are stamped here, which costs a copy.
         if event.round_index is None and not isinstance(event, (ChatStarted, ChatFinished)):
             event = event.model_copy(update={"round_index": self.round_index})
         if self._first_token is None and isinstance(event, (PartialText, PartialToolCall)):
@@ -401,9 +403,10 @@ class _ChatRun:
 
     async def _call_model(self) -> ChatResponse:
         request = ChatRequest(messages=tuple(self.messages), parameters=self.parameters)
-        await self._emit(RoundStarted())
+        await self._emit(RoundStarted(round_index=self.round_index))
         await self._emit(
             ModelRequestSent(
+                round_index=self.round_index,
                 message_count=len(request.messages),
                 tool_names=[t.name for t in request.parameters.tools or ()],
             )
@@ -417,7 +420,8 @@ class _ChatRun:
         )
         self.usage = response.usage + self.usage if response.usage else self.usage
         await self._emit(
-            ModelResponseReceived(response=response, latency_ms=latency_ms,
+            ModelResponseReceived(round_index=self.round_index, response=response,
+                                  latency_ms=latency_ms,
                                   first_token_ms=first_token_ms, usage=response.usage)
         )
         return response
@@ -453,6 +457,7 @@ class _ChatRun:
         for index, request in enumerate(requests):
             await self._emit(
                 ToolCallProposed(
+                    round_index=self.round_index,
                     call_index=index,
                     request=request,
                     known_tool=request.name in self.service.registered_tools,
@@ -510,7 +515,8 @@ class _ChatRun:
         registered = self.service.registered_tools.get(request.name)
         if registered is None:
             return await self._hallucinated(request)
-        await self._emit(ToolCallStarted(call_id=request.id, tool_name=request.name))
+        await self._emit(ToolCallStarted(round_index=self.round_index, call_id=request.id,
+                                         tool_name=request.name))
         started = time.time()
         try:
             if in_doubt:
@@ -620,6 +626,7 @@ class _ChatRun:
     ) -> ToolCallFinished:
         finished = time.time()
         return ToolCallFinished(
+            round_index=self.round_index,
             call_id=request.id,
             tool_name=request.name,
             outcome=outcome,
