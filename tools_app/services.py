@@ -127,7 +127,3 @@ def _cancel_now(run: Run) -> None:
         finished_at=timezone.now(),
     )
     append_event(str(run.pk), token, "run_status", {"status": RunStatus.CANCELLED})
-
-
-def parameters_from(data: dict[str, Any]) -> ChatRequestParameters:
-    return ChatRequestParameters.model_validate(data)

@@ -74,11 +74,6 @@ class ToolExecutor(Protocol):
     async def execute_with_result(self, request: ToolExecutionRequest) -> ToolExecutionResult: ...
 
 
-async def execute_text(executor: ToolExecutor, request: ToolExecutionRequest) -> str:
-    """The seed's `execute(request) -> str` for any executor."""
-    return (await executor.execute_with_result(request)).text
-
-
 def arguments_as_map(request: ToolExecutionRequest) -> dict[str, Any]:
     """Parse the raw arguments JSON into an object (seed: ToolExecutionRequestUtil)."""
     raw = (request.arguments or "").strip()
