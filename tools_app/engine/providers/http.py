@@ -146,7 +146,7 @@ class Redactor:
         """`json(value)` for a `value` decoded from the JSON text `raw`. Walking a whole
         response is most of a call's cost in this layer, so it is skipped when no secret
         can be in `raw`: none appears in it verbatim and nothing in it is escaped in a
-        way that could spell one (\\uXXXX, \\/, or a UTF-16/32 body)."""
+        way that could spell one (\\u escapes, \\/, or a UTF-16/32 body)."""
         if not self.secrets:
             return value
         verbatim = self._verbatim_secrets
