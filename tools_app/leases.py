@@ -50,7 +50,7 @@ def claim(run_id: str, worker_id: str) -> int | None:
         if run.cancel_requested:
             # Cancelled while no worker could act on it (its worker died, or was stopping):
             # end it now, or it would stay interrupted for ever.
-            _cancel_unclaimed(run)
+            cancel_now(run, "Cancelled by the user")
             return None
         token = run.lease_token + 1
         Run.objects.filter(pk=run_id, lease_token=run.lease_token).update(
@@ -63,12 +63,14 @@ def claim(run_id: str, worker_id: str) -> int | None:
     return token
 
 
-def _cancel_unclaimed(run: Run) -> None:
+def cancel_now(run: Run, message: str) -> None:
+    """End a run no worker is executing as cancelled (the caller holds its row lock);
+    bumping the token fences out any worker that might still claim it."""
     token = run.lease_token + 1
     Run.objects.filter(pk=run.pk).update(
-        status=RunStatus.CANCELLED, lease_token=token, lease_owner="", lease_expires_at=None,
-        error_type="Cancelled", error_message="Cancelled by the user",
-        finished_at=timezone.now(),
+        status=RunStatus.CANCELLED, cancel_requested=True, lease_token=token,
+        lease_owner="", lease_expires_at=None, error_type="Cancelled",
+        error_message=message, finished_at=timezone.now(),
     )
     append_event(str(run.pk), token, "run_status", {"status": RunStatus.CANCELLED})
 

@@ -16,7 +16,7 @@ from .engine import (
     validate_specifications,
 )
 from .engine.spec import ToolSpecification
-from .leases import append_event
+from .leases import append_event, cancel_now
 from .models import (
     ErrorPolicy,
     ModelEndpoint,
@@ -110,20 +110,8 @@ def run_cancel(*, run: Run) -> Run:
         if locked.is_terminal:
             return locked
         if locked.status in (RunStatus.QUEUED, RunStatus.INTERRUPTED):
-            _cancel_now(locked)
+            cancel_now(locked, "Cancelled by the user before it ran")
         else:
             Run.objects.filter(pk=run.pk).update(cancel_requested=True)
     run.refresh_from_db()
     return run
-
-
-def _cancel_now(run: Run) -> None:
-    from django.utils import timezone
-
-    token = run.lease_token + 1
-    Run.objects.filter(pk=run.pk).update(
-        status=RunStatus.CANCELLED, cancel_requested=True, lease_token=token,
-        error_type="Cancelled", error_message="Cancelled by the user before it ran",
-        finished_at=timezone.now(),
-    )
-    append_event(str(run.pk), token, "run_status", {"status": RunStatus.CANCELLED})
