@@ -9,6 +9,9 @@ import os
 
 # Importing the ASGI app must not start the embedded worker's recovery loop in tests.
 os.environ.setdefault("AGENTFORGE_EMBEDDED_WORKER", "0")
+# The app keeps database connections (DB_CONN_MAX_AGE); in tests, one kept by an executor
+# thread after its test would stop PostgreSQL from dropping the test database at the end.
+os.environ.setdefault("DB_CONN_MAX_AGE", "0")
 
 import pytest
 

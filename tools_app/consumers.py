@@ -6,25 +6,21 @@ Notifications from the channel layer only say "something new" (or carry an ephem
 streaming fragment), so a dropped notification or a reconnect never leaves a gap.
 
 Bursts coalesce: a notification for a seq already sent costs nothing, and viewers of one
-run share the rendering of the rounds a batch touched (docs/benchmarks/live.md).
+run share one reading and rendering of each batch (docs/benchmarks/live.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
-from django.http import HttpRequest
-from django.middleware.csrf import get_token
 
-from .fragments import render_changes, render_fragment, render_header, run_for_header
+from .fragments import render_fragment, render_updates
 from .models import Run
 from .recorder import group_name
 from .selectors import events_after, run_get_for_user
@@ -42,86 +38,86 @@ def _visible_run(run_id: str, user: Any) -> Run | None:
 
 
 BATCH = 500  # events per message at most (a long history arrives in several)
-SHARE_SECONDS = 1.0  # how long one viewer's rendering of a batch serves the others
+SHARE_SECONDS = 1.0  # how long one rendering of a batch serves the run's other viewers
 SHARED_MAX = 256  # runs with a shared rendering kept at most
 
 
-class _Shared(NamedTuple):
-    after: int
-    last: int
-    complete: bool
-    changes: str
-    at: float
+class Batch(NamedTuple):
+    after: int  # the seq the batch starts after
+    last: int  # the last seq it covers
+    complete: bool  # it was everything committed when it was read
+    html: str
+    at: float  # time.monotonic() of the read
 
 
-# run id -> the latest batch rendered for it. Viewers of one run get the same
-# notifications, so they usually ask for the same batch (after the same seq) at about the
-# same time: one reads and renders the touched rounds, the others reuse that and render
-# only their own header. Reusing it later is still correct: rounds change only together
-# with an event (one transaction), so a rendering made after seq `last` committed holds
-# the rounds as they were at `last` or later, and any later change comes with a later
-# event and its own batch. The one thing that ages is the bar of a call still running,
-# drawn up to the time of rendering: SHARE_SECONDS bounds that, and the memory held.
-_shared: OrderedDict[str, _Shared] = OrderedDict()
-_shared_lock = threading.Lock()
+# Viewers of one run get the same notifications, so they ask for the same batch (after
+# the same seq) at about the same time: one reads and renders it, the others reuse it,
+# without a database-thread hop. Nothing in a batch depends on the viewer (the Cancel
+# button's CSRF token lives in the page, outside the swapped header). Reusing a batch
+# later is still correct: run, rounds and calls change only together with an event (one
+# transaction), so a rendering made after seq `last` committed shows them as they were at
+# `last` or later, and any later change comes with a later event and its own batch. The
+# one thing that ages is the bar of a call still running, drawn up to the time of
+# rendering: SHARE_SECONDS bounds that, and the memory held. Only the serving loop's
+# coroutines touch these two maps.
+_shared: OrderedDict[str, Batch] = OrderedDict()
+_rendering: dict[tuple[str, int], asyncio.Task[Batch]] = {}
 
 
-def _reuse(run_id: str, after: int) -> _Shared | None:
-    with _shared_lock:
-        shared = _shared.get(run_id)
-    if shared is None or shared.after != after:
+def _reusable(run_id: str, after: int) -> Batch | None:
+    batch = _shared.get(run_id)
+    if batch is None or batch.after != after or time.monotonic() - batch.at > SHARE_SECONDS:
         return None
-    if time.monotonic() - shared.at > SHARE_SECONDS:
-        return None
-    return shared
+    return batch
 
 
-def _remember(run_id: str, shared: _Shared) -> None:
-    with _shared_lock:
-        _shared[run_id] = shared
-        _shared.move_to_end(run_id)
-        # Oldest first: drop what is too old to be reused, and beyond the cap.
-        while _shared and (len(_shared) > SHARED_MAX
-                           or shared.at - next(iter(_shared.values())).at > SHARE_SECONDS):
-            _shared.popitem(last=False)
+def _remember(run_id: str, batch: Batch) -> None:
+    _shared[run_id] = batch
+    _shared.move_to_end(run_id)
+    # Oldest first: drop what is too old to be reused, and beyond the cap.
+    while _shared and (len(_shared) > SHARED_MAX
+                       or batch.at - next(iter(_shared.values())).at > SHARE_SECONDS):
+        _shared.popitem(last=False)
 
 
 @database_sync_to_async
-def _updates_after(run: Run, seq: int, csrf_token: str | None) -> tuple[str, int, bool]:
-    """(html, last seq covered, whether that was everything committed at the read)."""
-    run_id = str(run.pk)
-    shared = _reuse(run_id, seq)
-    if shared is None:
-        events = events_after(run.pk, seq, limit=BATCH)
-        if not events:
-            return "", seq, True
-        current = run_for_header(run.pk)
-        shared = _Shared(after=seq, last=events[-1].seq, complete=len(events) < BATCH,
-                         changes=render_changes(current, events), at=time.monotonic())
-        _remember(run_id, shared)
-    else:
-        current = run_for_header(run.pk)
-    html = render_header(current, csrf_token) + shared.changes
-    return html, shared.last, shared.complete
+def _read_and_render(run_id: str, after: int) -> Batch:
+    events = events_after(run_id, after, limit=BATCH)
+    if not events:
+        return Batch(after, after, True, "", time.monotonic())
+    return Batch(after, events[-1].seq, len(events) < BATCH, render_updates(run_id, events),
+                 time.monotonic())
 
 
-def _csrf_token(scope: dict[str, Any]) -> str | None:
-    """A masked CSRF token for the viewer's CSRF cookie, as the page's forms carry.
+async def updates_after(run_id: str, after: int) -> Batch:
+    """The batch after `after`: reused, joined while another viewer renders it, or read."""
+    batch = _reusable(run_id, after)
+    if batch is not None:
+        return batch
+    key = (run_id, after)
+    task = _rendering.get(key)
+    if task is None or task.get_loop() is not asyncio.get_running_loop():
+        # A task of its own, so a viewer that disconnects (and is cancelled) while it
+        # runs does not cancel it for the others waiting on it.
+        task = asyncio.ensure_future(_read_and_render(run_id, after))
+        _rendering[key] = task
+        task.add_done_callback(lambda done: _finished(key, done))
+    return await asyncio.shield(task)
 
-    The header fragment holds the Cancel form; without a token it would be refused.
-    """
-    secret = (scope.get("cookies") or {}).get(settings.CSRF_COOKIE_NAME, "")
-    if len(secret) != 32 or not secret.isascii() or not secret.isalnum():
-        return None
-    request = HttpRequest()
-    request.META["CSRF_COOKIE"] = secret
-    return get_token(request)
+
+def _finished(key: tuple[str, int], task: asyncio.Task[Batch]) -> None:
+    if _rendering.get(key) is task:
+        del _rendering[key]
+    if task.cancelled() or task.exception() is not None:
+        return  # every waiter sees the error; nothing to share
+    batch = task.result()
+    if batch.html:
+        _remember(key[0], batch)
 
 
 class RunConsumer(AsyncWebsocketConsumer):
     run: Run | None = None
     sent_seq: int | None = None
-    csrf_token: str | None = None
 
     async def connect(self) -> None:
         remember_server_loop(asyncio.get_running_loop())
@@ -133,7 +129,6 @@ class RunConsumer(AsyncWebsocketConsumer):
         if self.run is None:
             await self.refuse(CLOSE_FORBIDDEN)
             return
-        self.csrf_token = _csrf_token(self.scope)
         self.group = group_name(str(self.run.pk))
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -199,10 +194,9 @@ class RunConsumer(AsyncWebsocketConsumer):
         if self.run is None or self.sent_seq is None:
             return
         while True:
-            html, seq, complete = await _updates_after(self.run, self.sent_seq,
-                                                       self.csrf_token)
-            if html:
-                await self.send(text_data=html)
-                self.sent_seq = seq
-            if complete:
+            batch = await updates_after(str(self.run.pk), self.sent_seq)
+            if batch.html:
+                await self.send(text_data=batch.html)
+                self.sent_seq = batch.last
+            if batch.complete:
                 return

@@ -19,28 +19,19 @@ from .selectors import round_views
 PAGE = "tools_app/run_detail.html"
 
 
-def render_updates(run_id: uuid.UUID | str, events: Sequence[RunEvent],
-                   csrf_token: str | None = None) -> str:
-    """`csrf_token`: the viewer's, for the header's Cancel form (no request here)."""
-    run = run_for_header(run_id)
-    return render_header(run, csrf_token) + render_changes(run, events)
+def render_updates(run_id: uuid.UUID | str, events: Sequence[RunEvent]) -> str:
+    """The same for every viewer of the run (nothing in it depends on who watches: the
+    Cancel button's CSRF token is in the page, outside the header), so viewers share it."""
+    run = Run.objects.select_related("created_by").get(pk=run_id)
+    return render_header(run) + render_changes(run, events)
 
 
-def run_for_header(run_id: uuid.UUID | str) -> Run:
-    return Run.objects.select_related("created_by").get(pk=run_id)
-
-
-def render_header(run: Run, csrf_token: str | None = None) -> str:
-    """The run header: the only viewer-specific part of a batch (its CSRF token)."""
-    header: dict[str, Any] = {"run": run, "oob": True}
-    if csrf_token:
-        header["csrf_token"] = csrf_token
-    return render_to_string(f"{PAGE}#header", header)
+def render_header(run: Run) -> str:
+    return render_to_string(f"{PAGE}#header", {"run": run, "oob": True})
 
 
 def render_changes(run: Run, events: Sequence[RunEvent]) -> str:
-    """The rounds the events touched (current state) and the seq marker: the same for
-    every viewer of the run, so viewers can share one rendering."""
+    """The rounds the events touched (current state) and the seq marker."""
     touched = sorted({e.payload["round_index"] for e in events
                       if isinstance(e.payload.get("round_index"), int)})
     parts = []

@@ -169,7 +169,7 @@ async def test_the_live_headers_cancel_button_cancels_the_run(open_page: Any) ->
     await next_round(page)  # the header has been replaced by a live fragment since
     assert await page.evaluate("window.__live.length") > 0
     assert await status(page) == "running"
-    await page.click("#run-header .cancel-form button")  # its CSRF token came by socket
+    await page.click("#run-header .cancel-form button")  # submits the page's #cancel-form
     assert await wait_status(page, "cancelled") == "cancelled"
     assert await page.locator("#run-header .cancel-form").count() == 0
     await assert_equals_reload(page)

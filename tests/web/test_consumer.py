@@ -21,7 +21,7 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
 from agentforge_web.asgi import application
-from tools_app import recorder
+from tools_app import consumers, recorder
 from tools_app.fragments import render_updates
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolCall, ToolRegistration
 from tools_app.recorder import group_name, notify
@@ -597,24 +597,27 @@ async def test_hostile_values_reach_the_socket_escaped_and_inert(
     assert texts.count(PAYLOAD) >= 5  # tool output, error, tool name, model text, title
 
 
-# -- the live header's cancel form -------------------------------------------------------
+# -- the live header's cancel button ----------------------------------------------------
 
 
 @sync_to_async
-def browser_of(user: AbstractUser, run_id: Any) -> Client:
-    """A logged-in browser that has loaded the run page (so it holds a CSRF cookie)."""
+def browser_of(user: AbstractUser, run_id: Any) -> tuple[Client, str]:
+    """A logged-in browser that has loaded the run page: (client, page html)."""
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
-    assert client.get(f"/runs/{run_id}/").status_code == 200
-    return client
+    response = client.get(f"/runs/{run_id}/")
+    assert response.status_code == 200
+    return client, response.content.decode()
 
 
-async def test_the_live_headers_cancel_form_carries_a_working_csrf_token(
+async def test_the_live_headers_cancel_button_submits_the_pages_form(
     weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
 ) -> None:
-    """The header is swapped in live while the run is going: its Cancel must still work."""
+    """The header is swapped in live while the run is going: its Cancel must still work.
+    The button names the page's form (which holds the viewer's CSRF token); the header
+    itself carries no token, so it can be one rendering for every viewer."""
     run = await weather_run()
-    browser = await browser_of(bob, run.pk)
+    browser, page = await browser_of(bob, run.pk)
     cookies = "; ".join(f"{k}={v.value}" for k, v in browser.cookies.items())
     comm = socket(run.pk, extra=[(b"cookie", cookies.encode())])
     sockets.append(comm)
@@ -623,29 +626,98 @@ async def test_the_live_headers_cancel_form_carries_a_working_csrf_token(
 
     header = await comm.receive_from(timeout=WAIT)
 
-    tree = Tree(header)
-    forms = [e for e in tree.tags("form") if e.attrs.get("action") == f"/runs/{run.pk}/cancel/"]
-    assert len(forms) == 1
-    tokens = [e.attrs["value"] for e in tree.tags("input")
-              if e.attrs.get("name") == "csrfmiddlewaretoken"]
+    assert "csrfmiddlewaretoken" not in header
+    buttons = [e for e in Tree(header).tags("button") if e.attrs.get("form") == "cancel-form"]
+    assert len(buttons) == 1
+    forms = [e for e in Tree(page).tags("form") if e.attrs.get("id") == "cancel-form"]
+    assert [f.attrs.get("action") for f in forms] == [f"/runs/{run.pk}/cancel/"]
+    tokens = {e.attrs["value"] for e in Tree(page).tags("input")
+              if e.attrs.get("name") == "csrfmiddlewaretoken"}  # this form's and the nav's
     assert len(tokens) == 1
-    assert tokens[0] != browser.cookies["csrftoken"].value  # masked, as on the page
     response = await sync_to_async(browser.post)(f"/runs/{run.pk}/cancel/",
-                                                 {"csrfmiddlewaretoken": tokens[0]})
+                                                 {"csrfmiddlewaretoken": tokens.pop()})
     assert response.status_code == 302
     assert (await Run.objects.aget(pk=run.pk)).status == "cancelled"
 
 
-async def test_without_a_csrf_cookie_the_live_header_has_no_token(
-    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+async def test_every_viewer_of_a_run_gets_the_same_live_message(
+    weather_run: Any, bob: AbstractUser, alice: AbstractUser,
+    sockets: list[WebsocketCommunicator],
+) -> None:
+    """Nothing in a live message depends on who watches: one rendering serves them all."""
+    run = await weather_run()
+    received = []
+    for user, csrf in ((bob, "a" * 32), (alice, "b" * 32)):  # owner, staff
+        cookie = f"sessionid={await session_cookie(user)}; csrftoken={csrf}"
+        comm = socket(run.pk, extra=[(b"cookie", cookie.encode())])
+        sockets.append(comm)
+        assert (await comm.connect(timeout=WAIT))[0]
+        await comm.send_json_to({"type": "resume", "after": 0})
+        received.append(await comm.receive_from(timeout=WAIT))
+    assert received[0] == received[1]
+    assert "csrfmiddlewaretoken" not in received[0]
+    assert status_of(received[0]) == "queued"
+
+
+@sync_to_async
+def append_status_event(run_id: Any) -> int:
+    from django.db import transaction
+
+    from tools_app.leases import append_event
+
+    with transaction.atomic():
+        return append_event(str(run_id), None, "run_status", {"status": "queued"})
+
+
+async def test_viewers_of_a_run_share_one_database_read_per_batch(
+    weather_run: Any, bob: AbstractUser, alice: AbstractUser,
+    sockets: list[WebsocketCommunicator], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     run = await weather_run()
-    cookie = f"sessionid={await session_cookie(bob)}; csrftoken=<bad>"
-    comm = socket(run.pk, extra=[(b"cookie", cookie.encode())])
-    sockets.append(comm)
-    assert (await comm.connect(timeout=WAIT))[0]
-    await comm.send_json_to({"type": "resume", "after": 0})
-    header = await comm.receive_from(timeout=WAIT)
-    assert "csrfmiddlewaretoken" not in header
-    assert "<bad>" not in header
-    assert status_of(header) == "queued"
+    viewers = [await open_socket(sockets, run.pk, user) for user in (bob, alice, bob)]
+    for comm in viewers:
+        await comm.receive_from(timeout=WAIT)
+    before = await last_seq(run.pk)
+    reads: list[int] = []
+    real = consumers.events_after
+
+    def counted(run_id: Any, after: int, limit: int = 500) -> list[RunEvent]:
+        reads.append(after)
+        return real(run_id, after, limit=limit)
+
+    monkeypatch.setattr(consumers, "events_after", counted)
+    seq = await append_status_event(run.pk)
+    await notify(str(run.pk), {"seq": seq})
+
+    received = [await comm.receive_from(timeout=WAIT) for comm in viewers]
+    assert {seq_of(html) for html in received} == {seq}
+    assert received[0] == received[1] == received[2]
+    assert reads == [before]
+
+
+async def test_a_viewer_leaving_mid_read_does_not_cancel_it_for_the_others(
+    weather_run: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = await weather_run()
+    after = await last_seq(run.pk)
+    seq = await append_status_event(run.pk)
+    release = asyncio.Event()
+    real = consumers._read_and_render
+
+    async def slow(run_id: str, since: int) -> consumers.Batch:
+        await release.wait()
+        return await real(run_id, since)
+
+    monkeypatch.setattr(consumers, "_read_and_render", slow)
+    leaving = asyncio.ensure_future(consumers.updates_after(str(run.pk), after))
+    staying = asyncio.ensure_future(consumers.updates_after(str(run.pk), after))
+    await asyncio.sleep(0)
+    leaving.cancel()
+    release.set()
+
+    batch = await asyncio.wait_for(staying, WAIT)
+    assert (batch.after, batch.last, batch.complete) == (after, seq, True)
+    assert leaving.cancelled()
+    # ...and the rendering is then reused, without another read.
+    monkeypatch.setattr(consumers, "_read_and_render", None)
+    assert await consumers.updates_after(str(run.pk), after) == batch
