@@ -470,51 +470,49 @@ def problems(label: str, o: Outcome) -> list[str]:
 PROFILE = """
 ### Where the time goes
 
-Profiled separately (an instrumented copy of the server and py-spy, same scenarios, load
-average 3-6 on the 2 shared CPUs); the figures are indicative, single runs.
+Profiled separately (an instrumented copy of the server with timestamps logged around the
+recorder, the notification hop and the consumer's reads, and py-spy samples, `--gil`
+for CPU); the figures are indicative, single runs on the 2 shared CPUs.
 
-Before the changes below, this benchmark gave p50 / p95: (a) 46 / 88 ms, (b) 322 / 993 ms,
-(c) 154 / 750 ms. What was found, in order of weight:
+At first this benchmark gave p50 / p95: (a) 46 / 88 ms, (b) 322 / 993 ms, (c) 154 / 750
+ms. What was found and changed, in order:
 
 1. **A database-thread hop per notification per viewer.** Channels runs
    `close_old_connections()` before every consumer handler, via `sync_to_async` onto the
    one thread (asgiref's thread-sensitive executor) that also does every viewer's reads and
-   renders. In (b) that is ~7,300 hops, each queued behind renders: notification ->
-   handler start p50 ~400 ms, p95 ~1.5 s. *Fixed* (tools_app/consumers.py): `run.event`
-   messages go straight to `run_event`; its reads go through `database_sync_to_async`,
-   which closes old connections around the work itself.
-2. **A read per notification, and an empty read to end each flush.** In (a), 207 reads for
-   71 messages (136 empty). *Fixed*: a notification for a seq already sent is skipped
-   (seqs commit in order, under the run row's lock), and a batch shorter than 500 events
-   ends the flush (later commits bring their own notification).
-3. **Every viewer rendered the same rounds.** *Fixed*: viewers of a run share the rendering
-   of a batch's touched rounds (each still renders its own header, which holds its CSRF
-   token); in (b) ~60% of reads reuse one, and read + render time per message fell from
-   p50 ~19 ms to ~11 ms (A/B, two runs each: p50 ~310 -> ~200 ms under the instrumentation).
-4. **What remains in (b) is CPU.** The daphne process used one full core for the whole
-   scenario (25.8 CPU-s in 25.6 s: the GIL), for ~110 events/s recorded + ~290
-   deliveries/s: ~5 ms to record an event (ORM, SQLite) and ~5-10 ms per batch read and
-   render. The offered load is at the process's capacity, so the latency is queueing.
-   Meeting 50 ms there needs much less CPU per event (e.g. re-render only the changed call
-   instead of the whole round), or more server processes (the scale-out configuration with
-   several daphne processes and workers).
-5. **Writers contend (not in the commit -> arrival figure, but in "from emit").** Each
-   in-process run does its database work on the thread of the HTTP request that created it
-   (24 writer threads seen for 20 runs): 20 SQLite connections take turns at the write lock
-   through SQLite's busy handler, which sleeps up to 100 ms between tries; the recorder's
-   write (lock wait + transaction) reached p95 ~750 ms, max 5-13 s, in (b). Putting every
-   run on one thread (tried) removed the contention (~5 ms a write) but queued the readers
-   behind the writers and halved the throughput. Proposal, not done (tools_app/
-   task_backend.py): one dedicated database thread for the in-process worker's runs,
-   separate from the viewers' thread.
-6. **PostgreSQL connections are not reused.** With `CONN_MAX_AGE=0`, every
-   `database_sync_to_async` call in daphne opens a new connection (~8-12 ms here): read +
-   render per message p50 ~29 ms in (c). With the connection kept (tried by patching
-   `CONN_MAX_AGE=60` at run time; 4 runs, 10 clients): ~13 ms, latency p50 123 -> 87 ms,
-   p95 233 -> 156 ms. Proposal, not done (settings): psycopg's connection pool
-   (`OPTIONS={"pool": True}`, needs `psycopg[pool]`) for PostgreSQL. In the worker, a
-   PostgreSQL commit took p50 ~27 ms per event on this machine, hence one worker's ~30-50
-   events/s.
+   renders: ~7,300 hops in (b), each queued behind renders. *Fixed*: `run.event` messages
+   go straight to `run_event`; its reads go through `database_sync_to_async`, which closes
+   old connections around the work itself.
+2. **A read per notification, and an empty read to end each flush.** *Fixed*: a
+   notification for a seq already sent is skipped (seqs commit in order, under the run
+   row's lock), and a batch shorter than 500 events ends the flush.
+3. **Every viewer read and rendered the same batch.** The header carried the viewer's
+   CSRF token (its Cancel form), so only the rounds could be shared, and each viewer still
+   hopped to the database thread. *Fixed*: the Cancel button submits a form outside the
+   header (`<button form="cancel-form">`), so a batch is the same for every viewer; the
+   first viewer asking for "after seq N" reads and renders it in a task of its own, the
+   others join that task or reuse its result on the serving loop, with no hop. (b) went
+   from p50 / p95 138 / 301 ms to 34 / 67-78 ms.
+4. **A new database connection per read.** With `CONN_MAX_AGE=0`, every
+   `database_sync_to_async` call opened a connection and closed it: on SQLite, Django's
+   set-up of a new connection (PRAGMAs, registered functions) on the one reader thread; on
+   PostgreSQL ~8-12 ms. The instrumented server showed a flush (read + render) taking p50
+   53 ms of wall time for ~2 ms of CPU: the reader thread was queueing. *Fixed*:
+   connections are kept (`DB_CONN_MAX_AGE`, default 60 s, health-checked). Flush p50 ~12
+   ms; (b) p50 / p95 ~20 / ~35 ms, (c) 47 / 89 -> ~14 / ~22 ms.
+5. **Tried and dropped**: a shorter GIL switch interval (1 ms: no better); delaying each
+   flush 5-20 ms to merge bursts (fewer messages, no better latency); a Python lock so
+   in-process writers take turns before SQLite's (its busy handler sleeps up to 100 ms
+   between tries): the "from emit" p95 fell a little but its p50 rose from ~45 to ~270 ms
+   and the event rate fell.
+
+**What remains: "from emit" in (b).** With 20 runs writing at once in one process, each
+from its own thread and connection, SQLite takes one writer at a time and the others
+wait in its busy handler: the wait between an engine event and its insert is p50 ~45 ms,
+p95 1-1.7 s, max ~5 s. Commit -> arrival (the target) is unaffected; a user watching
+one of 20 concurrent runs on the embedded configuration sees events that late. The
+scale-out configuration (PostgreSQL row locks) has no such wait: "from emit" p95 ~45 ms
+in (c).
 """
 
 
