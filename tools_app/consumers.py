@@ -23,7 +23,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from .fragments import render_fragment, render_updates
 from .models import Run
 from .recorder import group_name
-from .selectors import events_after, run_get_for_user
+from .selectors import event_marks_after, run_get_for_user
 from .task_backend import remember_server_loop
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -82,7 +82,7 @@ def _remember(run_id: str, batch: Batch) -> None:
 
 @database_sync_to_async
 def _read_and_render(run_id: str, after: int) -> Batch:
-    events = events_after(run_id, after, limit=BATCH)
+    events = event_marks_after(run_id, after, limit=BATCH)
     if not events:
         return Batch(after, after, True, "", time.monotonic())
     return Batch(after, events[-1].seq, len(events) < BATCH, render_updates(run_id, events),

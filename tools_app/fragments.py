@@ -13,13 +13,13 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from .models import Run, RunEvent
-from .selectors import round_views
+from .models import Run
+from .selectors import EventMark, round_views
 
 PAGE = "tools_app/run_detail.html"
 
 
-def render_updates(run_id: uuid.UUID | str, events: Sequence[RunEvent]) -> str:
+def render_updates(run_id: uuid.UUID | str, events: Sequence[EventMark]) -> str:
     """The same for every viewer of the run (nothing in it depends on who watches: the
     Cancel button's CSRF token is in the page, outside the header), so viewers share it."""
     run = Run.objects.select_related("created_by").get(pk=run_id)
@@ -30,10 +30,9 @@ def render_header(run: Run) -> str:
     return render_to_string(f"{PAGE}#header", {"run": run, "oob": True})
 
 
-def render_changes(run: Run, events: Sequence[RunEvent]) -> str:
+def render_changes(run: Run, events: Sequence[EventMark]) -> str:
     """The rounds the events touched (current state) and the seq marker."""
-    touched = sorted({e.payload["round_index"] for e in events
-                      if isinstance(e.payload.get("round_index"), int)})
+    touched = sorted({e.round_index for e in events if type(e.round_index) is int})
     parts = []
     for round_view in round_views(run, touched):
         body = render_to_string(f"{PAGE}#round", {"run": run, "round": round_view})

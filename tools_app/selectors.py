@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pydantic_core
 from django.conf import settings
@@ -47,6 +47,21 @@ def run_get_for_user(run_id: str | uuid.UUID, user: User) -> Run | None:
 
 def events_after(run_id: str | uuid.UUID, seq: int, limit: int = 500) -> list[RunEvent]:
     return list(RunEvent.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq")[:limit])
+
+
+class EventMark(NamedTuple):
+    """What the live timeline needs of an event: its seq and the round it touched."""
+
+    seq: int
+    round_index: Any  # an int for events of a round; None (or anything else) otherwise
+
+
+def event_marks_after(run_id: str | uuid.UUID, seq: int, limit: int = 500) -> list[EventMark]:
+    """Like events_after, without the payloads: a wire event's payload holds a whole
+    request body (the conversation so far), which a live update never needs."""
+    rows = (RunEvent.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq")
+            .values_list("seq", "payload__round_index")[:limit])
+    return [EventMark(*row) for row in rows]
 
 
 def endpoints_for_playground() -> QuerySet[ModelEndpoint]:

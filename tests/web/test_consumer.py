@@ -26,7 +26,7 @@ from tools_app.fragments import render_updates
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolCall, ToolRegistration
 from tools_app.recorder import group_name, notify
 from tools_app.runner import execute_run
-from tools_app.selectors import events_after
+from tools_app.selectors import EventMark, event_marks_after
 
 from .support import PAYLOAD, Tree, assert_inert, start_run
 
@@ -128,7 +128,7 @@ async def last_seq(run_id: Any) -> int:
 
 
 async def expected_updates(run_id: Any, after: int) -> str:
-    events = await sync_to_async(events_after)(run_id, after)
+    events = await sync_to_async(event_marks_after)(run_id, after)
     return await sync_to_async(render_updates)(run_id, events)
 
 
@@ -679,13 +679,13 @@ async def test_viewers_of_a_run_share_one_database_read_per_batch(
         await comm.receive_from(timeout=WAIT)
     before = await last_seq(run.pk)
     reads: list[int] = []
-    real = consumers.events_after
+    real = consumers.event_marks_after
 
-    def counted(run_id: Any, after: int, limit: int = 500) -> list[RunEvent]:
+    def counted(run_id: Any, after: int, limit: int = 500) -> list[EventMark]:
         reads.append(after)
         return real(run_id, after, limit=limit)
 
-    monkeypatch.setattr(consumers, "events_after", counted)
+    monkeypatch.setattr(consumers, "event_marks_after", counted)
     seq = await append_status_event(run.pk)
     await notify(str(run.pk), {"seq": seq})
 

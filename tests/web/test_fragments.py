@@ -29,7 +29,7 @@ from tools_app.models import (
     ToolRegistration,
 )
 from tools_app.runner import execute_run
-from tools_app.selectors import events_after
+from tools_app.selectors import EventMark, event_marks_after, events_after
 
 from .support import (
     HEADER_RE,
@@ -46,6 +46,10 @@ from .support import (
 from .support import start_run as _start_run
 
 pytestmark = pytest.mark.django_db
+
+
+def marks(events: list[RunEvent]) -> list[EventMark]:
+    return [EventMark(e.seq, e.payload.get("round_index")) for e in events]
 
 
 def page_of(client: Client, run: Run) -> str:
@@ -70,7 +74,7 @@ def live_batches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def batch(run_id: str) -> None:
         events = events_after(run_id, sent["seq"])
         if events:
-            batches.append(render_updates(run_id, events))
+            batches.append(render_updates(run_id, marks(events)))
             sent["seq"] = events[-1].seq
 
     async def notify(run_id: str, message: dict[str, Any]) -> None:
@@ -92,7 +96,7 @@ def test_a_batch_holds_the_same_header_and_rounds_as_a_fresh_page(
     run = finished(_start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy))
     page = page_of(bob_client, run)
 
-    batch = render_updates(run.pk, events_after(run.pk, 0))
+    batch = render_updates(run.pk, event_marks_after(run.pk, 0))
 
     header = HEADER_RE.search(batch)
     assert header is not None
@@ -110,7 +114,7 @@ def test_the_rounds_are_appended_to_the_rounds_container_out_of_band(
     demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
 ) -> None:
     run = finished(_start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy))
-    tree = Tree(render_updates(run.pk, events_after(run.pk, 0)))
+    tree = Tree(render_updates(run.pk, event_marks_after(run.pk, 0)))
 
     top = [e for e in tree.elements if e.parent is None]
     assert [(e.tag, e.attrs.get("id"), e.attrs.get("hx-swap-oob")) for e in top] == [
@@ -167,7 +171,7 @@ def test_the_same_events_render_the_same_markup(
 ) -> None:
     run = finished(_start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy))
     events = events_after(run.pk, 0)
-    first, second = render_updates(run.pk, events), render_updates(run.pk, events)
+    first, second = render_updates(run.pk, marks(events)), render_updates(run.pk, marks(events))
     assert first == second
     ids = Tree(first).ids()
     assert len(ids) == len(set(ids)), "a DOM id appears twice in one batch"
@@ -182,9 +186,21 @@ def test_a_batch_renders_only_the_rounds_its_events_touched(
     status_only = [e for e in events if e.kind == "run_status"]
     round_one = [e for e in events if e.payload.get("round_index") == 1]
 
-    assert set(ROUND_RE.findall(render_updates(run.pk, status_only))) == set()
-    assert set(ROUND_RE.findall(render_updates(run.pk, round_one))) == {"round-1"}
-    assert f'data-seq="{round_one[-1].seq}"' in render_updates(run.pk, round_one)
+    assert set(ROUND_RE.findall(render_updates(run.pk, marks(status_only)))) == set()
+    assert set(ROUND_RE.findall(render_updates(run.pk, marks(round_one)))) == {"round-1"}
+    assert f'data-seq="{round_one[-1].seq}"' in render_updates(run.pk, marks(round_one))
+
+
+@pytest.mark.both
+def test_event_marks_are_the_seqs_and_rounds_of_the_stored_events(
+    bob: AbstractUser, weather_endpoint: ModelEndpoint,
+    demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    run = finished(_start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy))
+    events = events_after(run.pk, 0)
+    assert {type(e.payload.get("round_index")) for e in events} == {int, type(None)}
+    assert event_marks_after(run.pk, 0) == marks(events)
+    assert event_marks_after(run.pk, 3, limit=2) == marks(events[3:5])
 
 
 def test_a_requested_round_has_the_stream_targets_inside_hx_disable(
@@ -195,11 +211,11 @@ def test_a_requested_round_has_the_stream_targets_inside_hx_disable(
     run = _start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy)
     Round.objects.create(run=run, index=0, status="requested")
     event = RunEvent(run=run, seq=run.last_seq, kind="round_started", payload={"round_index": 0})
-    tree = Tree(render_updates(run.pk, [event]))
+    tree = Tree(render_updates(run.pk, marks([event])))
     assert inside_hx_disable(tree.by_id("round-0-stream"))
     assert inside_hx_disable(tree.by_id("round-0-stext"))
     Round.objects.filter(run=run, index=0).update(status="responded")
-    assert "round-0-stream" not in render_updates(run.pk, [event])
+    assert "round-0-stream" not in render_updates(run.pk, marks([event]))
 
 
 # -- untrusted text is escaped, and inert for htmx -------------------------------------
@@ -251,7 +267,7 @@ def test_the_page_shows_hostile_values_escaped_and_inert(
 
 def test_the_fragments_show_hostile_values_escaped_and_inert(hostile_runs: list[Run]) -> None:
     for run in hostile_runs:
-        html = render_updates(run.pk, events_after(run.pk, 0))
+        html = render_updates(run.pk, event_marks_after(run.pk, 0))
         assert_inert(html, scripts=0)
         assert "csrfmiddlewaretoken" not in html
 
