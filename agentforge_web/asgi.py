@@ -33,3 +33,7 @@ if settings.TASK_BACKEND == "inprocess" and os.environ.get("AGENTFORGE_EMBEDDED_
     from tools_app.worker import start_embedded_worker
 
     start_embedded_worker()
+
+from tools_app.process import freeze_startup_objects  # noqa: E402
+
+freeze_startup_objects()  # last: after everything the server imports at start

@@ -481,3 +481,23 @@ async def test_requests_carry_one_json_content_type(stream: bool) -> None:
         ["application/json"], ["application/json; charset=utf-8"]]
     assert [h.get("accept") for h in seen] == (["text/event-stream"] * 2 if stream
                                                else ["*/*"] * 2)
+
+
+async def test_cookies_a_response_sets_are_never_sent_back() -> None:
+    """One pooled client serves every run: a cookie from one response (a proxy's, a
+    load balancer's) must not ride along on the next request, whoever's run it is."""
+    cookies_sent: list[str | None] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        cookies_sent.append(request.headers.get("cookie"))
+        response = json_response(200, openai_completion(text="ok"))
+        response.headers["set-cookie"] = "session=abc123; Path=/"
+        return response
+
+    model = OpenAIChatModel(model="m", api_key="sk-test-key-123456",
+                            transport=httpx.MockTransport(handle))
+    for _ in range(3):
+        await model.chat(REQUEST)
+    await model.aclose()
+
+    assert cookies_sent == [None, None, None]

@@ -30,6 +30,7 @@ def _config(app: FakeLLMApp, host: str, port: int, log_level: str) -> uvicorn.Co
         host=host,
         port=port,
         lifespan="off",
+        http="httptools",  # a C parser: the pure-Python h11 would be most of its CPU
         log_level=log_level,
         access_log=False,
         proxy_headers=False,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import http.cookiejar
 import json
 import logging
 import random
@@ -477,6 +478,19 @@ class _ClientsByLoop:
                 entry.pooled.close_now()
 
 
+class NoCookies(http.cookiejar.CookieJar):
+    """A cookie jar that keeps nothing. Provider APIs authenticate by header, and one
+    pooled client serves every run of every user: a cookie one response set (a proxy's,
+    a load balancer's) must not ride along on the requests of other runs. It also spares
+    parsing each response's headers for Set-Cookie."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
+        return None
+
+
 class ProviderHttpClient:
     """Holds the pooled httpx clients, sends with credentials, retries, maps failures."""
 
@@ -577,7 +591,8 @@ class ProviderHttpClient:
         owned = self._transport is None
         transport = self._transport or self._transport_factory(self.limits)
         client = httpx.AsyncClient(transport=transport, timeout=self.timeouts,
-                                   headers=self._headers, follow_redirects=False)
+                                   headers=self._headers, follow_redirects=False,
+                                   cookies=NoCookies())
         pooled = _PooledClient(client, transport, owned=owned)
         entry = _Entry(pooled, _lifetime(pooled))
         await anext(entry.lifetime)  # registers it with the loop (see _PooledClient)

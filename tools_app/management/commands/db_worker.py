@@ -13,6 +13,7 @@ from typing import Any
 from django_tasks_db.management.commands import db_worker
 
 from tools_app import runner
+from tools_app.process import freeze_startup_objects
 from tools_app.worker import reap_and_enqueue, start_reaper_thread
 
 logger = logging.getLogger(__name__)
@@ -22,6 +23,7 @@ class Command(db_worker.Command):
     help = db_worker.Command.help + " Also reaps and resumes runs whose worker was lost."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        freeze_startup_objects()
         _checkpoint_on_shutdown()
         reap_and_enqueue()
         stop = threading.Event()
