@@ -572,22 +572,25 @@ def conc_table(samples: list[Sample], variants: list[Variant]) -> tuple[str, lis
 # Written by hand from earlier runs of this benchmark and profiles of its client (cProfile
 # and py-spy); this script does not re-measure the "before" figures.
 HISTORY = """
-**What moved (2), and why 85 % is out of reach here.** The first measurement gave the
-shipped stack 53 % (client CPU ~900 µs per request) and aiohttp alone 75 %. Two changes
-since: the fake server parses HTTP with httptools (C) instead of uvicorn's pure-Python
-h11, which cost it 0.4-1 ms of CPU per request and so slowed every variant; and the
-provider client keeps no cookies (`NoCookies` in `providers/http.py`: one pooled client
-serves every run, so a cookie one response set must not ride along on other runs'
-requests; it also spares building a cookie-jar view of every response). The
-requests of a batch come in bursts: 100 runs send, the server answers all of them ~50 ms
-later, and the client must turn 100 responses into 100 new requests before the next
-round can start, so every microsecond of client CPU per request is paid ~100 times per
-round. On this machine even aiohttp's own API, with no httpx, no adapter and no
-ToolService, stays near 85 %; the httpx API over aiohttp costs ~150-250 µs more per
-request, and ToolService + the OpenAI adapter (events, message models, the request body,
-the response parsing, the tool execution) ~150 µs more. Meeting 85 % would need the whole
-path below aiohttp's own cost: not possible with the httpx API the issue asks to keep.
-Run-to-run noise on this shared machine is ±5-10 points.
+**What changed, and why (2) still misses 85 %.** The first measurement gave the shipped
+stack 53 % (client CPU ~900 µs per request), the bare loop on the same stack 54 % (850
+µs) and aiohttp alone 75 % (490 µs). Three changes since: the fake server parses HTTP
+with httptools (C) instead of uvicorn's pure-Python h11, which cost it 0.4-1 ms of CPU
+per request and slowed every variant; processes take their start-up objects out of the
+garbage collector's scans (`tools_app/process.py`); and the provider client keeps no
+cookies (`NoCookies` in `providers/http.py`: one pooled client serves every run, so a
+cookie one response set must not ride along on other runs' requests). The bare loops
+gained most (aiohttp alone ~220-360 µs and 83-87 %, the bare httpx loop on aiohttp
+~450-570 µs and 72-80 % in repeated runs); ToolService + OpenAIChatModel stays at
+~50-70 % (~600-870 µs), and the adapter alone in a bare loop costs nearly as much, so the
+gap is the adapter's own work per request (translating the new messages, encoding the
+body, the wire events, parsing the response into the engine's models) on top of the
+httpx API. The requests of a batch come in bursts: 100 runs send, the server answers
+all of them ~50 ms later, and the client must turn 100 responses into 100 new requests
+before the round can go on, so each microsecond of client CPU per request is paid ~100
+times per round; 85 % needs about aiohttp's own cost per request, with the httpx API
+(which the issue asks to keep) already above it. Run-to-run spread on this shared
+2-CPU machine is ±10 points; the medians below are one run.
 """
 
 
