@@ -579,18 +579,17 @@ with httptools (C) instead of uvicorn's pure-Python h11, which cost it 0.4-1 ms 
 per request and slowed every variant; processes take their start-up objects out of the
 garbage collector's scans (`tools_app/process.py`); and the provider client keeps no
 cookies (`NoCookies` in `providers/http.py`: one pooled client serves every run, so a
-cookie one response set must not ride along on other runs' requests). The bare loops
-gained most (aiohttp alone ~220-360 µs and 83-87 %, the bare httpx loop on aiohttp
-~450-570 µs and 72-80 % in repeated runs); ToolService + OpenAIChatModel stays at
-~50-70 % (~600-870 µs), and the adapter alone in a bare loop costs nearly as much, so the
-gap is the adapter's own work per request (translating the new messages, encoding the
-body, the wire events, parsing the response into the engine's models) on top of the
-httpx API. The requests of a batch come in bursts: 100 runs send, the server answers
-all of them ~50 ms later, and the client must turn 100 responses into 100 new requests
-before the round can go on, so each microsecond of client CPU per request is paid ~100
-times per round; 85 % needs about aiohttp's own cost per request, with the httpx API
-(which the issue asks to keep) already above it. Run-to-run spread on this shared
-2-CPU machine is ±10 points; the medians below are one run.
+cookie one response set must not ride along on other runs' requests). Over repeated
+runs: aiohttp alone ~220-300 µs per request and 83-87 %; the bare httpx loop on aiohttp
+~450-610 µs and 72-80 %; ToolService + OpenAIChatModel ~610-870 µs and 51-72 %. The
+requests of a batch come in bursts: 100 runs send, the server answers them all ~50 ms
+later, and the client must turn 100 responses into 100 new requests before the round
+can go on, so each microsecond of client CPU per request is paid ~100 times per round.
+85 % needs under ~588 µs of client CPU per request with nothing else taking time: about
+what the bare httpx loop on aiohttp already spends, with no adapter and no ToolService.
+With the httpx API (which the issue asks to keep) the target is out of reach on this
+machine; it would take a path cheaper than httpx's. Run-to-run spread on this shared
+2-CPU machine is ±10 points; the figures below are one run.
 """
 
 
