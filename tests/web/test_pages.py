@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
@@ -24,6 +25,7 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
+from tools_app.runner import execute_run
 
 from .support import Tree, start_run
 
@@ -461,3 +463,18 @@ def test_the_vendored_htmx_is_the_real_library() -> None:
     assert "htmx" in htmx
     assert len(htmx) > 10_000
     assert "ws-connect" in ws
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_no_template_syntax_leaks_into_a_run_page(
+    bob_client: Client, bobs_run: Run, finished: bool,
+) -> None:
+    """Django's {# #} comments are one line only: a multi-line one is printed as text."""
+    if finished:
+        async_to_sync(execute_run)(str(bobs_run.pk))
+    html = bob_client.get(f"/runs/{bobs_run.pk}/").content.decode()
+    pages = [html] + [bob_client.get(path).content.decode()
+                      for path in ("/playground/", "/runs/", "/endpoints/")]
+    for page in pages:
+        for syntax in ("{#", "#}", "{%", "%}", "{{", "}}"):
+            assert syntax not in page
