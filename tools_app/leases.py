@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -87,18 +87,46 @@ def cancel_requested(run_id: str) -> bool:
     return Run.objects.filter(pk=run_id, cancel_requested=True).exists()
 
 
-def next_seq(run_id: str, token: int | None) -> int:
+def next_seq(run_id: str | uuid.UUID, token: int | None) -> int:
     """Allocate the run's next event seq, fenced on the lease token (inside a transaction).
 
     token=None is for writers that already own the row in this transaction (the reaper,
     services acting on a run that is not executing).
     """
-    rows = Run.objects.filter(pk=run_id)
-    if token is not None:
-        rows = rows.filter(lease_token=token)
-    if rows.update(last_seq=F("last_seq") + 1) != 1:
+    if connection.features.can_return_columns_from_insert:  # RETURNING: PostgreSQL, SQLite
+        seq = _increment_returning(run_id, token)
+    else:
+        rows = Run.objects.filter(pk=run_id)
+        if token is not None:
+            rows = rows.filter(lease_token=token)
+        updated = rows.update(last_seq=F("last_seq") + 1)
+        seq = Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).get() \
+            if updated == 1 else None
+    if seq is None:
         raise LeaseLost(f"run {run_id}: lease token {token} is no longer valid")
-    return Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).get()
+    return seq
+
+
+def _increment_returning(run_id: str | uuid.UUID, token: int | None) -> int | None:
+    """The fenced increment and its result in one statement (the ORM's update() returns
+    only a row count, which cost a second query per event)."""
+    quote = connection.ops.quote_name
+    meta = Run._meta
+    pk = meta.pk
+    assert pk is not None
+    seq_column = quote(meta.get_field("last_seq").column)
+    # Only quoted identifiers from the model's metadata are formatted in; values are
+    # parameters.
+    sql = (f"UPDATE {quote(meta.db_table)} SET {seq_column} = {seq_column} + 1 "  # noqa: S608
+           f"WHERE {quote(pk.column)} = %s")
+    params: list[Any] = [pk.get_db_prep_value(run_id, connection)]
+    if token is not None:
+        sql += f" AND {quote(meta.get_field('lease_token').column)} = %s"
+        params.append(token)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} RETURNING {seq_column}", params)
+        row = cursor.fetchone()
+    return int(row[0]) if row is not None else None
 
 
 def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, Any]) -> int:

@@ -69,6 +69,7 @@ class RunRecorder:
         self.token = token
         self.secrets = secrets
         self.before_round: Any = None  # an async hook the runner uses as a checkpoint
+        self._round_ids: dict[int, int] = {}  # round index -> Round pk, once committed
 
     async def __call__(self, event: Any) -> None:
         if isinstance(event, RoundStarted) and self.before_round is not None:
@@ -101,12 +102,22 @@ class RunRecorder:
         round_, _ = Round.objects.get_or_create(run_id=self.run_id, index=index or 0)
         return round_
 
+    def _round_id(self, index: int | None) -> int:
+        """The round's pk without a query per tool call: known once its row committed."""
+        known = self._round_ids.get(index or 0)
+        return known if known is not None else self._round(index).pk
+
+    def _remember_round(self, round_: Round) -> None:
+        # After the commit only: a rolled-back round must not be remembered.
+        transaction.on_commit(lambda: self._round_ids.__setitem__(round_.index, round_.pk))
+
     def on_round_started(self, event: RoundStarted, payload: dict[str, Any]) -> None:
-        Round.objects.update_or_create(
+        round_, _ = Round.objects.update_or_create(
             run_id=self.run_id, index=event.round_index or 0,
             defaults={"status": "requested", "started_at": _dt(event.at), "attempts": [],
                       "finished_at": None},
         )
+        self._remember_round(round_)
         Run.objects.filter(pk=self.run_id).update(rounds_count=(event.round_index or 0) + 1)
 
     def on_wire_request(self, event: ProviderWireRequest, payload: dict[str, Any]) -> None:
@@ -147,7 +158,7 @@ class RunRecorder:
     def on_proposed(self, event: ToolCallProposed, payload: dict[str, Any]) -> None:
         request = event.request
         ToolCall.objects.get_or_create(
-            round=self._round(event.round_index), call_index=event.call_index,
+            round_id=self._round_id(event.round_index), call_index=event.call_index,
             defaults={
                 "run_id": self.run_id,
                 "call_id": clean_text(request.id, limit=200),

@@ -70,6 +70,28 @@ def test_a_stale_token_cannot_append_events(queued_run: Run) -> None:
     assert seq == before + 1
 
 
+@pytest.mark.parametrize("returning", [True, False])
+def test_seqs_are_consecutive_and_fenced_with_or_without_update_returning(
+    queued_run: Run, returning: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One statement where the database has UPDATE ... RETURNING; two where it has not
+    (SQLite before 3.35): the same seqs and the same fencing either way."""
+    from django.db import connection
+
+    if not returning:
+        monkeypatch.setattr(connection.features, "can_return_columns_from_insert", False)
+    stale, current = stolen(queued_run)
+    before = Run.objects.get(pk=queued_run.pk).last_seq
+
+    seqs = [next_seq(str(queued_run.pk), current) for _ in range(3)]
+    seqs.append(next_seq(queued_run.pk, None))  # a writer that owns the row (a UUID id)
+    with pytest.raises(LeaseLost):
+        next_seq(str(queued_run.pk), stale)
+
+    assert seqs == [before + 1, before + 2, before + 3, before + 4]
+    assert Run.objects.get(pk=queued_run.pk).last_seq == before + 4
+
+
 def test_a_stale_token_cannot_change_rows(queued_run: Run) -> None:
     stale, _ = stolen(queued_run)
     recorder = RunRecorder(str(queued_run.pk), stale)
@@ -160,3 +182,32 @@ def test_a_lost_lease_stops_the_chat_and_writes_nothing_more(
     [call] = calls(queued_run)
     assert call.state == "started"  # the stale worker recorded no outcome
     assert queued_run.final_text is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_recording_a_proposed_call_does_not_look_its_round_up_again(queued_run: Run) -> None:
+    """The recorder knows the pk of a round it started (once committed): recording each
+    of the round's tool calls then needs no query for it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tools_app.engine.events import ToolCallProposed
+    from tools_app.engine.messages import ToolExecutionRequest
+
+    token = claim(str(queued_run.pk), "worker-1")
+    assert token is not None
+    recorder = RunRecorder(str(queued_run.pk), token)
+    recorder.record(RoundStarted(round_index=0), {})
+    proposed = ToolCallProposed(round_index=0, call_index=0, known_tool=True,
+                                request=ToolExecutionRequest(id="c1", name="wait_here",
+                                                             arguments='{"seconds": 1}'))
+
+    with CaptureQueriesContext(connection) as queries:
+        recorder.record(proposed, {})
+
+    round_reads = [q["sql"] for q in queries.captured_queries
+                   if q["sql"].lstrip().upper().startswith("SELECT")
+                   and "tools_app_round" in q["sql"].lower()]
+    assert round_reads == []
+    call = queued_run.tool_calls.get()
+    assert (call.round.index, call.call_id, call.arguments) == (0, "c1", {"seconds": 1})
