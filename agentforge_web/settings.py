@@ -83,12 +83,10 @@ TEMPLATES = [
 
 # -- database ---------------------------------------------------------------------------
 DATABASE_URL = envstr("DATABASE_URL", f"sqlite:///{DATA_DIR / 'agentforge.sqlite3'}")
-# Connections are kept between requests and socket reads (health-checked before reuse):
-# opening one per read cost ~1 ms on SQLite (Django's setup of each new connection) and
-# ~10 ms on PostgreSQL, paid for every live message (docs/benchmarks/live.md).
-DATABASES = {"default": dj_database_url.parse(
-    DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60, minimum=0),
-    conn_health_checks=True)}
+# No persistent connections: under ASGI every HTTP request runs on a thread of its own,
+# and a connection kept there would outlive the thread. The live timeline's reads, all on
+# one long-lived thread, keep theirs (tools_app/consumers.py).
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     DATABASES["default"]["OPTIONS"] = {

@@ -497,9 +497,11 @@ ms. What was found and changed, in order:
    `database_sync_to_async` call opened a connection and closed it: on SQLite, Django's
    set-up of a new connection (PRAGMAs, registered functions) on the one reader thread; on
    PostgreSQL ~8-12 ms. The instrumented server showed a flush (read + render) taking p50
-   53 ms of wall time for ~2 ms of CPU: the reader thread was queueing. *Fixed*:
-   connections are kept (`DB_CONN_MAX_AGE`, default 60 s, health-checked). Flush p50 ~12
-   ms; (b) p50 / p95 ~20 / ~35 ms, (c) 47 / 89 -> ~14 / ~22 ms.
+   53 ms of wall time for ~2 ms of CPU: the reader thread was queueing. *Fixed*: the
+   consumers' reads, which all run on one long-lived thread, keep their connection
+   (closed only when it broke). `CONN_MAX_AGE` stays 0 for everything else: under ASGI
+   each HTTP request runs on a thread of its own, where a kept connection would outlive
+   the thread. Flush p50 ~12 ms; (b) p50 / p95 ~20 / ~35 ms, (c) 47 / 89 -> ~14 / ~22 ms.
 5. **Tried and dropped**: a shorter GIL switch interval (1 ms: no better); delaying each
    flush 5-20 ms to merge bursts (fewer messages, no better latency); a Python lock so
    in-process writers take turns before SQLite's (its busy handler sleeps up to 100 ms

@@ -9,22 +9,10 @@ import os
 
 # Importing the ASGI app must not start the embedded worker's recovery loop in tests.
 os.environ.setdefault("AGENTFORGE_EMBEDDED_WORKER", "0")
-# The app keeps database connections (DB_CONN_MAX_AGE); in tests, one kept by an executor
-# thread after its test would stop PostgreSQL from dropping the test database at the end.
-# The servers and workers the tests start as processes inherit this too.
-os.environ.setdefault("DB_CONN_MAX_AGE", "0")
 
 import pytest
 
 pytest_plugins = ["tests.fixtures_users", "tests.fixtures_world"]
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """pytest-django loaded the settings before this module set DB_CONN_MAX_AGE: apply it
-    to the connections this process opens from now on (none is open yet)."""
-    from django.conf import settings
-
-    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 
 @pytest.fixture(autouse=True)

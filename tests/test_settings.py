@@ -20,7 +20,6 @@ SETTINGS_VARIABLES = {
     "DATA_DIR", "DEBUG", "SECRET_KEY", "SECRET_KEY_FILE", "ALLOWED_HOSTS",
     "CSRF_TRUSTED_ORIGINS", "DATABASE_URL", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE",
     "TIME_ZONE", "SERVE_STATIC", "REDIS_URL", "CHANNEL_CAPACITY", "TASK_BACKEND", "LOG_LEVEL",
-    "DB_CONN_MAX_AGE",
 }
 SCRIPT = """
 import json, django
@@ -73,13 +72,6 @@ def test_debug_off_refuses_a_wildcard_allowed_hosts(tmp_path: Path, hosts: str) 
 
 def test_debug_on_allows_a_wildcard_allowed_hosts(tmp_path: Path) -> None:
     assert started(tmp_path, DEBUG="1", ALLOWED_HOSTS="*")["allowed_hosts"] == ["*"]
-
-
-def test_database_connections_are_kept_and_health_checked_by_default(tmp_path: Path) -> None:
-    database = started(tmp_path)["database"]
-    assert (database["CONN_MAX_AGE"], database["CONN_HEALTH_CHECKS"]) == (60, True)
-    assert started(tmp_path, DB_CONN_MAX_AGE="0")["database"]["CONN_MAX_AGE"] == 0
-    assert "DB_CONN_MAX_AGE" in refused(tmp_path, DB_CONN_MAX_AGE="-1")
 
 
 def test_debug_off_requires_a_secret_key(tmp_path: Path) -> None:

@@ -17,8 +17,9 @@ import time
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
-from channels.db import database_sync_to_async
+from asgiref.sync import SyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import connections
 
 from .fragments import render_fragment, render_updates
 from .models import Run
@@ -32,7 +33,34 @@ CLOSE_BAD_MESSAGE = 4400
 MAX_SEQ = 2**31 - 1  # the range of a PositiveIntegerField on every database backend
 
 
-@database_sync_to_async
+class _KeptConnectionSyncToAsync(SyncToAsync):
+    """database_sync_to_async for the consumers' reads, keeping the connection.
+
+    Every viewer's reads run on one thread (asgiref's shared one: Channels creates no
+    thread-sensitive context), so one kept connection serves them all; opening one per
+    live message was most of its cost (docs/benchmarks/live.md). Connections are not kept
+    anywhere else (CONN_MAX_AGE=0): under ASGI each HTTP request runs on a thread of its
+    own, and a connection kept there would outlive its thread. A connection that failed
+    and is no longer usable is closed, so the next read opens a fresh one.
+    """
+
+    def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().thread_handler(loop, *args, **kwargs)
+        finally:
+            for conn in connections.all(initialized_only=True):
+                if conn.connection is not None and conn.errors_occurred:
+                    if conn.is_usable():
+                        conn.errors_occurred = False
+                    else:
+                        conn.close()
+
+
+def _kept_connection(function: Any) -> Any:
+    return _KeptConnectionSyncToAsync(function, thread_sensitive=True)
+
+
+@_kept_connection
 def _visible_run(run_id: str, user: Any) -> Run | None:
     return run_get_for_user(run_id, user)
 
@@ -47,62 +75,92 @@ class Batch(NamedTuple):
     last: int  # the last seq it covers
     complete: bool  # it was everything committed when it was read
     html: str
-    at: float  # time.monotonic() of the read
+    read_at: float  # time.monotonic() just before the read began
 
 
 # Viewers of one run get the same notifications, so they ask for the same batch (after
 # the same seq) at about the same time: one reads and renders it, the others reuse it,
 # without a database-thread hop. Nothing in a batch depends on the viewer (the Cancel
-# button's CSRF token lives in the page, outside the swapped header). Reusing a batch
-# later is still correct: run, rounds and calls change only together with an event (one
-# transaction), so a rendering made after seq `last` committed shows them as they were at
-# `last` or later, and any later change comes with a later event and its own batch. The
-# one thing that ages is the bar of a call still running, drawn up to the time of
-# rendering: SHARE_SECONDS bounds that, and the memory held. Only the serving loop's
-# coroutines touch these two maps.
+# button's CSRF token lives in the page, outside the swapped header).
+#
+# A batch read earlier can still be shown: run, rounds and calls change only together
+# with an event (one transaction), so a rendering made after seq `last` committed shows
+# them as they were at `last` or later. What a viewer must not take is a batch that
+# ends too early for it: "complete" means complete when it was read. So a viewer takes
+# one only if it was read after the viewer subscribed (on resume: events committed before
+# that brought it no notification), or if it covers the seq the viewer was notified of
+# (`Freshness`); otherwise it reads again. The one thing that ages is the bar of a call
+# still running, drawn up to the time of rendering: SHARE_SECONDS bounds that, and the
+# memory held. Only the serving loop's coroutines touch these two maps.
 _shared: OrderedDict[str, Batch] = OrderedDict()
 _rendering: dict[tuple[str, int], asyncio.Task[Batch]] = {}
 
 
-def _reusable(run_id: str, after: int) -> Batch | None:
+class Freshness(NamedTuple):
+    """What a batch must satisfy for one viewer: read at or after `read_since`, or
+    covering seq `covering` (when the viewer was notified of it)."""
+
+    read_since: float
+    covering: int | None = None
+
+    def accepts(self, batch: Batch) -> bool:
+        return batch.read_at >= self.read_since or (
+            self.covering is not None and batch.last >= self.covering)
+
+
+def _reusable(run_id: str, after: int, fresh: Freshness) -> Batch | None:
     batch = _shared.get(run_id)
-    if batch is None or batch.after != after or time.monotonic() - batch.at > SHARE_SECONDS:
+    if (batch is None or batch.after != after or not fresh.accepts(batch)
+            or time.monotonic() - batch.read_at > SHARE_SECONDS):
         return None
     return batch
 
 
 def _remember(run_id: str, batch: Batch) -> None:
+    current = _shared.get(run_id)
+    if current is not None and current.read_at > batch.read_at:
+        return  # a later read finished first
     _shared[run_id] = batch
     _shared.move_to_end(run_id)
     # Oldest first: drop what is too old to be reused, and beyond the cap.
     while _shared and (len(_shared) > SHARED_MAX
-                       or batch.at - next(iter(_shared.values())).at > SHARE_SECONDS):
+                       or batch.read_at - next(iter(_shared.values())).read_at > SHARE_SECONDS):
         _shared.popitem(last=False)
 
 
-@database_sync_to_async
+@_kept_connection
 def _read_and_render(run_id: str, after: int) -> Batch:
+    read_at = time.monotonic()
     events = event_marks_after(run_id, after, limit=BATCH)
     if not events:
-        return Batch(after, after, True, "", time.monotonic())
+        return Batch(after, after, True, "", read_at)
     return Batch(after, events[-1].seq, len(events) < BATCH, render_updates(run_id, events),
-                 time.monotonic())
+                 read_at)
 
 
-async def updates_after(run_id: str, after: int) -> Batch:
-    """The batch after `after`: reused, joined while another viewer renders it, or read."""
-    batch = _reusable(run_id, after)
+async def updates_after(run_id: str, after: int, fresh: Freshness) -> Batch:
+    """The batch after `after` that `fresh` accepts: reused, joined while another viewer
+    reads it, or read now."""
+    batch = _reusable(run_id, after, fresh)
     if batch is not None:
         return batch
     key = (run_id, after)
     task = _rendering.get(key)
-    if task is None or task.get_loop() is not asyncio.get_running_loop():
-        # A task of its own, so a viewer that disconnects (and is cancelled) while it
-        # runs does not cancel it for the others waiting on it.
-        task = asyncio.ensure_future(_read_and_render(run_id, after))
-        _rendering[key] = task
-        task.add_done_callback(lambda done: _finished(key, done))
-    return await asyncio.shield(task)
+    if task is not None and task.get_loop() is asyncio.get_running_loop():
+        batch = await asyncio.shield(task)
+        if fresh.accepts(batch):
+            return batch
+    return await asyncio.shield(_start_read(key))
+
+
+def _start_read(key: tuple[str, int]) -> asyncio.Task[Batch]:
+    # A task of its own, so a viewer that disconnects (and is cancelled) while it runs
+    # does not cancel it for the others waiting on it. Begun now, it is read after
+    # whatever the caller needs.
+    task = asyncio.ensure_future(_read_and_render(*key))
+    _rendering[key] = task
+    task.add_done_callback(lambda done: _finished(key, done))
+    return task
 
 
 def _finished(key: tuple[str, int], task: asyncio.Task[Batch]) -> None:
@@ -118,6 +176,7 @@ def _finished(key: tuple[str, int], task: asyncio.Task[Batch]) -> None:
 class RunConsumer(AsyncWebsocketConsumer):
     run: Run | None = None
     sent_seq: int | None = None
+    subscribed_at = 0.0  # time.monotonic() once notifications for the run reach us
 
     async def connect(self) -> None:
         remember_server_loop(asyncio.get_running_loop())
@@ -131,6 +190,7 @@ class RunConsumer(AsyncWebsocketConsumer):
             return
         self.group = group_name(str(self.run.pk))
         await self.channel_layer.group_add(self.group, self.channel_name)
+        self.subscribed_at = time.monotonic()
         await self.accept()
 
     async def refuse(self, code: int) -> None:
@@ -154,15 +214,17 @@ class RunConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_BAD_MESSAGE)
             return
         self.sent_seq = after
-        await self.flush()
+        # Events committed before we subscribed brought us no notification: only a read
+        # begun after that is sure to hold them.
+        await self.flush(Freshness(read_since=self.subscribed_at))
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         if message.get("type") == "run.event":
             # Channels runs close_old_connections() before every handler, as a hop to the
             # one thread that also does every viewer's database reads: one queued hop per
             # notification per viewer, most of which then need no database at all. The
-            # reads that do happen go through database_sync_to_async, which closes old
-            # connections itself, around the work.
+            # reads that do happen look after their connection themselves
+            # (_KeptConnectionSyncToAsync).
             await self.run_event(message)
             return
         await super().dispatch(message)
@@ -183,18 +245,22 @@ class RunConsumer(AsyncWebsocketConsumer):
             # a database round trip per notification, which is what makes a burst of
             # events coalesce into one message.
             return
-        await self.flush()
+        # The event was committed before its notification was sent: a read begun now
+        # holds it, and so does any batch that reaches its seq.
+        await self.flush(Freshness(read_since=time.monotonic(),
+                                   covering=seq if isinstance(seq, int) else None))
 
-    async def flush(self) -> None:
+    async def flush(self, fresh: Freshness) -> None:
         """Send everything after the last seq sent, in batches, until caught up.
 
-        A batch shorter than BATCH was everything committed when it was read; whatever
-        commits later brings its own notification, so no confirming empty read follows.
+        A batch shorter than BATCH was everything committed when it was read, and `fresh`
+        makes sure it was read late enough; whatever commits later brings its own
+        notification, so no confirming empty read follows.
         """
         if self.run is None or self.sent_seq is None:
             return
         while True:
-            batch = await updates_after(str(self.run.pk), self.sent_seq)
+            batch = await updates_after(str(self.run.pk), self.sent_seq, fresh)
             if batch.html:
                 await self.send(text_data=batch.html)
                 self.sent_seq = batch.last

@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
 from typing import Any
 
-from asgiref.sync import ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.db import connections
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult, TaskResultStatus
 from django.utils.crypto import get_random_string
@@ -77,7 +78,12 @@ async def _guarded(coroutine: Awaitable[Any]) -> Any:
     # halved throughput in the live benchmark, docs/benchmarks.md).
     try:
         async with ThreadSensitiveContext():
-            return await coroutine
+            try:
+                return await coroutine
+            finally:
+                # The thread goes with the context: close its connections now, or they
+                # stay open until the garbage collector finds them.
+                await sync_to_async(connections.close_all)()
     except Exception:
         logger.exception("in-process task failed")
         raise

@@ -123,3 +123,28 @@ def test_a_run_is_enqueued_only_when_its_transaction_commits(
         run = start(endpoint, [tool], policy)
         assert enqueued == []  # not before the commit
     assert enqueued == [str(run.pk)]
+
+
+def test_a_task_closes_its_threads_database_connection_when_it_ends(
+    world: tuple[Any, ToolRegistration, ErrorPolicy],
+) -> None:
+    """Each in-process task does its database work on a thread of its own, which ends
+    with the task: its connection must be closed then, not left to the garbage
+    collector (an open file, or a PostgreSQL backend, per finished run)."""
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    used: list[Any] = []
+
+    def query() -> None:
+        Run.objects.exists()
+        used.append(connections["default"])
+
+    async def task() -> None:
+        await sync_to_async(query)()
+        assert used[0].connection is not None  # open while the task runs
+
+    task_backend.submit(task()).result(timeout=DEADLINE_SECONDS)
+
+    assert used[0] is not connections["default"]  # it was the task's own connection
+    assert used[0].connection is None

@@ -709,8 +709,9 @@ async def test_a_viewer_leaving_mid_read_does_not_cancel_it_for_the_others(
         return await real(run_id, since)
 
     monkeypatch.setattr(consumers, "_read_and_render", slow)
-    leaving = asyncio.ensure_future(consumers.updates_after(str(run.pk), after))
-    staying = asyncio.ensure_future(consumers.updates_after(str(run.pk), after))
+    any_read = consumers.Freshness(read_since=0.0)
+    leaving = asyncio.ensure_future(consumers.updates_after(str(run.pk), after, any_read))
+    staying = asyncio.ensure_future(consumers.updates_after(str(run.pk), after, any_read))
     await asyncio.sleep(0)
     leaving.cancel()
     release.set()
@@ -720,4 +721,67 @@ async def test_a_viewer_leaving_mid_read_does_not_cancel_it_for_the_others(
     assert leaving.cancelled()
     # ...and the rendering is then reused, without another read.
     monkeypatch.setattr(consumers, "_read_and_render", None)
-    assert await consumers.updates_after(str(run.pk), after) == batch
+    assert await consumers.updates_after(str(run.pk), after, any_read) == batch
+
+
+async def test_a_shared_batch_read_too_early_for_a_viewer_is_read_again(
+    weather_run: Any,
+) -> None:
+    """"Complete" means complete when read: a viewer notified of a later seq, or one that
+    subscribed after the read, must not be handed that batch."""
+    import time
+
+    run = await weather_run()
+    first = await consumers.updates_after(str(run.pk), 0, consumers.Freshness(0.0))
+    assert first.complete
+    again = await consumers.updates_after(str(run.pk), 0,
+                                          consumers.Freshness(read_since=first.read_at))
+    assert again is first  # shared while fresh enough
+
+    seq = await append_status_event(run.pk)
+    notified = await consumers.updates_after(
+        str(run.pk), 0, consumers.Freshness(read_since=time.monotonic(), covering=seq))
+    assert (notified.last, notified.complete) == (seq, True)
+    assert seq_of(notified.html) == seq
+
+
+async def test_a_viewer_joining_within_the_sharing_window_still_gets_every_event(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    """Viewer A's batch after seq 0 is fresh in the cache when an event commits whose
+    notification viewer B never gets (B was not subscribed yet): B's resume after 0
+    must not stop at A's batch."""
+    run = await weather_run()
+    viewer_a = await open_socket(sockets, run.pk, bob)
+    seen_by_a = seq_of(await viewer_a.receive_from(timeout=WAIT))
+
+    seq = await append_status_event(run.pk)  # committed; nobody notified
+    viewer_b = await open_socket(sockets, run.pk, bob)
+
+    assert seq > seen_by_a
+    assert seq_of(await viewer_b.receive_from(timeout=WAIT)) == seq
+
+
+@pytest.mark.parametrize(("failed", "usable", "kept"), [
+    (False, True, True),  # a read that went well keeps its connection
+    (True, True, True),  # an error, but the connection still works: kept, error cleared
+    (True, False, False),  # an error that broke it: closed, the next read opens a new one
+])
+async def test_live_reads_keep_their_connection_unless_it_broke(
+    failed: bool, usable: bool, kept: bool, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every viewer's reads run on one thread, which keeps its connection (opening one
+    per live message was most of that message's cost), but not a broken one."""
+    from django.db import connections
+
+    def read() -> Any:
+        Run.objects.exists()
+        conn = connections["default"]
+        conn.errors_occurred = failed
+        monkeypatch.setattr(conn, "is_usable", lambda: usable)
+        return conn
+
+    conn = await consumers._kept_connection(read)()
+
+    assert (conn.connection is not None) is kept
+    assert conn.errors_occurred is False or not kept
