@@ -15,6 +15,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
@@ -72,7 +73,8 @@ def cancel_now(run: Run, message: str) -> None:
         lease_owner="", lease_expires_at=None, error_type="Cancelled",
         error_message=message, finished_at=timezone.now(),
     )
-    append_event(str(run.pk), token, "run_status", {"status": RunStatus.CANCELLED})
+    seq = append_event(str(run.pk), token, "run_status", {"status": RunStatus.CANCELLED})
+    notify_viewers_after_commit(str(run.pk), seq)
 
 
 def renew(run_id: str, token: int) -> bool:
@@ -135,6 +137,21 @@ def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, A
     return seq
 
 
+def notify_viewers_after_commit(run_id: str, seq: int) -> None:
+    """Events written outside a run's own loop (a cancel, the reaper) reach live viewers
+    too, once committed. Best effort, like every notification: the database is the truth."""
+
+    def send() -> None:
+        from .recorder import notify  # the recorder imports this module
+
+        try:
+            async_to_sync(notify)(run_id, {"seq": seq})
+        except Exception:  # a broken channel layer must never fail a cancel or a reap
+            logger.warning("could not notify viewers of run %s", run_id, exc_info=True)
+
+    transaction.on_commit(send)
+
+
 def reap_expired_runs() -> list[str]:
     """Runs whose lease expired: re-queue them (bounded) or fail them as worker lost.
 
@@ -166,17 +183,19 @@ def _interrupt_or_fail(run: Run) -> bool:
             status=RunStatus.FAILED, lease_token=token, lease_owner="", lease_expires_at=None,
             error_type="WorkerLost", error_message=message, finished_at=timezone.now(),
         )
-        append_event(str(run.pk), token, "run_status",
-                     {"status": RunStatus.FAILED, "error_type": "WorkerLost", "message": message})
+        seq = append_event(str(run.pk), token, "run_status", {
+            "status": RunStatus.FAILED, "error_type": "WorkerLost", "message": message})
+        notify_viewers_after_commit(str(run.pk), seq)
         return False
     Run.objects.filter(pk=run.pk).update(
         status=RunStatus.INTERRUPTED, lease_token=token, lease_owner="", lease_expires_at=None,
         resume_count=F("resume_count") + 1,
     )
-    append_event(str(run.pk), token, "run_status", {
+    seq = append_event(str(run.pk), token, "run_status", {
         "status": RunStatus.INTERRUPTED,
         "message": f"worker {previous_owner or 'unknown'} stopped responding; resuming",
     })
+    notify_viewers_after_commit(str(run.pk), seq)
     return True
 
 

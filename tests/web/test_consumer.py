@@ -19,6 +19,7 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
+from django.utils import timezone
 
 from agentforge_web.asgi import application
 from tools_app import consumers, recorder
@@ -785,3 +786,39 @@ async def test_live_reads_keep_their_connection_unless_it_broke(
 
     assert (conn.connection is not None) is kept
     assert conn.errors_occurred is False or not kept
+
+
+async def test_cancelling_a_queued_run_reaches_its_live_viewers(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    """No worker runs a queued run, so its cancel is written by the request itself: the
+    viewers must still be told, or their page shows "queued" until a reload."""
+    from tools_app.services import run_cancel
+
+    run = await weather_run()
+    viewers = [await open_socket(sockets, run.pk, bob) for _ in range(2)]
+    for viewer in viewers:
+        assert status_of(await viewer.receive_from(timeout=WAIT)) == "queued"
+
+    await sync_to_async(run_cancel)(run=run)
+
+    for viewer in viewers:
+        html = await viewer.receive_from(timeout=WAIT)
+        assert status_of(html) == "cancelled"
+        assert seq_of(html) == await last_seq(run.pk)
+
+
+async def test_a_run_the_reaper_interrupts_shows_it_live(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    from tools_app.leases import claim, reap_expired_runs
+
+    run = await weather_run()
+    assert await sync_to_async(claim)(str(run.pk), "a-worker-that-dies") is not None
+    viewer = await open_socket(sockets, run.pk, bob)
+    assert status_of(await viewer.receive_from(timeout=WAIT)) == "running"
+    await Run.objects.filter(pk=run.pk).aupdate(lease_expires_at=timezone.now())
+
+    assert await sync_to_async(reap_expired_runs)() == [str(run.pk)]
+
+    assert status_of(await viewer.receive_from(timeout=WAIT)) == "interrupted"
