@@ -6,6 +6,7 @@ so every string on its way into the database passes through here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,7 +26,13 @@ def clean_text(value: str | None, *, limit: int | None = None) -> str | None:
         return None
     text = value.replace("\x00", NUL_REPLACEMENT)
     cap = max_value_bytes() if limit is None else limit
-    encoded = text.encode("utf-8")
+    try:
+        encoded = text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (half of a UTF-16 pair, as a JSON "\ud800" escape decodes
+        # to) is not UTF-8: keep it visible as its escape.
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        encoded = text.encode("utf-8")
     if len(encoded) <= cap:
         return text
     # A cut through a multi-byte character drops its partial bytes too; count them.
@@ -42,6 +49,10 @@ def clean_json(value: Any, *, limit: int | None = None) -> Any:
         return {str(clean_text(str(k))): clean_json(v, limit=limit) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean_json(v, limit=limit) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        # JSON has no NaN or Infinity (PostgreSQL's jsonb and SQLite's json_valid refuse
+        # them): stored as the strings Python's json module would have written.
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value
 
 

@@ -40,7 +40,7 @@ from tools_app.engine.providers.transports import (
 from tools_app.fake_llm import BackgroundServer
 
 from .support import captured_events, json_response
-from .wire import openai_completion
+from .wire import anthropic_message, gemini_response, openai_completion
 
 FAST_RETRY = RetryPolicy(max_retries=2, initial_delay=0.001, max_delay=0.001)
 REQUEST = ChatRequest(messages=(UserMessage(text="Hi"),))
@@ -501,3 +501,30 @@ async def test_cookies_a_response_sets_are_never_sent_back() -> None:
     await model.aclose()
 
     assert cookies_sent == [None, None, None]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
+async def test_a_lone_surrogate_in_a_tool_result_is_sent_as_a_json_escape(
+    provider: str,
+) -> None:
+    """Half a UTF-16 pair has no UTF-8 form: the request must still go out, as valid
+    JSON carrying the character as its \\u escape, not fail the run."""
+    sent: list[bytes] = []
+    replies = {"openai": openai_completion(text="ok"), "anthropic": anthropic_message(text="ok"),
+               "gemini": gemini_response(text="ok")}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        return json_response(200, replies[provider])
+
+    model = build_chat_model(provider, model="m", api_key="sk-test-key-123456",
+                             transport=httpx.MockTransport(handle))
+    call = ToolExecutionRequest(id="c1", name="echo", arguments="{}")
+    messages = (UserMessage(text="go"), AiMessage(text=None, tool_execution_requests=(call,)),
+                ToolExecutionResultMessage(id="c1", tool_name="echo", text="half: \ud800"))
+    await model.chat(ChatRequest(messages=messages))
+    await model.aclose()
+
+    [body] = sent
+    assert b"\\ud800" in body
+    assert "half: \ud800" in json.dumps(json.loads(body), ensure_ascii=False)

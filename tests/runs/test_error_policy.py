@@ -344,3 +344,22 @@ def test_an_out_of_range_max_round_trips_override_is_refused(
               policy_overrides={"max_round_trips": rounds_value})
 
     assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize(("how", "error"), [("exit", "SystemExit: 3"),
+                                            ("keyboard", "KeyboardInterrupt")])
+def test_a_tool_that_raises_systemexit_or_keyboardinterrupt_is_an_execution_error(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    how: str, error: str,
+) -> None:
+    """Not Exception subclasses, but still only a tool failing: the run must go on (and
+    the worker's event loop must not stop with it)."""
+    script = [{"tool_calls": [{"name": "exits", "arguments": {"how": how}}]},
+              {"text": "model saw: {last_result}"}]
+    run = start(make_endpoint(script), [tools["exits"]], policy)
+
+    assert execute(run) == "succeeded", (run.error_type, run.error_message)
+
+    [call] = calls(run)
+    assert call.state == "execution_error"
+    assert call.error_message.startswith(error)

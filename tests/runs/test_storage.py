@@ -205,3 +205,79 @@ def test_the_truncation_marker_counts_every_dropped_byte_of_a_split_character(
     text = "ab" + "é" * 10  # é is two bytes: a cap of 3 splits the first one
     cleaned = clean_text(text, limit=3)
     assert cleaned == "ab[truncated 20 bytes]"
+
+
+# -- values JSON or UTF-8 cannot hold as they are ------------------------------------------
+
+
+@pytest.mark.both
+@pytest.mark.parametrize("kind", ["surrogate", "nan", "deep"])
+def test_a_tool_result_no_database_can_hold_as_it_is_is_stored_and_the_run_goes_on(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy, kind: str,
+) -> None:
+    script = [{"tool_calls": [{"name": "hostile_output", "arguments": {"kind": kind}}]},
+              {"text": "model saw: {last_result}"}]
+    run = start(make_endpoint(script), [tools["hostile_output"]], policy)
+
+    assert execute(run) == "succeeded", (run.error_type, run.error_message)
+
+    [call] = calls(run)
+    assert call.result_text is not None
+    call.result_text.encode("utf-8")  # storable as UTF-8: nothing unpaired left
+    assert run.final_text == f"model saw: {call.result_text}"
+    if kind == "surrogate":
+        assert call.state == "succeeded"
+        assert call.result_text == "half a pair: \\ud800 end"
+    if kind == "nan":
+        assert call.state == "succeeded"
+        assert call.result_text == '{"x": NaN, "y": Infinity, "z": -Infinity}'  # as sent
+        assert call.result_json == {"x": None, "y": None, "z": None}  # JSON's own form
+
+
+def test_clean_json_writes_non_finite_floats_as_strings() -> None:
+    nan, inf = float("nan"), float("inf")
+    assert clean_json({"a": [nan, inf, -inf, 1.5]}) == {"a": ["NaN", "Infinity", "-Infinity",
+                                                              1.5]}
+
+
+@pytest.mark.both
+@pytest.mark.parametrize(("raw", "why"), [
+    ('{"text": NaN}', "NaN"),
+    ('{"text": Infinity}', "Infinity"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+])
+def test_arguments_json_does_not_allow_are_an_arguments_error(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    raw: str, why: str,
+) -> None:
+    policy.arguments_error = "to_model"
+    policy.save()
+    script = [{"tool_calls": [{"name": "nul_echo", "arguments": raw}]},
+              {"text": "model saw: {last_result}"}]
+    run = start(make_endpoint(script), [tools["nul_echo"]], policy)
+
+    assert execute(run) == "succeeded", (run.error_type, run.error_message)
+
+    [call] = calls(run)
+    assert call.state == "arguments_error"
+    assert why in call.error_message
+    assert call.arguments is None
+    assert STATE.calls == []  # the tool never ran
+
+
+@pytest.mark.both
+def test_a_lone_surrogate_in_the_arguments_reaches_the_tool_and_is_stored_escaped(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    script = [{"tool_calls": [{"name": "nul_echo", "arguments": '{"text": "\\ud800"}'}]},
+              {"text": "model saw: {last_result}"}]
+    run = start(make_endpoint(script), [tools["nul_echo"]], policy)
+
+    assert execute(run) == "succeeded", (run.error_type, run.error_message)
+
+    assert STATE.calls == [("nul_echo", "\ud800")]
+    [call] = calls(run)
+    assert call.arguments == {"text": "\\ud800"}
+    assert "\\ud800" in (call.result_text or "")
+    for text in stored_strings(run):
+        text.encode("utf-8")

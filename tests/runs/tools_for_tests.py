@@ -106,3 +106,27 @@ def big_output(size: int) -> str:
     """Return `size` ASCII characters."""
     STATE.calls.append(("big_output", str(size)))
     return "x" * size
+
+
+@tool
+def hostile_output(kind: str) -> Any:
+    """Return a value that is hard to store or send: a lone surrogate, non-finite floats,
+    or a structure nested deeper than the JSON encoder recurses."""
+    STATE.calls.append(("hostile_output", kind))
+    if kind == "surrogate":
+        return "half a pair: \ud800 end"
+    if kind == "nan":
+        return {"x": float("nan"), "y": float("inf"), "z": -float("inf")}
+    nested: Any = "bottom"
+    for _ in range(5000):
+        nested = [nested]
+    return nested
+
+
+@tool
+def exits(how: str) -> str:
+    """Raise SystemExit or KeyboardInterrupt, as a badly written tool might."""
+    STATE.calls.append(("exits", how))
+    if how == "keyboard":
+        raise KeyboardInterrupt
+    raise SystemExit(3)

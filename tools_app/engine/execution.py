@@ -81,11 +81,21 @@ def arguments_as_map(request: ToolExecutionRequest) -> dict[str, Any]:
         # "null" is what some OpenAI-compatible servers send for a no-argument call.
         return {}
     try:
-        parsed = json.loads(raw)
+        parsed = json.loads(raw, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise ToolArgumentsError(
             f"Arguments of tool '{request.name}' are not valid JSON: {exc.msg} "
             f"at line {exc.lineno} column {exc.colno}",
+            tool_name=request.name,
+        ) from exc
+    except _NotJson as exc:
+        raise ToolArgumentsError(
+            f"Arguments of tool '{request.name}' are not valid JSON: {exc}",
+            tool_name=request.name,
+        ) from exc
+    except RecursionError as exc:
+        raise ToolArgumentsError(
+            f"Arguments of tool '{request.name}' are nested too deeply to parse",
             tool_name=request.name,
         ) from exc
     if not isinstance(parsed, dict):
@@ -95,6 +105,16 @@ def arguments_as_map(request: ToolExecutionRequest) -> dict[str, Any]:
             tool_name=request.name,
         )
     return parsed
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    # Python's json module accepts NaN and Infinity; JSON does not, and neither can a
+    # database's JSON column hold them.
+    raise _NotJson(f"{name} is not allowed")
 
 
 def result_text(result: Any) -> str:
@@ -109,6 +129,19 @@ def result_text(result: Any) -> str:
 def to_jsonable(value: Any) -> Any:
     """JSON-compatible form of any tool result: pydantic models, dataclasses, sets..."""
     return pydantic_core.to_jsonable_python(value, fallback=repr)
+
+
+# What a tool raising counts as its own failure. SystemExit and KeyboardInterrupt are not
+# Exceptions, but raised by a tool (a sys.exit() in a script turned tool) they mean only
+# that the tool failed; let through, they would stop the worker's event loop, and every
+# run on it. (Signals never raise KeyboardInterrupt here: tools run off the main thread,
+# or under asyncio, which turns SIGINT into cancellation.)
+TOOL_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
+
+
+def _failure_text(exc: BaseException) -> str:
+    detail = str(exc)
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
 class FunctionToolExecutor:
@@ -165,10 +198,9 @@ class FunctionToolExecutor:
             raise
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
-            raise ToolExecutionError(
-                f"{type(exc).__name__}: {exc}", tool_name=self.name, cause=exc
-            ) from exc
+        except TOOL_FAILURES as exc:
+            raise ToolExecutionError(_failure_text(exc), tool_name=self.name,
+                                     cause=exc) from exc
 
 
 class CallableToolExecutor:
@@ -190,10 +222,9 @@ class CallableToolExecutor:
                 value = await value
         except (ToolArgumentsError, ToolExecutionError, asyncio.CancelledError):
             raise
-        except Exception as exc:
-            raise ToolExecutionError(
-                f"{type(exc).__name__}: {exc}", tool_name=request.name, cause=exc
-            ) from exc
+        except TOOL_FAILURES as exc:
+            raise ToolExecutionError(_failure_text(exc), tool_name=request.name,
+                                     cause=exc) from exc
         if isinstance(value, ToolExecutionResult):
             return value
         return ToolExecutionResult.success(result_text(value), result=value)

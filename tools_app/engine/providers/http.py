@@ -89,9 +89,16 @@ _SSE_REQUEST = {"accept": "text/event-stream"}
 
 
 def encode_json(value: Any) -> bytes:
-    """JSON text exactly as httpx's `json=` sends it (compact, UTF-8, no NaN)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-                      allow_nan=False).encode()
+    """JSON text exactly as httpx's `json=` sends it (compact, UTF-8, no NaN).
+
+    A string holding a lone surrogate (a tool can return one) has no UTF-8 form: then
+    the body is written with ASCII escapes, which carry it as JSON's own "\\ud800".
+    """
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
 
 class ProviderStreamError(ProviderError):
