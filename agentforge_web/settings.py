@@ -177,6 +177,11 @@ if AGENTFORGE_HEARTBEAT_SECONDS >= AGENTFORGE_LEASE_SECONDS:
         f"than AGENTFORGE_LEASE_SECONDS ({AGENTFORGE_LEASE_SECONDS:g})"
     )
 AGENTFORGE_MAX_RESUMES = envint("AGENTFORGE_MAX_RESUMES", 3, minimum=0)
+# Runs one `db_worker` process executes at once (its --concurrency overrides this). 1 by
+# default: a tool that kills its process (a segfault, os._exit, the OOM killer) then
+# takes only its own run down; with more, the runs beside it are interrupted too (and
+# resumed elsewhere).
+AGENTFORGE_WORKER_CONCURRENCY = envint("AGENTFORGE_WORKER_CONCURRENCY", 1, minimum=1)
 
 LOGGING = {
     "version": 1,

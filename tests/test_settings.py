@@ -95,6 +95,8 @@ def test_an_unreadable_secret_key_file_is_refused(tmp_path: Path) -> None:
         ("AGENTFORGE_MAX_VALUE_BYTES", "1e6"),
         ("AGENTFORGE_LEASE_SECONDS", "soon"),
         ("AGENTFORGE_HEARTBEAT_SECONDS", "often"),
+        ("AGENTFORGE_WORKER_CONCURRENCY", "0"),
+        ("AGENTFORGE_WORKER_CONCURRENCY", "many"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable(

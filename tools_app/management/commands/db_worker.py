@@ -1,16 +1,22 @@
-"""django-tasks-db's `db_worker`, plus what it lacks for runs: the reaper and a
-graceful SIGTERM that checkpoints the current run instead of running it to the end."""
+"""django-tasks-db's `db_worker`, plus what runs need: several runs at once, the reaper,
+and a graceful SIGTERM that checkpoints the runs in progress instead of running them to
+the end."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any
 
+from django.conf import settings
+from django.db import connections
 from django_tasks_db.management.commands import db_worker
+from django_tasks_db.models import DBTaskResult
 
 from tools_app import runner
 from tools_app.process import freeze_startup_objects
@@ -19,39 +25,114 @@ from tools_app.worker import reap_and_enqueue, start_reaper_thread
 logger = logging.getLogger(__name__)
 
 
-class Command(db_worker.Command):
-    help = db_worker.Command.help + " Also reaps and resumes runs whose worker was lost."
+class RunWorker(db_worker.Worker):
+    """django-tasks-db's worker, running up to `concurrency` tasks at once.
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        freeze_startup_objects()
-        _checkpoint_on_shutdown()
-        reap_and_enqueue()
-        stop = threading.Event()
-        start_reaper_thread(stop)
-        try:
-            super().handle(*args, **options)
-        finally:
-            stop.set()
-
-
-def _checkpoint_on_shutdown() -> None:
-    """The first SIGTERM/SIGINT also asks the running run to stop at its next step.
-
-    A second one while a task runs stops the process at once, as a crash would: the
-    run's lease runs out and another worker's reaper resumes it. (django-tasks-db would
-    raise SystemExit in the task instead, but a run is an async task: its event loop
-    thread then waits forever for this main thread, and the process never exits.)
+    A run spends most of its time waiting for a model or a tool, so one process can
+    drive several: each task gets a thread of its own (its database work runs there, and
+    asgiref gives the run's event loop a thread next to it). The claim loop takes the
+    next task only while a slot is free, so a busy worker leaves queued runs to others.
     """
-    original = db_worker.Worker.shutdown
 
-    def shutdown(self: db_worker.Worker, signum: int, frame: FrameType | None) -> None:
+    concurrency = 1  # set by the command before the worker is built
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._in_flight = 0
+        self._count_lock = threading.Lock()
+        super().__init__(**kwargs)
+        self._slots = threading.BoundedSemaphore(self.concurrency)
+        self._pool = (ThreadPoolExecutor(self.concurrency, thread_name_prefix="agentforge-run")
+                      if self.concurrency > 1 else None)
+
+    @property  # type: ignore[override]
+    def running_task(self) -> bool:
+        return self._in_flight > 0
+
+    @running_task.setter
+    def running_task(self, value: bool) -> None:
+        """django-tasks-db sets this around each task; with several tasks at once the
+        number in flight is what counts, kept in run_task instead."""
+
+    def run_task(self, db_task_result: DBTaskResult) -> None:
+        if self._pool is None:
+            self._count(+1)
+            try:
+                super().run_task(db_task_result)
+            finally:
+                self._count(-1)
+            return
+        self._slots.acquire()
+        self._count(+1)
+        self._pool.submit(self._run_in_slot, db_task_result)
+        with self._slots:  # claim the next task only once a slot is free again
+            pass
+
+    def _run_in_slot(self, db_task_result: DBTaskResult) -> None:
+        try:
+            super().run_task(db_task_result)
+        finally:
+            connections.close_all()  # this thread's; the thread may sit idle a long time
+            self._count(-1)
+            self._slots.release()
+
+    def _count(self, delta: int) -> None:
+        with self._count_lock:
+            self._in_flight += delta
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            if self._pool is not None:
+                # After a stop signal: the runs in flight checkpoint at their next step.
+                self._pool.shutdown(wait=True)
+
+    def shutdown(self, signum: int, frame: FrameType | None) -> None:
+        """The first SIGTERM/SIGINT also asks the runs in progress to stop at their next
+        step. A second one while runs are in progress stops the process at once, as a
+        crash would: their leases run out and other workers' reapers resume them.
+        (django-tasks-db would raise SystemExit in the task instead, but a run is an
+        async task: its event loop thread would wait forever, and the process would
+        never exit.)"""
         if not self.running and self.running_task:
-            logger.warning("Received a second stop signal: exiting now; the run in progress "
-                           "will be resumed by another worker when its lease expires")
+            logger.warning("Received a second stop signal: exiting now; the runs in progress "
+                           "will be resumed by other workers when their leases expire")
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(1)
         runner.shutdown_requested.set()
-        original(self, signum, frame)
+        super().shutdown(signum, frame)
 
-    db_worker.Worker.shutdown = shutdown  # type: ignore[method-assign]
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
+
+
+class Command(db_worker.Command):
+    help = (db_worker.Command.help + " Runs several runs at once (--concurrency), and "
+            "reaps and resumes runs whose worker was lost.")
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=None,
+            help="runs executed at once by this process (default: "
+                 "AGENTFORGE_WORKER_CONCURRENCY)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        freeze_startup_objects()
+        concurrency = options.pop("concurrency") or settings.AGENTFORGE_WORKER_CONCURRENCY
+        reap_and_enqueue()
+        stop = threading.Event()
+        start_reaper_thread(stop)
+        # django-tasks-db's command builds its module's Worker: make that ours.
+        worker_class = type("ConfiguredRunWorker", (RunWorker,), {"concurrency": concurrency})
+        original, db_worker.Worker = db_worker.Worker, worker_class  # type: ignore[misc]
+        try:
+            super().handle(*args, **options)
+        finally:
+            db_worker.Worker = original  # type: ignore[misc]
+            stop.set()
