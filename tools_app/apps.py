@@ -5,3 +5,6 @@ class ToolsAppConfig(AppConfig):
     name = "tools_app"
     verbose_name = "AgentForge tools"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import signals  # noqa: F401  (connects the receivers)

@@ -12,6 +12,7 @@ run share one reading and rendering of each batch (docs/benchmarks/live.md).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections import OrderedDict
@@ -63,6 +64,12 @@ def _kept_connection(function: Any) -> Any:
 @_kept_connection
 def _visible_run(run_id: str, user: Any) -> Run | None:
     return run_get_for_user(run_id, user)
+
+
+def session_group(session_key: str) -> str:
+    """The channel-layer group of one login session's sockets. The key is a credential:
+    only a hash of it travels to the channel layer."""
+    return "session." + hashlib.sha256(session_key.encode()).hexdigest()[:40]
 
 
 BATCH = 500  # events per message at most (a long history arrives in several)
@@ -177,6 +184,7 @@ class RunConsumer(AsyncWebsocketConsumer):
     run: Run | None = None
     sent_seq: int | None = None
     subscribed_at = 0.0  # time.monotonic() once notifications for the run reach us
+    session_group = ""
 
     async def connect(self) -> None:
         remember_server_loop(asyncio.get_running_loop())
@@ -191,6 +199,11 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.group = group_name(str(self.run.pk))
         await self.channel_layer.group_add(self.group, self.channel_name)
         self.subscribed_at = time.monotonic()
+        session_key = getattr(self.scope.get("session"), "session_key", None)
+        if session_key:
+            # Logging out ends this socket too (signals.close_the_sessions_sockets).
+            self.session_group = session_group(session_key)
+            await self.channel_layer.group_add(self.session_group, self.channel_name)
         await self.accept()
 
     async def refuse(self, code: int) -> None:
@@ -203,6 +216,12 @@ class RunConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.run is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.session_group:
+            await self.channel_layer.group_discard(self.session_group, self.channel_name)
+
+    async def session_ended(self, message: dict[str, Any]) -> None:
+        """The viewer logged out (maybe in another tab): nothing more reaches them."""
+        await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:

@@ -48,17 +48,22 @@ def group_name(run_id: str) -> str:
 
 async def notify(run_id: str, message: dict[str, Any]) -> None:
     """Tell live viewers something happened. Best effort: the database is the truth."""
+    await send_to_group(group_name(run_id), {"type": "run.event", **message})
+
+
+async def send_to_group(group: str, message: dict[str, Any]) -> None:
+    """Best effort: a broken channel layer must never fail a run (or a logout)."""
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        send = layer.group_send(group_name(run_id), {"type": "run.event", **message})
+        send = layer.group_send(group, message)
         if isinstance(layer, InMemoryChannelLayer):
             await on_server_loop(send)  # the in-memory layer is bound to the serving loop
         else:
             await send
-    except Exception:  # a broken channel layer must never fail a run
-        logger.warning("could not notify viewers of run %s", run_id, exc_info=True)
+    except Exception:
+        logger.warning("could not send to group %s", group, exc_info=True)
 
 
 class RunRecorder:

@@ -822,3 +822,40 @@ async def test_a_run_the_reaper_interrupts_shows_it_live(
     assert await sync_to_async(reap_expired_runs)() == [str(run.pk)]
 
     assert status_of(await viewer.receive_from(timeout=WAIT)) == "interrupted"
+
+
+@pytest.mark.both
+async def test_logging_out_closes_the_sessions_live_sockets(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    """A logout (in another tab, say) ends the session's sockets at once, with the code
+    that tells the page not to reconnect; other sessions' sockets stay open."""
+    run = await weather_run()
+    key = await session_cookie(bob)
+    mine = socket(run.pk, cookie=key)
+    others = await open_socket(sockets, run.pk, bob)  # bob, logged in elsewhere
+    sockets.append(mine)
+    assert (await mine.connect(timeout=WAIT))[0]
+    await mine.send_json_to({"type": "resume", "after": 0})
+    await mine.receive_from(timeout=WAIT)
+    await others.receive_from(timeout=WAIT)
+
+    browser = Client()
+    browser.cookies["sessionid"] = key
+    response = await sync_to_async(browser.post)("/accounts/logout/")
+    assert response.status_code == 302
+
+    closed = await mine.receive_output(timeout=WAIT)
+    assert (closed["type"], closed["code"]) == ("websocket.close", 4401)
+    assert await others.receive_nothing(timeout=0.3)
+    seq = await append_status_event(run.pk)
+    await notify(str(run.pk), {"seq": seq})
+    assert seq_of(await others.receive_from(timeout=WAIT)) == seq
+
+
+def test_the_session_group_name_hides_the_session_key() -> None:
+    name = consumers.session_group("k" * 32)
+    assert "k" * 8 not in name
+    assert name == consumers.session_group("k" * 32) != consumers.session_group("j" * 32)
+    assert len(name) < 100
+    assert name.replace(".", "").isalnum()
