@@ -49,8 +49,9 @@ def session_cookie(user: AbstractUser) -> str:
 
 
 def socket(run_id: Any, *, cookie: str | None = None, origin: bytes | None = ORIGIN,
-           extra: list[tuple[bytes, bytes]] | None = None) -> WebsocketCommunicator:
-    headers = [(b"host", b"127.0.0.1:8000")]
+           extra: list[tuple[bytes, bytes]] | None = None,
+           host: bytes = b"127.0.0.1:8000") -> WebsocketCommunicator:
+    headers = [(b"host", host)]
     if origin is not None:
         headers.append((b"origin", origin))
     if cookie is not None:
@@ -202,8 +203,12 @@ async def test_staff_can_watch_another_users_run(
     assert seq_of(first) == 1
 
 
-@pytest.mark.parametrize("origin", [b"https://evil.example", b"null", None,
-                                    b"http://127.0.0.1.evil.example"])
+@pytest.mark.parametrize("origin", [
+    b"https://evil.example", b"null", None, b"http://127.0.0.1.evil.example",
+    b"http://127.0.0.1:3000",  # another app on the same host: cookies are not port-bound
+    b"http://127.0.0.1", b"http://127.0.0.1:99999", b"http://127.0.0.1:x",
+    b"ftp://127.0.0.1:8000", b"http://localhost:8000",  # an allowed host, but not this one
+])
 async def test_a_foreign_or_missing_origin_is_refused(
     weather_run: Any, bob: AbstractUser, origin: bytes | None,
 ) -> None:
@@ -213,15 +218,37 @@ async def test_a_foreign_or_missing_origin_is_refused(
     assert connected is False
 
 
+@pytest.mark.parametrize(("origin", "host"), [
+    (b"http://127.0.0.1:8000", b"127.0.0.1:8000"),
+    (b"http://localhost:8000", b"localhost:8000"),
+    (b"http://LOCALHOST:8000", b"localhost:8000"),
+    (b"https://localhost", b"localhost"),  # behind a proxy: Host without a port
+    (b"http://localhost", b"localhost"),
+])
 async def test_the_own_origin_is_accepted(
     weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+    origin: bytes, host: bytes,
 ) -> None:
     run = await weather_run()
-    for origin in (b"http://127.0.0.1:8000", b"http://localhost:8000"):
-        comm = socket(run.pk, cookie=await session_cookie(bob), origin=origin)
-        sockets.append(comm)
-        connected, _ = await comm.connect(timeout=WAIT)
-        assert connected is True
+    comm = socket(run.pk, cookie=await session_cookie(bob), origin=origin, host=host)
+    sockets.append(comm)
+    connected, _ = await comm.connect(timeout=WAIT)
+    assert connected is True
+
+
+async def test_a_proxy_port_in_the_origin_needs_the_same_port_in_host_or_a_trusted_origin(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+    settings: Any,
+) -> None:
+    run = await weather_run()
+    cookie = await session_cookie(bob)
+    proxied = socket(run.pk, cookie=cookie, origin=b"https://localhost:8443", host=b"localhost")
+    assert (await proxied.connect(timeout=WAIT))[0] is False
+
+    settings.CSRF_TRUSTED_ORIGINS = ["https://localhost:8443"]
+    trusted = socket(run.pk, cookie=cookie, origin=b"https://localhost:8443", host=b"localhost")
+    sockets.append(trusted)
+    assert (await trusted.connect(timeout=WAIT))[0] is True
 
 
 # -- the client's first message --------------------------------------------------------
