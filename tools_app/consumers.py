@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 from asgiref.sync import SyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.db import connections
 
+from .db import drop_broken_connections
 from .fragments import render_fragment, render_updates
 from .models import Run
 from .recorder import group_name
@@ -49,12 +49,7 @@ class _KeptConnectionSyncToAsync(SyncToAsync):
         try:
             return super().thread_handler(loop, *args, **kwargs)
         finally:
-            for conn in connections.all(initialized_only=True):
-                if conn.connection is not None and conn.errors_occurred:
-                    if conn.is_usable():
-                        conn.errors_occurred = False
-                    else:
-                        conn.close()
+            drop_broken_connections()
 
 
 def _kept_connection(function: Any) -> Any:

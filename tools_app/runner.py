@@ -14,9 +14,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
+from .db import drop_broken_connections
 from .engine import (
     ChatMessage,
     ChatResponse,
@@ -108,6 +109,14 @@ async def _drive(run_id: str, token: int) -> tuple[RunStatus, dict[str, Any]]:
         return RunStatus.INTERRUPTED, {}
     except LeaseLost:
         raise
+    except (OperationalError, InterfaceError) as exc:
+        # The database went away or stayed locked (a restart, a failover, a dropped
+        # connection): not the run's fault. Hand it back to be resumed from what was
+        # stored, on a fresh connection; if the database is still down, handing back
+        # fails too and the reaper resumes it once the lease expires.
+        logger.warning("run %s: database error, handing the run back: %s", run_id, exc)
+        await sync_to_async(drop_broken_connections)()
+        return RunStatus.INTERRUPTED, {}
     except Exception as exc:
         return RunStatus.FAILED, {"error_type": type(exc).__name__,
                                   "error_message": clean_text(str(exc)) or ""}

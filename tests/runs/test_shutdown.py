@@ -111,3 +111,44 @@ def test_a_worker_that_is_already_stopping_starts_no_round(
 
     assert model_spy.take() == []
     assert not Round.objects.filter(run=run).exists()
+
+
+def test_a_database_failure_mid_run_hands_the_run_back_instead_of_failing_it(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dropped connection or a database restart is not the run's fault: the run is
+    interrupted and re-queued, and resumes from what was stored."""
+    from django.db import OperationalError
+
+    from tools_app.recorder import RunRecorder
+
+    run = start(make_endpoint(THREE_ROUNDS), [tools["lookup"]], policy)
+    enqueued: list[str] = []
+    monkeypatch.setattr(tasks, "enqueue_run", enqueued.append)
+    real_record = RunRecorder.record
+    down: list[str] = []  # the database fails round 1's start, then the failure report
+
+    def flaky(self: RunRecorder, event: Any, payload: dict[str, Any]) -> int:
+        failing = ["round_started", "chat_failed"]
+        if len(down) < len(failing) and event.kind == failing[len(down)] \
+                and event.round_index in (1, None):
+            down.append(event.kind)
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_record(self, event, payload)
+
+    monkeypatch.setattr(RunRecorder, "record", flaky)
+    with django_capture_on_commit_callbacks(execute=True):
+        status = execute(run)
+
+    assert status == "interrupted"
+    assert down == ["round_started", "chat_failed"]
+    assert run.status == RunStatus.INTERRUPTED
+    assert (run.lease_owner, run.error_type) == ("", "")
+    assert enqueued == [str(run.pk)]
+
+    assert execute(run) == "succeeded"
+    assert run.final_text == "model saw: value of second"
+    assert statuses(run) == ["queued", "interrupted", "succeeded"]
+    assert STATE.calls == [("lookup", "first"), ("lookup", "second")]  # none twice
+    assert_seqs_gapless(run)
