@@ -130,6 +130,15 @@ CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# HTTPS in production: off by default (a TLS-terminating proxy in front usually does the
+# redirect; HSTS is hard to take back), each one setting away.
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+if envbool("BEHIND_TLS_PROXY", False):
+    # The proxy sets X-Forwarded-Proto (and strips it from clients): requests it received
+    # over HTTPS count as secure (redirects, secure cookies, the WebSocket's wss origin).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # -- i18n / static ----------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"

@@ -20,6 +20,8 @@ SETTINGS_VARIABLES = {
     "DATA_DIR", "DEBUG", "SECRET_KEY", "SECRET_KEY_FILE", "ALLOWED_HOSTS",
     "CSRF_TRUSTED_ORIGINS", "DATABASE_URL", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE",
     "TIME_ZONE", "SERVE_STATIC", "REDIS_URL", "CHANNEL_CAPACITY", "TASK_BACKEND", "LOG_LEVEL",
+    "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    "BEHIND_TLS_PROXY",
 }
 SCRIPT = """
 import json, django
@@ -33,6 +35,8 @@ print(json.dumps({
     "tasks": settings.TASKS["default"]["BACKEND"],
     "lease": settings.AGENTFORGE_LEASE_SECONDS,
     "heartbeat": settings.AGENTFORGE_HEARTBEAT_SECONDS,
+    "https": [settings.SECURE_SSL_REDIRECT, settings.SECURE_HSTS_SECONDS,
+              settings.SECURE_HSTS_INCLUDE_SUBDOMAINS, settings.SECURE_PROXY_SSL_HEADER],
 }, default=str))
 """
 
@@ -72,6 +76,16 @@ def test_debug_off_refuses_a_wildcard_allowed_hosts(tmp_path: Path, hosts: str) 
 
 def test_debug_on_allows_a_wildcard_allowed_hosts(tmp_path: Path) -> None:
     assert started(tmp_path, DEBUG="1", ALLOWED_HOSTS="*")["allowed_hosts"] == ["*"]
+
+
+def test_https_settings_are_off_by_default_and_set_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    assert started(tmp_path)["https"] == [False, 0, False, None]
+    https = started(tmp_path, SECURE_SSL_REDIRECT="1", SECURE_HSTS_SECONDS="31536000",
+                    SECURE_HSTS_INCLUDE_SUBDOMAINS="1", BEHIND_TLS_PROXY="1")["https"]
+    assert https == [True, 31536000, True, ["HTTP_X_FORWARDED_PROTO", "https"]]
+    assert "SECURE_HSTS_SECONDS" in refused(tmp_path, SECURE_HSTS_SECONDS="-1")
 
 
 def test_debug_off_requires_a_secret_key(tmp_path: Path) -> None:
