@@ -4,7 +4,6 @@ and the run page, over real loopback HTTP to the fake provider server."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
