@@ -33,7 +33,12 @@ class LeaseLost(Exception):
 
 
 def new_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{_this_process()}{uuid.uuid4().hex[:8]}"
+
+
+def _this_process() -> str:
+    """The prefix of every worker id this process hands out."""
+    return f"{socket.gethostname()}:{os.getpid()}:"
 
 
 def lease_duration() -> timedelta:
@@ -135,6 +140,30 @@ def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, A
     seq = next_seq(run_id, token)
     RunEvent.objects.create(run_id=run_id, seq=seq, kind=kind, payload=payload)
     return seq
+
+
+def release_this_process_runs() -> list[str]:
+    """Hand back every run this process is executing, because it is stopping (the
+    embedded server's SIGTERM): interrupted, token bumped (so a step still in flight
+    writes nothing), resumed at the next start instead of after its lease expires. Not a
+    lost worker: resume_count is unchanged."""
+    mine = Run.objects.filter(status=RunStatus.RUNNING, lease_owner__startswith=_this_process())
+    released: list[str] = []
+    for run_id in mine.values_list("pk", flat=True):
+        with transaction.atomic():
+            run = mine.select_for_update().filter(pk=run_id).first()
+            if run is None:
+                continue
+            token = run.lease_token + 1
+            Run.objects.filter(pk=run.pk).update(status=RunStatus.INTERRUPTED,
+                                                 lease_token=token, lease_owner="",
+                                                 lease_expires_at=None)
+            append_event(str(run.pk), token, "run_status", {
+                "status": RunStatus.INTERRUPTED,
+                "message": "the server stopped; the run resumes when it starts again",
+            })
+        released.append(str(run_id))
+    return released
 
 
 def notify_viewers_after_commit(run_id: str, seq: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import threading
 
@@ -10,7 +11,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
-from .leases import reap_expired_runs, runs_to_recover_at_start
+from .leases import reap_expired_runs, release_this_process_runs, runs_to_recover_at_start
 from .tasks import enqueue_run
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,20 @@ def start_embedded_worker() -> None:
         await reap_forever()
 
     submit(recover_then_reap())
+    # daphne stops its reactor on SIGTERM and the interpreter exits: hand the runs in
+    # progress back then, so the next start resumes them at once.
+    atexit.register(hand_back_at_exit)
+
+
+def hand_back_at_exit() -> None:
+    try:
+        released = release_this_process_runs()
+    except Exception:  # the database may be gone too; the leases expire then
+        logger.exception("could not hand back the runs in progress")
+        return
+    if released:
+        logger.warning("server stopping: handed back %d run(s) in progress; they resume "
+                       "at the next start", len(released))
 
 
 def start_reaper_thread(stop: threading.Event) -> threading.Thread:

@@ -211,3 +211,29 @@ def test_recording_a_proposed_call_does_not_look_its_round_up_again(queued_run: 
     assert round_reads == []
     call = queued_run.tool_calls.get()
     assert (call.round.index, call.call_id, call.arguments) == (0, "c1", {"seconds": 1})
+
+
+def test_a_stopping_server_hands_back_only_the_runs_it_executes(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    from tools_app.leases import new_worker_id, release_this_process_runs
+
+    endpoint = make_endpoint(WAIT_SCRIPT)
+    mine = start(endpoint, [tools["wait_here"]], policy)
+    theirs = start(endpoint, [tools["wait_here"]], policy)
+    token = claim(str(mine.pk), new_worker_id())
+    assert token is not None
+    assert claim(str(theirs.pk), "another-host:4242:abcdef01") is not None
+
+    assert release_this_process_runs() == [str(mine.pk)]
+
+    mine.refresh_from_db()
+    assert (mine.status, mine.lease_owner, mine.lease_expires_at) == ("interrupted", "", None)
+    assert mine.lease_token == token + 1  # a step still in flight is fenced out
+    assert mine.resume_count == 0  # a hand-back, not a lost worker
+    assert RunEvent.objects.filter(run=mine).order_by("-seq").first().payload["status"] \
+        == "interrupted"
+    with pytest.raises(LeaseLost):
+        next_seq(str(mine.pk), token)
+    theirs.refresh_from_db()
+    assert (theirs.status, theirs.lease_owner) == ("running", "another-host:4242:abcdef01")
