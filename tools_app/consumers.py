@@ -179,7 +179,7 @@ class RunConsumer(AsyncWebsocketConsumer):
     run: Run | None = None
     sent_seq: int | None = None
     subscribed_at = 0.0  # time.monotonic() once notifications for the run reach us
-    session_group = ""
+    session_group_name = ""
 
     async def connect(self) -> None:
         remember_server_loop(asyncio.get_running_loop())
@@ -197,8 +197,8 @@ class RunConsumer(AsyncWebsocketConsumer):
         session_key = getattr(self.scope.get("session"), "session_key", None)
         if session_key:
             # Logging out ends this socket too (signals.close_the_sessions_sockets).
-            self.session_group = session_group(session_key)
-            await self.channel_layer.group_add(self.session_group, self.channel_name)
+            self.session_group_name = session_group(session_key)
+            await self.channel_layer.group_add(self.session_group_name, self.channel_name)
         await self.accept()
 
     async def refuse(self, code: int) -> None:
@@ -211,8 +211,8 @@ class RunConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.run is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
-        if self.session_group:
-            await self.channel_layer.group_discard(self.session_group, self.channel_name)
+        if self.session_group_name:
+            await self.channel_layer.group_discard(self.session_group_name, self.channel_name)
 
     async def session_ended(self, message: dict[str, Any]) -> None:
         """The viewer logged out (maybe in another tab): nothing more reaches them."""
