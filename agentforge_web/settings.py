@@ -191,6 +191,12 @@ AGENTFORGE_MAX_RESUMES = envint("AGENTFORGE_MAX_RESUMES", 3, minimum=0)
 # takes only its own run down; with more, the runs beside it are interrupted too (and
 # resumed elsewhere).
 AGENTFORGE_WORKER_CONCURRENCY = envint("AGENTFORGE_WORKER_CONCURRENCY", 1, minimum=1)
+# After a stop signal, how long a `db_worker` waits for its runs to reach a step where they
+# can stop; then it hands them back as they are and exits (0: wait as long as it takes).
+AGENTFORGE_SHUTDOWN_GRACE_SECONDS = envfloat("AGENTFORGE_SHUTDOWN_GRACE_SECONDS", 25.0)
+if AGENTFORGE_SHUTDOWN_GRACE_SECONDS < 0:
+    raise ImproperlyConfigured("AGENTFORGE_SHUTDOWN_GRACE_SECONDS must be 0 or more, got "
+                               f"{AGENTFORGE_SHUTDOWN_GRACE_SECONDS:g}")
 
 LOGGING = {
     "version": 1,

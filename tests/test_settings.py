@@ -111,6 +111,8 @@ def test_an_unreadable_secret_key_file_is_refused(tmp_path: Path) -> None:
         ("AGENTFORGE_HEARTBEAT_SECONDS", "often"),
         ("AGENTFORGE_WORKER_CONCURRENCY", "0"),
         ("AGENTFORGE_WORKER_CONCURRENCY", "many"),
+        ("AGENTFORGE_SHUTDOWN_GRACE_SECONDS", "-1"),
+        ("AGENTFORGE_SHUTDOWN_GRACE_SECONDS", "soon"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable(

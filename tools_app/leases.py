@@ -145,8 +145,9 @@ def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, A
 def release_this_process_runs() -> list[str]:
     """Hand back every run this process is executing, because it is stopping (the
     embedded server's SIGTERM): interrupted, token bumped (so a step still in flight
-    writes nothing), resumed at the next start instead of after its lease expires. Not a
-    lost worker: resume_count is unchanged."""
+    writes nothing), to be resumed at once instead of after its lease expires: the
+    embedded server's next start picks interrupted runs up; a `db_worker` re-enqueues them
+    for the others. Not a lost worker: resume_count is unchanged."""
     mine = Run.objects.filter(status=RunStatus.RUNNING, lease_owner__startswith=_this_process())
     released: list[str] = []
     for run_id in mine.values_list("pk", flat=True):

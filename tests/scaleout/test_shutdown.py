@@ -141,3 +141,35 @@ def test_sigterm_to_an_idle_worker_exits_at_once(workers: WorkerPool) -> None:
     a.sigterm()
     a.assert_exits_with(0, EXIT_TIMEOUT)
     assert Run.objects.count() == 0
+
+
+def test_a_run_that_cannot_stop_within_the_grace_is_handed_back_as_it_is(
+    workers: WorkerPool, counter_dir: Path, make_endpoint: Any,
+    slow_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    """Its tool takes longer than the stop grace: the worker hands the run back and exits
+    (0) instead of waiting, and another worker resumes it at once, without waiting for
+    the lease; the call that was in flight is in doubt, as after a crash."""
+    run = start_run(make_endpoint([
+        {"tool_calls": [{"name": "tally", "arguments": {"tag": "long", "seconds": 60}}]},
+        {"text": "Model saw: {last_result}"},
+    ], name="long tool"), [slow_tools["tally"]], policy)
+    a = workers.start("w-a", AGENTFORGE_SHUTDOWN_GRACE_SECONDS="1",
+                      AGENTFORGE_LEASE_SECONDS="120")  # a lease that would not expire here
+    wait_until(lambda: counted(counter_dir, "tally") == ["long"], RUN_TIMEOUT,
+               "the long tool to start", workers)
+
+    a.sigterm()
+    a.assert_exits_with(0, EXIT_TIMEOUT)
+    run.refresh_from_db()
+    assert (run.status, run.resume_count, run.lease_owner) == (RunStatus.INTERRUPTED, 0, "")
+
+    workers.start("w-b")
+    run = wait_terminal(run, workers)
+
+    assert run.status == RunStatus.SUCCEEDED, (run.error_type, run.error_message)
+    [call] = ToolCall.objects.filter(run=run)
+    assert call.state == "unknown_outcome"
+    assert counted(counter_dir, "tally") == ["long"]  # not run twice
+    assert statuses(run)[:2] == ["queued", "interrupted"]
+    assert_seqs_complete(run)

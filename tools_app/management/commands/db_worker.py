@@ -19,7 +19,9 @@ from django_tasks_db.management.commands import db_worker
 from django_tasks_db.models import DBTaskResult
 
 from tools_app import runner
+from tools_app.leases import release_this_process_runs
 from tools_app.process import freeze_startup_objects
+from tools_app.tasks import enqueue_run
 from tools_app.worker import reap_and_enqueue, start_reaper_thread
 
 logger = logging.getLogger(__name__)
@@ -101,7 +103,36 @@ class RunWorker(db_worker.Worker):
             sys.stderr.flush()
             os._exit(1)
         runner.shutdown_requested.set()
+        if self.running_task:
+            _hand_back_after(settings.AGENTFORGE_SHUTDOWN_GRACE_SECONDS)
         super().shutdown(signum, frame)
+
+
+def _hand_back_after(grace: float) -> None:
+    """If the runs in progress have not stopped within `grace` seconds (a tool that takes
+    minutes, or never returns), hand them back as they are and exit: other workers resume
+    them now, not once their leases expire (a call in flight is then in doubt, as after a
+    crash). Before a service manager's own deadline kills the process (systemd's default
+    is 90 s, Kubernetes' 30 s)."""
+    if grace <= 0:
+        return
+
+    def expire() -> None:
+        try:
+            released = release_this_process_runs()
+            for run_id in released:
+                enqueue_run(run_id)  # for the other workers
+            logger.warning("stop grace of %gs is over: handed back %d run(s) in progress",
+                           grace, len(released))
+        except Exception:
+            logger.exception("could not hand back the runs in progress; their leases expire")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    timer = threading.Timer(grace, expire)
+    timer.daemon = True
+    timer.start()
 
 
 def positive_int(value: str) -> int:
