@@ -32,6 +32,7 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_BAD_MESSAGE = 4400
 MAX_SEQ = 2**31 - 1  # the range of a PositiveIntegerField on every database backend
+MAX_CLIENT_MESSAGE = 256  # characters: '{"type": "resume", "after": 2147483647}' is 40
 
 
 class _KeptConnectionSyncToAsync(SyncToAsync):
@@ -219,6 +220,11 @@ class RunConsumer(AsyncWebsocketConsumer):
         await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        # The client says one thing, once: where it is. Anything else (a second resume,
+        # which would make us read everything again; an oversized frame) ends the socket.
+        if self.sent_seq is not None or len(text_data or "") > MAX_CLIENT_MESSAGE:
+            await self.close(code=CLOSE_BAD_MESSAGE)
+            return
         try:
             message = json.loads(text_data or "")
             after = int(message["after"]) if message.get("type") == "resume" else None

@@ -270,6 +270,7 @@ async def test_a_proxy_port_in_the_origin_needs_the_same_port_in_host_or_a_trust
     '{"type": "resume", "after": 1e400}',
     '{"type": "resume", "after": 100000000000000000000000000000}',
     '{"type": "hello", "after": 0}',
+    '{"type": "resume", "after": 0, "padding": "' + "x" * 2_000_000 + '"}',
 ])
 async def test_a_bad_first_message_closes_with_4400(
     weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator], text: str,
@@ -279,6 +280,25 @@ async def test_a_bad_first_message_closes_with_4400(
     await comm.send_to(text_data=text)
     closed = await comm.receive_output(timeout=WAIT)
     assert closed == {"type": "websocket.close", "code": 4400}
+
+
+async def test_a_second_message_closes_with_4400_and_reads_nothing_again(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One resume per socket (a reconnect is a new socket): a client repeating it could
+    otherwise make the server read and send the whole run again and again."""
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob, after=0)
+    await comm.receive_from(timeout=WAIT)
+    reads: list[int] = []
+    monkeypatch.setattr(consumers, "event_marks_after",
+                        lambda *args, **kwargs: reads.append(1) or [])
+
+    await comm.send_json_to({"type": "resume", "after": 0})
+
+    assert await comm.receive_output(timeout=WAIT) == {"type": "websocket.close", "code": 4400}
+    assert reads == []
 
 
 async def test_a_binary_frame_closes_with_4400(
