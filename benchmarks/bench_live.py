@@ -509,7 +509,9 @@ ms. What was found and changed, in order:
    flush 5-20 ms to merge bursts (fewer messages, no better latency); a Python lock so
    in-process writers take turns before SQLite's (its busy handler sleeps up to 100 ms
    between tries): the "from emit" p95 fell a little but its p50 rose from ~45 to ~270 ms
-   and the event rate fell.
+   and the event rate fell; the recorder retrying in Python with short sleeps instead of
+   SQLite's busy handler (busy_timeout 0, backoff 0.5 ms doubling to 2-4 ms): far worse
+   (p95 250-400 ms, most runs unfinished in time: the retries burn the CPU the runs need).
 
 **What remains: "from emit" in (b).** With 20 runs writing at once in one process, each
 from its own thread and connection, SQLite takes one writer at a time and the others
