@@ -1,5 +1,6 @@
 """Executing one tool call (seed 3.2.3 / 3.2.4 / 6.2): parsing, binding, result text."""
 
+import concurrent.futures
 import dataclasses
 import json
 import threading
@@ -313,3 +314,37 @@ def test_a_failed_execution_keeps_its_cause() -> None:
     assert execution.has_failed is True
     assert execution.result.error is cause
     assert execution.duration == 0.0
+
+
+async def test_sync_tools_do_not_need_the_event_loops_default_executor() -> None:
+    """Stuck sync tools (timed out, their threads still running) must not starve the
+    loop's default executor, which aiohttp needs to resolve host names; and a sync tool
+    still sees the caller's context variables."""
+    import asyncio
+    import contextvars
+
+    from tools_app.engine.execution import FunctionToolExecutor
+
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+
+    def who_runs_me() -> str:
+        return f"{threading.current_thread().name} {marker.get()}"
+
+    loop = asyncio.get_running_loop()
+    release = threading.Event()
+    default = concurrent.futures.ThreadPoolExecutor(2)
+    loop.set_default_executor(default)
+    blockers = [loop.run_in_executor(None, release.wait) for _ in range(4)]  # all taken
+    try:
+        marker.set("from the caller")
+        result = await asyncio.wait_for(
+            FunctionToolExecutor(who_runs_me).execute(
+                ToolExecutionRequest(id="c1", name="who_runs_me", arguments="{}")),
+            timeout=5)
+    finally:
+        release.set()
+        await asyncio.gather(*blockers)
+        default.shutdown()
+    thread_name, _, value = result.partition(" ")
+    assert thread_name.startswith("agentforge-tool")
+    assert value == "from the caller"

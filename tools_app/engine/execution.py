@@ -12,8 +12,12 @@ The seed's DefaultToolExecutor and ToolExecutionRequestUtil in Python form:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
+import functools
 import inspect
 import json
+import threading
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -144,10 +148,36 @@ def _failure_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
+# Sync tools run on threads of their own, not on the event loop's default executor: a
+# timed-out sync tool keeps its thread until it returns (Python cannot stop a thread), and
+# a few stuck ones would otherwise take the default executor's handful of threads, which
+# aiohttp also needs (to resolve host names): every model call would then hang too.
+TOOL_THREADS = 64
+_tool_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_tool_pool_lock = threading.Lock()
+
+
+def _tool_threads() -> concurrent.futures.ThreadPoolExecutor:
+    global _tool_pool
+    with _tool_pool_lock:
+        if _tool_pool is None:
+            _tool_pool = concurrent.futures.ThreadPoolExecutor(
+                TOOL_THREADS, thread_name_prefix="agentforge-tool")
+        return _tool_pool
+
+
+async def run_in_tool_thread(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """asyncio.to_thread on the tools' own threads (context variables included)."""
+    context = contextvars.copy_context()
+    call = functools.partial(context.run, func, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_tool_threads(), call)
+
+
 class FunctionToolExecutor:
     """Executes a Python function (sync or async) with validated, coerced arguments.
 
-    Sync functions run in a worker thread so they never block the event loop.
+    Sync functions run on the tools' own threads (run_in_tool_thread) so they never block
+    the event loop.
     """
 
     def __init__(self, func: Callable[..., Any], *, strict: bool | None = None) -> None:
@@ -193,7 +223,7 @@ class FunctionToolExecutor:
         try:
             if self.is_async:
                 return await cast(Awaitable[Any], self.func(*args, **kwargs))
-            return await asyncio.to_thread(self.func, *args, **kwargs)
+            return await run_in_tool_thread(self.func, *args, **kwargs)
         except ToolArgumentsError:
             raise
         except asyncio.CancelledError:
