@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tools_app.example_tools import get_weather
-from tools_app.models import RunEvent, RunStatus, ToolRegistration
+from tools_app.models import ErrorPolicy, RunEvent, RunStatus, ToolRegistration
 
 from .support import assert_seqs_gapless, calls, events, execute, kinds, rounds, start
 
@@ -187,3 +187,27 @@ def test_a_run_that_already_finished_is_not_executed_again(
     assert run.last_seq == last_seq
     assert len(calls(run)) == 2
 
+
+
+def test_a_broken_channel_layer_never_fails_a_run(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Live notifications are best effort (the database is the truth): a channel layer
+    that fails (Redis down) is logged, and the run goes on and is stored completely."""
+    from tools_app import recorder
+
+    class BrokenLayer:
+        async def group_send(self, group: str, message: dict[str, Any]) -> None:
+            raise ConnectionError("Redis is down")
+
+    monkeypatch.setattr(recorder, "get_channel_layer", BrokenLayer)
+    run = start(make_endpoint([{"tool_calls": [{"name": "lookup", "arguments": {"key": "k"}}]},
+                               {"text": "model saw: {last_result}"}]),
+                [tools["lookup"]], policy)
+
+    assert execute(run) == "succeeded"
+
+    assert run.final_text == "model saw: value of k"
+    assert "could not send to group run." in caplog.text
+    assert_seqs_gapless(run)
