@@ -148,17 +148,27 @@ async def raw_aiohttp_run(session: Any, url: str, model: str) -> int:
         async with session.post(url, json=body) as response:
             response.raise_for_status()
             message = (await response.json())["choices"][0]["message"]
-        calls = message.get("tool_calls") or []
-        if not calls:
-            assert message.get("content"), message
+        ran = await _run_tool_calls(message, messages)
+        if ran is None:
             return executed
-        messages.append({"role": "assistant", "content": message.get("content"),
-                         "tool_calls": calls})
-        results = await asyncio.gather(*(
-            get_weather(**json.loads(call["function"]["arguments"])) for call in calls))
-        messages.extend({"role": "tool", "tool_call_id": call["id"], "content": result}
-                        for call, result in zip(calls, results, strict=True))
-        executed += len(calls)
+        executed += ran
+
+
+async def _run_tool_calls(message: dict[str, Any], messages: list[dict[str, Any]],
+                          ) -> int | None:
+    """The hand-written loops' step after a reply: None if it was the answer, else the
+    number of calls run (the assistant message and their results appended)."""
+    calls = message.get("tool_calls") or []
+    if not calls:
+        assert message.get("content"), message
+        return None
+    messages.append({"role": "assistant", "content": message.get("content"),
+                     "tool_calls": calls})
+    results = await asyncio.gather(*(
+        get_weather(**json.loads(call["function"]["arguments"])) for call in calls))
+    messages.extend({"role": "tool", "tool_call_id": call["id"], "content": result}
+                    for call, result in zip(calls, results, strict=True))
+    return len(calls)
 
 
 async def bare_run(client: Any, url: str, model: str, stream: bool) -> int:
@@ -176,17 +186,10 @@ async def bare_run(client: Any, url: str, model: str, stream: bool) -> int:
             response = await client.post(url, json=body)
             response.raise_for_status()
             message = response.json()["choices"][0]["message"]
-        calls = message.get("tool_calls") or []
-        if not calls:
-            assert message.get("content"), message
+        ran = await _run_tool_calls(message, messages)
+        if ran is None:
             return executed
-        messages.append({"role": "assistant", "content": message.get("content"),
-                         "tool_calls": calls})
-        results = await asyncio.gather(*(
-            get_weather(**json.loads(call["function"]["arguments"])) for call in calls))
-        messages.extend({"role": "tool", "tool_call_id": call["id"], "content": result}
-                        for call, result in zip(calls, results, strict=True))
-        executed += len(calls)
+        executed += ran
 
 
 async def _fold_sse(lines: Any) -> dict[str, Any]:

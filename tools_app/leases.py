@@ -155,14 +155,8 @@ def release_this_process_runs() -> list[str]:
             run = mine.select_for_update().filter(pk=run_id).first()
             if run is None:
                 continue
-            token = run.lease_token + 1
-            Run.objects.filter(pk=run.pk).update(status=RunStatus.INTERRUPTED,
-                                                 lease_token=token, lease_owner="",
-                                                 lease_expires_at=None)
-            append_event(str(run.pk), token, "run_status", {
-                "status": RunStatus.INTERRUPTED,
-                "message": "the server stopped; the run resumes when it starts again",
-            })
+            _mark_interrupted(run, "the server stopped; the run resumes when it starts again",
+                              lost_worker=False)
         released.append(str(run_id))
     return released
 
@@ -217,16 +211,27 @@ def _interrupt_or_fail(run: Run) -> bool:
             "status": RunStatus.FAILED, "error_type": "WorkerLost", "message": message})
         notify_viewers_after_commit(str(run.pk), seq)
         return False
-    Run.objects.filter(pk=run.pk).update(
-        status=RunStatus.INTERRUPTED, lease_token=token, lease_owner="", lease_expires_at=None,
-        resume_count=F("resume_count") + 1,
-    )
-    seq = append_event(str(run.pk), token, "run_status", {
-        "status": RunStatus.INTERRUPTED,
-        "message": f"worker {previous_owner or 'unknown'} stopped responding; resuming",
-    })
+    seq = _mark_interrupted(
+        run, f"worker {previous_owner or 'unknown'} stopped responding; resuming",
+        lost_worker=True)
     notify_viewers_after_commit(str(run.pk), seq)
     return True
+
+
+def _mark_interrupted(run: Run, message: str, *, lost_worker: bool) -> int:
+    """Interrupt `run` (the caller holds its row lock) and record why; returns the seq.
+
+    The bumped token fences out its worker, should that still write; a lost worker counts
+    towards AGENTFORGE_MAX_RESUMES, a hand-back does not.
+    """
+    token = run.lease_token + 1
+    changes: dict[str, Any] = {"status": RunStatus.INTERRUPTED, "lease_token": token,
+                               "lease_owner": "", "lease_expires_at": None}
+    if lost_worker:
+        changes["resume_count"] = F("resume_count") + 1
+    Run.objects.filter(pk=run.pk).update(**changes)
+    return append_event(str(run.pk), token, "run_status",
+                        {"status": RunStatus.INTERRUPTED, "message": message})
 
 
 def runs_to_recover_at_start() -> list[str]:
