@@ -35,6 +35,6 @@ if settings.TASK_BACKEND == "inprocess" and os.environ.get("AGENTFORGE_EMBEDDED_
 
     start_embedded_worker()
 
-from tools_app.process import freeze_startup_objects  # noqa: E402
+from tools_app.process import prepare_for_serving  # noqa: E402
 
-freeze_startup_objects()  # last: after everything the server imports at start
+prepare_for_serving()  # last: after everything the server imports at start

@@ -364,9 +364,9 @@ def worker(spec_json: str) -> None:
 
     import tools_app.engine.providers.openai
     import tools_app.engine.service  # noqa: F401
-    from tools_app.process import freeze_startup_objects
+    from tools_app.process import prepare_for_serving
 
-    freeze_startup_objects()
+    prepare_for_serving()
     result = asyncio.run(worker_main(spec))
     print("RESULT " + json.dumps(result), flush=True)
 

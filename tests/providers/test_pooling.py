@@ -28,7 +28,7 @@ from tools_app.engine.messages import (
 )
 from tools_app.engine.providers import build_chat_model
 from tools_app.engine.providers.adapter import encode_json_body
-from tools_app.engine.providers.http import RetryPolicy, encode_json
+from tools_app.engine.providers.http import USER_AGENT, RetryPolicy, encode_json
 from tools_app.engine.providers.openai import OpenAIChatModel
 from tools_app.engine.providers.transports import (
     DEFAULT_HTTP_BACKEND,
@@ -91,11 +91,11 @@ async def test_one_client_serves_every_call() -> None:
     model = model_on(pools)
 
     await model.chat(REQUEST)
-    first = await model.http.client()
+    first = await model.http.transport()
     await model.chat(REQUEST)
     await model.chat(REQUEST)
 
-    assert await model.http.client() is first
+    assert await model.http.transport() is first
     assert len(pools.made) == 1
     assert pools.made[0].requests == 3
     assert pools.limits == [DEFAULT_LIMITS]
@@ -131,15 +131,15 @@ async def test_aclose_closes_the_client_and_a_later_call_opens_a_new_one() -> No
     pools = Pools()
     model = model_on(pools)
     await model.chat(REQUEST)
-    client = await model.http.client()
+    transport = await model.http.transport()
 
     await model.aclose()
 
-    assert client.is_closed
+    assert transport is pools.made[0]
     assert pools.made[0].closed == 1
     await model.chat(REQUEST)
     assert len(pools.made) == 2
-    assert await model.http.client() is not client
+    assert await model.http.transport() is not transport
     await model.aclose()
     assert pools.made[1].closed == 1
 
@@ -157,24 +157,23 @@ async def test_another_event_loop_gets_its_own_client() -> None:
     pools = Pools()
     model = model_on(pools)
     await model.chat(REQUEST)
-    here = await model.http.client()
+    here = await model.http.transport()
 
-    async def elsewhere() -> httpx.AsyncClient:
+    async def elsewhere() -> httpx.AsyncBaseTransport:
         await model.chat(REQUEST)
-        return await model.http.client()
+        return await model.http.transport()
 
     there = await asyncio.to_thread(asyncio.run, elsewhere())
 
     assert there is not here
-    assert len(pools.made) == 2
-    # asyncio.run shut its loop down, and the client of that loop with it.
-    assert there.is_closed
+    assert pools.made == [here, there]
+    # asyncio.run shut its loop down, and the pool of that loop with it.
     assert pools.made[1].closed == 1
-    assert not here.is_closed
+    assert pools.made[0].closed == 0
     await model.chat(REQUEST)
-    assert await model.http.client() is here
+    assert await model.http.transport() is here
     await model.aclose()
-    assert here.is_closed
+    assert pools.made[0].closed == 1
 
 
 async def test_a_client_is_closed_when_its_model_is_collected() -> None:
@@ -245,7 +244,7 @@ async def test_every_backend_runs_a_conversation(server: BackgroundServer, backe
         model, [UserMessage(text="Weather?")]) for _ in range(5)))
 
     assert [len(r.tool_executions) for r in results] == [4] * 5
-    assert isinstance(model.http._clients.clients[asyncio.get_running_loop()].pooled.transport,
+    assert isinstance(model.http._pools.pools[asyncio.get_running_loop()].pool.transport,
                       BACKEND_TRANSPORTS[backend])
     await model.aclose()
 
@@ -480,7 +479,27 @@ async def test_requests_carry_one_json_content_type(stream: bool) -> None:
     assert [h.get_list("content-type") for h in seen] == [
         ["application/json"], ["application/json; charset=utf-8"]]
     assert [h.get("accept") for h in seen] == (["text/event-stream"] * 2 if stream
-                                               else ["*/*"] * 2)
+                                               else ["application/json"] * 2)
+    assert {h["user-agent"] for h in seen} == {USER_AGENT}
+    assert {h["accept-encoding"] for h in seen} == {"gzip, deflate"}
+    assert {h["host"] for h in seen} == {"api.openai.com"}
+    assert all(h.get_list("cookie") == [] for h in seen)
+
+
+async def test_callers_headers_override_the_defaults_case_insensitively() -> None:
+    seen: list[httpx.Headers] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers)
+        return json_response(200, openai_completion(text="Hi"))
+
+    model = OpenAIChatModel(model="m", transport=httpx.MockTransport(handle),
+                            extra_headers={"User-Agent": "my-gateway/1", "ACCEPT": "*/*"})
+    await model.chat(REQUEST)
+
+    [headers] = seen
+    assert headers.get_list("user-agent") == ["my-gateway/1"]
+    assert headers.get_list("accept") == ["*/*"]
 
 
 async def test_cookies_a_response_sets_are_never_sent_back() -> None:

@@ -19,12 +19,26 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .messages import ChatResponse, TokenUsage, ToolExecutionRequest
 
+_current_round: ContextVar[int | None] = ContextVar("agentforge_round", default=None)
+
+
+def _bound_round() -> int | None:
+    return _current_round.get()
+
 
 class _Event(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     at: float = Field(default_factory=time.time)
     round_index: int | None = None
+
+
+class _ProviderEvent(_Event):
+    """An event a provider emits from deep inside a model call: it takes the round of
+    the loop that made the call (see `bind_round`), so the loop need not copy it to
+    stamp the round in."""
+
+    round_index: int | None = Field(default_factory=_bound_round)
 
 
 class ChatStarted(_Event):
@@ -43,7 +57,7 @@ class ModelRequestSent(_Event):
     tool_names: list[str]
 
 
-class ProviderWireRequest(_Event):
+class ProviderWireRequest(_ProviderEvent):
     """The exact body sent on the wire (credentials are in headers, never here)."""
 
     kind: Literal["provider_wire_request"] = "provider_wire_request"
@@ -53,7 +67,7 @@ class ProviderWireRequest(_Event):
     stream: bool = False
 
 
-class ProviderWireResponse(_Event):
+class ProviderWireResponse(_ProviderEvent):
     """The exact body received (for streams: the aggregated body)."""
 
     kind: Literal["provider_wire_response"] = "provider_wire_response"
@@ -63,7 +77,7 @@ class ProviderWireResponse(_Event):
     request_id: str | None = None
 
 
-class ProviderAttempt(_Event):
+class ProviderAttempt(_ProviderEvent):
     """One attempt of the retry loop that failed; `wait_s` is the pause before the next."""
 
     kind: Literal["provider_attempt"] = "provider_attempt"
@@ -75,12 +89,12 @@ class ProviderAttempt(_Event):
     wait_s: float | None = None
 
 
-class PartialText(_Event):
+class PartialText(_ProviderEvent):
     kind: Literal["partial_text"] = "partial_text"
     delta: str
 
 
-class PartialToolCall(_Event):
+class PartialToolCall(_ProviderEvent):
     """A streamed fragment of a tool call; id and name arrive once, arguments in pieces."""
 
     kind: Literal["partial_tool_call"] = "partial_tool_call"
@@ -199,3 +213,13 @@ def bind_emitter(emitter: Emitter | None) -> Any:
 
 def reset_emitter(token: Any) -> None:
     _current_emitter.reset(token)
+
+
+def bind_round(round_index: int | None) -> Any:
+    """Set the round that provider events emitted in this context belong to; returns
+    the token for `reset_round`."""
+    return _current_round.set(round_index)
+
+
+def reset_round(token: Any) -> None:
+    _current_round.reset(token)

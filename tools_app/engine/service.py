@@ -52,7 +52,9 @@ from .events import (
     ToolCallProposed,
     ToolCallStarted,
     bind_emitter,
+    bind_round,
     reset_emitter,
+    reset_round,
 )
 from .execution import (
     CallableToolExecutor,
@@ -344,8 +346,9 @@ class _ChatRun:
         self._first_token: float | None = None
 
     async def _emit(self, event: Any) -> None:
-        # The loop's own events carry their round already; only events emitted from
-        # deeper down (providers) are stamped here, which costs a copy.
+        # The loop's own events carry their round already, and provider events take it
+        # from `bind_round`; an event from deeper down that has none (a custom model
+        # emitting outside `chat`) is stamped here, which costs a copy.
         if event.round_index is None and not isinstance(event, (ChatStarted, ChatFinished)):
             event = event.model_copy(update={"round_index": self.round_index})
         if self._first_token is None and isinstance(event, (PartialText, PartialToolCall)):
@@ -354,7 +357,7 @@ class _ChatRun:
             await _maybe_await(observer(event))
 
     async def execute(self, resume: ResumeState | None) -> ToolChatResult:
-        token = bind_emitter(self._emit)
+        token, round_token = bind_emitter(self._emit), bind_round(None)
         try:
             await self._emit(
                 ChatStarted(
@@ -371,6 +374,7 @@ class _ChatRun:
             await self._emit(ChatFailed(error_type=type(exc).__name__, message=str(exc)))
             raise
         finally:
+            reset_round(round_token)
             reset_emitter(token)
 
     async def _loop(self, resume: ResumeState | None) -> ToolChatResult:
@@ -402,7 +406,10 @@ class _ChatRun:
             self.round_index += 1
 
     async def _call_model(self) -> ChatResponse:
-        request = ChatRequest(messages=tuple(self.messages), parameters=self.parameters)
+        # Built from the loop's own validated messages: validating the whole history
+        # again every round would cost O(history) per round for nothing.
+        request = ChatRequest.model_construct(messages=tuple(self.messages),
+                                              parameters=self.parameters)
         await self._emit(RoundStarted(round_index=self.round_index))
         await self._emit(
             ModelRequestSent(
@@ -413,6 +420,7 @@ class _ChatRun:
         )
         started = time.perf_counter()
         self._first_token = None
+        bind_round(self.round_index)
         response = await self.model.chat(request)
         latency_ms = (time.perf_counter() - started) * 1000
         first_token_ms = (

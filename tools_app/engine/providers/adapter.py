@@ -16,6 +16,7 @@ import re
 import secrets
 import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
@@ -266,7 +267,9 @@ class MessageCache:
     def __init__(self, translate: Callable[[Any], JsonObject], limit: int = 8192) -> None:
         self._translate = translate
         self._limit = limit
-        self._entries: dict[int, tuple[object, JsonObject, bytes]] = {}
+        # Ordered by insertion, oldest first: evicting from the front of a plain dict
+        # costs a scan over the slots already emptied there, on every insertion.
+        self._entries: OrderedDict[int, tuple[object, JsonObject, bytes]] = OrderedDict()
         self._encoded: dict[int, bytes] = {}  # id(translated dict) -> its JSON text
         self._lock = threading.Lock()
 
@@ -283,7 +286,7 @@ class MessageCache:
             self._entries[id(message)] = (message, translated, encoded)
             self._encoded[id(translated)] = encoded
             while len(self._entries) > self._limit:
-                _, evicted, _ = self._entries.pop(next(iter(self._entries)))
+                _, (_, evicted, _) = self._entries.popitem(last=False)
                 self._encoded.pop(id(evicted), None)
         return translated
 

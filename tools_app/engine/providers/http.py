@@ -5,14 +5,22 @@
                                       event stream itself is never retried
     ProviderHttpClient.aclose()       closes the pooled connections
 
-One pooled httpx.AsyncClient per ProviderHttpClient and event loop: created on the
+One pooled httpx transport per ProviderHttpClient and event loop: created on the
 first request made in that loop, then shared by every call and every concurrent run
-using the model (a client and its connections belong to the loop that opened them, so
-the embedded worker and a test each get their own). The pool under it is chosen with
+using the model (a pool and its connections belong to the loop that opened them, so
+the embedded worker and a test each get their own). The pool is chosen with
 `http_backend` (see transports.py; aiohttp's by default); an injected `transport=`
-(tests: httpx.MockTransport) is used as it is, in every loop. Clients that were never
+(tests: httpx.MockTransport) is used as it is, in every loop. Pools that were never
 closed are closed when the ProviderHttpClient is garbage-collected (in their loop if it
 still runs).
+
+Requests are built as `httpx.Request`s and handed to the transport, without an
+`httpx.AsyncClient` in between: of what the client adds per request (URL and header
+merging, the auth flow, the redirect loop, cookie extraction, event hooks, a request
+log line) provider calls use nothing (credentials are headers, redirects are not
+followed, cookies are not kept), and under 100 concurrent runs it cost about a third
+of the client CPU per request (docs/benchmarks/providers.md). The headers are merged
+once, here; httpx still encodes the body, decodes Content-Encoding and maps errors.
 
 The retry policy is the official OpenAI/Anthropic SDKs' one, and this is the only
 retry loop in the engine: connection errors, timeouts, 408, 409, 429 and every 5xx
@@ -33,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import http.cookiejar
 import json
 import logging
 import random
@@ -61,6 +68,7 @@ from .sse import SseDecoder, SseEvent
 from .transports import (
     DEFAULT_HTTP_BACKEND,
     DEFAULT_LIMITS,
+    READ_BODY,
     HttpBackend,
     TransportFactory,
     close_transport_now,
@@ -79,13 +87,16 @@ REDACTED = "[redacted]"
 _RETRYABLE_STATUSES = frozenset({408, 409, 429})
 _SENSITIVE_HEADER_PARTS = ("auth", "key", "token", "secret", "cookie", "password")
 _REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-goog-request-id")
+_REQUEST_ID_HEADER_KEYS = tuple(name.encode() for name in _REQUEST_ID_HEADERS)
 
 Sleep = Callable[[float], Awaitable[None]]
 
-# Every request this client sends is a JSON POST: the content type is a client header
-# (no per-request header merge); streamed requests add their Accept.
-_JSON_CONTENT = {"content-type": "application/json"}
-_SSE_REQUEST = {"accept": "text/event-stream"}
+# Every request is a JSON POST; the headers every request carries, before the caller's
+# (which override them). httpx decodes the encodings offered here by itself.
+USER_AGENT = f"agentforge-web python-httpx/{httpx.__version__}"
+_DEFAULT_HEADERS = {"accept": "application/json", "accept-encoding": "gzip, deflate",
+                    "content-type": "application/json", "user-agent": USER_AGENT}
+_SSE_ACCEPT = "text/event-stream"
 
 
 def encode_json(value: Any) -> bytes:
@@ -95,10 +106,14 @@ def encode_json(value: Any) -> bytes:
     the body is written with ASCII escapes, which carry it as JSON's own "\\ud800".
     """
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-                          allow_nan=False).encode()
+        return _JSON_UTF8.encode(value).encode()
     except UnicodeEncodeError:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        return _JSON_ASCII.encode(value).encode()
+
+
+# Made once: json.dumps() with any option builds a new encoder on every call.
+_JSON_UTF8 = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_JSON_ASCII = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 class ProviderStreamError(ProviderError):
@@ -218,9 +233,17 @@ def parse_retry_after(
 
 
 def request_id_from(headers: httpx.Headers, body: Any = None) -> str | None:
-    for name in _REQUEST_ID_HEADERS:
-        if headers.get(name):
-            return headers[name]
+    """The first request-id header present (in `_REQUEST_ID_HEADERS` order), else the
+    body's `request_id`. One pass over the raw headers: each `Headers.get` would decode
+    all of them again, for every name looked up."""
+    found: dict[bytes, bytes] = {}
+    for key, value in headers.raw:
+        lowered = key.lower()
+        if lowered in _REQUEST_ID_HEADER_KEYS and value and lowered not in found:
+            found[lowered] = value
+    for name in _REQUEST_ID_HEADER_KEYS:
+        if name in found:
+            return found[name].decode(headers.encoding)
     value = body.get("request_id") if isinstance(body, dict) else None
     return value if isinstance(value, str) else None
 
@@ -413,93 +436,99 @@ class EventStream:
 
 
 @dataclass(eq=False)
-class _PooledClient:
-    """One loop's client, and the async generator that stands for its lifetime.
+class _Pool:
+    """One loop's transport (its connection pool), and the async generator that stands
+    for its lifetime.
 
     The generator is registered with the loop on its first step, so the loop closes the
-    client when it shuts down (asyncio.run, asyncio.Runner and pytest-asyncio call
+    pool when it shuts down (asyncio.run, asyncio.Runner and pytest-asyncio call
     `loop.shutdown_asyncgens()`), or soon after the generator is dropped with its owner
     while the loop runs (the loop's async-generator finalizer hook). The generator
-    refers to the client, not the other way round, so dropping the entry finalizes it
+    refers to the pool, not the other way round, so dropping the entry finalizes it
     at once instead of at the next cyclic garbage collection.
     """
 
-    client: httpx.AsyncClient
     transport: httpx.AsyncBaseTransport
     owned: bool
     """False for an injected transport: the caller's to close."""
+    closed: bool = False
 
     async def aclose(self) -> None:
+        self.closed = True
         if not self.owned:
             return
         try:
-            await self.client.aclose()
+            await self.transport.aclose()
         except Exception:  # a connection that fails to close is gone anyway
             logger.debug("closing a provider connection pool failed", exc_info=True)
 
     def close_now(self) -> None:
-        """Its loop is closed and never shut the client down: release what can be."""
+        """Its loop is closed and never shut the pool down: release what can be."""
+        self.closed = True
         if self.owned:
             close_transport_now(self.transport)
 
 
-async def _lifetime(pooled: _PooledClient) -> AsyncGenerator[None]:
+async def _lifetime(pool: _Pool) -> AsyncGenerator[None]:
     try:
         yield
     finally:
-        await pooled.aclose()
+        await pool.aclose()
 
 
 @dataclass(eq=False)
 class _Entry:
-    pooled: _PooledClient
+    pool: _Pool
     lifetime: AsyncGenerator[None]
 
 
-class _ClientsByLoop:
-    """The pooled clients of one ProviderHttpClient, keyed by event loop. It holds no
-    reference to its owner, so it can release the clients when the owner is collected."""
+class _PoolsByLoop:
+    """The pools of one ProviderHttpClient, keyed by event loop. It holds no reference
+    to its owner, so it can release the pools when the owner is collected."""
 
     def __init__(self) -> None:
-        self.clients: dict[asyncio.AbstractEventLoop, _Entry] = {}
+        self.pools: dict[asyncio.AbstractEventLoop, _Entry] = {}
         self.lock = threading.Lock()
 
     def add(self, loop: asyncio.AbstractEventLoop, entry: _Entry) -> None:
         with self.lock:
-            for other in [other for other in self.clients if other.is_closed()]:
-                self.clients.pop(other).pooled.close_now()
-            self.clients[loop] = entry
+            for other in [other for other in self.pools if other.is_closed()]:
+                self.pools.pop(other).pool.close_now()
+            self.pools[loop] = entry
 
     def take_all(self) -> list[tuple[asyncio.AbstractEventLoop, _Entry]]:
         with self.lock:
-            taken = list(self.clients.items())
-            self.clients.clear()
+            taken = list(self.pools.items())
+            self.pools.clear()
         return taken
 
     def release(self) -> None:
-        """The owner is gone. A live loop closes its client through the lifetime
+        """The owner is gone. A live loop closes its pool through the lifetime
         generator's finalizer hook once the entry is dropped here; a closed loop cannot
         run anything, so what it left open is released at once."""
         for loop, entry in self.take_all():
             if loop.is_closed():
-                entry.pooled.close_now()
+                entry.pool.close_now()
 
 
-class NoCookies(http.cookiejar.CookieJar):
-    """A cookie jar that keeps nothing. Provider APIs authenticate by header, and one
-    pooled client serves every run of every user: a cookie one response set (a proxy's,
-    a load balancer's) must not ride along on the requests of other runs. It also spares
-    parsing each response's headers for Set-Cookie."""
+@dataclass(frozen=True)
+class _Target:
+    """A request path resolved once per client: its URL (httpx parses a str URL on every
+    request), the URL as events show it, and the complete headers of its JSON and of
+    its streamed requests, Host included."""
 
-    def extract_cookies(self, response: Any, request: Any) -> None:
-        return None
-
-    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
-        return None
+    url: httpx.URL
+    shown: str
+    json_headers: httpx.Headers
+    stream_headers: httpx.Headers
 
 
 class ProviderHttpClient:
-    """Holds the pooled httpx clients, sends with credentials, retries, maps failures."""
+    """Holds the pooled transports, sends with credentials, retries, maps failures.
+
+    No cookies are kept: provider APIs authenticate by header, and one pool serves every
+    run of every user, so a cookie one response set (a proxy's, a load balancer's) must
+    not ride along on the requests of other runs."""
 
     def __init__(
         self,
@@ -523,14 +552,18 @@ class ProviderHttpClient:
         self.http_backend = http_backend or DEFAULT_HTTP_BACKEND
         self._transport = transport
         self._transport_factory = transport_factory(self.http_backend)
-        self._clients = _ClientsByLoop()
-        weakref.finalize(self, self._clients.release)
-        self._urls: dict[str, httpx.URL] = {}
+        self._pools = _PoolsByLoop()
+        weakref.finalize(self, self._pools.release)
+        self._targets: dict[str, _Target] = {}
         plain = {k: v for k, v in (headers or {}).items() if not is_sensitive_header(k)}
         secret = {k: v for k, v in (headers or {}).items() if is_sensitive_header(k)}
-        given = {**plain, **secret, **(credentials or {})}
-        typed = any(name.lower() == "content-type" for name in given)
-        self._headers = given if typed else {**_JSON_CONTENT, **given}
+        self._json_headers = httpx.Headers(_DEFAULT_HEADERS)
+        self._json_headers.update({**plain, **secret, **(credentials or {})})
+        self._stream_headers = self._json_headers.copy()
+        self._stream_headers["accept"] = _SSE_ACCEPT
+        timeout = self.timeouts.as_dict()
+        self._json_extensions = {"timeout": timeout, READ_BODY: True}
+        self._stream_extensions = {"timeout": timeout}
         self.redactor = Redactor(_secret_values([*secret.values(),
                                                  *(credentials or {}).values()]))
 
@@ -544,11 +577,11 @@ class ProviderHttpClient:
                         encoded: bytes | None = None) -> JsonResponse:
         """POST `body` (sent as `encoded` when the caller has serialized it already:
         the same JSON text httpx would produce, see adapter.encode_json_body)."""
-        url = await self._announce(path, body, stream=False)
-        client = await self.client()
+        target = await self._announce(path, body, stream=False)
+        transport = await self.transport()
         content = self._content(body, encoded)
         (response, content), attempt = await self._with_retries(
-            lambda: self._attempt_json(client, url, content))
+            lambda: self._attempt_json(transport, target, content))
         return JsonResponse(response.status_code, content, response.headers, attempt)
 
     def decode(self, response: JsonResponse) -> tuple[Any, str | None]:
@@ -563,11 +596,11 @@ class ProviderHttpClient:
     @asynccontextmanager
     async def open_stream(self, path: str, body: dict[str, Any],
                           encoded: bytes | None = None) -> AsyncIterator[EventStream]:
-        url = await self._announce(path, body, stream=True)
-        client = await self.client()
+        target = await self._announce(path, body, stream=True)
+        transport = await self.transport()
         content = self._content(body, encoded)
         response, attempt = await self._with_retries(
-            lambda: self._attempt_stream(client, url, content))
+            lambda: self._attempt_stream(transport, target, content))
         try:
             try:
                 await self._check_event_stream(response)
@@ -586,67 +619,92 @@ class ProviderHttpClient:
         await emit(ProviderAttempt(provider=self.provider, attempt=number, status=error.status,
                                    error=str(error), retryable=error.retryable, wait_s=wait))
 
-    async def client(self) -> httpx.AsyncClient:
-        """The pooled client of the running event loop, created on first use."""
+    async def transport(self) -> httpx.AsyncBaseTransport:
+        """The pooled transport of the running event loop, created on first use."""
         loop = asyncio.get_running_loop()
-        entry = self._clients.clients.get(loop)
-        if entry is None or entry.pooled.client.is_closed:
-            entry = await self._open_client(loop)
-        return entry.pooled.client
+        entry = self._pools.pools.get(loop)
+        if entry is None or entry.pool.closed:
+            entry = await self._open_pool(loop)
+        return entry.pool.transport
 
-    async def _open_client(self, loop: asyncio.AbstractEventLoop) -> _Entry:
+    async def _open_pool(self, loop: asyncio.AbstractEventLoop) -> _Entry:
         owned = self._transport is None
         transport = self._transport or self._transport_factory(self.limits)
-        client = httpx.AsyncClient(transport=transport, timeout=self.timeouts,
-                                   headers=self._headers, follow_redirects=False,
-                                   cookies=NoCookies())
-        pooled = _PooledClient(client, transport, owned=owned)
-        entry = _Entry(pooled, _lifetime(pooled))
-        await anext(entry.lifetime)  # registers it with the loop (see _PooledClient)
-        self._clients.add(loop, entry)
+        pool = _Pool(transport, owned=owned)
+        entry = _Entry(pool, _lifetime(pool))
+        await anext(entry.lifetime)  # registers it with the loop (see _Pool)
+        self._pools.add(loop, entry)
         return entry
 
     async def aclose(self) -> None:
         """Close the pooled connections of every event loop. The client stays usable:
         a later request opens a new pool. An injected `transport=` is left open."""
         current = asyncio.get_running_loop()
-        for loop, entry in self._clients.take_all():
+        for loop, entry in self._pools.take_all():
             if loop is current:
                 await entry.lifetime.aclose()
             elif loop.is_closed() or not loop.is_running():
-                entry.pooled.close_now()
+                entry.pool.close_now()
             else:
                 future = asyncio.run_coroutine_threadsafe(entry.lifetime.aclose(), loop)
                 await asyncio.wait_for(asyncio.wrap_future(future), self.timeouts.connect)
 
     # -- internals ---------------------------------------------------------------------
 
-    async def _announce(self, path: str, body: dict[str, Any], *, stream: bool) -> httpx.URL:
-        url = self._urls.get(path)
-        if url is None:  # parsed once: httpx parses a str URL on every request
-            url = self._urls.setdefault(path, httpx.URL(self.url(path)))
-        await emit(ProviderWireRequest(provider=self.provider, url=self.redactor.text(str(url)),
-                                       body=body, stream=stream))
-        return url
+    async def _announce(self, path: str, body: dict[str, Any], *, stream: bool) -> _Target:
+        target = self._targets.get(path)
+        if target is None:
+            target = self._targets.setdefault(path, self._target(path))
+        await emit(ProviderWireRequest(provider=self.provider, url=target.shown, body=body,
+                                       stream=stream))
+        return target
+
+    def _target(self, path: str) -> _Target:
+        url = httpx.URL(self.url(path))
+        host = {"host": url.netloc.decode("ascii")}
+        json_headers = httpx.Headers(host)
+        json_headers.update(self._json_headers)
+        stream_headers = httpx.Headers(host)
+        stream_headers.update(self._stream_headers)
+        return _Target(url, self.redactor.text(str(url)), json_headers, stream_headers)
 
     @staticmethod
     def _content(body: dict[str, Any], encoded: bytes | None) -> bytes:
         return encoded if encoded is not None else encode_json(body)
 
+    async def _send(self, transport: httpx.AsyncBaseTransport, target: _Target,
+                    content: bytes, *, stream: bool) -> httpx.Response:
+        """One attempt, up to the response headers (the body may still be unread).
+
+        The request is given its complete headers (Host and Content-Length included) and
+        its body as a stream, so httpx does not merge default headers into it again."""
+        headers = httpx.Headers(target.stream_headers if stream else target.json_headers)
+        headers["content-length"] = str(len(content))
+        request = httpx.Request(
+            "POST", target.url, headers=headers, stream=httpx.ByteStream(content),
+            extensions=self._stream_extensions if stream else self._json_extensions)
+        request.read()  # a ByteStream: gives `request.content` without copying
+        response = await transport.handle_async_request(request)
+        response.request = request  # a mock transport's handler may leave it unset
+        return response
+
     async def _attempt_json(
-        self, client: httpx.AsyncClient, url: httpx.URL, content: bytes
+        self, transport: httpx.AsyncBaseTransport, target: _Target, content: bytes
     ) -> tuple[httpx.Response, bytes]:
-        response = await client.post(url, content=content)
+        response = await self._send(transport, target, content, stream=False)
+        try:
+            content = await response.aread()
+        finally:
+            await response.aclose()
         if not response.is_success:
-            raise _Failed(status_error(self.provider, response, response.content,
-                                       self.redactor, self.retry.clock))
-        return response, response.content
+            raise _Failed(status_error(self.provider, response, content, self.redactor,
+                                       self.retry.clock))
+        return response, content
 
     async def _attempt_stream(
-        self, client: httpx.AsyncClient, url: httpx.URL, content: bytes
+        self, transport: httpx.AsyncBaseTransport, target: _Target, content: bytes
     ) -> httpx.Response:
-        request = client.build_request("POST", url, content=content, headers=_SSE_REQUEST)
-        response = await client.send(request, stream=True)
+        response = await self._send(transport, target, content, stream=True)
         if not response.is_success:
             try:
                 content = await response.aread()

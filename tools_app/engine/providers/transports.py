@@ -1,9 +1,9 @@
 """Which connection pool carries the adapters' httpx requests.
 
-The adapters and `http.py` only ever see httpx's API (AsyncClient, Request, Response,
+The adapters and `http.py` only ever see httpx's API (Request, Response, transports,
 the httpx exceptions). Underneath, the pool is pluggable (`http_backend=`):
 
-    "aiohttp"  aiohttp's connection pool through httpx-aiohttp's transport (the default)
+    "aiohttp"  aiohttp's connection pool behind an httpx transport (the default)
     "httpx"    httpx's own pool (httpcore 1.x)
     "httpx2"   the pool of the httpx2 fork (httpcore2), behind an httpx transport
 
@@ -12,16 +12,15 @@ or any `TransportFactory`: a callable that takes the pool limits and returns an
 quadratic in the number of waiting requests and drops keep-alive connections under
 load (encode/httpcore#1035, httpx#3215), and httpcore2's rewrite still costs about
 twice aiohttp's CPU per request under concurrency. With 100 concurrent runs sharing a
-model (benchmarks/bench_providers.py) ToolService reached 5 % of ideal
-throughput on "httpx", 23 % on "httpx2" and 36 % on "aiohttp" on the same machine;
-sequential calls are also cheaper on aiohttp (0.65-0.9x httpx's client CPU). See
-docs/benchmarks/providers.md.
+model (benchmarks/bench_providers.py) bare loops reach about 4 % of ideal throughput on
+"httpx", 30 % on "httpx2" and 70-80 % on httpx-aiohttp's transport; see
+docs/benchmarks/providers.md for ToolService on the shipped stack.
 
-The aiohttp transport here drives httpx-aiohttp's to map aiohttp's errors onto the
+The aiohttp transport is this module's own rather than httpx-aiohttp's (which the
+benchmark still measures): it does less per request, maps aiohttp's errors onto the
 httpx exception each one means (the upstream table turns a refused connection or a
-server disconnect into `ConnectTimeout`), to leave cookies to httpx alone, to read
-bodies without an extra layer, and to be closable synchronously when its event loop is
-already gone.
+server disconnect into `ConnectTimeout`), leaves cookies to the caller, and can be
+closed synchronously when its event loop is already gone.
 """
 
 from __future__ import annotations
@@ -42,6 +41,12 @@ HttpBackend = Literal["aiohttp", "httpx", "httpx2"]
 TransportFactory = Callable[[httpx.Limits], httpx.AsyncBaseTransport]
 
 HTTP_BACKENDS: tuple[HttpBackend, ...] = ("aiohttp", "httpx", "httpx2")
+
+READ_BODY = "agentforge.read_body"
+"""A request extension: True when the caller will read the whole body at once. A
+transport that knows it may return the response with its body already read (httpx then
+decodes it when the Response is built); one that ignores it streams the body, and the
+caller reads it the usual way. Either way the caller sees the same Response."""
 DEFAULT_HTTP_BACKEND: HttpBackend = "aiohttp"
 DEFAULT_LIMITS = httpx.Limits(
     # A run has at most one model request in flight, so the connections a model needs
@@ -189,41 +194,100 @@ def _httpcore2_error(exc: Exception) -> Exception:
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
-    """httpx-aiohttp's transport with httpx's error classes and httpx-owned cookies.
+    """An httpx transport over aiohttp's connection pool.
+
+    httpx-aiohttp's transport (measured beside it in the benchmark) does the same job
+    with more work per request: it parses the URL again (a str for yarl), builds a new
+    ClientTimeout, copies headers through httpx's per-key lookups, and its error table
+    turns a refused connection or a server disconnect into `ConnectTimeout`. Here the
+    parsed URLs and timeouts are reused, headers go across as one list, aiohttp's errors
+    become the httpx exception each one means, cookies are left to the caller (provider
+    APIs use none, see http.NoCookies), and the body is not decompressed twice (httpx
+    decodes Content-Encoding itself).
 
     One aiohttp ClientSession (and its pool) is created on first use, in the event loop
     of that request; a transport therefore belongs to one event loop, which is how
-    ProviderHttpClient uses it (one client per loop).
+    ProviderHttpClient uses it (one transport per loop).
     """
 
-    def __init__(self, limits: httpx.Limits = DEFAULT_LIMITS) -> None:
-        from httpx_aiohttp import AiohttpTransport as Upstream
+    URL_CACHE_SIZE = 256
 
-        self._upstream = Upstream(verify=shared_ssl_context(), limits=limits,
-                                  client=self._new_session)
+    def __init__(self, limits: httpx.Limits = DEFAULT_LIMITS) -> None:
         self._limits = limits
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[httpx.URL, Any] = {}
+        self._timeouts: dict[tuple[float | None, float | None, float | None], Any] = {}
 
-    def _new_session(self) -> aiohttp.ClientSession:
+    def _open_session(self) -> aiohttp.ClientSession:
         import aiohttp
 
         options: dict[str, Any] = {"limit": self._limits.max_connections or 0}
         if self._limits.keepalive_expiry is not None:
             options["keepalive_timeout"] = self._limits.keepalive_expiry
         connector = aiohttp.TCPConnector(ssl=shared_ssl_context(), **options)
-        # httpx keeps the cookies (as it would with its own pool); aiohttp's jar would
-        # send them a second time.
-        self._session = aiohttp.ClientSession(connector=connector,
-                                              cookie_jar=aiohttp.DummyCookieJar())
+        self._session = aiohttp.ClientSession(
+            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False)
         return self._session
 
+    def _url(self, url: httpx.URL) -> Any:
+        """The yarl URL for an httpx one, parsed once (a model posts to one or two)."""
+        parsed = self._urls.get(url)
+        if parsed is None:
+            import yarl
+
+            if len(self._urls) >= self.URL_CACHE_SIZE:
+                self._urls.clear()
+            parsed = self._urls[url] = yarl.URL(str(url), encoded=True)
+        return parsed
+
+    def _timeout(self, request: httpx.Request) -> Any:
+        """aiohttp's timeouts for httpx's `timeout` extension: connect -> socket connect,
+        read -> socket read, pool -> the wait for a connection (aiohttp's `connect`)."""
+        given = request.extensions.get("timeout") or {}
+        key = (given.get("connect"), given.get("read"), given.get("pool"))
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            import aiohttp
+
+            timeout = self._timeouts[key] = aiohttp.ClientTimeout(
+                sock_connect=key[0], sock_read=key[1], connect=key[2])
+        return timeout
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        session = self._session
+        if session is None or session.closed:
+            session = self._open_session()
+        try:
+            data: Any = request.content or None
+        except httpx.RequestNotRead:  # a streamed upload: aiohttp frames it itself
+            data = _body_chunks(request.stream)
+            request.headers.pop("transfer-encoding", None)
         with _AIOHTTP_ERRORS:
-            response = await self._upstream.handle_async_request(request)
-        received = getattr(response.stream, "_aiohttp_response", None)
-        response.stream = (_AiohttpStream(received) if received is not None
-                           else _WrappedAiohttpStream(response.stream))
-        return response
+            received = await session.request(
+                request.method, self._url(request.url), headers=_header_items(request.headers),
+                data=data, allow_redirects=False, timeout=self._timeout(request),
+                server_hostname=request.extensions.get("sni_hostname"))
+        extensions: dict[str, Any] = {"http_version": b"HTTP/1.1"}
+        if received.reason:
+            extensions["reason_phrase"] = received.reason.encode("ascii", "replace")
+        if request.extensions.get(READ_BODY):
+            # One read instead of httpx's chunk iterators over aiohttp's (a third of
+            # the transport's cost for a small JSON body); `read()` decodes it
+            # (Content-Encoding) and leaves nothing for `aread()` to do.
+            with _AIOHTTP_ERRORS:
+                try:
+                    body = await received.read()
+                finally:
+                    received.release()
+            response = httpx.Response(status_code=received.status,
+                                      headers=received.raw_headers,
+                                      stream=httpx.ByteStream(body), request=request,
+                                      extensions=extensions)
+            response.read()
+            return response
+        return httpx.Response(status_code=received.status, headers=received.raw_headers,
+                              stream=_AiohttpStream(received), request=request,
+                              extensions=extensions)
 
     async def aclose(self) -> None:
         session, self._session = self._session, None
@@ -242,12 +306,21 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             close()
 
 
+def _header_items(headers: httpx.Headers) -> list[tuple[str, str]]:
+    encoding = headers.encoding  # a property that scans every header: read it once
+    return [(key.decode(encoding), value.decode(encoding)) for key, value in headers.raw]
+
+
+async def _body_chunks(stream: Any) -> AsyncIterator[bytes]:
+    async for chunk in stream:
+        yield chunk
+
+
 class _AiohttpStream(httpx.AsyncByteStream):
-    """The body of an aiohttp response, read straight from aiohttp (httpx-aiohttp's
-    own stream is replaced, not wrapped: one generator less per chunk), with aiohttp's
+    """The body of an aiohttp response, read straight from aiohttp, with aiohttp's
     errors mapped as above."""
 
-    CHUNK_SIZE = 16 * 1024
+    CHUNK_SIZE = 64 * 1024
 
     def __init__(self, response: Any) -> None:
         self._response = response
@@ -262,28 +335,11 @@ class _AiohttpStream(httpx.AsyncByteStream):
             await self._response.__aexit__(None, None, None)
 
 
-class _WrappedAiohttpStream(httpx.AsyncByteStream):
-    """The fallback when httpx-aiohttp's stream does not expose its aiohttp response."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        with _AIOHTTP_ERRORS:
-            async for part in self._stream:
-                yield part
-
-    async def aclose(self) -> None:
-        with _AIOHTTP_ERRORS:
-            await self._stream.aclose()
-
-
 def _aiohttp_error(exc: Exception) -> Exception:
-    """The httpx exception for an aiohttp failure (possibly already wrapped by
-    httpx-aiohttp, whose table maps most connection errors to ConnectTimeout)."""
+    """The httpx exception for an aiohttp failure; anything else is left as it is."""
     import aiohttp
 
-    cause = exc.__cause__ if isinstance(exc, httpx.TransportError) else exc
+    cause = exc
     if not isinstance(cause, aiohttp.ClientError | asyncio.TimeoutError):
         return exc
     message = str(cause) or type(cause).__name__

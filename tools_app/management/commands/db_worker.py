@@ -20,7 +20,7 @@ from django_tasks_db.models import DBTaskResult
 
 from tools_app import runner
 from tools_app.leases import release_this_process_runs
-from tools_app.process import freeze_startup_objects
+from tools_app.process import prepare_for_serving
 from tools_app.tasks import enqueue_run
 from tools_app.worker import reap_and_enqueue, start_reaper_thread
 
@@ -154,7 +154,7 @@ class Command(db_worker.Command):
                  "AGENTFORGE_WORKER_CONCURRENCY)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        freeze_startup_objects()
+        prepare_for_serving()
         concurrency = options.pop("concurrency") or settings.AGENTFORGE_WORKER_CONCURRENCY
         reap_and_enqueue()
         stop = threading.Event()
