@@ -210,6 +210,39 @@ async def test_a_raising_handler_in_a_parallel_round_cancels_the_other_calls() -
     assert cancelled == ["slow"]
 
 
+async def test_a_call_that_stops_the_run_at_once_keeps_the_later_calls_from_starting() -> None:
+    """As in a sequential round: the calls after one whose handler stopped the run
+    before any call had to wait are never started."""
+    started: list[str] = []
+
+    @tool
+    async def fails_now() -> str:
+        raise RuntimeError("boom")
+
+    @tool
+    async def later() -> str:
+        started.append("later")
+        return "ran"
+
+    service = ToolService(execution_error_handler=raising).tools([fails_now, later])
+    model = scripted(calls(call("fails_now"), call("later"), call("later")), final())
+    with pytest.raises(PolicyStop):
+        await service.chat(model, [user()])
+    assert started == []
+
+
+async def test_a_parallel_round_returns_results_in_call_order() -> None:
+    @tool
+    async def pause(seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return f"slept {seconds}"
+
+    model = scripted(calls(call("pause", {"seconds": 0.05}), call("pause", {"seconds": 0}),
+                           call("pause", {"seconds": 0.01})), final())
+    await ToolService().tools([pause]).chat(model, [user()])
+    assert [m.text for m in model.tool_results(1)] == ["slept 0.05", "slept 0.0", "slept 0.01"]
+
+
 # -- hallucinated tool names -----------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import TypeAdapter
 
@@ -185,3 +186,37 @@ async def test_every_event_is_json_and_round_trips_through_the_union() -> None:
         restored = adapter.validate_json(text)
         assert type(restored) is type(event)
         assert restored == event
+
+
+async def test_a_run_without_observers_builds_no_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events are built only for someone: with no observer neither the loop nor the
+    provider makes one (each would be a pydantic validation per event, every round)."""
+    import tools_app.engine.events as events_module
+    from tools_app.engine.providers import build_chat_model
+
+    built: list[str] = []
+    original = events_module._Event.__init__
+
+    def counting_init(self: Any, **fields: Any) -> None:
+        built.append(type(self).__name__)
+        original(self, **fields)
+
+    monkeypatch.setattr(events_module._Event, "__init__", counting_init)
+    replies = iter([{"choices": [{"message": {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}]},
+        "finish_reason": "tool_calls"}]},
+        {"choices": [{"message": {"role": "assistant", "content": "done"},
+                      "finish_reason": "stop"}]}])
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=next(replies))
+
+    model = build_chat_model("openai", model="m", transport=httpx.MockTransport(handle))
+    result = await ToolService().tools([fetch]).chat(model, [user()])
+    assert result.final_response.ai_message.text == "done"
+    assert built == []
+
+    log = EventLog()
+    await ToolService(observers=[log]).tools([fetch]).chat(
+        scripted(calls(call("fetch")), final()), [user()])
+    assert {"RoundStarted", "ToolCallStarted", "ToolCallFinished"} <= set(built)

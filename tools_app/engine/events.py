@@ -5,7 +5,8 @@ the recorder can persist it and the UI can stream it without knowing engine type
 
 Providers do not receive observers as arguments: the loop binds an emitter to a
 context variable around each model call, and `emit()` reaches it from any depth
-(including the retry loop and stream parsers). Outside a loop `emit()` does nothing.
+(including the retry loop and stream parsers). Outside a loop, or in one without
+observers, `emit()` does nothing, and `observed()` says so before an event is built.
 """
 
 from __future__ import annotations
@@ -197,6 +198,12 @@ Observer = Callable[[Any], Awaitable[None] | None]
 Emitter = Callable[[Any], Awaitable[None]]
 
 _current_emitter: ContextVar[Emitter | None] = ContextVar("agentforge_emitter", default=None)
+
+
+def observed() -> bool:
+    """Whether a loop with observers runs in this context: build an event only then
+    (on a hot path, `if observed(): await emit(Event(...))`)."""
+    return _current_emitter.get() is not None
 
 
 async def emit(event: _Event) -> None:

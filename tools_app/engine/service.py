@@ -18,7 +18,7 @@ import inspect
 import time
 import traceback
 import types
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -338,6 +338,10 @@ class _ChatRun:
         self.messages = messages
         self.parameters = service.request_parameters(parameters)
         self.observers = observers
+        # Events are built only for someone: the engine used as a library without
+        # observers builds none (a run's dozen pydantic events per round), and neither
+        # do the providers (no emitter is bound).
+        self.observed = bool(observers)
         self.round_index = 0
         self.executions: list[ToolExecution] = []
         self.intermediate: list[ChatResponse] = []
@@ -357,21 +361,25 @@ class _ChatRun:
             await _maybe_await(observer(event))
 
     async def execute(self, resume: ResumeState | None) -> ToolChatResult:
-        token, round_token = bind_emitter(self._emit), bind_round(None)
+        token = bind_emitter(self._emit if self.observed else None)
+        round_token = bind_round(None)
         try:
-            await self._emit(
-                ChatStarted(
-                    tool_names=[s.name for s in self.service.tool_specifications],
-                    message_count=len(self.messages),
+            if self.observed:
+                await self._emit(
+                    ChatStarted(
+                        tool_names=[s.name for s in self.service.tool_specifications],
+                        message_count=len(self.messages),
+                    )
                 )
-            )
             return await self._loop(resume)
         except asyncio.CancelledError:
-            await self._emit(ChatFailed(error_type="CancelledError",
-                                        message="The run was cancelled", cancelled=True))
+            if self.observed:
+                await self._emit(ChatFailed(error_type="CancelledError",
+                                            message="The run was cancelled", cancelled=True))
             raise
         except Exception as exc:
-            await self._emit(ChatFailed(error_type=type(exc).__name__, message=str(exc)))
+            if self.observed:
+                await self._emit(ChatFailed(error_type=type(exc).__name__, message=str(exc)))
             raise
         finally:
             reset_round(round_token)
@@ -410,14 +418,16 @@ class _ChatRun:
         # again every round would cost O(history) per round for nothing.
         request = ChatRequest.model_construct(messages=tuple(self.messages),
                                               parameters=self.parameters)
-        await self._emit(RoundStarted(round_index=self.round_index))
-        await self._emit(
-            ModelRequestSent(
-                round_index=self.round_index,
-                message_count=len(request.messages),
-                tool_names=[t.name for t in request.parameters.tools or ()],
+        if self.observed:
+            await self._emit(RoundStarted(round_index=self.round_index))
+        if self.observed:
+            await self._emit(
+                ModelRequestSent(
+                    round_index=self.round_index,
+                    message_count=len(request.messages),
+                    tool_names=[t.name for t in request.parameters.tools or ()],
+                )
             )
-        )
         started = time.perf_counter()
         self._first_token = None
         bind_round(self.round_index)
@@ -427,24 +437,26 @@ class _ChatRun:
             (self._first_token - started) * 1000 if self._first_token is not None else None
         )
         self.usage = response.usage + self.usage if response.usage else self.usage
-        await self._emit(
-            ModelResponseReceived(round_index=self.round_index, response=response,
-                                  latency_ms=latency_ms,
-                                  first_token_ms=first_token_ms, usage=response.usage)
-        )
+        if self.observed:
+            await self._emit(
+                ModelResponseReceived(round_index=self.round_index, response=response,
+                                      latency_ms=latency_ms,
+                                      first_token_ms=first_token_ms, usage=response.usage)
+            )
         return response
 
     async def _finish(self, response: ChatResponse, *, immediate: bool) -> ToolChatResult:
-        await self._emit(
-            ChatFinished(
-                final_text=response.ai_message.text,
-                reason="immediate_return" if immediate else "model_stopped",
-                rounds=self.round_index + 1,
-                tool_calls=len(self.executions),
-                usage=self.usage,
-                round_index=self.round_index,
+        if self.observed:
+            await self._emit(
+                ChatFinished(
+                    final_text=response.ai_message.text,
+                    reason="immediate_return" if immediate else "model_stopped",
+                    rounds=self.round_index + 1,
+                    tool_calls=len(self.executions),
+                    usage=self.usage,
+                    round_index=self.round_index,
+                )
             )
-        )
         if not immediate:
             self.messages.append(response.ai_message)
         return ToolChatResult(
@@ -463,14 +475,15 @@ class _ChatRun:
     ) -> list[_CallOutcome]:
         requests = list(ai_message.tool_execution_requests)
         for index, request in enumerate(requests):
-            await self._emit(
-                ToolCallProposed(
-                    round_index=self.round_index,
-                    call_index=index,
-                    request=request,
-                    known_tool=request.name in self.service.registered_tools,
+            if self.observed:
+                await self._emit(
+                    ToolCallProposed(
+                        round_index=self.round_index,
+                        call_index=index,
+                        request=request,
+                        known_tool=request.name in self.service.registered_tools,
+                    )
                 )
-            )
         done = dict(resume.completed_results) if resume else {}
         unknown = resume.unknown_outcome_ids if resume else frozenset()
 
@@ -498,18 +511,7 @@ class _ChatRun:
             async with semaphore:
                 return await run_one(request)
 
-        # A TaskGroup cancels the siblings when one call stops the run (a handler raised).
-        # The run then stops with that error itself, exactly as in a sequential round,
-        # not with the ExceptionGroup the TaskGroup wraps it in.
-        stop: BaseException | None = None
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(limited(request)) for request in requests]
-        except BaseExceptionGroup as failure:
-            stop = failure.exceptions[0]
-        if stop is not None:
-            raise stop
-        return [task.result() for task in tasks]
+        return await _run_together([limited(request) for request in requests])
 
     def _replayed(
         self, request: ToolExecutionRequest, message: ToolExecutionResultMessage
@@ -523,8 +525,9 @@ class _ChatRun:
         registered = self.service.registered_tools.get(request.name)
         if registered is None:
             return await self._hallucinated(request)
-        await self._emit(ToolCallStarted(round_index=self.round_index, call_id=request.id,
-                                         tool_name=request.name))
+        if self.observed:
+            await self._emit(ToolCallStarted(round_index=self.round_index, call_id=request.id,
+                                             tool_name=request.name))
         started = time.time()
         try:
             if in_doubt:
@@ -535,16 +538,18 @@ class _ChatRun:
                 )
             result = await self._invoke(registered, request)
         except asyncio.CancelledError:
-            await self._emit(self._finished(request, started, "cancelled", None,
-                                            error=None, handled_by=None))
+            if self.observed:
+                await self._emit(self._finished(request, started, "cancelled", None,
+                                                error=None, handled_by=None))
             raise
         except ToolArgumentsError as error:
             return await self._handle(registered, request, started, error, "arguments_error")
         except ToolExecutionError as error:
             return await self._handle(registered, request, started, error, _outcome_of(error))
         execution = ToolExecution(request, result, started, time.time())
-        await self._emit(self._finished(request, started, "succeeded", result, error=None,
-                                        handled_by=None))
+        if self.observed:
+            await self._emit(self._finished(request, started, "succeeded", result, error=None,
+                                            handled_by=None))
         message = ToolExecutionResultMessage(id=request.id, tool_name=request.name,
                                              text=result.text, is_error=result.is_error)
         return _CallOutcome(message, registered.return_behavior, result.is_error, execution)
@@ -591,13 +596,15 @@ class _ChatRun:
                 raise TypeError(f"error handler {name} returned {decision!r}, "
                                 "expected ToolErrorHandlerResult")
         except BaseException:
-            await self._emit(self._finished(request, started, outcome, None, error=error,
-                                            handled_by=name, stopped_run=True))
+            if self.observed:
+                await self._emit(self._finished(request, started, outcome, None, error=error,
+                                                handled_by=name, stopped_run=True))
             raise
         text = decision.text_value
         result = ToolExecutionResult.failure(text, error)
-        await self._emit(self._finished(request, started, outcome, result, error=error,
-                                        handled_by=name))
+        if self.observed:
+            await self._emit(self._finished(request, started, outcome, result, error=error,
+                                            handled_by=name))
         execution = ToolExecution(request, result, started, time.time())
         message = ToolExecutionResultMessage(id=request.id, tool_name=request.name, text=text,
                                              is_error=True)
@@ -611,13 +618,15 @@ class _ChatRun:
         try:
             message = await _maybe_await(strategy(request, available))
         except BaseException as error:
-            await self._emit(self._finished(request, started, "hallucinated", None,
-                                            error=error, handled_by=name, stopped_run=True))
+            if self.observed:
+                await self._emit(self._finished(request, started, "hallucinated", None,
+                                                error=error, handled_by=name, stopped_run=True))
             raise
         message = message.model_copy(update={"id": request.id, "is_error": True})
         result = ToolExecutionResult.failure(message.text)
-        await self._emit(self._finished(request, started, "hallucinated", result, error=None,
-                                        handled_by=name))
+        if self.observed:
+            await self._emit(self._finished(request, started, "hallucinated", result, error=None,
+                                            handled_by=name))
         execution = ToolExecution(request, result, started, time.time())
         return _CallOutcome(message, ReturnBehavior.TO_LLM, True, execution)
 
@@ -651,6 +660,64 @@ class _ChatRun:
             finished_at=finished,
             duration_ms=(finished - started) * 1000,
         )
+
+
+async def _run_together[T](calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run `calls` concurrently; their results, in order.
+
+    Each call starts at once in a task of its own and runs until it first waits
+    (asyncio's eager tasks): a tool that never waits finishes without a trip through the
+    event loop, which a TaskGroup's tasks would each take. If a call raises (its error
+    handler stopped the run), the calls not started yet never start, the others are
+    cancelled and waited for, and that error is raised itself, as a sequential round
+    would stop. If this task is cancelled, every call is cancelled and waited for
+    before the cancellation goes on (as asyncio.TaskGroup does).
+    """
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[T]] = []
+    for index, call in enumerate(calls):
+        if tasks and _failed(tasks[-1]):
+            for unstarted in calls[index:]:
+                unstarted.close()
+            break
+        tasks.append(asyncio.eager_task_factory(loop, call))
+    try:
+        pending = [task for task in tasks if not task.done()]
+        while pending and not any(_failed(task) for task in tasks):
+            _, still = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            pending = list(still)
+    except asyncio.CancelledError:
+        await _cancel_and_wait(tasks)
+        raise
+    failed = next((task for task in tasks if _failed(task)), None)
+    if failed is not None:
+        await _cancel_and_wait(tasks)
+        error = failed.exception()
+        assert error is not None
+        raise error
+    return [task.result() for task in tasks]
+
+
+def _failed(task: asyncio.Task[Any]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is not None
+
+
+async def _cancel_and_wait(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel the calls still running and wait until every one has finished; a
+    cancellation of this task meanwhile is raised once they have."""
+    for task in tasks:
+        task.cancel()
+    interrupted: asyncio.CancelledError | None = None
+    while pending := [task for task in tasks if not task.done()]:
+        try:
+            await asyncio.wait(pending)
+        except asyncio.CancelledError as exc:
+            interrupted = exc
+    for task in tasks:  # mark every outcome seen: no "exception never retrieved"
+        if not task.cancelled():
+            task.exception()
+    if interrupted is not None:
+        raise interrupted
 
 
 def _outcome_of(error: ToolExecutionError) -> ToolCallOutcome:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Required, Self, TypedDict
 import httpx
 
 from ..errors import ProviderError
-from ..events import ProviderWireResponse, emit
+from ..events import ProviderWireResponse, emit, observed
 from ..messages import ChatMessage, ChatRequest, ChatRequestParameters, ChatResponse
 from .http import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -159,8 +159,9 @@ class WireChatModel(ABC):
         return await self._parse(data, response.status, request_id)
 
     async def _parse(self, data: Any, status: int, request_id: str | None) -> ChatResponse:
-        await emit(ProviderWireResponse(provider=self.provider, status=status, body=data,
-                                        request_id=request_id))
+        if observed():
+            await emit(ProviderWireResponse(provider=self.provider, status=status, body=data,
+                                            request_id=request_id))
         if not isinstance(data, dict):
             raise self.invalid("the body is not a JSON object", data, request_id)
         return self.parse_response(data, request_id)

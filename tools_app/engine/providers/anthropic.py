@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Unpack
 
-from ..events import PartialText, PartialToolCall, emit
+from ..events import PartialText, PartialToolCall, emit, observed
 from ..messages import (
     AiMessage,
     ChatMessage,
@@ -375,9 +375,10 @@ class _MessageFolder:
         self.blocks[index] = folder
         if block.get("type") == "tool_use":
             folder.tool_index, self.tool_calls = self.tool_calls, self.tool_calls + 1
-            await emit(PartialToolCall(index=folder.tool_index, id=as_str(block.get("id")),
-                                       name=as_str(block.get("name"))))
-        elif block.get("type") == "text" and as_str(block.get("text")):
+            if observed():
+                await emit(PartialToolCall(index=folder.tool_index, id=as_str(block.get("id")),
+                                           name=as_str(block.get("name"))))
+        elif block.get("type") == "text" and as_str(block.get("text")) and observed():
             await emit(PartialText(delta=block["text"]))
 
     async def _delta(self, folder: _BlockFolder, delta: JsonObject) -> None:
@@ -385,11 +386,12 @@ class _MessageFolder:
         if kind == "text_delta":
             text = as_str(delta.get("text")) or ""
             block["text"] = (as_str(block.get("text")) or "") + text
-            await emit(PartialText(delta=text))
+            if observed():
+                await emit(PartialText(delta=text))
         elif kind == "input_json_delta":
             fragment = as_str(delta.get("partial_json")) or ""
             folder.partial_json.append(fragment)
-            if folder.tool_index is not None and fragment:
+            if folder.tool_index is not None and fragment and observed():
                 await emit(PartialToolCall(index=folder.tool_index, arguments_delta=fragment))
         elif kind == "thinking_delta":
             block["thinking"] = (as_str(block.get("thinking")) or "") + str(

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ..events import PartialText, PartialToolCall, emit
+from ..events import PartialText, PartialToolCall, emit, observed
 from ..messages import (
     AiMessage,
     ChatMessage,
@@ -316,14 +316,15 @@ class _ResponseFolder:
     async def _add_part(self, part: JsonObject) -> None:
         if "functionCall" in part:
             call = as_dict(part["functionCall"])
-            await emit(PartialToolCall(index=self.calls, id=as_str(call.get("id")),
-                                       name=as_str(call.get("name")),
-                                       arguments_delta=json.dumps(as_dict(call.get("args")))))
+            if observed():
+                await emit(PartialToolCall(index=self.calls, id=as_str(call.get("id")),
+                                           name=as_str(call.get("name")),
+                                           arguments_delta=json.dumps(as_dict(call.get("args")))))
             self.calls += 1
             self.parts.append(part)
             return
         text = as_str(part.get("text"))
-        if text and not part.get("thought"):
+        if text and not part.get("thought") and observed():
             await emit(PartialText(delta=text))
         last = self.parts[-1] if self.parts else None
         if text is not None and last is not None and _continues(last, part):

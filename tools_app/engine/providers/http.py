@@ -63,7 +63,7 @@ from typing import Any
 import httpx
 
 from ..errors import ProviderError
-from ..events import ProviderAttempt, ProviderWireRequest, emit
+from ..events import ProviderAttempt, ProviderWireRequest, emit, observed
 from .sse import SseDecoder, SseEvent
 from .transports import (
     DEFAULT_HTTP_BACKEND,
@@ -244,8 +244,8 @@ def request_id_from(headers: httpx.Headers, body: Any = None) -> str | None:
     for name in _REQUEST_ID_HEADER_KEYS:
         if name in found:
             return found[name].decode(headers.encoding)
-    value = body.get("request_id") if isinstance(body, dict) else None
-    return value if isinstance(value, str) else None
+    in_body = body.get("request_id") if isinstance(body, dict) else None
+    return in_body if isinstance(in_body, str) else None
 
 
 def excerpt(content: bytes | str, redactor: Redactor) -> str:
@@ -655,8 +655,9 @@ class ProviderHttpClient:
         target = self._targets.get(path)
         if target is None:
             target = self._targets.setdefault(path, self._target(path))
-        await emit(ProviderWireRequest(provider=self.provider, url=target.shown, body=body,
-                                       stream=stream))
+        if observed():
+            await emit(ProviderWireRequest(provider=self.provider, url=target.shown, body=body,
+                                           stream=stream))
         return target
 
     def _target(self, path: str) -> _Target:

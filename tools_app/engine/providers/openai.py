@@ -24,7 +24,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Unpack
 
-from ..events import PartialText, PartialToolCall, emit
+from ..events import PartialText, PartialToolCall, emit, observed
 from ..messages import (
     AiMessage,
     ChatMessage,
@@ -373,7 +373,8 @@ class _StreamFolder:
         text = delta.get("content")
         if text and isinstance(text, str):
             self.text.append(text)
-            await emit(PartialText(delta=text))
+            if observed():
+                await emit(PartialText(delta=text))
         if "reasoning_content" in delta or "reasoning" in delta:
             reasoning = (as_str(delta.get("reasoning_content"))
                          or as_str(delta.get("reasoning")))
@@ -395,8 +396,9 @@ class _StreamFolder:
         if folder is None:
             folder = self.calls[index] = _ToolCallFolder()
         new_id, name, delta = folder.add(fragment)
-        if new_id or name or delta:
-            await emit(PartialToolCall(index=index, id=new_id, name=name, arguments_delta=delta))
+        if (new_id or name or delta) and observed():
+            await emit(PartialToolCall(index=index, id=new_id, name=name,
+                                       arguments_delta=delta))
 
     def _index_for(self, call_id: str | None, position: int) -> int:
         if call_id:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ProviderError
-from ..events import PartialText, PartialToolCall, emit
+from ..events import PartialText, PartialToolCall, emit, observed
 from ..messages import (
     AiMessage,
     ChatMessage,
@@ -145,12 +145,15 @@ def _pseudo_usage(request: ChatRequest, ai_message: AiMessage) -> TokenUsage:
 async def _stream_fragments(ai_message: AiMessage, chunk: int = 8) -> None:
     text = ai_message.text or ""
     for start in range(0, len(text), chunk):
-        await emit(PartialText(delta=text[start:start + chunk]))
+        if observed():
+            await emit(PartialText(delta=text[start:start + chunk]))
     for index, request in enumerate(ai_message.tool_execution_requests):
-        await emit(PartialToolCall(index=index, id=request.id, name=request.name))
+        if observed():
+            await emit(PartialToolCall(index=index, id=request.id, name=request.name))
         for start in range(0, len(request.arguments), chunk):
-            await emit(PartialToolCall(index=index,
-                                       arguments_delta=request.arguments[start:start + chunk]))
+            if observed():
+                await emit(PartialToolCall(index=index,
+                                           arguments_delta=request.arguments[start:start + chunk]))
 
 
 ChatFunction = Callable[

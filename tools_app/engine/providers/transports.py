@@ -216,6 +216,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._limits = limits
         self._session: aiohttp.ClientSession | None = None
         self._urls: dict[httpx.URL, Any] = {}
+        self._urls_by_id: dict[int, tuple[httpx.URL, Any]] = {}
         self._timeouts: dict[tuple[float | None, float | None, float | None], Any] = {}
 
     def _open_session(self) -> aiohttp.ClientSession:
@@ -230,14 +231,23 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return self._session
 
     def _url(self, url: httpx.URL) -> Any:
-        """The yarl URL for an httpx one, parsed once (a model posts to one or two)."""
+        """The yarl URL for an httpx one, parsed once (a model posts to one or two).
+        Looked up by identity first: ProviderHttpClient sends the same URL object every
+        time, and hashing an httpx.URL renders it as a string."""
+        cached = self._urls_by_id.get(id(url))
+        if cached is not None and cached[0] is url:
+            return cached[1]
         parsed = self._urls.get(url)
         if parsed is None:
             import yarl
 
             if len(self._urls) >= self.URL_CACHE_SIZE:
                 self._urls.clear()
+                self._urls_by_id.clear()
             parsed = self._urls[url] = yarl.URL(str(url), encoded=True)
+        if len(self._urls_by_id) >= self.URL_CACHE_SIZE:
+            self._urls_by_id.clear()
+        self._urls_by_id[id(url)] = (url, parsed)  # holds `url`, so its id stays its own
         return parsed
 
     def _timeout(self, request: httpx.Request) -> Any:
