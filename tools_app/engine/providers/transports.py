@@ -202,8 +202,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     turns a refused connection or a server disconnect into `ConnectTimeout`. Here the
     parsed URLs and timeouts are reused, headers go across as one list, aiohttp's errors
     become the httpx exception each one means, cookies are left to the caller (provider
-    APIs use none, see http.NoCookies), and the body is not decompressed twice (httpx
-    decodes Content-Encoding itself).
+    APIs use none), and the body is not decompressed twice (httpx decodes
+    Content-Encoding itself).
 
     One aiohttp ClientSession (and its pool) is created on first use, in the event loop
     of that request; a transport therefore belongs to one event loop, which is how

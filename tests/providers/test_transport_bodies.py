@@ -1,0 +1,111 @@
+"""Bodies as real servers send them, through every pool: compressed, chunked, and
+read in one piece (JSON) or as a stream (SSE)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import zlib
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from tools_app.engine.messages import ChatRequest, UserMessage
+from tools_app.engine.providers.openai import OpenAIChatModel
+from tools_app.engine.providers.transports import HTTP_BACKENDS
+
+from .wire import openai_completion
+
+REQUEST = ChatRequest(messages=(UserMessage(text="Hi"),))
+Encoder = Callable[[bytes], bytes]
+ENCODINGS: dict[str, Encoder] = {"identity": lambda body: body, "gzip": gzip.compress,
+                                 "deflate": zlib.compress}
+
+
+async def _serve(head: bytes, body_parts: list[bytes]) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A one-route HTTP/1.1 server on loopback answering every request alike; yields
+    its base URL and the request heads it read."""
+    heads: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request_head = await reader.readuntil(b"\r\n\r\n")
+                heads.append(request_head)
+                length = next(int(line.split(b":")[1]) for line in request_head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                await reader.readexactly(length)
+                writer.write(head)
+                for part in body_parts:
+                    writer.write(part)
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1", heads
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def _response_head(encoding: str, *, length: int | None, content_type: str) -> bytes:
+    lines = ["HTTP/1.1 200 OK", f"content-type: {content_type}"]
+    if encoding != "identity":
+        lines.append(f"content-encoding: {encoding}")
+    lines.append(f"content-length: {length}" if length is not None
+                 else "transfer-encoding: chunked")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _chunked(body: bytes, size: int = 7) -> list[bytes]:
+    parts = [b"%x\r\n%s\r\n" % (len(body[i:i + size]), body[i:i + size])
+             for i in range(0, len(body), size)]
+    return [*parts, b"0\r\n\r\n"]
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+@pytest.mark.parametrize("backend", HTTP_BACKENDS)
+async def test_a_json_body_is_decoded_however_it_is_sent(backend: str, encoding: str,
+                                                         chunked: bool) -> None:
+    text = "Grüße aus Köln " * 40  # long enough to span chunks, not ASCII
+    body = ENCODINGS[encoding](json.dumps(openai_completion(text=text)).encode())
+    head = _response_head(encoding, length=None if chunked else len(body),
+                          content_type="application/json")
+    async for base_url, heads in _serve(head, _chunked(body) if chunked else [body]):
+        model = OpenAIChatModel(base_url=base_url, model="m", api_key="sk-test-key-123456",
+                                http_backend=backend)  # type: ignore[arg-type]
+        first = await model.chat(REQUEST)
+        second = await model.chat(REQUEST)  # the connection was left reusable
+        await model.aclose()
+
+    assert first.ai_message.text == second.ai_message.text == text
+    assert len(heads) == 2
+    request_head = heads[0].decode().lower()
+    assert "accept-encoding: gzip, deflate" in request_head
+    assert f"host: {base_url.split('//')[1].split('/')[0]}" in request_head
+
+
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+@pytest.mark.parametrize("backend", HTTP_BACKENDS)
+async def test_a_streamed_body_is_decoded_as_it_arrives(backend: str, encoding: str) -> None:
+    events = [{"id": "c1", "choices": [{"index": 0, "delta": {"content": piece}}]}
+              for piece in ("Hel", "lo")]
+    events.append({"id": "c1", "choices": [{"index": 0, "delta": {},
+                                            "finish_reason": "stop"}]})
+    sse = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+    body = ENCODINGS[encoding](sse.encode())
+    head = _response_head(encoding, length=None, content_type="text/event-stream")
+    async for base_url, _ in _serve(head, _chunked(body, size=11)):
+        model = OpenAIChatModel(base_url=base_url, model="m", stream=True,
+                                http_backend=backend)  # type: ignore[arg-type]
+        response = await model.chat(REQUEST)
+        await model.aclose()
+
+    assert response.ai_message.text == "Hello"
