@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import json
 
 import httpx
 import pytest
@@ -12,6 +13,7 @@ from tools_app.engine.providers.http import (
     Redactor,
     RetryPolicy,
     is_retryable_status,
+    loads_json,
     parse_retry_after,
 )
 
@@ -66,3 +68,23 @@ def test_the_redactor_scrubs_text_and_json() -> None:
     assert redactor.text("key sk-secret-123 leaked") == "key [redacted] leaked"
     assert redactor.json({"a": ["sk-secret-123"], "sk-secret-123": 1}) == {
         "a": ["[redacted]"], "[redacted]": 1}
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"a": [1, 2.5, "x", null, true]}',
+    b'{"a": "\\ud800 half a pair"}',  # no Rust string holds it: json decides
+    b'\xef\xbb\xbf{"a": 1}',  # a byte order mark
+    '{"a": "utf-16 body"}'.encode("utf-16"),
+    b'{"a": 123456789012345678901234567890, "a": 2}',
+    '{"a": "text"}',
+])
+def test_loads_json_reads_what_json_loads_reads(raw: bytes | str) -> None:
+    assert loads_json(raw) == json.loads(raw)
+
+
+@pytest.mark.parametrize("raw", [b"[1, 2", b"<html>", b'{"a": "\xff"}', b""])
+def test_loads_json_refuses_what_json_loads_refuses(raw: bytes) -> None:
+    with pytest.raises(ValueError):
+        json.loads(raw)
+    with pytest.raises(ValueError):
+        loads_json(raw)

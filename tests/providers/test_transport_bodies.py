@@ -8,6 +8,7 @@ import gzip
 import json
 import zlib
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -23,6 +24,7 @@ ENCODINGS: dict[str, Encoder] = {"identity": lambda body: body, "gzip": gzip.com
                                  "deflate": zlib.compress}
 
 
+@asynccontextmanager
 async def _serve(head: bytes, body_parts: list[bytes]) -> AsyncIterator[tuple[str, list[bytes]]]:
     """A one-route HTTP/1.1 server on loopback answering every request alike; yields
     its base URL and the request heads it read."""
@@ -78,7 +80,7 @@ async def test_a_json_body_is_decoded_however_it_is_sent(backend: str, encoding:
     body = ENCODINGS[encoding](json.dumps(openai_completion(text=text)).encode())
     head = _response_head(encoding, length=None if chunked else len(body),
                           content_type="application/json")
-    async for base_url, heads in _serve(head, _chunked(body) if chunked else [body]):
+    async with _serve(head, _chunked(body) if chunked else [body]) as (base_url, heads):
         model = OpenAIChatModel(base_url=base_url, model="m", api_key="sk-test-key-123456",
                                 http_backend=backend)  # type: ignore[arg-type]
         first = await model.chat(REQUEST)
@@ -102,7 +104,7 @@ async def test_a_streamed_body_is_decoded_as_it_arrives(backend: str, encoding: 
     sse = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
     body = ENCODINGS[encoding](sse.encode())
     head = _response_head(encoding, length=None, content_type="text/event-stream")
-    async for base_url, _ in _serve(head, _chunked(body, size=11)):
+    async with _serve(head, _chunked(body, size=11)) as (base_url, _):
         model = OpenAIChatModel(base_url=base_url, model="m", stream=True,
                                 http_backend=backend)  # type: ignore[arg-type]
         response = await model.chat(REQUEST)

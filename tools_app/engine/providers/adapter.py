@@ -10,6 +10,7 @@ and then parsed by the same code, so both paths give the same ChatResponse.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -37,6 +38,7 @@ from .http import (
     RetryPolicy,
     encode_json,
     invalid_response_error,
+    loads_json,
 )
 from .transports import HttpBackend, TransportFactory
 
@@ -314,14 +316,20 @@ def encode_json_body(body: JsonObject, spliced: Mapping[str, bytes]) -> bytes:
     """`encode_json(body)`, with the value under each key of `spliced` replaced by that
     already-encoded JSON text: the same text, key order included, for the cost of
     encoding the rest of the body."""
-    marks = {key: f"{_SPLICE_MARK}{index}\x00" for index, key in enumerate(spliced)}
+    marks, tokens = _splice_marks(tuple(spliced))
     text = encode_json({key: marks.get(key, value) for key, value in body.items()})
-    for key, mark in marks.items():
-        token = encode_json(mark)
+    for key, token in tokens.items():
         if text.count(token) != 1:  # the key is missing (or, in theory, a value holds it)
             return encode_json(body)
         text = text.replace(token, spliced[key], 1)
     return text
+
+
+@functools.lru_cache(maxsize=64)
+def _splice_marks(keys: tuple[str, ...]) -> tuple[dict[str, str], dict[str, bytes]]:
+    """The mark standing in for each spliced key, and the JSON text of that mark."""
+    marks = {key: f"{_SPLICE_MARK}{index}\x00" for index, key in enumerate(keys)}
+    return marks, {key: encode_json(mark) for key, mark in marks.items()}
 
 
 # -- translation helpers shared by the adapters ------------------------------------------
@@ -395,7 +403,7 @@ def merge_custom(body: JsonObject, custom: Mapping[str, Any] | None) -> JsonObje
 def parse_json_event(data: str, stream: EventStream, what: str) -> JsonObject:
     """One SSE payload as a JSON object; a cut-off or garbled payload breaks the stream."""
     try:
-        value = json.loads(data)
+        value = loads_json(data)
     except ValueError:
         raise stream.broken(f"the stream carried a {what} that is not valid JSON "
                             f"({len(data)} bytes)") from None

