@@ -28,6 +28,7 @@ from tools_app.engine.messages import (
 )
 from tools_app.engine.providers import build_chat_model
 from tools_app.engine.providers.adapter import encode_json_body
+from tools_app.engine.providers.h1 import H1Transport
 from tools_app.engine.providers.http import USER_AGENT, RetryPolicy, encode_json
 from tools_app.engine.providers.openai import OpenAIChatModel
 from tools_app.engine.providers.transports import (
@@ -229,7 +230,7 @@ def set_script(server: BackgroundServer, name: str, script: dict[str, Any]) -> N
 
 
 BACKEND_TRANSPORTS = {"httpx": httpx.AsyncHTTPTransport, "httpx2": Httpcore2Transport,
-                      "aiohttp": AiohttpTransport}
+                      "aiohttp": AiohttpTransport, "h1": H1Transport}
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])

@@ -21,7 +21,7 @@ import threading
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import pydantic_core
 from pydantic import BaseModel, ValidationError
@@ -226,7 +226,8 @@ class FunctionToolExecutor:
     async def _invoke(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         try:
             if self.is_async:
-                return await cast(Awaitable[Any], self.func(*args, **kwargs))
+                pending: Awaitable[Any] = self.func(*args, **kwargs)
+                return await pending
             return await run_in_tool_thread(self.func, *args, **kwargs)
         except ToolArgumentsError:
             raise

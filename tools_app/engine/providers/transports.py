@@ -37,17 +37,17 @@ import httpx
 if TYPE_CHECKING:
     import aiohttp
 
-HttpBackend = Literal["aiohttp", "httpx", "httpx2"]
+HttpBackend = Literal["h1", "aiohttp", "httpx", "httpx2"]
 TransportFactory = Callable[[httpx.Limits], httpx.AsyncBaseTransport]
 
-HTTP_BACKENDS: tuple[HttpBackend, ...] = ("aiohttp", "httpx", "httpx2")
+HTTP_BACKENDS: tuple[HttpBackend, ...] = ("h1", "aiohttp", "httpx", "httpx2")
 
 READ_BODY = "agentforge.read_body"
 """A request extension: True when the caller will read the whole body at once. A
 transport that knows it may return the response with its body already read (httpx then
 decodes it when the Response is built); one that ignores it streams the body, and the
 caller reads it the usual way. Either way the caller sees the same Response."""
-DEFAULT_HTTP_BACKEND: HttpBackend = "aiohttp"
+DEFAULT_HTTP_BACKEND: HttpBackend = "h1"
 DEFAULT_LIMITS = httpx.Limits(
     # A run has at most one model request in flight, so the connections a model needs
     # are the runs sharing it. Keep-alive connections expire before the idle timeouts
@@ -70,6 +70,7 @@ def transport_factory(backend: HttpBackend | TransportFactory) -> TransportFacto
     if callable(backend):
         return backend
     factories: dict[str, TransportFactory] = {
+        "h1": h1_transport,
         "aiohttp": aiohttp_transport,
         "httpx": httpx_transport,
         "httpx2": httpcore2_transport,
@@ -79,6 +80,12 @@ def transport_factory(backend: HttpBackend | TransportFactory) -> TransportFacto
     except KeyError:
         raise ValueError(f"unknown http_backend {backend!r}; known backends: "
                          f"{', '.join(HTTP_BACKENDS)}, or a transport factory") from None
+
+
+def h1_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
+    from .h1 import H1Transport
+
+    return H1Transport(limits)
 
 
 def httpx_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport:
@@ -97,8 +104,9 @@ def close_transport_now(transport: httpx.AsyncBaseTransport) -> None:
     """Release what a transport holds without an event loop (its loop is closed). The
     sockets of the httpx pools are released by the garbage collector; aiohttp must be
     told, or it reports an unclosed session."""
-    if isinstance(transport, AiohttpTransport):
-        transport.close_now()
+    close_now = getattr(transport, "close_now", None)  # this module's transports have one
+    if callable(close_now):
+        close_now()
 
 
 class _ErrorsMapped:
