@@ -104,7 +104,7 @@ def conc_variants(shipped_only: bool) -> list[Variant]:
                 for stack in ("httpx", "httpx2", "httpx_aiohttp", "direct", "raw_aiohttp")]
     variants.append(Variant("adapter", f"OpenAIChatModel in the bare loop, no ToolService "
                                        f"({shipped}; attribution only)", "adapter", shipped))
-    for stack in ("httpx", "httpx2", "aiohttp"):
+    for stack in ("httpx", "httpx2", "aiohttp", "h1"):
         if stack == shipped or not shipped_only:
             tag = ", shipped" if stack == shipped else ""
             variants.append(Variant(f"service_{stack}",

@@ -75,7 +75,7 @@ class WireChatModel(ABC):
 
     The model keeps a pool of connections (one per event loop), shared by every call
     and every run using it: `await model.aclose()` (or `async with model:`) releases
-    it. `http_backend` picks the pool ("aiohttp", "httpx", "httpx2" or a transport
+    it. `http_backend` picks the pool ("h1", "aiohttp", "httpx", "httpx2" or a transport
     factory, see transports.py), `limits` its size; `transport=` replaces it outright.
     """
 

@@ -3,18 +3,21 @@
 The adapters and `http.py` only ever see httpx's API (Request, Response, transports,
 the httpx exceptions). Underneath, the pool is pluggable (`http_backend=`):
 
-    "aiohttp"  aiohttp's connection pool behind an httpx transport (the default)
+    "h1"       HTTP/1.1 of our own on asyncio connections, parsed by httptools (h1.py;
+               the default)
+    "aiohttp"  aiohttp's connection pool behind an httpx transport
     "httpx"    httpx's own pool (httpcore 1.x)
     "httpx2"   the pool of the httpx2 fork (httpcore2), behind an httpx transport
 
 or any `TransportFactory`: a callable that takes the pool limits and returns an
-`httpx.AsyncBaseTransport`. Why aiohttp is the default: httpcore 1.0.x's pool is
-quadratic in the number of waiting requests and drops keep-alive connections under
-load (encode/httpcore#1035, httpx#3215), and httpcore2's rewrite still costs about
-twice aiohttp's CPU per request under concurrency. With 100 concurrent runs sharing a
-model (benchmarks/bench_providers.py) bare loops reach about 4 % of ideal throughput on
-"httpx", 30 % on "httpx2" and 70-80 % on httpx-aiohttp's transport; see
-docs/benchmarks/providers.md for ToolService on the shipped stack.
+`httpx.AsyncBaseTransport`. Why "h1" is the default: with 100 concurrent runs sharing
+a model (benchmarks/bench_providers.py, docs/benchmarks/providers.md) a batch is bound
+by the client's CPU per request. httpcore 1.0.x's pool is quadratic in the number of
+waiting requests and drops keep-alive connections under load (encode/httpcore#1035,
+httpx#3215): about 5 % of ideal throughput; httpcore2 about 40 %; httpx's client on
+httpx-aiohttp's transport about 80 %; ToolService on the aiohttp pool below (no
+AsyncClient, see http.py) 77-83 %, aiohttp's client being about 40 % of its CPU. "h1"
+does only what a provider call needs and brings ToolService to the 85 % target.
 
 The aiohttp transport is this module's own rather than httpx-aiohttp's (which the
 benchmark still measures): it does less per request, maps aiohttp's errors onto the
