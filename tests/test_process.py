@@ -7,7 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tools_app.process import YOUNG_GENERATION_THRESHOLD, prepare_for_serving
+from tools_app.process import (
+    MIDDLE_GENERATION_THRESHOLD,
+    YOUNG_GENERATION_THRESHOLD,
+    prepare_for_serving,
+)
 
 
 @pytest.fixture
@@ -21,13 +25,14 @@ def restored_gc() -> Iterator[None]:
 @pytest.mark.usefixtures("restored_gc")
 def test_serving_processes_freeze_start_up_and_space_young_collections_out() -> None:
     gc.unfreeze()
-    _, middle, oldest = gc.get_threshold()
+    oldest = gc.get_threshold()[2]
     garbage: list[object] = []
     garbage.append(garbage)  # a cycle only the collector can free
     del garbage
 
     prepare_for_serving()
 
-    assert gc.get_threshold() == (YOUNG_GENERATION_THRESHOLD, middle, oldest)
+    assert gc.get_threshold() == (YOUNG_GENERATION_THRESHOLD, MIDDLE_GENERATION_THRESHOLD,
+                                  oldest)
     assert gc.get_freeze_count() > 0
     assert gc.get_count()[0] < 100  # collected before freezing: nothing dead is kept
