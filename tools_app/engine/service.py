@@ -504,7 +504,9 @@ class _ChatRun:
         requests: list[ToolExecutionRequest],
         run_one: Callable[[ToolExecutionRequest], Awaitable[_CallOutcome]],
     ) -> list[_CallOutcome]:
-        cap = self.service.max_concurrency or len(requests)
+        cap = self.service.max_concurrency
+        if cap is None or cap >= len(requests):  # nothing to hold back
+            return await _run_together([run_one(request) for request in requests])
         semaphore = asyncio.Semaphore(cap)
 
         async def limited(request: ToolExecutionRequest) -> _CallOutcome:
