@@ -668,14 +668,14 @@ def _cpu_fit(per_request: dict[str, float], efficiency: dict[str, float]) -> str
 # Written by hand from earlier runs of this benchmark and profiles of its client (cProfile
 # and py-spy); this script does not re-measure the "before" figures.
 HISTORY = """
-**How (2) got from 53 % to 85 %.** Each round's 100 responses reach the client within a
-few milliseconds of each other and the round lasts as long as the client takes to turn
-them into the next 100 requests, so efficiency tracks the client's CPU per request:
-about 5.5 points per 100 µs on this machine (the fit above). First measurement:
+**How (2) got from 53 % to 85 % and above.** Each round's 100 responses reach the client
+within a few milliseconds of each other, and the round lasts as long as the client takes
+to turn them into the next 100 requests, so efficiency tracks the client's CPU per
+request: about 5.5 points per 100 µs on this machine (the fit above). First measurement:
 ToolService + OpenAIChatModel on httpx's client over httpx-aiohttp's transport, ~900 µs
 per request, 53 %. Then, in order, with the figures of ToolService + adapter after each
-step (repeated runs on this 2-CPU machine): the fake server parses HTTP with httptools
-instead of uvicorn's pure-Python parser (it slowed every variant), processes freeze
+step (repeated runs on this 2-CPU machine). The fake server parses HTTP with httptools
+instead of uvicorn's pure-Python parser (it slowed every variant); processes freeze
 their start-up objects out of the garbage collector's scans: 610-870 µs, 51-72 %.
 Requests go straight to the transport as `httpx.Request`s, without an
 `httpx.AsyncClient` (whose auth flow, redirect loop, cookie jar, hooks and header
@@ -683,19 +683,21 @@ merging provider calls do not use), headers resolved once per path, JSON bodies 
 one piece, an aiohttp transport of our own instead of httpx-aiohttp's: 510-540 µs.
 Engine: the history is not revalidated every round, provider events take their round
 from the context instead of being copied, JSON encoders and decoders are made once, the
-message cache evicts in O(1), serving processes collect the young generation less often:
-430-460 µs, ~79 %. Tool calls of a round start as eager tasks, and events are built only
-when the run has observers (the product's recorder always observes: the variant "with an
-observer" shows that cost): ~430 µs, 80-82 %. Finally the default pool became `h1`
+message cache evicts in O(1): 430-460 µs, ~79 %. Tool calls of a round start as eager
+tasks (no semaphore when nothing caps them), and events are built only when the run has
+observers (the product's recorder always observes: the variant "with an observer" shows
+that cost): ~430 µs, 80-82 %. The default pool became `h1`
 (`tools_app/engine/providers/h1.py`): HTTP/1.1 of our own on asyncio connections with
-httptools' parser, since aiohttp's client was about 40 % of the CPU left: ~260-290 µs,
-82-88 %, the median at the target. Last, the garbage collector: a young collection of
-10,000 objects took ~3 ms and a middle one ~18 ms, a stall that cost the batch it fell
-in ~4 points; serving processes now collect the young generation every 20,000 net
-allocations and the middle one every 50 young collections (`tools_app/process.py`, used
-by every client process here too): 85-89 %. The bare loop on that path (~90 %) is faster
-than aiohttp's own client (~88 %). Run-to-run spread here is ±3 points; the figures
-below are one run.
+httptools' parser, since aiohttp's client was about 40 % of the CPU left: ~260-300 µs,
+82-88 %. Last, the garbage collector: a young collection of 10,000 objects took ~3 ms
+and a middle one ~18 ms, a stall that cost the batch it fell in ~4 points; serving
+processes now collect the young generation every 20,000 net allocations and the middle
+one every 50 young collections (`tools_app/process.py`, which every client process here
+uses too). The warm-up became a batch of the measured shape: the first full batch of a
+fresh process runs 3-10 points below the next ones in every variant (column "warm-up
+batch"). Result: 85-88 % over the last runs. The bare loop on the shipped path (~90 %)
+is now faster than aiohttp's own client (~88 %). Run-to-run spread here is ±3 points;
+the figures below are one run.
 """
 
 
