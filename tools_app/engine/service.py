@@ -18,7 +18,7 @@ import inspect
 import time
 import traceback
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -502,7 +502,7 @@ class _ChatRun:
     async def _run_concurrently(
         self,
         requests: list[ToolExecutionRequest],
-        run_one: Callable[[ToolExecutionRequest], Awaitable[_CallOutcome]],
+        run_one: Callable[[ToolExecutionRequest], Coroutine[Any, Any, _CallOutcome]],
     ) -> list[_CallOutcome]:
         cap = self.service.max_concurrency
         if cap is None or cap >= len(requests):  # nothing to hold back
