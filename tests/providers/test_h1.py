@@ -402,3 +402,20 @@ async def test_https_is_verified_and_spoken(tmp_path: Path) -> None:
     await trusting.aclose()
     await untrusting.aclose()
     assert len(accepted) == 1  # one kept-alive TLS connection; the refused one never was
+
+
+async def test_a_response_nobody_asked_for_retires_the_connection() -> None:
+    transport = H1Transport(LIMITS)
+    async with serving(answering(OK + OK)) as (url, accepted):  # two answers to one request
+        first = await post(transport, url)
+        await asyncio.sleep(0.05)
+        second = await post(transport, url)
+    await transport.aclose()
+    assert first.content == second.content == b"{}"
+    assert len(accepted) == 2  # the confused connection was not used again
+
+
+async def test_a_method_that_is_not_a_token_is_refused() -> None:
+    request = httpx.Request("GET /admin HTTP/1.1\r\nX", "http://127.0.0.1:9/v1")
+    with pytest.raises(httpx.LocalProtocolError, match="invalid request method"):
+        await H1Transport(LIMITS).handle_async_request(request)

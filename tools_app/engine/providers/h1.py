@@ -149,7 +149,7 @@ class H1Transport(httpx.AsyncBaseTransport):
             async with asyncio.timeout(timeout):
                 await self._slots.acquire()
         except TimeoutError:
-            raise httpx.PoolTimeout(f"no free connection slot within {timeout:g} s "
+            raise httpx.PoolTimeout(f"no free connection slot within {_seconds(timeout)} "
                                     f"({limit} requests in flight)") from None
 
     def _give_slot(self) -> None:
@@ -177,9 +177,9 @@ class H1Transport(httpx.AsyncBaseTransport):
                 _, connection = await loop.create_connection(
                     lambda: _Connection(key), url.host, port, ssl=tls,
                     server_hostname=url.host if tls is not None else None)
-        except TimeoutError:
+        except TimeoutError:  # ours, or the system's (it is an OSError too)
             raise httpx.ConnectTimeout(
-                f"could not connect to {url.host}:{port} within {timeout:g} s") from None
+                f"could not connect to {url.host}:{port} within {_seconds(timeout)}") from None
         except OSError as exc:  # refused, unreachable, DNS, TLS (ssl.SSLError)
             raise httpx.ConnectError(f"{url.host}:{port}: {exc}") from exc
         return connection
@@ -327,7 +327,7 @@ class _Exchange:
             raise self.error
 
     def _timed_out(self, timeout: float) -> None:
-        self.fail(httpx.ReadTimeout(f"no response data within {timeout:g} s"))
+        self.fail(httpx.ReadTimeout(f"no response data within {_seconds(timeout)}"))
 
 
 class _Connection(asyncio.Protocol):
@@ -423,6 +423,13 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks -----------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        exchange = self._exchange
+        if exchange is None or exchange.complete:
+            # A second response to one request: whatever it is, this connection no
+            # longer says which answer belongs to which request.
+            raise _ResponseRefused("the server sent a response nobody asked for")
+
     def on_status(self, status: bytes) -> None:
         if self._exchange is not None:
             self._exchange.reason = status
@@ -500,7 +507,10 @@ def _request_head(request: httpx.Request, target: bytes) -> bytes:
     if _FIELD_VALUE_FORBIDDEN.search(b"\t".join(values)):
         bad = next(name for name, value in raw if _FIELD_VALUE_FORBIDDEN.search(value))
         raise httpx.LocalProtocolError(f"invalid value for header {bad.decode()!r}")
-    lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), target)]
+    method = request.method.encode("ascii")
+    if not _FIELD_NAMES.fullmatch(method):
+        raise httpx.LocalProtocolError(f"invalid request method {method!r}")
+    lines = [b"%s %s HTTP/1.1" % (method, target)]
     lines += [b"%s: %s" % pair for pair in raw]
     lines.append(b"\r\n")
     return b"\r\n".join(lines)
@@ -516,6 +526,10 @@ async def _request_body(request: httpx.Request) -> bytes:
     if b"chunked" in request.headers.get("transfer-encoding", "").encode():
         return (b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)) if body else b"0\r\n\r\n"
     return body
+
+
+def _seconds(timeout: float | None) -> str:
+    return "the system's limit" if timeout is None else f"{timeout:g} s"
 
 
 class _ResponseRefused(Exception):
