@@ -613,8 +613,9 @@ def conc_table(samples: list[Sample], variants: list[Variant]) -> tuple[str, lis
             verdicts.append(f"(2) ToolService + adapter on the shipped stack: {eff:.0f} % "
                             f"efficiency: {verdict} the {CONC_TARGET * 100:.0f} % target")
         elif variant.stack == "raw_aiohttp":
-            verdicts.append(f"(2) Ceiling of this server and machine (aiohttp alone, no httpx): "
-                            f"{eff:.0f} %")
+            verdicts.append(f"(2) Reference: aiohttp's own client, no httpx: {eff:.0f} %")
+        elif variant.name == SAME_STACK:
+            verdicts.append(f"(2) The bare loop on the shipped path: {eff:.0f} %")
         rows.append(f"| {variant.label} | {spread(walls)} | {IDEAL_S * 1000:.0f} | "
                     f"{spread(effs)} % | {target} | {spread(warmups)} % | {fmt(median(cpus))} | "
                     f"{fmt(cpu_per_request)} | {fmt(p50)} / {fmt(p99)} | {fmt(server)} | "
