@@ -254,7 +254,8 @@ async def test_a_connection_that_cannot_be_made_in_time_is_a_connect_timeout(
 
 
 @pytest.mark.parametrize(("name", "value"), [("x-team", "blue\r\nx-injected: yes"),
-                                         ("x-team", "nul\x00"), ("bad name", "v")])
+                                         ("x-team", "nul\x00"), ("bad name", "v"),
+                                         ("x-a\ninjected", "yes"), ("x-a\r\ninjected", "yes")])
 async def test_a_header_that_would_break_the_request_head_is_refused(name: str,
                                                                      value: str) -> None:
     transport = H1Transport(LIMITS)
@@ -270,7 +271,7 @@ async def test_a_header_that_would_break_the_request_head_is_refused(name: str,
     (b"HTTP/1.1 200 OK\r\nnot a header line\r\n\r\n", "invalid HTTP response"),
     (b"<html>proxy error</html>", "invalid HTTP response"),
     (b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * (MAX_HEADER_BYTES + 1) + b"\r\n\r\n",
-     f"exceed {MAX_HEADER_BYTES} bytes"),
+     f"head exceeds {MAX_HEADER_BYTES} bytes"),
 ])
 async def test_a_response_that_is_not_http_is_a_protocol_error(reply: bytes,
                                                               message: str) -> None:
@@ -415,7 +416,127 @@ async def test_a_response_nobody_asked_for_retires_the_connection() -> None:
     assert len(accepted) == 2  # the confused connection was not used again
 
 
-async def test_a_method_that_is_not_a_token_is_refused() -> None:
-    request = httpx.Request("GET /admin HTTP/1.1\r\nX", "http://127.0.0.1:9/v1")
+@pytest.mark.parametrize("method", ["GET /admin HTTP/1.1\r\nX", "GET\nX-Injected", "P OST"])
+async def test_a_method_that_is_not_a_token_is_refused(method: str) -> None:
+    request = httpx.Request(method, "http://127.0.0.1:9/v1")
     with pytest.raises(httpx.LocalProtocolError, match="invalid request method"):
         await H1Transport(LIMITS).handle_async_request(request)
+
+
+@pytest.mark.parametrize(("headers", "message"), [
+    ({"transfer-encoding": "chunked"}, "both Content-Length and Transfer-Encoding"),
+    ({"content-length": "3"}, "Content-Length 3 for a body of 8 bytes"),
+])
+async def test_a_body_its_headers_misdescribe_is_refused(headers: dict[str, str],
+                                                         message: str) -> None:
+    """Nothing a server could read as a second, smuggled request."""
+    transport = H1Transport(LIMITS)
+    async with serving(answering(OK)) as (url, accepted):
+        request = httpx.Request("POST", url, content=b'{"q": 1}',
+                                extensions={"timeout": httpx.Timeout(5).as_dict()})
+        request.headers.update(headers)
+        with pytest.raises(httpx.LocalProtocolError, match=message):
+            await transport.handle_async_request(request)
+    await transport.aclose()
+    assert accepted == []
+
+
+async def test_a_streamed_upload_goes_out_chunked() -> None:
+    seen: list[bytes] = []
+
+    async def recording(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen.append(head + await reader.readuntil(b"0\r\n\r\n"))
+        writer.write(OK)
+        await writer.drain()
+
+    async def parts() -> AsyncIterator[bytes]:
+        yield b'{"q":'
+        yield b" 1}"
+
+    transport = H1Transport(LIMITS)
+    async with serving(recording) as (url, _):
+        request = httpx.Request("POST", url, content=parts(),
+                                extensions={"timeout": httpx.Timeout(5).as_dict()})
+        response = await transport.handle_async_request(request)
+        await response.aread()
+    await transport.aclose()
+    [raw] = seen
+    assert b"transfer-encoding: chunked" in raw.lower()
+    assert raw.endswith(b'\r\n\r\n8\r\n{"q": 1}\r\n0\r\n\r\n')
+
+
+async def test_a_stream_finalized_late_leaves_a_reused_connection_alone() -> None:
+    """A consumer that stops at the end of a body by raising leaves the generators
+    under aiter_lines() to be closed later by the event loop; by then the connection
+    serves another request, which must not be cut."""
+    sse = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+           b"transfer-encoding: chunked\r\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+    late = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(sse)
+        while True:
+            await read_request(reader)
+            await asyncio.sleep(0.2)
+            writer.write(late)
+            await writer.drain()
+
+    transport = H1Transport(LIMITS)
+    async with serving(handle) as (url, accepted):
+        response = await post(transport, url, read_body=False)
+
+        async def consume() -> None:
+            async for line in response.aiter_lines():
+                if line == "data: [DONE]":
+                    raise ValueError("stop here")  # as the adapters do on an error event
+
+        with pytest.raises(ValueError, match="stop here"):
+            await consume()
+        await response.aclose()
+        second = await post(transport, url)
+    await transport.aclose()
+    assert second.content == b"{}"
+    assert len(accepted) == 1
+
+
+async def test_an_endless_header_is_refused_early() -> None:
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nx-big: ")
+        for _ in range(64):  # 4 MiB of one header value, never finished
+            writer.write(b"a" * 65536)
+            await writer.drain()
+        await asyncio.sleep(30)
+
+    transport = H1Transport(LIMITS)
+    async with serving(endless) as (url, _):
+        with pytest.raises(httpx.RemoteProtocolError, match="head exceeds"):
+            await post(transport, url)
+    await transport.aclose()
+
+
+async def test_a_body_cut_by_our_own_close_is_an_error() -> None:
+    async def trickles(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{\"partial\": ")
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    transport = H1Transport(LIMITS)
+    async with serving(trickles) as (url, _):
+        task = asyncio.create_task(post(transport, url))
+        await asyncio.sleep(0.1)
+        await transport.aclose()  # shutting down while the body still comes
+        with pytest.raises(httpx.ReadError, match="closed before the response ended"):
+            await task
+
+
+async def test_a_body_with_a_non_chunked_coding_runs_to_the_end_of_the_connection() -> None:
+    reply = b"HTTP/1.1 200 OK\r\ntransfer-encoding: identity\r\n\r\n{\"done\": true}"
+    transport = H1Transport(LIMITS)
+    async with serving(answering(reply, then_close=True)) as (url, _):
+        response = await post(transport, url)
+    await transport.aclose()
+    assert response.json() == {"done": True}

@@ -49,11 +49,14 @@ from .transports import READ_BODY, shared_ssl_context
 HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
 MAX_HEADER_BYTES = 64 * 1024
+MAX_BODY_BYTES = 64 * 1024 * 1024  # a body read whole (JSON); streams are paced instead
 ROUTE_CACHE_SIZE = 256
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
-# RFC 9110 token characters for field names (checked all at once, one per line); a
-# value may not hold CR, LF or NUL (checked all at once, TAB-separated: TAB is allowed).
+# RFC 9110 token characters, for the method and field names (the names are checked all
+# at once, one per line, and the line count checked too); a value may not hold CR, LF
+# or NUL (checked all at once, TAB-separated: TAB is allowed in values).
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FIELD_NAMES = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+(?:\n[!#$%&'*+\-.^_`|~0-9A-Za-z]+)*")
 _FIELD_VALUE_FORBIDDEN = re.compile(rb"[\r\n\x00]")
 _TARGET_FORBIDDEN = re.compile(rb"[\x00-\x20\x7f]")
@@ -80,7 +83,7 @@ class H1Transport(httpx.AsyncBaseTransport):
             raise RuntimeError("the transport was closed")
         timeouts = request.extensions.get("timeout") or {}
         key, target = self._route(request.url)
-        head, body = _request_head(request, target), await _request_body(request)
+        head, body = _request_message(request, target, await _request_body(request))
         await self._take_slot(timeouts.get("pool"))
         try:
             connection = await self._connection(key, request.url, timeouts.get("connect"))
@@ -90,12 +93,13 @@ class H1Transport(httpx.AsyncBaseTransport):
         self._in_flight.add(connection)
         read_timeout = timeouts.get("read")
         read_body = bool(request.extensions.get(READ_BODY))
+        exchange: _Exchange | None = None
         try:
             exchange = connection.send(head, body)
             await exchange.wait_for_head(read_timeout)
             content = await exchange.read_all(read_timeout) if read_body else None
         except BaseException as exc:
-            self._finish(connection, reusable=False)
+            self._finish(connection, exchange, reusable=False)
             _raise_mapped(exc)
         extensions = {"http_version": b"HTTP/1.1", "reason_phrase": exchange.reason}
         if content is None:
@@ -103,7 +107,7 @@ class H1Transport(httpx.AsyncBaseTransport):
                 status_code=exchange.status, headers=exchange.headers, request=request,
                 extensions=extensions,
                 stream=_ResponseStream(self, connection, exchange, read_timeout))
-        self._finish(connection, reusable=True)
+        self._finish(connection, exchange, reusable=True)
         response = httpx.Response(status_code=exchange.status, headers=exchange.headers,
                                   request=request, extensions=extensions,
                                   stream=httpx.ByteStream(content))
@@ -189,9 +193,14 @@ class H1Transport(httpx.AsyncBaseTransport):
             self._ssl_context = shared_ssl_context()
         return self._ssl_context
 
-    def _finish(self, connection: _Connection, *, reusable: bool) -> None:
-        """The exchange on `connection` is over: keep it for the next request or close it."""
-        if connection not in self._in_flight:
+    def _finish(self, connection: _Connection, exchange: _Exchange | None, *,
+                reusable: bool) -> None:
+        """`exchange` on `connection` is over: keep the connection for the next request or
+        close it. Only once, and only for the exchange the connection is still serving: a
+        response stream finalized late (its generator closed by the garbage collector)
+        must not touch the connection another request has taken since."""
+        if connection not in self._in_flight or (
+                exchange is not None and connection.exchange is not exchange):
             return
         self._in_flight.discard(connection)
         self._give_slot()
@@ -228,13 +237,13 @@ class _ResponseStream(httpx.AsyncByteStream):
             while chunk := await self._exchange.next_chunk(self._read_timeout):
                 yield chunk
         except BaseException as exc:
-            self._transport._finish(self._connection, reusable=False)
+            self._transport._finish(self._connection, self._exchange, reusable=False)
             _raise_mapped(exc)
-        self._transport._finish(self._connection, reusable=True)
+        self._transport._finish(self._connection, self._exchange, reusable=True)
 
     async def aclose(self) -> None:
-        self._transport._finish(self._connection, reusable=self._exchange.complete
-                                and not self._exchange.pending())
+        self._transport._finish(self._connection, self._exchange,
+                                reusable=self._exchange.complete and not self._exchange.pending())
 
 
 class _Exchange:
@@ -246,7 +255,8 @@ class _Exchange:
         self.status = 0
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
-        self.header_bytes = 0
+        self.head_bytes = 0  # bytes fed while the head was incomplete, 1xx heads included
+        self.header_bytes = 0  # the header fields parsed, 1xx heads included
         self.head_done = False
         self.complete = False
         self.keep_alive = False
@@ -273,7 +283,10 @@ class _Exchange:
     def add_body(self, data: bytes) -> None:
         self._chunks.append(data)
         self._buffered += len(data)
-        if self._buffered > HIGH_WATER and not self._whole:
+        if self._whole:
+            if self._buffered > MAX_BODY_BYTES:
+                raise _ResponseRefused(f"the response body exceeds {MAX_BODY_BYTES} bytes")
+        elif self._buffered > HIGH_WATER:
             self._connection.pause()
         self.wake()
 
@@ -341,6 +354,11 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._exchange: _Exchange | None = None
         self._paused = False
+        self._closed_here = False
+
+    @property
+    def exchange(self) -> _Exchange | None:
+        return self._exchange
 
     # -- used by the transport ---------------------------------------------------------
 
@@ -362,7 +380,12 @@ class _Connection(asyncio.Protocol):
                 and exchange is not None and exchange.complete and exchange.keep_alive)
 
     def close(self) -> None:
+        """Close from our side; a response still arriving fails (never looks complete)."""
         self.lost = True
+        self._closed_here = True
+        exchange = self._exchange
+        if exchange is not None and not exchange.complete:
+            exchange.fail(httpx.ReadError("the connection was closed before the response ended"))
         if self._transport is not None:
             self._transport.close()
 
@@ -391,6 +414,14 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self._parser.feed_data(data)
+            if not exchange.head_done:
+                exchange.head_bytes += len(data)
+                if exchange.head_bytes > MAX_HEADER_BYTES:
+                    raise _ResponseRefused(
+                        f"the response head exceeds {MAX_HEADER_BYTES} bytes")
+        except _ResponseRefused as exc:
+            exchange.fail(httpx.RemoteProtocolError(str(exc)))
+            self.close()
         except httptools.HttpParserUpgrade:
             exchange.fail(httpx.RemoteProtocolError("the server switched protocols"))
             self.close()
@@ -409,7 +440,8 @@ class _Connection(asyncio.Protocol):
         exchange = self._exchange
         if exchange is None or exchange.complete:
             return
-        if exchange.head_done and exchange.until_close and exc is None:
+        if (exchange.head_done and exchange.until_close and exc is None
+                and exchange.error is None and not self._closed_here):
             exchange.complete = True  # a body delimited by the end of the connection
             exchange.wake()
         elif not exchange.head_done:
@@ -435,12 +467,14 @@ class _Connection(asyncio.Protocol):
             self._exchange.reason = status
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        """A whole header line arrives here at once: a head that ends within one read
+        is measured here, one that does not end by the bytes fed (`data_received`)."""
         exchange = self._exchange
         if exchange is None:
             return
         exchange.header_bytes += len(name) + len(value)
         if exchange.header_bytes > MAX_HEADER_BYTES:
-            raise _ResponseRefused(f"the response headers exceed {MAX_HEADER_BYTES} bytes")
+            raise _ResponseRefused(f"the response head exceeds {MAX_HEADER_BYTES} bytes")
         exchange.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -450,13 +484,10 @@ class _Connection(asyncio.Protocol):
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # informational: the real response follows
             exchange.informational = True
-            exchange.headers, exchange.header_bytes = [], 0
+            exchange.headers = []
             return
         exchange.status = status
-        names = {name.lower() for name, _ in exchange.headers}
-        exchange.until_close = (b"content-length" not in names
-                                and b"transfer-encoding" not in names
-                                and status not in (204, 304))
+        exchange.until_close = status not in (204, 304) and _delimited_by_close(exchange.headers)
         exchange.head_done = True
         exchange.wake()
 
@@ -495,37 +526,71 @@ def _request_target(url: httpx.URL) -> bytes:
     return target
 
 
-def _request_head(request: httpx.Request, target: bytes) -> bytes:
-    """The request line and header block, refusing anything that would break out of
-    its line: CR, LF or NUL in a value, a name that is not a token."""
+def _request_message(request: httpx.Request, target: bytes,
+                     body: bytes) -> tuple[bytes, bytes]:
+    """The request line and header block, and the body framed as they announce it.
+
+    Refused: anything that would break out of its line (CR, LF or NUL in a value, a
+    method or name that is not a token), a Content-Length that is not the body's
+    length, both Content-Length and Transfer-Encoding, a transfer coding other than
+    chunked. A chunked body is sent as one chunk, however the request holds it."""
+    method = request.method.encode("ascii")
+    if not _TOKEN.fullmatch(method):
+        raise httpx.LocalProtocolError(f"invalid request method {method!r}")
     raw = request.headers.raw
-    names = [name for name, _ in raw]
-    values = [value for _, value in raw]
-    if names and not _FIELD_NAMES.fullmatch(b"\n".join(names)):
-        bad = next(name for name in names if not _FIELD_NAMES.fullmatch(name))
+    names = b"\n".join(name for name, _ in raw)
+    if raw and not (_FIELD_NAMES.fullmatch(names) and names.count(b"\n") == len(raw) - 1):
+        bad = next(name for name, _ in raw if not _TOKEN.fullmatch(name))
         raise httpx.LocalProtocolError(f"invalid header name {bad!r}")
-    if _FIELD_VALUE_FORBIDDEN.search(b"\t".join(values)):
+    if _FIELD_VALUE_FORBIDDEN.search(b"\t".join(value for _, value in raw)):
         bad = next(name for name, value in raw if _FIELD_VALUE_FORBIDDEN.search(value))
         raise httpx.LocalProtocolError(f"invalid value for header {bad.decode()!r}")
-    method = request.method.encode("ascii")
-    if not _FIELD_NAMES.fullmatch(method):
-        raise httpx.LocalProtocolError(f"invalid request method {method!r}")
+    body = _framed_body(raw, body)
     lines = [b"%s %s HTTP/1.1" % (method, target)]
     lines += [b"%s: %s" % pair for pair in raw]
     lines.append(b"\r\n")
-    return b"\r\n".join(lines)
+    return b"\r\n".join(lines), body
+
+
+def _framed_body(raw: list[tuple[bytes, bytes]], body: bytes) -> bytes:
+    lengths = [value for name, value in raw if name.lower() == b"content-length"]
+    codings = [value for name, value in raw if name.lower() == b"transfer-encoding"]
+    if codings:
+        if lengths:
+            raise httpx.LocalProtocolError(
+                "a request may not have both Content-Length and Transfer-Encoding")
+        if [c.strip().lower() for c in b",".join(codings).split(b",")] != [b"chunked"]:
+            raise httpx.LocalProtocolError(f"unsupported transfer coding {codings!r}")
+        return (b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)) if body else b"0\r\n\r\n"
+    if any(value.strip() != b"%d" % len(body) for value in lengths):
+        raise httpx.LocalProtocolError(
+            f"Content-Length {b', '.join(lengths).decode()} for a body of {len(body)} bytes")
+    return body
 
 
 async def _request_body(request: httpx.Request) -> bytes:
-    """The body to send after the head: as it is, or framed as one chunk when the
-    request announced a chunked body (a streamed upload, read whole first)."""
+    """The whole body (a streamed upload is read first)."""
     try:
         return request.content  # a body given as bytes: read already
     except httpx.RequestNotRead:
-        body = await request.aread()
-    if b"chunked" in request.headers.get("transfer-encoding", "").encode():
-        return (b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)) if body else b"0\r\n\r\n"
-    return body
+        return await request.aread()
+
+
+def _delimited_by_close(headers: list[tuple[bytes, bytes]]) -> bool:
+    """A response body with no Content-Length whose last transfer coding is not chunked
+    runs to the end of the connection (RFC 9112, 6.3)."""
+    lengths = codings = False
+    last_coding = b""
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == b"content-length":
+            lengths = True
+        elif lowered == b"transfer-encoding":
+            codings = True
+            last_coding = value.rsplit(b",", 1)[-1].strip().lower()
+    if codings:
+        return last_coding != b"chunked"
+    return not lengths
 
 
 def _seconds(timeout: float | None) -> str:
