@@ -696,9 +696,9 @@ processes now collect the young generation every 20,000 net allocations and the 
 one every 50 young collections (`tools_app/process.py`, which every client process here
 uses too). The warm-up became a batch of the measured shape: the first full batch of a
 fresh process runs 3-10 points below the next ones in every variant (column "warm-up
-batch"). Result: medians of 84-87 % over the last four runs of this benchmark, 85 % or
-more in three. The bare loop on the shipped path (~90 %) is now faster than aiohttp's
-own client (~88 %). Run-to-run spread here is ±3 points; the figures below are one run.
+batch"). Result: medians of 84-87 % over the last five runs of this benchmark, 85 % or
+more in four. The bare loop on the shipped path (~90 %) is now faster than aiohttp's own
+client (~88 %). Run-to-run spread here is ±3 points; the figures below are one run.
 """
 
 
