@@ -11,10 +11,10 @@ import pytest
 
 from .support import (
     CLOSE_SOCKET_JS,
-    SOCKET_CLOSE_CODE_JS,
     Server,
     assert_equals_reload,
     fill_playground,
+    socket_close,
     start_run,
     status,
     submit_run,
@@ -136,12 +136,11 @@ async def test_other_users_cannot_open_or_watch_a_run(open_page: Any, server: Se
     assert response.status == 404
     await bob.goto("/runs/")
     assert run_id not in await bob.content()
-    assert await bob.evaluate(SOCKET_CLOSE_CODE_JS, url) == {"code": 4403, "opened": True}
+    assert await socket_close(bob, url) == {"code": 4403, "opened": True}
 
     anonymous = await open_page()
     await anonymous.goto("/accounts/login/")
-    assert await anonymous.evaluate(SOCKET_CLOSE_CODE_JS, url) == {"code": 4401,
-                                                                  "opened": True}
+    assert await socket_close(anonymous, url) == {"code": 4401, "opened": True}
 
     # alice's session ends while she watches: the page stops reconnecting on 4401.
     if await status(alice) == "running":
