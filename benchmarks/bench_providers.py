@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,45 +180,51 @@ class DirectClient:
         await self.transport.aclose()
 
 
-async def direct_run(client: DirectClient, url: str, model: str, stream: bool) -> int:
-    """The hand-written loop on the shipped path (no AsyncClient)."""
-    import httpx
+Ask = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
-    target = httpx.URL(url)
+
+async def hand_loop(ask: Ask, model: str, stream: bool) -> int:
+    """The hand-written loops: one conversation to the final answer, `ask` sending one
+    request body and returning the assistant message; returns the tool calls executed."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
     executed = 0
     while True:
         body: dict[str, Any] = {"model": model, "messages": messages, "tools": TOOLS}
         if stream:
             body["stream"] = True
+        ran = await _run_tool_calls(await ask(body), messages)
+        if ran is None:
+            return executed
+        executed += ran
+
+
+async def direct_run(client: DirectClient, url: str, model: str, stream: bool) -> int:
+    """The hand-written loop on the shipped path (no AsyncClient)."""
+    import httpx
+
+    target = httpx.URL(url)
+
+    async def ask(body: dict[str, Any]) -> dict[str, Any]:
         response = await client.post(target, json.dumps(body).encode(), stream)
         try:
             response.raise_for_status()
             if stream:
-                message = await _fold_sse(response.aiter_lines())
-            else:
-                message = json.loads(response.content)["choices"][0]["message"]
+                return await _fold_sse(response.aiter_lines())
+            return json.loads(response.content)["choices"][0]["message"]
         finally:
             await response.aclose()
-        ran = await _run_tool_calls(message, messages)
-        if ran is None:
-            return executed
-        executed += ran
+
+    return await hand_loop(ask, model, stream)
 
 
 async def raw_aiohttp_run(session: Any, url: str, model: str) -> int:
     """The same loop on aiohttp's own API (JSON only): what this server and machine allow."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
-    executed = 0
-    while True:
-        body = {"model": model, "messages": messages, "tools": TOOLS}
+    async def ask(body: dict[str, Any]) -> dict[str, Any]:
         async with session.post(url, json=body) as response:
             response.raise_for_status()
-            message = (await response.json())["choices"][0]["message"]
-        ran = await _run_tool_calls(message, messages)
-        if ran is None:
-            return executed
-        executed += ran
+            return (await response.json())["choices"][0]["message"]
+
+    return await hand_loop(ask, model, stream=False)
 
 
 async def _run_tool_calls(message: dict[str, Any], messages: list[dict[str, Any]],
@@ -238,24 +245,17 @@ async def _run_tool_calls(message: dict[str, Any], messages: list[dict[str, Any]
 
 
 async def bare_run(client: Any, url: str, model: str, stream: bool) -> int:
-    """One conversation to the final answer; returns the tool calls executed."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": PROMPT}]
-    executed = 0
-    while True:
-        body: dict[str, Any] = {"model": model, "messages": messages, "tools": TOOLS}
+    """The hand-written loop on an httpx (or httpx2) AsyncClient."""
+    async def ask(body: dict[str, Any]) -> dict[str, Any]:
         if stream:
-            body["stream"] = True
             async with client.stream("POST", url, json=body) as response:
                 response.raise_for_status()
-                message = await _fold_sse(response.aiter_lines())
-        else:
-            response = await client.post(url, json=body)
-            response.raise_for_status()
-            message = response.json()["choices"][0]["message"]
-        ran = await _run_tool_calls(message, messages)
-        if ran is None:
-            return executed
-        executed += ran
+                return await _fold_sse(response.aiter_lines())
+        response = await client.post(url, json=body)
+        response.raise_for_status()
+        return response.json()["choices"][0]["message"]
+
+    return await hand_loop(ask, model, stream)
 
 
 async def _fold_sse(lines: Any) -> dict[str, Any]:

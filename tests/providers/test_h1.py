@@ -12,8 +12,7 @@ import asyncio
 import datetime
 import ipaddress
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,45 +22,10 @@ import pytest
 from tools_app.engine.providers.h1 import MAX_HEADER_BYTES, H1Transport, connection_count
 from tools_app.engine.providers.transports import READ_BODY
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+from .loopback import Handler, hanging_after, read_request, serving
+
 LIMITS = httpx.Limits(max_connections=10, max_keepalive_connections=10, keepalive_expiry=5)
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
-
-
-@asynccontextmanager
-async def serving(handler: Handler,
-                  tls: ssl.SSLContext | None = None) -> AsyncIterator[tuple[str, list[int]]]:
-    """A loopback server running `handler` per connection; yields its URL and a list
-    that gets one entry per connection accepted."""
-    accepted: list[int] = []
-    writers: list[asyncio.StreamWriter] = []
-
-    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.append(1)
-        writers.append(writer)
-        try:
-            await handler(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(on_connection, "127.0.0.1", 0, ssl=tls)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}/v1/chat", accepted
-    finally:
-        server.close()
-        for writer in writers:  # wait_closed() waits for the connections too
-            writer.close()
-        await server.wait_closed()
-
-
-async def read_request(reader: asyncio.StreamReader) -> bytes:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    return head + await reader.readexactly(length)
 
 
 def answering(*responses: bytes, then_close: bool = False) -> Handler:
@@ -157,12 +121,8 @@ async def test_a_full_pool_makes_requests_wait_and_then_time_out() -> None:
 
 
 async def test_a_cancelled_request_closes_its_connection() -> None:
-    async def never_answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        await asyncio.sleep(30)
-
     transport = H1Transport(LIMITS)
-    async with serving(never_answers) as (url, _):
+    async with serving(hanging_after()) as (url, _):
         task = asyncio.create_task(post(transport, url))
         await asyncio.sleep(0.05)
         assert connection_count(transport) == 1
@@ -176,14 +136,8 @@ async def test_a_cancelled_request_closes_its_connection() -> None:
 async def test_a_stream_dropped_before_its_end_closes_its_connection() -> None:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 20\r\n\r\n"
 
-    async def half(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(head + b"data: 1\n\n")
-        await writer.drain()
-        await asyncio.sleep(30)
-
     transport = H1Transport(LIMITS)
-    async with serving(half) as (url, _):
+    async with serving(hanging_after(head + b"data: 1\n\n")) as (url, _):
         response = await post(transport, url, read_body=False)
         chunks = aiter(response.aiter_raw())
         assert await anext(chunks) == b"data: 1\n\n"
@@ -212,26 +166,17 @@ async def test_a_large_streamed_body_arrives_whole_at_the_readers_pace() -> None
 
 
 async def test_a_server_that_never_answers_is_a_read_timeout() -> None:
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        await asyncio.sleep(30)
-
     transport = H1Transport(LIMITS)
-    async with serving(silent) as (url, _):
+    async with serving(hanging_after()) as (url, _):
         with pytest.raises(httpx.ReadTimeout, match=r"no response data within 0\.1 s"):
             await post(transport, url, timeout=httpx.Timeout(5, read=0.1))
     await transport.aclose()
 
 
 async def test_a_body_that_stalls_is_a_read_timeout() -> None:
-    async def stalls(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{\"a\"")
-        await writer.drain()
-        await asyncio.sleep(30)
-
+    partial = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{\"a\""
     transport = H1Transport(LIMITS)
-    async with serving(stalls) as (url, _):
+    async with serving(hanging_after(partial)) as (url, _):
         with pytest.raises(httpx.ReadTimeout):
             await post(transport, url, timeout=httpx.Timeout(5, read=0.1))
         assert connection_count(transport) == 0
@@ -518,14 +463,9 @@ async def test_an_endless_header_is_refused_early() -> None:
 
 
 async def test_a_body_cut_by_our_own_close_is_an_error() -> None:
-    async def trickles(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{\"partial\": ")
-        await writer.drain()
-        await asyncio.sleep(30)
-
+    trickle = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{\"partial\": "
     transport = H1Transport(LIMITS)
-    async with serving(trickles) as (url, _):
+    async with serving(hanging_after(trickle)) as (url, _):
         task = asyncio.create_task(post(transport, url))
         await asyncio.sleep(0.1)
         await transport.aclose()  # shutting down while the body still comes

@@ -16,6 +16,7 @@ from tools_app.engine.messages import ChatRequest, UserMessage
 from tools_app.engine.providers.openai import OpenAIChatModel
 from tools_app.engine.providers.transports import HTTP_BACKENDS
 
+from .loopback import read_request, serving
 from .wire import openai_completion
 
 REQUEST = ChatRequest(messages=(UserMessage(text="Hi"),))
@@ -26,34 +27,20 @@ ENCODINGS: dict[str, Encoder] = {"identity": lambda body: body, "gzip": gzip.com
 
 @asynccontextmanager
 async def _serve(head: bytes, body_parts: list[bytes]) -> AsyncIterator[tuple[str, list[bytes]]]:
-    """A one-route HTTP/1.1 server on loopback answering every request alike; yields
-    its base URL and the request heads it read."""
+    """A loopback server answering every request alike; yields its base URL and the
+    request heads it read."""
     heads: list[bytes] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                request_head = await reader.readuntil(b"\r\n\r\n")
-                heads.append(request_head)
-                length = next(int(line.split(b":")[1]) for line in request_head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:"))
-                await reader.readexactly(length)
-                writer.write(head)
-                for part in body_parts:
-                    writer.write(part)
-                    await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        while True:
+            heads.append((await read_request(reader)).split(b"\r\n\r\n")[0])
+            writer.write(head)
+            for part in body_parts:
+                writer.write(part)
+                await writer.drain()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/v1", heads
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with serving(handle, path="/v1") as (base_url, _):
+        yield base_url, heads
 
 
 def _response_head(encoding: str, *, length: int | None, content_type: str) -> bytes:
