@@ -14,7 +14,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from agentforge_web.origin import SameOriginValidator  # noqa: E402
-from tools_app.routing import websocket_urlpatterns  # noqa: E402
+from tools_app.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
@@ -31,10 +31,6 @@ application = ProtocolTypeRouter(
 if settings.TASK_BACKEND == "inprocess" and os.environ.get("AGENTFORGE_EMBEDDED_WORKER") != "0":
     # The embedded default: this server process is also the worker. Resume what a
     # previous process left behind, then reap lost leases periodically.
-    from tools_app.worker import start_embedded_worker
+    from tools_app.runs.worker import start_embedded_worker
 
     start_embedded_worker()
-
-from tools_app.process import prepare_for_serving  # noqa: E402
-
-prepare_for_serving()  # last: after everything the server imports at start

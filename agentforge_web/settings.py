@@ -77,6 +77,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
             ],
+            "libraries": {"timeline": "tools_app.web.timeline_tags"},
         },
     },
 ]
@@ -85,7 +86,7 @@ TEMPLATES = [
 DATABASE_URL = envstr("DATABASE_URL", f"sqlite:///{DATA_DIR / 'agentforge.sqlite3'}")
 # No persistent connections: under ASGI every HTTP request runs on a thread of its own,
 # and a connection kept there would outlive the thread. The live timeline's reads, all on
-# one long-lived thread, keep theirs (tools_app/consumers.py).
+# one long-lived thread, keep theirs (tools_app/live/consumers.py).
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
@@ -164,7 +165,7 @@ else:
 
 TASK_BACKEND = envstr("TASK_BACKEND", "inprocess")
 _TASK_BACKENDS = {
-    "inprocess": "tools_app.task_backend.InProcessBackend",
+    "inprocess": "tools_app.runs.task_backend.InProcessBackend",
     "database": "django_tasks_db.DatabaseBackend",
     "immediate": "django.tasks.backends.immediate.ImmediateBackend",
 }
@@ -175,7 +176,7 @@ if TASK_BACKEND not in _TASK_BACKENDS:
 TASKS = {"default": {"BACKEND": _TASK_BACKENDS[TASK_BACKEND]}}
 
 # -- the product ------------------------------------------------------------------------
-AGENTFORGE_TOOL_MODULES = envlist("AGENTFORGE_TOOL_MODULES", ["tools_app.example_tools"])
+AGENTFORGE_TOOL_MODULES = envlist("AGENTFORGE_TOOL_MODULES", ["tools_app.tools.example_tools"])
 AGENTFORGE_MAX_VALUE_BYTES = envint("AGENTFORGE_MAX_VALUE_BYTES", 1_000_000, minimum=1024)
 AGENTFORGE_LEASE_SECONDS = envfloat("AGENTFORGE_LEASE_SECONDS", 30.0, above=0)
 AGENTFORGE_HEARTBEAT_SECONDS = envfloat("AGENTFORGE_HEARTBEAT_SECONDS", 5.0, above=0)

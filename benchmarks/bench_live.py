@@ -88,7 +88,7 @@ import json, os
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.backends.db import SessionStore
-from tools_app.api_tokens import create_token
+from tools_app.web.api_tokens import create_token
 from tools_app.models import ModelEndpoint
 user = get_user_model().objects.create_user("bench", is_staff=True)
 session = SessionStore()

@@ -18,11 +18,11 @@ ROUNDS, CALLS_PER_ROUND, REPEATS = 50, 20, 15
 def build_run() -> str:
     from django.contrib.auth import get_user_model
 
-    from tools_app import services
     from tools_app.models import ErrorPolicy, ModelEndpoint
-    from tools_app.tool_registry import sync_tools
+    from tools_app.runs import services
+    from tools_app.tools.registry import sync_tools
 
-    sync_tools(["tools_app.example_tools"])
+    sync_tools(["tools_app.tools.example_tools"])
     from tools_app.models import ToolRegistration
 
     calc = ToolRegistration.objects.get(name="calculator")

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, ToolRegistration
-from tools_app.tool_registry import sync_tools
+from tools_app.tools.registry import sync_tools
 
 
 @pytest.fixture
 def demo_tools(db: None) -> dict[str, ToolRegistration]:
-    sync_tools(["tools_app.example_tools"])
+    sync_tools(["tools_app.tools.example_tools"])
     return {t.name: t for t in ToolRegistration.objects.all()}
 
 

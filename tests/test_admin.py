@@ -14,7 +14,6 @@ from django.test import Client
 from django.urls import reverse
 
 from tools_app.admin import POLICY_FIELDS
-from tools_app.api_tokens import create_token, user_for_token
 from tools_app.models import (
     ApiToken,
     ErrorPolicy,
@@ -26,7 +25,8 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
-from tools_app.tool_registry import compute_version_hash
+from tools_app.tools.registry import compute_version_hash
+from tools_app.web.api_tokens import create_token, user_for_token
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +52,7 @@ def world(alice: AbstractUser) -> dict[type[Model], Model]:
         capability_report={"parallel_tool_calls": True, "note": "<script>x</script>"},
     )
     tool = ToolRegistration(
-        name="get_weather", python_path="tools_app.example_tools.get_weather",
+        name="get_weather", python_path="tools_app.tools.example_tools.get_weather",
         description="Weather", json_schema={"type": "object", "properties": {}},
     )
     tool.version_hash = compute_version_hash(tool)
@@ -245,7 +245,7 @@ def test_a_canary_key_never_appears_on_any_admin_page(
 
 def tool_data(**overrides: str) -> dict[str, str]:
     data = {"name": "calc", "kind": "python",
-            "python_path": "tools_app.example_tools.calculator", "description": "Calculator",
+            "python_path": "tools_app.tools.example_tools.calculator", "description": "Calculator",
             "json_schema": json.dumps({"type": "object", "properties": {}}), "config": "{}",
             "return_behavior": "to_llm", "timeout_seconds": "", "enabled": "on"}
     return data | overrides
@@ -263,7 +263,7 @@ def tool_data(**overrides: str) -> dict[str, str]:
          '"properties" must map'),
         ({"python_path": ""}, "python_path", "A Python tool needs module.function"),
         ({"python_path": "no_such_module_q.tool"}, "python_path", "cannot import"),
-        ({"python_path": "tools_app.example_tools.nope"}, "python_path", "has no attribute"),
+        ({"python_path": "tools_app.tools.example_tools.nope"}, "python_path", "has no attribute"),
         ({"python_path": "os.system"}, "python_path", "is not decorated with @tool"),
         ({"kind": "mock"}, "python_path", "Only Python tools have a Python path"),
         ({"name": "bad name!"}, "name", "Tool names must be"),

@@ -18,10 +18,10 @@ DAPHNE = str(Path(sys.executable).with_name("daphne"))
 TIMEOUT = 30.0  # an upper bound for each wait, never a measured duration
 
 CREATE_RUN = """
-from tools_app import services
+from tools_app.runs import services
 from tools_app.models import ErrorPolicy, ModelEndpoint, ToolRegistration
-from tools_app.tool_registry import sync_tools
-sync_tools(["tools_app.example_tools"])
+from tools_app.tools.registry import sync_tools
+sync_tools(["tools_app.tools.example_tools"])
 endpoint = ModelEndpoint.objects.create(name="slow", kind="scripted", script=[
     {"tool_calls": [{"name": "slow_tool", "arguments": {"seconds": 1.5}}]},
     {"tool_calls": [{"name": "slow_tool", "arguments": {"seconds": 8}}]},

@@ -6,7 +6,6 @@ import re
 
 import pytest
 
-from tools_app import example_tools
 from tools_app.engine import (
     FunctionToolExecutor,
     ToolExecutionError,
@@ -14,7 +13,8 @@ from tools_app.engine import (
     tool_specifications_from,
 )
 from tools_app.engine.spec import tool_options
-from tools_app.example_tools import (
+from tools_app.tools import example_tools
+from tools_app.tools.example_tools import (
     always_fails,
     calculator,
     convert_units,

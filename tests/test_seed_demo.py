@@ -6,11 +6,11 @@ import json
 import pytest
 from django.core.management import call_command
 
-from tools_app import example_tools
 from tools_app.admin import script_problems
 from tools_app.engine import ScriptedChatModel, ScriptStep, ToolService, UserMessage
 from tools_app.management.commands.seed_demo import DEMO_SCRIPTS, HALLUCINATED_TOOL
 from tools_app.models import ErrorPolicy, ModelEndpoint, ToolRegistration
+from tools_app.tools import example_tools
 
 pytestmark = pytest.mark.django_db
 

@@ -163,7 +163,7 @@ def test_the_default_is_the_embedded_configuration(tmp_path: Path) -> None:
     assert config["database"]["ENGINE"] == "django.db.backends.sqlite3"
     assert config["database"]["NAME"] == str(tmp_path / "agentforge.sqlite3")
     assert config["channel_layer"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
-    assert config["tasks"] == "tools_app.task_backend.InProcessBackend"
+    assert config["tasks"] == "tools_app.runs.task_backend.InProcessBackend"
     assert (config["lease"], config["heartbeat"]) == (30.0, 5.0)
 
 

@@ -15,7 +15,7 @@ from django.core.management import CommandError, call_command
 from pytest_django.fixtures import Settings
 
 from tools_app.models import ToolKind, ToolRegistration
-from tools_app.tool_registry import ToolSyncError, compute_version_hash, sync_tools
+from tools_app.tools.registry import ToolSyncError, compute_version_hash, sync_tools
 
 pytestmark = pytest.mark.django_db
 
@@ -187,7 +187,7 @@ def test_it_keeps_a_python_tool_from_another_module_that_still_exists(
 ) -> None:
     ToolRegistration.objects.create(
         name="weather", kind=ToolKind.PYTHON,
-        python_path="tools_app.example_tools.get_weather", json_schema={"type": "object"},
+        python_path="tools_app.tools.example_tools.get_weather", json_schema={"type": "object"},
     )
     ToolRegistration.objects.create(name="mocked", kind=ToolKind.MOCK,
                                     json_schema={"type": "object"})
@@ -198,7 +198,7 @@ def test_it_keeps_a_python_tool_from_another_module_that_still_exists(
 
 @pytest.mark.parametrize(
     ("kind", "python_path"),
-    [(ToolKind.HTTP, ""), (ToolKind.PYTHON, "tools_app.example_tools.get_weather")],
+    [(ToolKind.HTTP, ""), (ToolKind.PYTHON, "tools_app.tools.example_tools.get_weather")],
 )
 def test_a_name_taken_by_another_tool_is_an_error_and_changes_nothing(
     write_module: WriteModule, kind: str, python_path: str

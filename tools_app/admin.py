@@ -25,7 +25,6 @@ from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 from pydantic import ValidationError as PydanticValidationError
 
-from .api_tokens import assign_new_secret
 from .engine.providers.scripted import ScriptStep
 from .models import (
     ApiToken,
@@ -40,7 +39,8 @@ from .models import (
     ToolKind,
     ToolRegistration,
 )
-from .tool_registry import compute_version_hash, resolve_tool_function
+from .tools.registry import compute_version_hash, resolve_tool_function
+from .web.api_tokens import assign_new_secret
 
 admin.site.site_header = "AgentForge admin"
 admin.site.site_title = "AgentForge admin"

@@ -7,4 +7,4 @@ class ToolsAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import signals  # noqa: F401  (connects the receivers)
+        from .live import notify, sessions  # noqa: F401  (connects the receivers)

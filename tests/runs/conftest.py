@@ -13,7 +13,7 @@ import pytest
 
 from tools_app.engine import AiMessage, ChatRequest, ChatResponse, ScriptedChatModel
 from tools_app.models import ToolRegistration
-from tools_app.tool_registry import sync_tools
+from tools_app.tools.registry import sync_tools
 
 from .support import ModelSpy
 from .tools_for_tests import STATE, SimulatedCrash, ToolState
@@ -37,7 +37,7 @@ def tool_state() -> Iterator[ToolState]:
 @pytest.fixture
 def tools(db: None) -> dict[str, ToolRegistration]:
     """The demo tools plus the counting tools of tests/runs/tools_for_tests.py."""
-    sync_tools(["tools_app.example_tools", "tests.runs.tools_for_tests"])
+    sync_tools(["tools_app.tools.example_tools", "tests.runs.tools_for_tests"])
     return {t.name: t for t in ToolRegistration.objects.all()}
 
 

@@ -9,7 +9,6 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
-from tools_app import runner
 from tools_app.models import (
     ErrorPolicy,
     ModelEndpoint,
@@ -19,7 +18,8 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
-from tools_app.services import conversation, run_create
+from tools_app.runs import tasks
+from tools_app.runs.services import conversation, run_create
 
 
 def start(
@@ -34,8 +34,9 @@ def start(
 
 
 def execute(run: Run) -> str | None:
-    """runner.execute_run in a fresh event loop, as a worker would call it; refreshes `run`."""
-    status = async_to_sync(runner.execute_run)(str(run.pk))
+    """The execute_run task's body in a fresh event loop, as a worker calls it (a run
+    handed back is enqueued again); refreshes `run`."""
+    status = async_to_sync(tasks.execute_run.acall)(str(run.pk))
     run.refresh_from_db()
     return status
 

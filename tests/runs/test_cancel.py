@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tools_app import worker
-from tools_app.leases import reap_expired_runs
 from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolRegistration
-from tools_app.services import run_cancel
+from tools_app.runs import worker
+from tools_app.runs.leases import reap_expired_runs
+from tools_app.runs.services import run_cancel
 
 from .support import (
     assert_seqs_gapless,

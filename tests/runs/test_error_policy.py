@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolRegistration
-from tools_app.services import RunRequestError
-from tools_app.snapshot import engine_for_snapshot
+from tools_app.runs.services import RunRequestError
+from tools_app.runs.snapshot import engine_for_snapshot
 
 from .support import calls, execute, overlaps, rounds, start
 

@@ -20,9 +20,9 @@ from django.db import connection, transaction
 from django.db.models import Count, Q
 
 from tests.fixtures_world import WEATHER_SCRIPT
-from tools_app import services, task_backend
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall, ToolRegistration
-from tools_app.tool_registry import sync_tools
+from tools_app.runs import services, task_backend
+from tools_app.tools.registry import sync_tools
 
 from .support import assert_seqs_gapless, start
 
@@ -42,7 +42,7 @@ def wait_until(condition: Callable[[], bool], *, timeout: float = DEADLINE_SECON
 
 @pytest.fixture
 def inprocess_backend(settings: Any) -> None:
-    settings.TASKS = {"default": {"BACKEND": "tools_app.task_backend.InProcessBackend"}}
+    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.task_backend.InProcessBackend"}}
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def lock_free_polling() -> Iterator[None]:
 
 @pytest.fixture
 def world(transactional_db: None, make_endpoint: Any) -> tuple[Any, ToolRegistration, ErrorPolicy]:
-    sync_tools(["tools_app.example_tools"])
+    sync_tools(["tools_app.tools.example_tools"])
     policy = ErrorPolicy.objects.create(name="In-process policy", is_default=True)
     endpoint = make_endpoint(WEATHER_SCRIPT, name="weather")
     return endpoint, ToolRegistration.objects.get(name="get_weather"), policy

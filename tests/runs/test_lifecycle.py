@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tools_app.example_tools import get_weather
 from tools_app.models import ErrorPolicy, RunEvent, RunStatus, ToolRegistration
+from tools_app.tools.example_tools import get_weather
 
 from .support import assert_seqs_gapless, calls, events, execute, kinds, rounds, start
 
@@ -195,13 +195,13 @@ def test_a_broken_channel_layer_never_fails_a_run(
 ) -> None:
     """Live notifications are best effort (the database is the truth): a channel layer
     that fails (Redis down) is logged, and the run goes on and is stored completely."""
-    from tools_app import recorder
+    from tools_app.live import notify as broadcast
 
     class BrokenLayer:
         async def group_send(self, group: str, message: dict[str, Any]) -> None:
             raise ConnectionError("Redis is down")
 
-    monkeypatch.setattr(recorder, "get_channel_layer", BrokenLayer)
+    monkeypatch.setattr(broadcast, "get_channel_layer", BrokenLayer)
     run = start(make_endpoint([{"tool_calls": [{"name": "lookup", "arguments": {"key": "k"}}]},
                                {"text": "model saw: {last_result}"}]),
                 [tools["lookup"]], policy)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from tools_app import runner, snapshot
 from tools_app.models import ErrorPolicy, ToolRegistration
+from tools_app.runs import runner, snapshot
 
 from .support import execute, start
 

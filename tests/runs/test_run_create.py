@@ -6,7 +6,7 @@ import pytest
 
 from tools_app.engine import SystemMessage, UserMessage
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolRegistration
-from tools_app.services import RunRequestError, conversation, run_create
+from tools_app.runs.services import RunRequestError, conversation, run_create
 
 pytestmark = pytest.mark.both
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tools_app import runner, tasks
 from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolCall, ToolRegistration
+from tools_app.runs import runner, tasks
 
 from .support import ModelSpy, assert_seqs_gapless, calls, events, execute, rounds, start, statuses
 from .tools_for_tests import STATE
@@ -121,7 +121,7 @@ def test_a_database_failure_mid_run_hands_the_run_back_instead_of_failing_it(
     interrupted and re-queued, and resumes from what was stored."""
     from django.db import OperationalError
 
-    from tools_app.recorder import RunRecorder
+    from tools_app.runs.recorder import RunRecorder
 
     run = start(make_endpoint(THREE_ROUNDS), [tools["lookup"]], policy)
     enqueued: list[str] = []

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tools_app.example_tools import get_weather
 from tools_app.models import ErrorPolicy, ModelEndpoint, RunStatus, ToolRegistration
+from tools_app.tools.example_tools import get_weather
 
 from .support import calls, execute, start
 
@@ -30,7 +30,7 @@ def test_the_snapshot_freezes_endpoint_tools_policy_and_messages(
     assert snapshot["endpoint"]["kind"] == "scripted"
     [frozen_tool] = snapshot["tools"]
     assert frozen_tool["name"] == "get_weather"
-    assert frozen_tool["python_path"] == "tools_app.example_tools.get_weather"
+    assert frozen_tool["python_path"] == "tools_app.tools.example_tools.get_weather"
     assert frozen_tool["version_hash"] == tool.version_hash
     assert frozen_tool["json_schema"] == tool.json_schema
     assert snapshot["policy"]["id"] == policy.pk
@@ -48,7 +48,7 @@ def test_editing_policy_tool_and_endpoint_after_create_changes_nothing(
     weather_endpoint.script = [{"text": "EDITED SCRIPT"}]
     weather_endpoint.model = "edited-model"
     weather_endpoint.save()
-    tool.python_path = "tools_app.example_tools.always_fails"
+    tool.python_path = "tools_app.tools.example_tools.always_fails"
     tool.description = "edited"
     tool.timeout_seconds = 0.001
     tool.version_hash = "edited"
@@ -82,7 +82,7 @@ def test_a_run_calls_the_tool_function_it_was_created_with(
 ) -> None:
     tool = demo_tools["get_weather"]
     run = start(weather_endpoint, [tool], policy)
-    tool.python_path = "tools_app.example_tools.always_fails"
+    tool.python_path = "tools_app.tools.example_tools.always_fails"
     tool.timeout_seconds = 0.001
     tool.save()
 

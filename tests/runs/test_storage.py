@@ -8,7 +8,7 @@ import pytest
 
 from tools_app.engine import ChatRequest, ChatResponse, ScriptedChatModel
 from tools_app.models import ErrorPolicy, RunEvent, ToolRegistration
-from tools_app.storage import NUL_REPLACEMENT, REDACTED, clean_json, clean_text, redact
+from tools_app.runs.storage import NUL_REPLACEMENT, REDACTED, clean_json, clean_text, redact
 
 from .support import calls, execute, rounds, start, stored_strings
 from .tools_for_tests import STATE
@@ -200,7 +200,7 @@ def test_redact_with_no_usable_secrets_returns_the_value_unchanged() -> None:
 def test_the_truncation_marker_counts_every_dropped_byte_of_a_split_character(
     settings: object,
 ) -> None:
-    from tools_app.storage import clean_text
+    from tools_app.runs.storage import clean_text
 
     text = "ab" + "é" * 10  # é is two bytes: a cap of 3 splits the first one
     cleaned = clean_text(text, limit=3)

@@ -31,7 +31,6 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django_tasks_db.models import DBTaskResult
 
-from tools_app import services
 from tools_app.fake_llm import BackgroundServer, FakeLLMApp, ScriptSet
 from tools_app.models import (
     TERMINAL_STATUSES,
@@ -41,14 +40,15 @@ from tools_app.models import (
     RunEvent,
     ToolRegistration,
 )
-from tools_app.tool_registry import sync_tools
+from tools_app.runs import services
+from tools_app.tools.registry import sync_tools
 
 from .slow_tools import COUNTER_DIR_ENV, counter_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = "2"
 HEARTBEAT_SECONDS = "0.3"
-EXECUTE_RUN = "tools_app.tasks.execute_run"
+EXECUTE_RUN = "tools_app.runs.tasks.execute_run"
 # Upper bounds of waits, never measured durations.
 START_TIMEOUT = 30.0
 RUN_TIMEOUT = 60.0
@@ -188,7 +188,7 @@ def worker_env(counters: Path, **overrides: str) -> dict[str, str]:
         REDIS_URL=django_settings.REDIS_URL,
         AGENTFORGE_LEASE_SECONDS=LEASE_SECONDS,
         AGENTFORGE_HEARTBEAT_SECONDS=HEARTBEAT_SECONDS,
-        AGENTFORGE_TOOL_MODULES="tools_app.example_tools,tests.scaleout.slow_tools",
+        AGENTFORGE_TOOL_MODULES="tools_app.tools.example_tools,tests.scaleout.slow_tools",
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p),
         PYTHONUNBUFFERED="1",
         LOG_LEVEL="INFO",

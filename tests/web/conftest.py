@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools_app import services
+from tools_app.runs import services
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,9 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from tools_app import services
 from tools_app.engine import ChatRequestParameters
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
+from tools_app.runs import services
 
 
 def start_run(

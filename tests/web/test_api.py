@@ -11,9 +11,9 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from tools_app.api_tokens import create_token
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from tools_app.runner import execute_run
+from tools_app.runs.runner import execute_run
+from tools_app.web.api_tokens import create_token
 
 from .support import start_run
 

@@ -22,12 +22,14 @@ from django.test import Client
 from django.utils import timezone
 
 from agentforge_web.asgi import application
-from tools_app import consumers, recorder
-from tools_app.fragments import render_updates
+from tools_app.live import consumers
+from tools_app.live.fragments import render_updates
+from tools_app.live.notify import group_name
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolCall, ToolRegistration
-from tools_app.recorder import group_name, notify
-from tools_app.runner import execute_run
-from tools_app.selectors import EventMark, event_marks_after
+from tools_app.runs import recorder
+from tools_app.runs.eventlog import notify
+from tools_app.runs.runner import execute_run
+from tools_app.runs.selectors import EventMark, event_marks_after
 
 from .support import PAYLOAD, Tree, assert_inert, start_run
 
@@ -711,7 +713,7 @@ async def test_every_viewer_of_a_run_gets_the_same_live_message(
 def append_status_event(run_id: Any) -> int:
     from django.db import transaction
 
-    from tools_app.leases import append_event
+    from tools_app.runs.eventlog import append_event
 
     with transaction.atomic():
         return append_event(str(run_id), None, "run_status", {"status": "queued"})
@@ -840,7 +842,7 @@ async def test_cancelling_a_queued_run_reaches_its_live_viewers(
 ) -> None:
     """No worker runs a queued run, so its cancel is written by the request itself: the
     viewers must still be told, or their page shows "queued" until a reload."""
-    from tools_app.services import run_cancel
+    from tools_app.runs.services import run_cancel
 
     run = await weather_run()
     viewers = [await open_socket(sockets, run.pk, bob) for _ in range(2)]
@@ -858,7 +860,7 @@ async def test_cancelling_a_queued_run_reaches_its_live_viewers(
 async def test_a_run_the_reaper_interrupts_shows_it_live(
     weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
 ) -> None:
-    from tools_app.leases import claim, reap_expired_runs
+    from tools_app.runs.leases import claim, reap_expired_runs
 
     run = await weather_run()
     assert await sync_to_async(claim)(str(run.pk), "a-worker-that-dies") is not None

@@ -17,8 +17,7 @@ from django.contrib.auth.models import AbstractUser
 from django.template.loader import render_to_string
 from django.test import Client
 
-from tools_app import recorder
-from tools_app.fragments import render_updates
+from tools_app.live.fragments import render_updates
 from tools_app.models import (
     ErrorPolicy,
     ModelEndpoint,
@@ -28,8 +27,9 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
-from tools_app.runner import execute_run
-from tools_app.selectors import EventMark, event_marks_after, events_after
+from tools_app.runs import recorder
+from tools_app.runs.runner import execute_run
+from tools_app.runs.selectors import EventMark, event_marks_after, events_after
 
 from .support import (
     HEADER_RE,
@@ -82,7 +82,7 @@ def live_batches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             await sync_to_async(batch)(run_id)
 
     monkeypatch.setattr(recorder, "notify", notify)
-    monkeypatch.setattr("tools_app.runner.notify", notify)
+    monkeypatch.setattr("tools_app.runs.runner.notify", notify)
     return batches
 
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tools_app import views
 from tools_app.models import ModelEndpoint
-from tools_app.probing import probe_and_store
+from tools_app.runs.probing import probe_and_store
+from tools_app.web import views
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,11 +18,10 @@ from django.db import connections
 from django_tasks_db.management.commands import db_worker
 from django_tasks_db.models import DBTaskResult
 
-from tools_app import runner
-from tools_app.leases import release_this_process_runs
-from tools_app.process import prepare_for_serving
-from tools_app.tasks import enqueue_run
-from tools_app.worker import reap_and_enqueue, start_reaper_thread
+from tools_app.runs import runner
+from tools_app.runs.leases import release_this_process_runs
+from tools_app.runs.tasks import enqueue_run
+from tools_app.runs.worker import reap_and_enqueue, start_reaper_thread
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +153,6 @@ class Command(db_worker.Command):
                  "AGENTFORGE_WORKER_CONCURRENCY)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        prepare_for_serving()
         concurrency = options.pop("concurrency") or settings.AGENTFORGE_WORKER_CONCURRENCY
         reap_and_enqueue()
         stop = threading.Event()

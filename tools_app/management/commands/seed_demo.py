@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, ProviderKind
-from tools_app.tool_registry import ToolSyncError, sync_tools
+from tools_app.tools.registry import ToolSyncError, sync_tools
 
 # The tool the "hallucinated tool" script calls; it must never be registered.
 HALLUCINATED_TOOL = "get_stock_price"

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tools_app.tool_registry import ToolSyncError, sync_tools
+from tools_app.tools.registry import ToolSyncError, sync_tools
 
 
 class Command(BaseCommand):

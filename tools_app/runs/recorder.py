@@ -2,8 +2,8 @@
 
 Each event's state change (Round / ToolCall / Run totals) and its RunEvent are written
 in ONE transaction, with the seq allocated under the worker's lease token. Only after
-the commit is the channel-layer group `run.<id>` notified, with just the seq: the
-WebSocket consumer reads rows by seq, so a dropped notification never loses anything.
+the commit are viewers notified (`eventlog.notify`), with just the seq: the WebSocket
+consumer reads rows by seq, so a dropped notification never loses anything.
 Streaming fragments (partial text / tool-call pieces) are not stored: they are only
 broadcast, and the stored model response supersedes them.
 """
@@ -15,11 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 from django.db.models import F
 
-from .engine.events import (
+from ..engine.events import (
     ModelResponseReceived,
     PartialText,
     PartialToolCall,
@@ -31,39 +30,14 @@ from .engine.events import (
     ToolCallProposed,
     ToolCallStarted,
 )
-from .engine.execution import arguments_as_map
-from .leases import append_event
-from .models import Round, Run, ToolCall
+from ..engine.execution import arguments_as_map
+from ..models import Round, Run, ToolCall
+from .eventlog import append_event, notify
 from .storage import clean_json, clean_text, redact
-from .task_backend import on_server_loop
 
 logger = logging.getLogger(__name__)
 
 EPHEMERAL_KINDS = frozenset({"partial_text", "partial_tool_call"})
-
-
-def group_name(run_id: str) -> str:
-    return f"run.{run_id}"
-
-
-async def notify(run_id: str, message: dict[str, Any]) -> None:
-    """Tell live viewers something happened. Best effort: the database is the truth."""
-    await send_to_group(group_name(run_id), {"type": "run.event", **message})
-
-
-async def send_to_group(group: str, message: dict[str, Any]) -> None:
-    """Best effort: a broken channel layer must never fail a run (or a logout)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        send = layer.group_send(group, message)
-        if isinstance(layer, InMemoryChannelLayer):
-            await on_server_loop(send)  # the in-memory layer is bound to the serving loop
-        else:
-            await send
-    except Exception:
-        logger.warning("could not send to group %s", group, exc_info=True)
 
 
 class RunRecorder:

@@ -19,9 +19,9 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from .engine import tool_specification_from, validate_specifications
-from .engine.spec import ToolOptions, is_tool, tool_functions_of, tool_options
-from .models import ToolKind, ToolRegistration
+from ..engine import tool_specification_from, validate_specifications
+from ..engine.spec import ToolOptions, is_tool, tool_functions_of, tool_options
+from ..models import ToolKind, ToolRegistration
 
 # The fields a version hash covers, in ToolRegistration terms. `enabled` is not part
 # of a definition: disabling a tool does not make it another version.

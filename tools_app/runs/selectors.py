@@ -13,7 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from .models import (
+from ..models import (
     ErrorPolicy,
     ModelEndpoint,
     Round,
@@ -23,7 +23,6 @@ from .models import (
     ToolCallState,
     ToolRegistration,
 )
-from .templatetags.timeline import ms
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -155,7 +154,7 @@ def _call_view(call: dict[str, Any], origin: Any, span: float, labels: dict[str,
     return call | {
         "state_label": labels.get(call["state"], call["state"]),
         # Strings, not numbers: the template then has nothing to localize per call.
-        "duration_text": ms(call["duration_ms"]), "bar_x": str(x), "bar_width": str(width),
+        "duration_text": format_ms(call["duration_ms"]), "bar_x": str(x), "bar_width": str(width),
         "args_text": _pretty(arguments) if arguments is not None else call["arguments_raw"],
         "failing_paths": _failing_paths(call["error_details"]),
         "result_large": result is not None and len(result) > limit,
@@ -192,3 +191,12 @@ def _failing_paths(details: Any) -> list[str]:
             loc = ".".join(str(p) for p in item.get("loc", [])) or "(arguments)"
             paths.append(f"{loc}: {item.get('msg', '')}")
     return paths
+
+
+def format_ms(value: float | None) -> str:
+    """A duration in milliseconds as people read it: "-", "4.2 ms", "87 ms", "1.25 s"."""
+    if value is None:
+        return "-"
+    if value >= 1000:
+        return f"{value / 1000:.2f} s"
+    return f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"

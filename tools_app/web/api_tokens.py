@@ -14,7 +14,7 @@ import secrets
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from .models import ApiToken
+from ..models import ApiToken
 
 TOKEN_PREFIX = "afw_"  # noqa: S105 - a public marker that makes leaked tokens greppable
 PREFIX_LENGTH = 8  # what the admin shows to tell tokens apart: "afw_" + 4 characters

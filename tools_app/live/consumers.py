@@ -21,12 +21,12 @@ from typing import Any, NamedTuple
 from asgiref.sync import SyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from .db import drop_broken_connections
+from ..models import Run
+from ..runs.db import drop_broken_connections
+from ..runs.selectors import event_marks_after, run_get_for_user
+from ..runs.task_backend import remember_server_loop
 from .fragments import render_fragment, render_updates
-from .models import Run
-from .recorder import group_name
-from .selectors import event_marks_after, run_get_for_user
-from .task_backend import remember_server_loop
+from .notify import group_name
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403

@@ -8,22 +8,23 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
-from .engine import (
+from ..engine import (
     ChatMessage,
     ChatRequestParameters,
     SystemMessage,
     UserMessage,
     validate_specifications,
 )
-from .engine.spec import ToolSpecification
-from .leases import append_event, cancel_now
-from .models import (
+from ..engine.spec import ToolSpecification
+from ..models import (
     ErrorPolicy,
     ModelEndpoint,
     Run,
     RunStatus,
     ToolRegistration,
 )
+from .leases import cancel_now
+from .lifecycle import create_queued
 from .snapshot import build_snapshot
 from .storage import NUL_REPLACEMENT
 from .tasks import enqueue_run
@@ -54,12 +55,11 @@ def run_create(
                               messages=messages, parameters=parameters or ChatRequestParameters())
     snapshot["policy"] |= _checked_overrides(snapshot["policy"], policy_overrides or {})
     with transaction.atomic():
-        run = Run.objects.create(
+        run = create_queued(
             created_by=user if user is not None and user.is_authenticated else None,
             endpoint=endpoint, policy=policy, parent=parent,
-            title=_title(messages), status=RunStatus.QUEUED, snapshot=snapshot,
+            title=_title(messages), snapshot=snapshot,
         )
-        append_event(str(run.pk), None, "run_status", {"status": RunStatus.QUEUED})
         transaction.on_commit(lambda: enqueue_run(str(run.pk)))
     return run
 

@@ -9,7 +9,7 @@ from django.contrib.auth.signals import user_logged_out
 from django.dispatch import receiver
 
 from .consumers import session_group
-from .recorder import send_to_group
+from .notify import send_to_group
 
 
 @receiver(user_logged_out, dispatch_uid="agentforge-close-the-sessions-sockets")

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from asgiref.sync import sync_to_async
 from django.tasks import task
 
+from ..models import RunStatus
 from . import runner
 
 
 @task
 async def execute_run(run_id: str) -> str | None:
-    return await runner.execute_run(run_id)
+    status = await runner.execute_run(run_id)
+    if status == RunStatus.INTERRUPTED:
+        # Handed back (the worker is stopping): another worker resumes it.
+        await sync_to_async(enqueue_run)(run_id)
+    return status
 
 
 def enqueue_run(run_id: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from pydantic import TypeAdapter
 
-from .engine import (
+from ..engine import (
     ChatMessage,
     ChatModel,
     ChatRequestParameters,
@@ -37,7 +37,7 @@ from .engine import (
     tell_model_available_tools,
     throw_on_hallucinated_tool,
 )
-from .models import ErrorPolicy, ModelEndpoint, ToolRegistration
+from ..models import ErrorPolicy, ModelEndpoint, ToolRegistration
 from .storage import clean_json
 
 SNAPSHOT_VERSION = 1
@@ -122,7 +122,7 @@ def chat_model_for(
     if endpoint["kind"] == "scripted":
         return ScriptedChatModel(endpoint["script"], stream=endpoint["stream"],
                                  model_name=endpoint["model"] or "scripted"), ()
-    from .engine.providers.registry import build_chat_model
+    from ..engine.providers.registry import build_chat_model
 
     api_key = _api_key(endpoint)
     headers = {k: _header_value(v) for k, v in (endpoint["extra_headers"] or {}).items()}

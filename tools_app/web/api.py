@@ -19,10 +19,10 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 from pydantic import ValidationError
 
-from . import selectors, services
+from ..engine import ChatRequestParameters, SystemMessage, UserMessage
+from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
+from ..runs import selectors, services
 from .api_tokens import user_for_token
-from .engine import ChatRequestParameters, SystemMessage, UserMessage
-from .models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 
 MAX_BODY_BYTES = 1_000_000
 

@@ -2,6 +2,7 @@
 
 This is the body of the `execute_run` task. It is safe to call for any run id at any
 time: if the run is not claimable (finished, or leased by a live worker) it returns.
+A run handed back (interrupted) is re-enqueued by the task, not here.
 """
 
 from __future__ import annotations
@@ -17,17 +18,19 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
-from .db import drop_broken_connections
-from .engine import (
+from ..engine import (
     ChatMessage,
     ChatResponse,
     ResumeState,
     ToolChatResult,
     ToolExecutionResultMessage,
 )
-from .leases import LeaseLost, append_event, cancel_requested, claim, new_worker_id, renew
-from .models import Round, Run, RunStatus, ToolCall, ToolCallState
-from .recorder import RunRecorder, notify
+from ..models import Round, Run, RunStatus, ToolCall, ToolCallState
+from .db import drop_broken_connections
+from .eventlog import LeaseLost, notify
+from .leases import cancel_requested, claim, new_worker_id, renew
+from .lifecycle import finish
+from .recorder import RunRecorder
 from .snapshot import engine_for_snapshot, snapshot_messages, snapshot_parameters
 from .storage import clean_text
 
@@ -76,8 +79,6 @@ async def execute_run(run_id: str) -> str | None:
     except LeaseLost:
         return None
     await notify(run_id, {"seq": seq})
-    if status == RunStatus.INTERRUPTED:
-        await sync_to_async(_requeue)(run_id)
     return str(status)
 
 
@@ -174,19 +175,7 @@ def _wall_ms(run_id: str, started: float) -> float:
 
 def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any]) -> int:
     with transaction.atomic():
-        seq = append_event(run_id, token, "run_status", {"status": status, **fields})
-        terminal = status != RunStatus.INTERRUPTED
-        Run.objects.filter(pk=run_id, lease_token=token).update(
-            status=status, lease_owner="", lease_expires_at=None,
-            finished_at=timezone.now() if terminal else None, **fields,
-        )
-    return seq
-
-
-def _requeue(run_id: str) -> None:
-    from .tasks import enqueue_run
-
-    transaction.on_commit(lambda: enqueue_run(run_id))
+        return finish(run_id, token, status, fields)
 
 
 # -- resuming from the stored history --------------------------------------------------

@@ -13,11 +13,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from . import selectors, services
-from .engine import ChatRequestParameters, NamedToolChoice
+from ..engine import ChatRequestParameters, NamedToolChoice
+from ..models import ModelEndpoint, PlaygroundState, Round, Run, ToolCall
+from ..runs import selectors, services
+from ..runs.tasks import enqueue_probe
 from .forms import PlaygroundForm
-from .models import ModelEndpoint, PlaygroundState, Round, Run, ToolCall
-from .tasks import enqueue_probe
 
 
 @require_GET

@@ -5,8 +5,8 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from .engine.probe import probe_capabilities
-from .models import ModelEndpoint
+from ..engine.probe import probe_capabilities
+from ..models import ModelEndpoint
 from .snapshot import ENDPOINT_FIELDS, chat_model_for
 
 

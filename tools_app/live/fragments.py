@@ -13,8 +13,8 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from .models import Run
-from .selectors import EventMark, round_views
+from ..models import Run
+from ..runs.selectors import EventMark, round_views
 
 PAGE = "tools_app/run_detail.html"
 

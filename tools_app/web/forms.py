@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from .models import ErrorPolicy, ModelEndpoint, ToolRegistration
+from ..models import ErrorPolicy, ModelEndpoint, ToolRegistration
 
 TOOL_CHOICE_MODES = [("auto", "auto"), ("required", "required"), ("none", "none"),
                      ("named", "a named tool")]

@@ -1,0 +1,41 @@
+"""Broadcasting to live viewers over the channel layer: the group of each run and of
+each login session, and the receiver that relays the runs layer's
+`run_event_committed` to the run's group (connected in ToolsAppConfig.ready)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.dispatch import receiver
+
+from ..runs.eventlog import run_event_committed
+from ..runs.task_backend import on_server_loop
+
+logger = logging.getLogger(__name__)
+
+
+def group_name(run_id: str) -> str:
+    return f"run.{run_id}"
+
+
+@receiver(run_event_committed, dispatch_uid="agentforge-broadcast-run-events")
+async def broadcast_run_event(sender: Any, run_id: str, message: dict[str, Any],
+                              **kwargs: Any) -> None:
+    await send_to_group(group_name(run_id), {"type": "run.event", **message})
+
+
+async def send_to_group(group: str, message: dict[str, Any]) -> None:
+    """Best effort: a broken channel layer must never fail a run (or a logout)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        send = layer.group_send(group, message)
+        if isinstance(layer, InMemoryChannelLayer):
+            await on_server_loop(send)  # the in-memory layer is bound to the serving loop
+        else:
+            await send
+    except Exception:
+        logger.warning("could not send to group %s", group, exc_info=True)

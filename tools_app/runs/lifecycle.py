@@ -1,0 +1,114 @@
+"""The one owner of a run's status: the allowed moves, and the event each one writes.
+
+    queued ──claim──> running ──finish──> succeeded | failed | cancelled
+      │                │  ▲ └──wait───> waiting ──resume──> running
+      │                │  └─(an expired lease taken over by another worker)
+      │                └──interrupt (lost worker, hand-back, shutdown)──> interrupted
+      └──cancel──> cancelled            interrupted ──claim──> running
+                                        interrupted | waiting ──cancel | fail──> ...
+
+Every move but a claim appends a `run_status` event `{"status": <new>, ...}` in the same
+transaction as the status change; a claim writes none (the round it starts is the next
+event). Moves made for a run by someone other than its worker (a cancel, the reaper, a
+hand-back) bump the lease token first, which fences the worker out: whatever it still
+tries to write is refused (`LeaseLost`). An illegal move raises `IllegalTransition` and
+changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from ..models import Run, RunStatus
+from .eventlog import append_event, notify_after_commit
+
+RUNNING, WAITING = RunStatus.RUNNING, RunStatus.WAITING
+INTERRUPTED = RunStatus.INTERRUPTED
+SUCCEEDED, FAILED, CANCELLED = RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED
+
+ALLOWED_MOVES: Mapping[RunStatus, frozenset[RunStatus]] = {
+    RunStatus.QUEUED: frozenset({RUNNING, CANCELLED, FAILED}),
+    # running -> running: another worker takes over a lease that expired.
+    RUNNING: frozenset({RUNNING, WAITING, INTERRUPTED, SUCCEEDED, FAILED, CANCELLED}),
+    WAITING: frozenset({RUNNING, INTERRUPTED, FAILED, CANCELLED}),
+    INTERRUPTED: frozenset({RUNNING, FAILED, CANCELLED}),
+    SUCCEEDED: frozenset(),
+    FAILED: frozenset(),
+    CANCELLED: frozenset(),
+}
+
+CLAIMABLE = (RunStatus.QUEUED, INTERRUPTED)
+
+
+class IllegalTransition(Exception):
+    """A status move the lifecycle does not allow; nothing was changed."""
+
+    def __init__(self, current: str, to: str) -> None:
+        super().__init__(f"a run cannot move from {current} to {to}")
+        self.current, self.to = current, to
+
+
+def check_move(current: str, to: str) -> None:
+    if RunStatus(to) not in ALLOWED_MOVES[RunStatus(current)]:
+        raise IllegalTransition(current, to)
+
+
+def claimable(now: datetime) -> Q:
+    """Runs a worker may claim: queued, interrupted, or running on an expired lease."""
+    return Q(status__in=CLAIMABLE) | Q(status=RUNNING, lease_expires_at__lt=now)
+
+
+def create_queued(**fields: Any) -> Run:
+    """A new run, queued, with its first event (inside the caller's transaction)."""
+    run = Run.objects.create(status=RunStatus.QUEUED, **fields)
+    append_event(str(run.pk), None, "run_status", {"status": RunStatus.QUEUED})
+    return run
+
+
+def claim_locked(run: Run, *, worker_id: str, lease_until: datetime) -> int:
+    """The claim move for a row the caller locked: running, leased to `worker_id`.
+    Returns the new fencing token."""
+    check_move(run.status, RUNNING)
+    token = run.lease_token + 1
+    Run.objects.filter(pk=run.pk, lease_token=run.lease_token).update(
+        status=RUNNING, lease_owner=worker_id, lease_token=token,
+        lease_expires_at=lease_until, started_at=run.started_at or timezone.now(),
+    )
+    return token
+
+
+def move_locked(run: Run, to: RunStatus, event: Mapping[str, Any] | None = None, *,
+                notify: bool = True, **fields: Any) -> int:
+    """Move a run its worker is not driving (the caller holds its row lock): the token is
+    bumped, the lease cleared, `fields` written, the event appended and (unless
+    `notify` is false: a process at exit has no loop left to tell them on) viewers told
+    after the commit. Returns the event's seq."""
+    check_move(run.status, to)
+    token = run.lease_token + 1
+    if to in (SUCCEEDED, FAILED, CANCELLED):
+        fields.setdefault("finished_at", timezone.now())
+    Run.objects.filter(pk=run.pk).update(status=to, lease_token=token, lease_owner="",
+                                         lease_expires_at=None, **fields)
+    seq = append_event(str(run.pk), token, "run_status", {"status": to, **(event or {})})
+    if notify:
+        notify_after_commit(str(run.pk), seq)
+    return seq
+
+
+def finish(run_id: str, token: int, to: RunStatus, fields: Mapping[str, Any]) -> int:
+    """The worker's own last move of a running run (inside the caller's transaction),
+    fenced by its lease token: a terminal status, or interrupted when it hands the run
+    back. Returns the event's seq; the caller notifies viewers after the commit."""
+    check_move(RUNNING, to)
+    seq = append_event(run_id, token, "run_status", {"status": to, **fields})
+    terminal = to in (SUCCEEDED, FAILED, CANCELLED)
+    Run.objects.filter(pk=run_id, lease_token=token, status=RUNNING).update(
+        status=to, lease_owner="", lease_expires_at=None,
+        finished_at=timezone.now() if terminal else None, **fields,
+    )
+    return seq
