@@ -153,7 +153,7 @@ def test_the_bulk_delete_action_is_not_offered_for_runs(
 def endpoint_data(**overrides: str) -> dict[str, str]:
     data = {"name": "New endpoint", "kind": "openai", "model": "gpt-4o-mini", "base_url": "",
             "api_key_env": "OPENAI_API_KEY", "extra_headers": "{}",
-            "default_parameters": "{}", "script": "[]"}
+            "default_parameters": "{}", "proxy_url": "", "script": "[]"}
     return data | overrides
 
 
@@ -176,6 +176,12 @@ def endpoint_data(**overrides: str) -> dict[str, str]:
          "Authorization carries a credential"),
         ({"extra_headers": '{"X-Count": 1}'}, "extra_headers", "JSON object of strings"),
         ({"default_parameters": "[1]"}, "default_parameters", "Give a JSON object"),
+        ({"proxy_url": "socks5://proxy:1080"}, "proxy_url", "http://host:port"),
+        ({"proxy_url": "http://"}, "proxy_url", "http://host:port"),
+        ({"proxy_url": "http://proxy:99999"}, "proxy_url", "http://host:port"),
+        ({"proxy_url": "http://me:pw@proxy:3128"}, "proxy_url", "Do not store proxy credentials"),
+        ({"proxy_url": "http://proxy:3128/path"}, "proxy_url", "only a scheme, a host"),
+        ({"proxy_url": "env:lower-case"}, "proxy_url", "NAME of an environment variable"),
     ],
 )
 def test_endpoint_form_errors(
@@ -196,12 +202,18 @@ def test_endpoint_form_errors(
                    '{"text": "done: {last_result}"}]'},
         {"kind": "openai_compatible", "base_url": "http://ollama:11434/v1", "api_key_env": "",
          "extra_headers": '{"Authorization": "env:OLLAMA_TOKEN", "X-Team": "docs"}'},
+        {"proxy_url": "http://proxy.corp:3128"},
+        {"proxy_url": "env:CORP_PROXY_URL"},
     ],
 )
 def test_valid_endpoints_are_saved(alice_client: Client, overrides: dict[str, str]) -> None:
     response = alice_client.post(url(ModelEndpoint, "add"), endpoint_data(**overrides))
     assert response.status_code == 302, form_errors(response)
-    assert ModelEndpoint.objects.get().kind == overrides["kind"]
+    saved = ModelEndpoint.objects.get()
+    assert {field: str(getattr(saved, field)) for field in overrides
+            if field not in ("script", "extra_headers")} == {
+        field: value for field, value in overrides.items()
+        if field not in ("script", "extra_headers")}
 
 
 def test_the_key_field_shows_only_the_variable_name(

@@ -77,7 +77,7 @@ class ModelEndpointForm(forms.ModelForm):
     class Meta:
         model = ModelEndpoint
         fields = ("name", "kind", "model", "base_url", "stream", "api_key_env",
-                  "extra_headers", "default_parameters", "script")
+                  "extra_headers", "default_parameters", "proxy_url", "script")
 
     def clean_base_url(self) -> str:
         url: str = self.cleaned_data["base_url"].strip()
@@ -144,7 +144,7 @@ class ModelEndpointAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "kind", "model", "base_url", "stream")}),
         ("Credentials", {"fields": ("api_key_env", "api_key_status", "extra_headers")}),
-        ("Requests", {"fields": ("default_parameters",)}),
+        ("Requests", {"fields": ("default_parameters", "proxy_url")}),
         ("Scripted model", {"fields": ("script",)}),
         ("Capabilities", {"fields": ("capability_report_pretty", "capability_checked_at")}),
         ("Dates", {"fields": ("created_at", "updated_at")}),

@@ -9,8 +9,10 @@ ordered by a per-run `seq` that only the lease holder can advance.
 from __future__ import annotations
 
 import uuid
+from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
@@ -23,6 +25,28 @@ env_var_validator = RegexValidator(
     r"^[A-Z_][A-Z0-9_]*$",
     "Give the NAME of an environment variable (like OPENAI_API_KEY), never the key itself.",
 )
+
+
+def proxy_url_validator(value: str) -> None:
+    """A proxy as `http(s)://host:port`, or `env:NAME` to read it from the worker's
+    environment. Credentials never go in the stored URL: they would show in the admin,
+    the run snapshots and exports; a proxy that needs them is given as env:NAME."""
+    if value.startswith("env:"):
+        env_var_validator(value[4:])
+        return
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (a bad port raises here)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError("Give the proxy as http://host:port or https://host:port "
+                              "(or env:NAME to read it from the environment).")
+    if parts.username or parts.password:
+        raise ValidationError("Do not store proxy credentials here: put the whole proxy URL "
+                              "in an environment variable and give env:NAME.")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValidationError("A proxy URL has only a scheme, a host and a port.")
 
 
 class ProviderKind(models.TextChoices):
@@ -53,6 +77,12 @@ class ModelEndpoint(models.Model):
     )
     stream = models.BooleanField(default=False, help_text="Stream responses (SSE).")
     extra_headers = models.JSONField(default=dict, blank=True)
+    proxy_url = models.CharField(
+        "proxy", max_length=500, blank=True, validators=[proxy_url_validator],
+        help_text="Empty: the worker's HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY "
+        "variables decide. Otherwise http://host:port, or env:NAME to read the URL "
+        "(with any credentials) from the worker's environment.",
+    )
     script = models.JSONField(
         default=list, blank=True, help_text="Scripted endpoints: the list of steps to play."
     )

@@ -44,7 +44,7 @@ SNAPSHOT_VERSION = 1
 _messages_adapter: TypeAdapter[list[ChatMessage]] = TypeAdapter(list[ChatMessage])
 
 ENDPOINT_FIELDS = ("name", "kind", "base_url", "model", "default_parameters", "api_key_env",
-                   "stream", "extra_headers", "script")
+                   "stream", "extra_headers", "proxy_url", "script")
 TOOL_FIELDS = ("name", "description", "json_schema", "kind", "python_path", "config",
                "return_behavior", "strict", "timeout_seconds", "requires_approval",
                "idempotent", "version_hash")
