@@ -29,7 +29,7 @@ from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolCall
 from tools_app.runs import recorder
 from tools_app.runs.eventlog import notify
 from tools_app.runs.runner import execute_run
-from tools_app.runs.selectors import EventMark, event_marks_after
+from tools_app.runs.selectors import event_marks_after
 
 from .support import PAYLOAD, Tree, assert_inert, start_run
 
@@ -717,32 +717,6 @@ def append_status_event(run_id: Any) -> int:
 
     with transaction.atomic():
         return append_event(str(run_id), None, "run_status", {"status": "queued"})
-
-
-async def test_viewers_of_a_run_share_one_database_read_per_batch(
-    weather_run: Any, bob: AbstractUser, alice: AbstractUser,
-    sockets: list[WebsocketCommunicator], monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    run = await weather_run()
-    viewers = [await open_socket(sockets, run.pk, user) for user in (bob, alice, bob)]
-    for comm in viewers:
-        await comm.receive_from(timeout=WAIT)
-    before = await last_seq(run.pk)
-    reads: list[int] = []
-    real = consumers.event_marks_after
-
-    def counted(run_id: Any, after: int, limit: int = 500) -> list[EventMark]:
-        reads.append(after)
-        return real(run_id, after, limit=limit)
-
-    monkeypatch.setattr(consumers, "event_marks_after", counted)
-    seq = await append_status_event(run.pk)
-    await notify(str(run.pk), {"seq": seq})
-
-    received = [await comm.receive_from(timeout=WAIT) for comm in viewers]
-    assert {seq_of(html) for html in received} == {seq}
-    assert received[0] == received[1] == received[2]
-    assert reads == [before]
 
 
 async def test_a_viewer_leaving_mid_read_does_not_cancel_it_for_the_others(
