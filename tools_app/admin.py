@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import string
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,6 +38,7 @@ from .models import (
     ToolKind,
     ToolRegistration,
 )
+from .runs.policy import template_problem
 from .tools.registry import compute_version_hash, resolve_tool_function
 from .web.api_tokens import assign_new_secret
 
@@ -242,37 +242,10 @@ class ToolRegistrationAdmin(admin.ModelAdmin):
 
 # -- error policies --------------------------------------------------------------------
 
-TEMPLATE_PLACEHOLDERS = ("tool", "error", "arguments")
 # The fields a revision records: everything an admin can edit.
 POLICY_FIELDS = tuple(
     f.name for f in ErrorPolicy._meta.concrete_fields if f.editable and not f.primary_key
 )
-
-
-def template_problem(template: str) -> str | None:
-    """Why a policy template would not format, or None.
-
-    Conversions and format specs are refused too: "{error:>999999999}" would format,
-    and allocate a gigabyte on the worker.
-    """
-    allowed = ", ".join(f"{{{name}}}" for name in TEMPLATE_PLACEHOLDERS)
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        return f"Not a valid template ({exc}). Write {{{{ and }}}} for literal braces."
-    for _, name, spec, conversion in parsed:
-        if name is None:
-            continue
-        if name not in TEMPLATE_PLACEHOLDERS or spec or conversion:
-            shown = "{" + name + (f"!{conversion}" if conversion else "") + (
-                f":{spec}" if spec else "") + "}"
-            return (f"Unknown placeholder {shown}: use only {allowed}. "
-                    "Write {{ and }} for literal braces.")
-    try:
-        template.format(tool="tool", error="error", arguments="{}")
-    except (ValueError, KeyError, IndexError, AttributeError) as exc:
-        return f"The template does not format: {exc}"
-    return None
 
 
 class ErrorPolicyForm(forms.ModelForm):

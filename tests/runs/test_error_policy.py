@@ -324,26 +324,68 @@ def test_policy_overrides_apply_to_this_run_only(
     assert (policy.parallel, policy.max_round_trips) == (True, 100)
 
 
-def test_unknown_policy_override_keys_are_refused(
+def test_policy_override_keys_a_run_may_not_change_are_refused_by_name(
     weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
 ) -> None:
-    with pytest.raises(RunRequestError, match=r"^Unknown policy fields: bogus, colour$"):
+    with pytest.raises(RunRequestError) as refused:
         start(weather_endpoint, [demo_tools["get_weather"]], policy,
-              policy_overrides={"parallel": False, "bogus": 1, "colour": "red"})
+              policy_overrides={"parallel": False, "bogus": 1, "name": "Other", "id": 7,
+                                "is_default": True})
 
+    message = str(refused.value)
+    for field in ("bogus", "name", "id", "is_default"):
+        assert f"policy_overrides.{field}: cannot be overridden per run" in message
+    assert "policy_overrides.parallel" not in message
     assert not Run.objects.exists()
 
 
-@pytest.mark.parametrize("rounds_value", [0, 1001, "3", 2.5])
-def test_an_out_of_range_max_round_trips_override_is_refused(
+@pytest.mark.parametrize(("overrides", "field", "problem"), [
+    ({"max_round_trips": 0}, "max_round_trips", "greater than or equal to 1"),
+    ({"max_round_trips": 1001}, "max_round_trips", "less than or equal to 1000"),
+    ({"max_round_trips": "3"}, "max_round_trips", "must be an integer"),
+    ({"max_round_trips": 2.5}, "max_round_trips", "must be an integer"),
+    ({"max_round_trips": True}, "max_round_trips", "must be an integer"),
+    ({"provider_max_retries": 100000}, "provider_max_retries", "less than or equal to 10"),
+    ({"max_concurrency": 0}, "max_concurrency", "greater than or equal to 1"),
+    ({"default_tool_timeout": 0}, "default_tool_timeout", "greater than or equal to 0.001"),
+    ({"default_tool_timeout": "1"}, "default_tool_timeout", "must be an integer or a number"),
+    ({"parallel": "no"}, "parallel", "must be a boolean"),
+    ({"execution_error": "explode"}, "execution_error", "is not a valid choice"),
+    ({"execution_error_template": "{error:>300000000}"}, "execution_error_template",
+     "Unknown placeholder {error:>300000000}"),
+    ({"arguments_error_template": "{error!r}"}, "arguments_error_template",
+     "Unknown placeholder {error!r}"),
+    ({"execution_error_template": "{secret}"}, "execution_error_template",
+     "Unknown placeholder {secret}"),
+    ({"execution_error_template": "{error"}, "execution_error_template", "Not a valid template"),
+    ({"parallel": False, "max_concurrency": 4}, "max_concurrency",
+     "only meaningful when calls run in parallel"),
+])
+def test_policy_overrides_are_validated_like_the_admin_form(
     weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
-    rounds_value: Any,
+    overrides: dict[str, Any], field: str, problem: str,
 ) -> None:
-    with pytest.raises(RunRequestError, match="max_round_trips must be an integer from 1 to 1000"):
-        start(weather_endpoint, [demo_tools["get_weather"]], policy,
-              policy_overrides={"max_round_trips": rounds_value})
+    with pytest.raises(RunRequestError) as refused:
+        start(weather_endpoint, [demo_tools["get_weather"]], policy, policy_overrides=overrides)
 
+    assert f"policy_overrides.{field}: " in str(refused.value)
+    assert problem in str(refused.value)
     assert not Run.objects.exists()
+
+
+def test_valid_policy_overrides_are_frozen_into_the_run(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    run = start(weather_endpoint, [demo_tools["get_weather"]], policy, policy_overrides={
+        "provider_max_retries": 10, "max_concurrency": 2, "default_tool_timeout": 1.5,
+        "execution_error_template": "{tool} failed: {error}", "max_round_trips": None})
+
+    frozen = run.snapshot["policy"]
+    assert (frozen["provider_max_retries"], frozen["max_concurrency"],
+            frozen["default_tool_timeout"], frozen["execution_error_template"]) == (
+        10, 2, 1.5, "{tool} failed: {error}")
+    assert frozen["max_round_trips"] == policy.max_round_trips
+    assert (frozen["name"], frozen["id"]) == (policy.name, policy.pk)
 
 
 @pytest.mark.parametrize(("how", "error"), [("exit", "SystemExit: 3"),

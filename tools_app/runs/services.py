@@ -25,13 +25,21 @@ from ..models import (
 )
 from .leases import cancel_now
 from .lifecycle import create_queued
+from .policy import PolicyOverrideError, checked_overrides
 from .snapshot import build_snapshot
 from .storage import NUL_REPLACEMENT
 from .tasks import enqueue_run
 
 
 class RunRequestError(ValueError):
-    """The run cannot start as asked; the message says exactly why."""
+    """The run cannot start as asked; the message says exactly why, `field` names the
+    request field at fault (when one is) and `problems` its sub-fields' problems."""
+
+    def __init__(self, message: str, *, field: str | None = None,
+                 problems: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.problems = problems or {}
 
 
 def run_create(
@@ -48,12 +56,17 @@ def run_create(
     """Freeze everything the run uses, store it queued, and enqueue it after commit.
 
     `policy_overrides` changes policy values for this run only (the playground's
-    parallel switch and max rounds); unknown keys are refused.
+    parallel switch and max rounds), validated as the admin validates a policy; fields
+    a run may not override are refused.
     """
     _check_request(tools, messages)
     snapshot = build_snapshot(endpoint=endpoint, tools=tools, policy=policy,
                               messages=messages, parameters=parameters or ChatRequestParameters())
-    snapshot["policy"] |= _checked_overrides(snapshot["policy"], policy_overrides or {})
+    try:
+        snapshot["policy"] |= checked_overrides(snapshot["policy"], policy_overrides or {})
+    except PolicyOverrideError as exc:
+        raise RunRequestError(str(exc), field="policy_overrides",
+                              problems=exc.problems) from exc
     with transaction.atomic():
         run = create_queued(
             created_by=user if user is not None and user.is_authenticated else None,
@@ -77,16 +90,6 @@ def _check_request(tools: Sequence[ToolRegistration], messages: Sequence[ChatMes
         )
     except ValueError as exc:
         raise RunRequestError(str(exc)) from exc
-
-
-def _checked_overrides(policy: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(overrides) - set(policy) - {"id"})
-    if unknown:
-        raise RunRequestError(f"Unknown policy fields: {', '.join(unknown)}")
-    rounds = overrides.get("max_round_trips")
-    if rounds is not None and not (isinstance(rounds, int) and 1 <= rounds <= 1000):
-        raise RunRequestError("max_round_trips must be an integer from 1 to 1000")
-    return {k: v for k, v in overrides.items() if v is not None}
 
 
 def _title(messages: Sequence[ChatMessage]) -> str:

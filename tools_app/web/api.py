@@ -114,7 +114,10 @@ def _start_run(request: HttpRequest, body: dict[str, Any]) -> Run:
             policy_overrides=overrides,
         )
     except services.RunRequestError as exc:
-        raise ApiError(400, "invalid_request", str(exc)) from exc
+        if exc.field is None:
+            raise ApiError(400, "invalid_request", str(exc)) from exc
+        raise ApiError(400, "invalid_field", str(exc), field=exc.field,
+                       problems=exc.problems) from exc
 
 
 def _required(body: dict[str, Any], field: str) -> Any:
