@@ -33,7 +33,7 @@ from ..engine.events import (
 from ..engine.execution import arguments_as_map
 from ..models import Round, Run, ToolCall
 from .eventlog import append_event, notify
-from .storage import clean_json, clean_text, redact
+from .storage import clean_json, clean_text, fit_column, redact
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class RunRecorder:
             response=payload["response"],
             ai_text=clean_text(response.ai_message.text),
             thinking=clean_text(response.ai_message.thinking),
-            finish_reason=response.finish_reason or "",
+            finish_reason=fit_column(Round, "finish_reason", response.finish_reason),
             input_tokens=usage.input_tokens if usage else None,
             output_tokens=usage.output_tokens if usage else None,
             latency_ms=event.latency_ms,
@@ -140,8 +140,8 @@ class RunRecorder:
             round_id=self._round_id(event.round_index), call_index=event.call_index,
             defaults={
                 "run_id": self.run_id,
-                "call_id": clean_text(request.id, limit=200),
-                "tool_name": clean_text(request.name, limit=200),
+                "call_id": fit_column(ToolCall, "call_id", request.id),
+                "tool_name": fit_column(ToolCall, "tool_name", request.name),
                 "arguments_raw": clean_text(request.arguments),
                 "arguments": clean_json(_parsed_or_none(request)),
             },
@@ -157,11 +157,11 @@ class RunRecorder:
             result_text=clean_text(event.text),
             result_json=payload["result_json"],
             is_error=event.is_error,
-            error_type=event.error_type or "",
+            error_type=fit_column(ToolCall, "error_type", event.error_type),
             error_message=clean_text(event.error_message) or "",
             error_details=payload["error_details"],
             traceback=clean_text(event.traceback) or "",
-            handled_by=event.handled_by or "",
+            handled_by=fit_column(ToolCall, "handled_by", event.handled_by),
             stopped_run=event.stopped_run,
             started_at=_dt(event.started_at),
             finished_at=_dt(event.finished_at),
@@ -174,7 +174,7 @@ class RunRecorder:
 
     def _calls(self, event: ToolCallStarted | ToolCallFinished) -> Any:
         return ToolCall.objects.filter(run_id=self.run_id, round__index=event.round_index or 0,
-                                       call_id=event.call_id)
+                                       call_id=fit_column(ToolCall, "call_id", event.call_id))
 
 
 def _parsed_or_none(request: Any) -> Any:

@@ -23,6 +23,7 @@ from ..engine import (
     ChatResponse,
     ResumeState,
     ToolChatResult,
+    ToolExecutionRequest,
     ToolExecutionResultMessage,
 )
 from ..models import Round, Run, RunStatus, ToolCall, ToolCallState
@@ -198,7 +199,7 @@ def load_history(run: Run) -> tuple[list[ChatMessage], ResumeState | None]:
         requests = response.ai_message.tool_execution_requests
         if requests and len(calls) == len(requests) and all(_finished(c) for c in calls):
             messages.append(response.ai_message)
-            messages.extend(_result_message(c) for c in calls)
+            messages.extend(_result_message(c, requests) for c in calls)
             round_trips += 1
             continue
         return messages, _pending(round_, response, calls, idempotent, round_trips)
@@ -216,8 +217,19 @@ def _finished(call: ToolCall) -> bool:
     return call.state in FINISHED_CALL_STATES and call.result_text is not None
 
 
-def _result_message(call: ToolCall) -> ToolExecutionResultMessage:
-    return ToolExecutionResultMessage(id=call.call_id, tool_name=call.tool_name,
+def _request_of(call: ToolCall, requests: list[ToolExecutionRequest]) -> tuple[str, str]:
+    """The call's id and tool name as the model sent them (the stored response has them
+    whole; the columns may hold them cut to fit)."""
+    if call.call_index < len(requests):
+        request = requests[call.call_index]
+        return request.id, request.name
+    return call.call_id, call.tool_name
+
+
+def _result_message(call: ToolCall,
+                    requests: list[ToolExecutionRequest]) -> ToolExecutionResultMessage:
+    call_id, tool_name = _request_of(call, requests)
+    return ToolExecutionResultMessage(id=call_id, tool_name=tool_name,
                                       text=call.result_text or "", is_error=call.is_error)
 
 
@@ -225,10 +237,12 @@ def _pending(
     round_: Round, response: ChatResponse, calls: list[ToolCall],
     idempotent: dict[str, bool], round_trips: int,
 ) -> ResumeState:
-    done = {c.call_id: _result_message(c) for c in calls if _finished(c)}
+    requests = response.ai_message.tool_execution_requests
+    done = {_request_of(c, requests)[0]: _result_message(c, requests)
+            for c in calls if _finished(c)}
     in_doubt = frozenset(
-        c.call_id for c in calls
-        if c.state in IN_DOUBT_STATES and not idempotent.get(c.tool_name, False)
+        _request_of(c, requests)[0] for c in calls
+        if c.state in IN_DOUBT_STATES and not idempotent.get(_request_of(c, requests)[1], False)
     )
     return ResumeState(round_index=round_.index, round_trips_done=round_trips,
                        pending_response=response, completed_results=done,

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Model
 
 NUL_REPLACEMENT = "\\u0000"
 REDACTED = "[redacted]"
@@ -39,6 +40,20 @@ def clean_text(value: str | None, *, limit: int | None = None) -> str | None:
     head = encoded[:cap].decode("utf-8", errors="ignore")
     dropped = len(encoded) - len(head.encode("utf-8"))
     return f"{head}[truncated {dropped} bytes]"
+
+
+def fit_column(model: type[Model], field: str, value: str | None) -> str:
+    """`value` cleaned and cut to fit a CharField of `model` (its max_length counts
+    characters on every database), the truncation marker included: a tool name or call
+    id from a model can be any length, and PostgreSQL refuses one that does not fit."""
+    text = clean_text(value) or ""
+    max_chars = model._meta.get_field(field).max_length
+    if max_chars is None or len(text) <= max_chars:
+        return text
+    kept = max_chars
+    while kept + len(marker := f"[+{len(text) - kept} chars]") > max_chars:
+        kept = max_chars - len(marker)  # at most twice: the count has one digit more
+    return text[:kept] + marker
 
 
 def clean_json(value: Any, *, limit: int | None = None) -> Any:
