@@ -206,6 +206,42 @@ def test_gemini_refusals(fake: httpx.Client, case: str) -> None:
         assert set(error) == {"code", "message", "status"}
 
 
+ACCEPTED: dict[str, tuple[str, dict[str, Any]]] = {
+    "openai_answered_round_with_null_content": (OPENAI_PATH, openai_body(
+        [{"role": "system", "content": "Be brief."}, USER, OPENAI_CALLS, _tool("call_b"),
+         _tool("call_a"), {"role": "assistant", "content": "Sunny."}, USER],
+        tool_choice="auto", parallel_tool_calls=True, stream_options={"include_usage": True},
+        max_completion_tokens=50, temperature=0.2)),
+    "openai_empty_string_content": (OPENAI_PATH, openai_body(
+        [{"role": "user", "content": ""}])),
+    "anthropic_answered_round_then_text": (ANTHROPIC_PATH, anthropic_body(
+        [USER, ANTHROPIC_USES,
+         {"role": "user", "content": [_result("toolu_b"), _result("toolu_a"),
+                                      {"type": "text", "text": "and?"}]}],
+        system="Be brief.", temperature=0.2, top_k=5, tool_choice={"type": "auto"},
+        thinking={"type": "disabled"})),
+    "anthropic_whitespace_text_and_prefill": (ANTHROPIC_PATH, anthropic_body(
+        [USER, {"role": "assistant", "content": [{"type": "text", "text": " "}]}, USER,
+         {"role": "assistant", "content": ""}])),
+    "gemini_answered_round_snake_case": (GEMINI_PATH, gemini_body(
+        [GEMINI_USER, GEMINI_CALLS, {"role": "user", "parts": [_response(), _response()]},
+         {"role": "model", "parts": [{"text": "", "thoughtSignature": "c2ln"},
+                                     {"text": "Sunny."}]}, GEMINI_USER],
+        system_instruction={"parts": [{"text": "Be brief."}]},
+        generation_config={"temperature": 0.2},
+        tool_config={"function_calling_config": {"mode": "AUTO"}})),
+}
+
+
+@pytest.mark.parametrize("case", ACCEPTED)
+def test_valid_requests_are_accepted_in_strict_mode(fake: httpx.Client, case: str) -> None:
+    path, body = ACCEPTED[case]
+
+    response = fake.post(path, json=body)
+
+    assert response.status_code == 200, response.text
+
+
 def test_the_refusal_is_in_the_request_log(fake: httpx.Client) -> None:
     body, message, _ = OPENAI_CASES["tool_without_call"]
 

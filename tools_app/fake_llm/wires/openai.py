@@ -242,9 +242,10 @@ def _check_content(index: int, role: Any, message: dict[str, Any]) -> None:
         raise WireError(f"Invalid 'messages[{index}].content': empty array. Expected an array "
                         "with minimum length 1, but got an empty array instead.",
                         param=f"messages[{index}].content", code="empty_array")
-    if role == "assistant":
-        # null or absent content is valid next to tool_calls; without them the exact rule
-        # is not known here, so an assistant message's content is not refused.
+    if role not in ("system", "developer", "user", "tool"):
+        # An assistant's content may be null or absent next to tool_calls; without them
+        # (and for the legacy "function" role) the exact rule is not known here, so
+        # nothing more is refused.
         return
     if "content" not in message:
         raise WireError(f"Missing required parameter: 'messages[{index}].content'.",
