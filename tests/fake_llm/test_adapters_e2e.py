@@ -9,6 +9,7 @@ the adapters.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,6 +35,16 @@ PROVIDERS = ["openai", "anthropic", "gemini"]
 API_KEY = "sk-e2e-canary-secret-42"
 # No real waiting in tests: backoff is tiny; Retry-After values come from the scripts.
 FAST_RETRY = RetryPolicy(max_retries=2, initial_delay=0.001, max_delay=0.001)
+
+
+@pytest.fixture(autouse=True)
+def strict_and_nothing_refused(fake: httpx.Client) -> Iterator[None]:
+    """Every request the adapters send here is one the real APIs accept: the server is
+    strict (the default) and refuses nothing."""
+    assert fake.get("/_fake/settings").json() == {"strict": True}
+    yield
+    refused = [r for r in recorded(fake) if r["outcome"] == "rejected"]
+    assert refused == [], [r["error"] for r in refused]
 
 
 class Travel:

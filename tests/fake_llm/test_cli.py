@@ -25,19 +25,22 @@ START_TIMEOUT = 30.0
 def test_main_parses_its_arguments() -> None:
     defaults = build_parser().parse_args([])
     given = build_parser().parse_args(
-        ["--port", "9001", "--host", "127.0.0.2", "--script", "s.json", "--record-limit", "0"])
+        ["--port", "9001", "--host", "127.0.0.2", "--script", "s.json", "--record-limit", "0",
+         "--lenient"])
 
-    assert (defaults.host, defaults.port, defaults.script) == ("127.0.0.1", 8765, None)
-    assert (given.host, given.port, given.script, given.record_limit) == (
-        "127.0.0.2", 9001, "s.json", 0)
+    assert (defaults.host, defaults.port, defaults.script, defaults.lenient) == (
+        "127.0.0.1", 8765, None, False)
+    assert (given.host, given.port, given.script, given.record_limit, given.lenient) == (
+        "127.0.0.2", 9001, "s.json", 0, True)
 
 
 def test_management_command_has_the_same_options() -> None:
     parser = Command().create_parser("manage.py", "fake_llm_server")
 
-    options = vars(parser.parse_args(["--port", "9002", "--script", "s.json"]))
+    options = vars(parser.parse_args(["--port", "9002", "--script", "s.json", "--lenient"]))
 
-    assert (options["port"], options["script"], options["host"]) == (9002, "s.json", "127.0.0.1")
+    assert (options["port"], options["script"], options["host"], options["lenient"]) == (
+        9002, "s.json", "127.0.0.1", True)
 
 
 def test_bad_port_is_refused() -> None:
@@ -46,19 +49,21 @@ def test_bad_port_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "command",
+    ("command", "lenient"),
     [
-        [sys.executable, "-m", "tools_app.fake_llm"],
-        [sys.executable, "manage.py", "fake_llm_server"],
+        ([sys.executable, "-m", "tools_app.fake_llm"], False),
+        ([sys.executable, "manage.py", "fake_llm_server"], True),
     ],
-    ids=["python-m", "manage.py"],
+    ids=["python-m", "manage.py-lenient"],
 )
-def test_server_process_serves_the_script_file(command: list[str], tmp_path: Path) -> None:
+def test_server_process_serves_the_script_file(command: list[str], lenient: bool,
+                                               tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"scripts": {"cli-model": {"steps": [{"text": "from cli"}]}}}))
     port = _free_port()
     process = subprocess.Popen(
-        [*command, "--port", str(port), "--script", str(script)],
+        [*command, "--port", str(port), "--script", str(script),
+         *(["--lenient"] if lenient else [])],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         base = f"http://127.0.0.1:{port}"
@@ -69,6 +74,7 @@ def test_server_process_serves_the_script_file(command: list[str], tmp_path: Pat
         output = _stop(process)
 
     assert health["scripts"] == ["cli-model"]
+    assert health["strict"] is not lenient
     assert answer["choices"][0]["message"]["content"] == "from cli"
     assert f"listening on http://127.0.0.1:{port}" in output
     assert f"OpenAI base_url http://127.0.0.1:{port}/v1" in output

@@ -150,7 +150,7 @@ def test_script_file_is_loaded_at_start_and_restored_by_reset(tmp_path: Path) ->
 
     assert first["choices"][0]["message"]["content"] == "from file"
     assert replaced.json()["choices"][0]["message"]["content"] == "replaced"
-    assert health == {"ok": True, "scripts": ["from-file"], "requests": 0}
+    assert health == {"ok": True, "scripts": ["from-file"], "requests": 0, "strict": True}
 
 
 def test_invalid_script_file_fails_at_start(tmp_path: Path) -> None:

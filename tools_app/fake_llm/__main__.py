@@ -1,4 +1,4 @@
-"""`python -m tools_app.fake_llm --port N [--host 127.0.0.1] [--script FILE]`."""
+"""`python -m tools_app.fake_llm --port N [--host 127.0.0.1] [--script FILE] [--lenient]`."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="JSON script file loaded at start-up")
     parser.add_argument("--record-limit", type=int, default=10_000,
                         help="requests kept for GET /_fake/requests (0 keeps none)")
+    parser.add_argument("--lenient", action="store_true",
+                        help="accept requests the real APIs refuse (unpaired tool calls and "
+                             "results, unknown fields, empty content), for fault rehearsals; "
+                             "strict is the default")
     parser.add_argument("--log-level", default="warning",
                         choices=["critical", "error", "warning", "info", "debug"])
 
@@ -38,7 +42,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def run_from_args(args: argparse.Namespace) -> None:
     serve(args.host, args.port, args.script, record_limit=args.record_limit,
-          log_level=args.log_level, announce=lambda line: print(line, flush=True))
+          log_level=args.log_level, strict=not getattr(args, "lenient", False),
+          announce=lambda line: print(line, flush=True))
 
 
 if __name__ == "__main__":

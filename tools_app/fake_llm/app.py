@@ -8,8 +8,16 @@ Routes
     GET  /_fake/health                               liveness and a few counters
     GET  /_fake/script, POST /_fake/script           read / replace every script
     PUT  /_fake/scripts/{name}, DELETE ...           set / remove one model's script
-    POST /_fake/reset                                start-up scripts back, log and counters cleared
+    POST /_fake/reset                                start-up scripts and settings back, log
+                                                     and counters cleared
     GET  /_fake/requests, DELETE /_fake/requests     the request log (secrets redacted)
+    GET  /_fake/settings, POST /_fake/settings       {"strict": bool}: read / change
+
+Strict (the default): a request the real API refuses (unknown top-level field, a tool
+result with no call before it, calls left unanswered, empty content where the provider
+refuses it) gets that provider's 400 with the real message, and is logged with outcome
+"rejected". Lenient (`strict=False`, `--lenient`, or POST /_fake/settings
+{"strict": false}) lets such requests through, for fault rehearsals.
 
 All state lives in this object and is touched only from the event loop that serves
 it, so no locks are needed. Nothing on the request path reads files or blocks; latency
@@ -104,10 +112,12 @@ class _Plan:
 class FakeLLMApp:
     """ASGI callable. `scripts` is the start-up script set (what /_fake/reset restores)."""
 
-    def __init__(self, scripts: ScriptSet | None = None, *, record_limit: int = 10_000,
-                 attempt_memory: int = 100_000) -> None:
+    def __init__(self, scripts: ScriptSet | None = None, *, strict: bool = True,
+                 record_limit: int = 10_000, attempt_memory: int = 100_000) -> None:
         self.initial_scripts = scripts or ScriptSet()
         self.scripts = self.initial_scripts
+        self.initial_strict = strict
+        self.strict = strict
         self.requests: deque[dict[str, Any]] = deque(maxlen=record_limit)
         self.attempt_memory = attempt_memory
         self._attempts: dict[tuple[str, str, int], int] = {}
@@ -138,16 +148,25 @@ class FakeLLMApp:
         headers = _header_map(scope)
         body = await _read_body(receive)
         record = self._record(scope, headers, body, wire.name)
+        data: Any = None
         try:
             data = json.loads(body)
             if not isinstance(data, dict):
                 raise WireError("the request body must be a JSON object")
+            if self.strict:
+                wire.check(data)
             conversation = wire.parse(data, route.path_model, route.stream)
         except (ValueError, WireError) as exc:
-            status = exc.status if isinstance(exc, WireError) else 400
-            record["outcome"] = "rejected"
-            await _send_json(send, status, wire.error_body(status, str(exc), None),
-                             wire.response_headers())
+            if isinstance(data, dict):
+                model = data.get("model") if route.path_model is None else route.path_model
+                record.update(body=data, model=model if isinstance(model, str) else None,
+                              stream=route.stream or data.get("stream") is True)
+            record.update(outcome="rejected", error=str(exc))
+            if isinstance(exc, WireError):
+                status, error_body = exc.status, wire.refusal_body(exc)
+            else:
+                status, error_body = 400, wire.error_body(400, str(exc), None)
+            await _send_json(send, status, error_body, wire.response_headers())
             return
         plan = self._plan(conversation, headers, body)
         record.update(body=data, model=conversation.model, stream=conversation.stream,
@@ -225,6 +244,7 @@ class FakeLLMApp:
             "step": None,
             "attempt": None,
             "outcome": None,
+            "error": None,
         }
         self.requests.append(record)
         return record
@@ -259,7 +279,12 @@ class FakeLLMApp:
         action = (method, path)
         if action == ("GET", "/_fake/health"):
             return 200, {"ok": True, "scripts": sorted(self.scripts.scripts),
-                         "requests": self._seq}
+                         "requests": self._seq, "strict": self.strict}
+        if action == ("GET", "/_fake/settings"):
+            return 200, self._settings()
+        if action == ("POST", "/_fake/settings"):
+            self._change_settings(body)
+            return 200, self._settings()
         if action == ("GET", "/_fake/script"):
             return 200, self.scripts.model_dump(mode="json")
         if action == ("POST", "/_fake/script"):
@@ -295,9 +320,29 @@ class FakeLLMApp:
                  if r["seq"] > since and (model is None or r["model"] == model)]
         return {"count": len(items), "requests": items}
 
+    def _settings(self) -> dict[str, Any]:
+        return {"strict": self.strict}
+
+    def _change_settings(self, body: bytes) -> None:
+        try:
+            settings = json.loads(body or b"{}")
+        except ValueError:
+            raise ValueError("the settings must be a JSON object") from None
+        if not isinstance(settings, dict):
+            raise ValueError("the settings must be a JSON object")
+        unknown = sorted(set(settings) - {"strict"})
+        if unknown:
+            raise ValueError(f"unknown settings: {', '.join(unknown)} (known: strict)")
+        if "strict" in settings:
+            if not isinstance(settings["strict"], bool):
+                raise ValueError("strict must be true or false")
+            self.strict = settings["strict"]
+
     def reset(self) -> None:
-        """Back to the start-up scripts; forget the request log and attempt counters."""
+        """Back to the start-up scripts and settings; forget the request log and attempt
+        counters."""
         self.scripts = self.initial_scripts
+        self.strict = self.initial_strict
         self.requests.clear()
         self._attempts.clear()
         self._seq = 0

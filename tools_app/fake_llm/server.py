@@ -18,10 +18,12 @@ from .script import ScriptSet, load_script_set
 LOOPBACK = "127.0.0.1"
 
 
-def build_app(script_path: str | Path | None = None, *, record_limit: int = 10_000) -> FakeLLMApp:
-    """The app with its start-up scripts read (once) from `script_path`, if given."""
+def build_app(script_path: str | Path | None = None, *, record_limit: int = 10_000,
+              strict: bool = True) -> FakeLLMApp:
+    """The app with its start-up scripts read (once) from `script_path`, if given.
+    `strict=False` accepts the malformed requests the real APIs refuse."""
     scripts = load_script_set(script_path) if script_path else ScriptSet()
-    return FakeLLMApp(scripts, record_limit=record_limit)
+    return FakeLLMApp(scripts, record_limit=record_limit, strict=strict)
 
 
 def _config(app: FakeLLMApp, host: str, port: int, log_level: str) -> uvicorn.Config:
@@ -54,11 +56,11 @@ def banner(host: str, port: int) -> str:
 
 
 def serve(host: str = LOOPBACK, port: int = 8765, script_path: str | Path | None = None, *,
-          record_limit: int = 10_000, log_level: str = "warning",
+          record_limit: int = 10_000, log_level: str = "warning", strict: bool = True,
           announce: Callable[[str], None] = print) -> None:
     """Serve in the foreground until interrupted; announces the bound address first
     (so `--port 0` tells which port it got)."""
-    app = build_app(script_path, record_limit=record_limit)
+    app = build_app(script_path, record_limit=record_limit, strict=strict)
     server = uvicorn.Server(_config(app, host, port, log_level))
     asyncio.run(_serve_announcing(server, host, announce))
 

@@ -34,6 +34,17 @@ _ERROR_TYPES = {
     529: "overloaded_error",
 }
 _CHOICES = {"auto": "auto", "any": "required", "none": "none", "tool": "named"}
+# The body fields of POST /v1/messages: the anthropic SDK's MessageCreateParams (2026),
+# its beta ones (sent with an anthropic-beta header; not checked here), `stream`, and
+# temperature / top_p / top_k, which the API still accepts though the SDK's types
+# dropped them. Anything else is "<name>: Extra inputs are not permitted".
+REQUEST_FIELDS = frozenset({
+    "billing_policy", "cache_control", "compaction", "container", "context_management",
+    "diagnostics", "fallback_credit_token", "fallbacks", "inference_geo", "max_tokens",
+    "mcp_servers", "messages", "metadata", "model", "output_config", "service_tier", "speed",
+    "stop_sequences", "stream", "system", "temperature", "thinking", "thread", "tool_choice",
+    "tools", "top_k", "top_p", "user_profile_id", "workspace_id",
+})
 
 
 class AnthropicWire:
@@ -56,6 +67,12 @@ class AnthropicWire:
         for message in messages:
             _read_message(message, conversation)
         return conversation
+
+    def check(self, body: dict[str, Any]) -> None:
+        check_request(body)
+
+    def refusal_body(self, error: WireError) -> Any:
+        return self.error_body(error.status, str(error), None)
 
     def json_body(self, reply: Reply, conversation: Conversation) -> Any:
         return {
@@ -84,7 +101,7 @@ class AnthropicWire:
             index += 1
         for call in reply.calls:
             items += _block(index, _tool_use(call, {}), "input_json_delta", "partial_json",
-                            ["", *pieces(call.arguments, chunk_size)])
+                            ["", *pieces(_input_text(call.arguments), chunk_size)])
             index += 1
         if len(items) > 1:
             items.insert(2, ("ping", {"type": "ping"}))
@@ -127,8 +144,29 @@ def _blocks(reply: Reply) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if reply.text is not None:
         blocks.append({"type": "text", "text": reply.text})
-    blocks += [_tool_use(call, arguments_object(call.arguments)) for call in reply.calls]
+    blocks += [_tool_use(call, _input_object(call.arguments)) for call in reply.calls]
     return blocks
+
+
+def _input_object(raw: str) -> dict[str, Any]:
+    """`tool_use.input` as the API sends it: always a JSON object.
+
+    A script may hold arguments that are not a JSON object on purpose (invalid JSON, or
+    a list or string). The real API never sends those, so they are wrapped as
+    {"INVALID_JSON": "<raw text>"}: the key Anthropic's documentation suggests for
+    passing invalid tool JSON back to the API (and the one our adapter uses), so the
+    rehearsal still reaches the client as arguments that fail the tool's schema, and the
+    call round-trips unchanged.
+    """
+    value = arguments_object(raw)
+    return value if isinstance(value, dict) else {"INVALID_JSON": raw}
+
+
+def _input_text(raw: str) -> str:
+    """The streamed `partial_json` fragments, joined: the JSON text of `_input_object`,
+    the script's own text when it already is an object."""
+    return raw if raw.strip() and isinstance(arguments_object(raw), dict) \
+        else dumps(_input_object(raw))
 
 
 def _tool_use(call: ReplyCall, arguments: Any) -> dict[str, Any]:
@@ -183,3 +221,87 @@ def _read_message(message: Any, conversation: Conversation) -> None:
         conversation.last_user_text = text
         conversation.rounds_since_user = 0
         conversation.tool_results = []
+
+
+# -- strict mode: what the real API refuses --------------------------------------------
+
+
+def check_request(body: dict[str, Any]) -> None:
+    """Raise WireError as the real API would: unknown fields first, then the messages in
+    order (a message's content, then its tool_use / tool_result pairing)."""
+    for key in body:
+        if key not in REQUEST_FIELDS:
+            raise WireError(f"{key}: Extra inputs are not permitted")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    last = len(messages) - 1
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        blocks = _check_content(index, message, final=index == last)
+        if message.get("role") == "assistant":
+            if index < last:
+                _check_answered(index, blocks, messages[index + 1])
+        else:
+            previous = messages[index - 1] if index > 0 else None
+            _check_results(index, blocks, previous)
+
+
+def _check_content(index: int, message: dict[str, Any], *, final: bool) -> list[Any]:
+    if "content" not in message:
+        raise WireError(f"messages.{index}.content: Field required")
+    content = message.get("content")
+    if not content and not (final and message.get("role") == "assistant"):
+        raise WireError(f"messages.{index}: all messages must have non-empty content except "
+                        "for the optional final assistant message")
+    if not isinstance(content, list):
+        return []
+    for number, block in enumerate(content):
+        if not isinstance(block, dict) or block.get("type") != "text":
+            continue
+        # Only the empty text is refused: a recorded real request with a text block of
+        # one space (an assistant message) was accepted.
+        if block.get("text") == "":
+            raise WireError(f"messages.{index}.content.{number}.text: text content blocks "
+                            "must be non-empty")
+    return content
+
+
+def _ids(blocks: Any, kind: str, key: str) -> list[tuple[int, str]]:
+    """(block number, id) of the `kind` blocks of a content list."""
+    if not isinstance(blocks, list):
+        return []
+    return [(number, str(block.get(key))) for number, block in enumerate(blocks)
+            if isinstance(block, dict) and block.get("type") == kind]
+
+
+def _check_answered(index: int, blocks: list[Any], following: Any) -> None:
+    uses = [use for _, use in _ids(blocks, "tool_use", "id")]
+    if not uses:
+        return
+    answered = set()
+    if isinstance(following, dict) and following.get("role") == "user":
+        answered = {result for _, result in
+                    _ids(following.get("content"), "tool_result", "tool_use_id")}
+    missing = [use for use in uses if use not in answered]
+    if missing:
+        raise WireError(f"messages.{index}: `tool_use` ids were found without `tool_result` "
+                        f"blocks immediately after: {', '.join(missing)}. Each `tool_use` block "
+                        "must have a corresponding `tool_result` block in the next message.")
+
+
+def _check_results(index: int, blocks: list[Any], previous: Any) -> None:
+    results = _ids(blocks, "tool_result", "tool_use_id")
+    if not results:
+        return
+    uses: set[str] = set()
+    if isinstance(previous, dict) and previous.get("role") == "assistant":
+        uses = {use for _, use in _ids(previous.get("content"), "tool_use", "id")}
+    unexpected = [(number, result) for number, result in results if result not in uses]
+    if unexpected:
+        number = unexpected[0][0]
+        ids = ", ".join(result for _, result in unexpected)
+        raise WireError(f"messages.{index}.content.{number}: unexpected `tool_use_id` found in "
+                        f"`tool_result` blocks: {ids}. Each `tool_result` block must have a "
+                        "corresponding `tool_use` block in the previous message.")

@@ -24,11 +24,19 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 class WireError(Exception):
-    """A request this wire format cannot accept; answered with a provider-shaped 4xx."""
+    """A request this wire format cannot accept; answered with a provider-shaped 4xx.
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    `param` and `code` fill OpenAI's error fields of those names; `details` is Gemini's
+    google.rpc details list. Each wire uses what its real error body has.
+    """
+
+    def __init__(self, message: str, status: int = 400, *, param: str | None = None,
+                 code: str | None = None, details: list[Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.param = param
+        self.code = code
+        self.details = details
 
 
 class Wire(Protocol):
@@ -38,6 +46,16 @@ class Wire(Protocol):
 
     def parse(self, body: dict[str, Any], path_model: str | None, stream: bool) -> Conversation:
         """Read the neutral conversation out of a request body (raise WireError)."""
+        ...
+
+    def check(self, body: dict[str, Any]) -> None:
+        """Raise WireError, with the real API's message, for a body the real API refuses
+        (unknown fields, unpaired tool calls and results, empty content). Strict mode
+        only; `parse` stays lenient, so fault rehearsals can send anything."""
+        ...
+
+    def refusal_body(self, error: WireError) -> Any:
+        """The provider's error body for a refused request."""
         ...
 
     def json_body(self, reply: Reply, conversation: Conversation) -> Any: ...

@@ -31,6 +31,28 @@ _STATUS = {
 }
 
 
+# GenerateContentRequest's fields (v1beta), in both JSON spellings the API parses; the
+# model comes from the path but may be repeated in the body. Anything else is
+# 'Invalid JSON payload received. Unknown name "<name>": Cannot find field.'
+REQUEST_FIELDS = frozenset({
+    "model", "contents", "tools", "toolConfig", "tool_config", "safetySettings",
+    "safety_settings", "systemInstruction", "system_instruction", "generationConfig",
+    "generation_config", "cachedContent", "cached_content",
+})
+# A Part must set one member of its `data` oneof.
+_DATA_FIELDS = (
+    "text", "inlineData", "inline_data", "fileData", "file_data", "functionCall",
+    "function_call", "functionResponse", "function_response", "executableCode",
+    "executable_code", "codeExecutionResult", "code_execution_result",
+)
+_RESPONSE_TURN = ("Please ensure that function response turn comes immediately after a "
+                  "function call turn.")
+_CALL_TURN = ("Please ensure that function call turn comes immediately after a user turn or "
+              "after a function response turn.")
+_COUNT = ("Please ensure that the number of function response parts is equal to the number "
+          "of function call parts of the function call turn.")
+
+
 def _get(mapping: Any, camel: str, snake: str) -> Any:
     if not isinstance(mapping, dict):
         return None
@@ -57,6 +79,15 @@ class GeminiWire:
         for content in contents:
             _read_content(content, conversation)
         return conversation
+
+    def check(self, body: dict[str, Any]) -> None:
+        check_request(body)
+
+    def refusal_body(self, error: WireError) -> Any:
+        body = self.error_body(error.status, str(error), None)
+        if error.details:
+            body["error"]["details"] = error.details
+        return body
 
     def json_body(self, reply: Reply, conversation: Conversation) -> Any:
         return _response(conversation, _parts(reply), reply, finished=True,
@@ -169,3 +200,79 @@ def _result_text(function_response: Any) -> str:
         if isinstance(value, str):
             return value
     return json.dumps(response, ensure_ascii=False)
+
+
+# -- strict mode: what the real API refuses --------------------------------------------
+
+
+def check_request(body: dict[str, Any]) -> None:
+    """Raise WireError as the real API would: unknown fields (a JSON parse error), then
+    empty turns and parts (field validation), then the function call / response turns."""
+    for key in body:
+        if key not in REQUEST_FIELDS:
+            message = f'Invalid JSON payload received. Unknown name "{key}": Cannot find field.'
+            raise WireError(message, details=[{
+                "@type": "type.googleapis.com/google.rpc.BadRequest",
+                "fieldViolations": [{"description": message}]}])
+    contents = body.get("contents")
+    if not isinstance(contents, list):
+        return
+    for index, content in enumerate(contents):
+        if isinstance(content, dict):
+            _check_parts(index, content.get("parts"))
+    for index, content in enumerate(contents):
+        previous = contents[index - 1] if index > 0 else None
+        following = contents[index + 1] if index + 1 < len(contents) else None
+        _check_turn(content, previous, following)
+
+
+def _check_parts(index: int, parts: Any) -> None:
+    # Google's validator ends each of its lines with a newline, kept here.
+    if not parts:
+        raise WireError(f"* GenerateContentRequest.contents[{index}].parts: contents.parts "
+                        "must not be empty.\n")
+    for number, part in enumerate(parts if isinstance(parts, list) else ()):
+        if isinstance(part, dict) and not _has_data(part):
+            raise WireError(f"* GenerateContentRequest.contents[{index}].parts[{number}].data: "
+                            "required oneof field 'data' must have one initialized field\n")
+
+
+def _has_data(part: dict[str, Any]) -> bool:
+    # An empty string reads as unset, so {"text": ""} sets no data (clients meet that
+    # 400 when they echo an empty text part). A part that carries a thought signature is
+    # let through: the real API's handling of an empty signed text part is not known
+    # here, and refusing a valid request is worse than accepting a doubtful one.
+    if "thoughtSignature" in part or "thought_signature" in part:
+        return True
+    return any(part.get(name) not in (None, "") for name in _DATA_FIELDS)
+
+
+def _calls(content: Any) -> int:
+    if not isinstance(content, dict) or content.get("role") != "model":
+        return 0
+    return sum(1 for p in content.get("parts") or () if isinstance(p, dict)
+               and _get(p, "functionCall", "function_call") is not None)
+
+
+def _responses(content: Any) -> int:
+    if not isinstance(content, dict) or content.get("role") == "model":
+        return 0
+    return sum(1 for p in content.get("parts") or () if isinstance(p, dict)
+               and _get(p, "functionResponse", "function_response") is not None)
+
+
+def _check_turn(content: Any, previous: Any, following: Any) -> None:
+    calls, responses = _calls(content), _responses(content)
+    if calls:
+        if previous is None or (isinstance(previous, dict) and previous.get("role") == "model"):
+            raise WireError(_CALL_TURN)
+        if following is not None and _responses(following) != calls \
+                and not (isinstance(following, dict) and following.get("role") == "model"):
+            # The next user turn must answer every call (a model turn right after is
+            # not something this server knows the API to refuse).
+            raise WireError(_COUNT)
+    if responses:
+        if not _calls(previous):
+            raise WireError(_RESPONSE_TURN)
+        if responses != _calls(previous):
+            raise WireError(_COUNT)

@@ -21,6 +21,22 @@ _ERROR_TYPES = {
     429: ("requests", "rate_limit_exceeded"),
 }
 _FINGERPRINT = "fp_fake0000"
+# The body fields of POST /v1/chat/completions (the openai SDK's CompletionCreateParams,
+# 2026); anything else is "Unrecognized request argument supplied".
+REQUEST_FIELDS = frozenset({
+    "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+    "max_completion_tokens", "max_tokens", "messages", "metadata", "modalities", "model",
+    "moderation", "n", "parallel_tool_calls", "prediction", "presence_penalty",
+    "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention", "reasoning_effort",
+    "response_format", "safety_identifier", "seed", "service_tier", "stop", "store", "stream",
+    "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user",
+    "verbosity", "web_search_options",
+})
+_ORPHAN_TOOL = ("Invalid parameter: messages with role 'tool' must be a response to a "
+                "preceeding message with 'tool_calls'.")  # sic: the API's own spelling
+_UNANSWERED = ("An assistant message with 'tool_calls' must be followed by tool messages "
+               "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+               "response messages: ")
 
 
 class OpenAIWire:
@@ -46,6 +62,13 @@ class OpenAIWire:
         for message in messages:
             _read_message(message, conversation)
         return conversation
+
+    def check(self, body: dict[str, Any]) -> None:
+        check_request(body)
+
+    def refusal_body(self, error: WireError) -> Any:
+        return {"error": {"message": str(error), "type": "invalid_request_error",
+                          "param": error.param, "code": error.code}}
 
     def json_body(self, reply: Reply, conversation: Conversation) -> Any:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text,
@@ -171,3 +194,62 @@ def _read_message(message: Any, conversation: Conversation) -> None:
         conversation.last_user_text = text
         conversation.rounds_since_user = 0
         conversation.tool_results = []
+
+
+# -- strict mode: what the real API refuses --------------------------------------------
+
+
+def check_request(body: dict[str, Any]) -> None:
+    """Raise WireError as the real API would: unknown fields first, then the messages."""
+    for key in body:
+        if key not in REQUEST_FIELDS:
+            raise WireError(f"Unrecognized request argument supplied: {key}")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    calls: list[str] | None = None  # ids of the assistant tool_calls being answered
+    pending: list[str] = []
+    asked_at = 0
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        _check_content(index, role, message)
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if calls is None:
+                raise WireError(_ORPHAN_TOOL, param=f"messages.[{index}].role")
+            if call_id not in calls:
+                raise WireError(f"Invalid parameter: 'tool_call_id' of '{call_id}' not found "
+                                "in 'tool_calls' of previous message.",
+                                param=f"messages.[{index}].tool_call_id")
+            if call_id in pending:
+                pending.remove(call_id)
+            continue
+        if pending:
+            raise WireError(_UNANSWERED + ", ".join(pending), param=f"messages.[{asked_at}].role")
+        tool_calls = message.get("tool_calls") if role == "assistant" else None
+        calls = [str(c.get("id")) for c in tool_calls if isinstance(c, dict)] \
+            if isinstance(tool_calls, list) and tool_calls else None
+        pending, asked_at = list(calls or ()), index
+    if pending:
+        raise WireError(_UNANSWERED + ", ".join(pending), param=f"messages.[{asked_at}].role")
+
+
+def _check_content(index: int, role: Any, message: dict[str, Any]) -> None:
+    content = message.get("content")
+    if content == []:
+        raise WireError(f"Invalid 'messages[{index}].content': empty array. Expected an array "
+                        "with minimum length 1, but got an empty array instead.",
+                        param=f"messages[{index}].content", code="empty_array")
+    if role not in ("system", "developer", "user", "tool"):
+        # An assistant's content may be null or absent next to tool_calls; without them
+        # (and for the legacy "function" role) the exact rule is not known here, so
+        # nothing more is refused.
+        return
+    if "content" not in message:
+        raise WireError(f"Missing required parameter: 'messages[{index}].content'.",
+                        param=f"messages[{index}].content", code="missing_required_parameter")
+    if content is None:
+        raise WireError("Invalid value for 'content': expected a string, got null.",
+                        param=f"messages.[{index}].content")

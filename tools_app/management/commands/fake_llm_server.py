@@ -20,5 +20,5 @@ class Command(BaseCommand):
         add_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        names = ("host", "port", "script", "record_limit", "log_level")
+        names = ("host", "port", "script", "record_limit", "log_level", "lenient")
         run_from_args(argparse.Namespace(**{name: options[name] for name in names}))
