@@ -156,3 +156,82 @@ def test_a_provider_that_echoes_the_key_in_its_error_never_leaks_it(
     assert "Incorrect API key provided" in run.error_message
     # ...but they are nowhere in the database, the error or the logs.
     assert leaks(run, caplog) == []
+
+
+class EchoingModel(BaseHTTPRequestHandler):
+    """A hostile model that answers 200: its tool call's arguments and its final text
+    carry the credentials it was sent, streamed or not."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        echo = f"{self.headers.get('authorization', '')} {self.headers.get('x-api-key', '')}"
+        answered = any(m.get("role") == "tool" for m in request["messages"])
+        message: dict[str, Any] = (
+            {"role": "assistant", "content": f"done, your keys: {echo}"} if answered else
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_1", "type": "function", "function": {
+                    "name": "calculator", "arguments": json.dumps({"expression": echo})}}]})
+        finish = "stop" if answered else "tool_calls"
+        if request.get("stream"):
+            self._stream(message, finish)
+        else:
+            self._send("application/json", json.dumps({
+                "id": "c1", "object": "chat.completion", "model": "fake-model",
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            }).encode())
+
+    def _stream(self, message: dict[str, Any], finish: str) -> None:
+        delta: dict[str, Any] = {"role": "assistant", "content": message["content"]}
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [{"index": 0, **message["tool_calls"][0]}]
+        chunks = [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+                  {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
+        body = "".join(f"data: {json.dumps({'id': 'c1', 'object': 'chat.completion.chunk', 'model': 'fake-model', **chunk})}\n\n"  # noqa: E501
+                       for chunk in chunks) + "data: [DONE]\n\n"
+        self._send("text/event-stream", body.encode())
+
+    def _send(self, content_type: str, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def echoing_model() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), EchoingModel)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_model_that_echoes_the_key_in_its_answers_never_stores_it(
+    canary_env: None, echoing_model: str, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy, caplog: pytest.LogCaptureFixture, stream: bool,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    endpoint = ModelEndpoint.objects.create(
+        name="echoing model", kind="openai_compatible", base_url=echoing_model,
+        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_KEY", stream=stream,
+        extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_HEADER"},
+    )
+    run = start(endpoint, [demo_tools["calculator"]], policy)
+
+    assert execute(run) == "succeeded", (run.error_type, run.error_message)
+
+    assert run.final_text is not None
+    assert run.final_text.startswith("done, your keys: ")
+    assert "[redacted]" in run.final_text
+    [call] = run.tool_calls.all()
+    assert "[redacted]" in call.arguments_raw
+    assert leaks(run, caplog) == []

@@ -57,6 +57,10 @@ class RunRecorder:
             await notify(self.run_id, {"fragment": self._fragment(event)})
             return
         payload = self._payload(event)
+        if self.secrets:
+            # The one boundary every stored value crosses: the rows are written from the
+            # redacted event, whichever path (streamed or not) the values came by.
+            event = type(event).model_validate(payload)
         seq = await sync_to_async(self.record)(event, payload)
         await notify(self.run_id, {"seq": seq})
 

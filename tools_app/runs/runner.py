@@ -33,7 +33,7 @@ from .leases import cancel_requested, claim, new_worker_id, renew
 from .lifecycle import finish
 from .recorder import RunRecorder
 from .snapshot import engine_for_snapshot, snapshot_messages, snapshot_parameters
-from .storage import clean_text
+from .storage import clean_text, redact
 
 logger = logging.getLogger(__name__)
 
@@ -121,11 +121,12 @@ async def _drive(run_id: str, token: int) -> tuple[RunStatus, dict[str, Any]]:
         return RunStatus.INTERRUPTED, {}
     except Exception as exc:
         return RunStatus.FAILED, {"error_type": type(exc).__name__,
-                                  "error_message": clean_text(str(exc)) or ""}
+                                  "error_message": clean_text(redact(str(exc),
+                                                                     engine.secrets)) or ""}
     finally:
         heartbeat.cancel()
         await _close_model(engine.model)
-    return RunStatus.SUCCEEDED, _success_fields(result)
+    return RunStatus.SUCCEEDED, _success_fields(result, engine.secrets)
 
 
 async def _close_model(model: Any) -> None:
@@ -162,9 +163,10 @@ async def _heartbeat(run_id: str, token: int, chat: asyncio.Future[Any], stop: _
             last_renewal = time.monotonic()
 
 
-def _success_fields(result: ToolChatResult) -> dict[str, Any]:
-    return {"final_text": clean_text(result.final_response.ai_message.text),
-            "error_type": "", "error_message": ""}
+def _success_fields(result: ToolChatResult, secrets: tuple[str, ...]) -> dict[str, Any]:
+    text = result.final_response.ai_message.text
+    return {"final_text": clean_text(redact(text, secrets)), "error_type": "",
+            "error_message": ""}
 
 
 def _wall_ms(run_id: str, started: float) -> float:
