@@ -2,6 +2,7 @@
 
 import io
 import re
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -63,3 +64,9 @@ def test_the_printed_placeholders_pasted_unedited_create_no_user(
         call_command("createsuperuser", interactive=False, stdout=io.StringIO(),
                      stderr=io.StringIO())
     assert not get_user_model().objects.exists()
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_it_says_clearly_when_debug_is_on(settings: Any, debug: bool) -> None:
+    settings.DEBUG = debug
+    assert ("DEBUG is on" in hint()) is debug

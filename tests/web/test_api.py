@@ -412,11 +412,61 @@ def test_a_bad_after_is_400(bob_api: Api, body: dict[str, Any], after: str) -> N
     assert (error["code"], error["field"]) == ("invalid_field", "after")
 
 
-def test_an_after_beyond_any_seq_finds_nothing(bob_api: Api, body: dict[str, Any]) -> None:
+@pytest.mark.parametrize("after", [str(10**26), "9" * 5000, str(2**63 - 1)])
+def test_an_after_beyond_any_seq_finds_nothing(
+    bob_api: Api, body: dict[str, Any], after: str,
+) -> None:
     run_id = bob_api.post("/api/runs", body).json()["id"]
-    response = bob_api.get(f"/api/runs/{run_id}/events?after={10**26}")
+    response = bob_api.get(f"/api/runs/{run_id}/events?after={after}")
     assert response.status_code == 200
     assert response.json()["events"] == []
+
+
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(("key", "raw_json", "code", "field"), [
+    ("endpoint", HUGE, "invalid_json", None),
+    ("policy", HUGE, "invalid_json", None),
+    ("policy", f'"{HUGE}"', "unknown_policy", "policy"),
+    ("policy", str(2**64), "unknown_policy", "policy"),
+    ("messages", '[{"role": "user", "content": "bad \\ud800 half"}]', "invalid_field",
+     "messages[0].content"),
+    ("endpoint", '"\\udc00"', "invalid_field", "endpoint"),
+    ("tools", '["get_weather", "\\ud83d"]', "invalid_field", "tools[1]"),
+])
+def test_hostile_numbers_and_lone_surrogates_are_400_naming_the_field(
+    bob_api: Api, body: dict[str, Any], key: str, raw_json: str, code: str,
+    field: str | None,
+) -> None:
+    """Each of these was a 500 (and, with DEBUG on, a debug page showing the token)."""
+    others = json.dumps({k: v for k, v in body.items() if k != key})
+    response = bob_api.post("/api/runs", f'{others[:-1]}, "{key}": {raw_json}}}')
+
+    error = error_of(response, 400)
+    assert error["code"] == code
+    assert error.get("field") == field
+    assert not Run.objects.exists()
+
+
+def test_an_unexpected_error_is_a_json_500_without_the_debug_page(
+    bob_api: Api, body: dict[str, Any], monkeypatch: pytest.MonkeyPatch, settings: Any,
+) -> None:
+    from tools_app.runs import services
+
+    settings.DEBUG = True
+
+    def broken(**kwargs: Any) -> None:
+        secret_local = "the token is in a local"  # noqa: F841 (what the debug page showed)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(services, "run_create", broken)
+    response = bob_api.post("/api/runs", body)
+
+    error = error_of(response, 500)
+    assert error["code"] == "internal_error"
+    assert response["content-type"] == "application/json"
+    assert "the token is in a local" not in response.content.decode()
 
 
 def test_another_users_run_is_404(

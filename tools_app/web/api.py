@@ -8,6 +8,7 @@ GET  /api/runs/<id>/events?after=N   the run's events after seq N
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from functools import wraps
@@ -25,6 +26,9 @@ from ..runs import selectors, services
 from .api_tokens import user_for_token
 
 MAX_BODY_BYTES = 1_000_000
+MAX_ROW_ID = 2**63 - 1
+
+logger = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -56,6 +60,12 @@ def token_required(view: View) -> View:
             return view(request, *args, **kwargs)
         except ApiError as error:
             return error.response()
+        except Exception:
+            # Never Django's debug page: it shows the stack frames' locals, the caller's
+            # token among them. The error is logged with its traceback for the operator.
+            logger.exception("API request %s %s failed", request.method, request.path)
+            return ApiError(500, "internal_error",
+                            "The server failed to answer; the error is logged").response()
 
     return wrapper
 
@@ -87,9 +97,41 @@ def _json_body(request: HttpRequest) -> dict[str, Any]:
     except RecursionError as exc:
         raise ApiError(400, "invalid_json", "The body is not valid JSON: nested too deeply"
                        ) from exc
+    except ValueError as exc:  # an integer of more digits than int() converts
+        raise ApiError(400, "invalid_json", f"The body holds a number too large: {exc}"
+                       ) from exc
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_body", "The body must be a JSON object")
+    if (where := _lone_surrogate_at(body)) is not None:
+        raise ApiError(400, "invalid_field", f"{where} holds a lone surrogate escape "
+                       "(half of a UTF-16 pair), which is not text", field=where)
     return body
+
+
+def _lone_surrogate_at(value: Any, path: str = "") -> str | None:
+    """The path of the first string (or key) that has no UTF-8 form, if any."""
+    if isinstance(value, str):
+        return path or "body" if not _is_text(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{path}.{key}" if path else str(key)
+            if not _is_text(key):
+                return path or "body"
+            if (found := _lone_surrogate_at(item, here)) is not None:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if (found := _lone_surrogate_at(item, f"{path}[{index}]")) is not None:
+                return found
+    return None
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _start_run(request: HttpRequest, body: dict[str, Any]) -> Run:
@@ -140,7 +182,7 @@ def _lookup(model: Any, key: Any, field: str) -> Any:
 
 def _as_id(key: Any, model: Any) -> Any:
     if model is ErrorPolicy:
-        return int(key) if _is_digits(str(key)) else None
+        return int(key) if _is_row_id(str(key)) else None
     try:
         return uuid.UUID(str(key))
     except ValueError:
@@ -150,6 +192,12 @@ def _as_id(key: Any, model: Any) -> Any:
 def _is_digits(text: str) -> bool:
     """0-9 only: str.isdigit() is also true for "²", which int() refuses."""
     return text.isascii() and text.isdigit()
+
+
+def _is_row_id(text: str) -> bool:
+    """Digits that fit a 64-bit row id (databases refuse larger numbers, and int()
+    refuses strings of more than 4,300 digits)."""
+    return _is_digits(text) and len(text) <= 19 and int(text) <= MAX_ROW_ID
 
 
 def _tools(names: list[str]) -> list[ToolRegistration]:
@@ -217,10 +265,12 @@ def run_events(request: HttpRequest, run_id: Any) -> JsonResponse:
     after_raw = request.GET.get("after", "0")
     if not _is_digits(after_raw):
         raise ApiError(400, "invalid_field", "after must be a non-negative integer", field="after")
-    events = selectors.events_after(run.pk, int(after_raw))
+    # Beyond any seq there is nothing (the database cannot compare a larger number).
+    after = int(after_raw) if _is_row_id(after_raw) else MAX_ROW_ID
+    events = selectors.events_after(run.pk, after)
     return JsonResponse({"events": [{"seq": e.seq, "kind": e.kind, "payload": e.payload,
                                      "created_at": e.created_at.isoformat()} for e in events],
-                         "last_seq": events[-1].seq if events else int(after_raw)})
+                         "last_seq": events[-1].seq if events else after})
 
 
 def _run_summary(run: Run) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
@@ -20,6 +21,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         url = f"http://127.0.0.1:{os.environ.get('PORT') or '8000'}/"
+        if settings.DEBUG:
+            self.stdout.write(self.style.WARNING(
+                "DEBUG is on (the default, for local use on this machine): error pages "
+                "show details. Anything others can reach needs DEBUG=0 and a SECRET_KEY "
+                "(README, Configuration)."))
         if get_user_model().objects.filter(is_superuser=True).exists():
             self.stdout.write(f"Log in at {url} (admin: {url}admin/).")
             return
