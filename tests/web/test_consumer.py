@@ -882,3 +882,54 @@ def test_the_session_group_name_hides_the_session_key() -> None:
     assert name == consumers.session_group("k" * 32) != consumers.session_group("j" * 32)
     assert len(name) < 100
     assert name.replace(".", "").isalnum()
+
+
+@pytest.mark.parametrize("change", ["deactivate", "new_password", "delete"])
+async def test_a_user_who_loses_their_rights_loses_their_live_sockets(
+    weather_run: Any, bob: AbstractUser, alice: AbstractUser,
+    sockets: list[WebsocketCommunicator], change: str,
+) -> None:
+    """Only a logout closed sockets: a deactivated user, or the other sessions of one
+    whose password changed, kept streaming. Other users' sockets are untouched."""
+    run = await weather_run()
+    bobs = await open_socket(sockets, run.pk, bob)
+    alices = await open_socket(sockets, run.pk, alice)
+    await bobs.receive_from(timeout=WAIT)
+    await alices.receive_from(timeout=WAIT)
+
+    def apply() -> None:
+        if change == "deactivate":
+            bob.is_active = False
+            bob.save()
+        elif change == "new_password":
+            bob.set_password("a whole new passphrase")
+            bob.save()
+        else:
+            Run.objects.filter(pk=run.pk).update(created_by=None)
+            bob.delete()
+
+    await sync_to_async(apply)()
+
+    closed = await bobs.receive_output(timeout=WAIT)
+    assert (closed["type"], closed["code"]) == ("websocket.close", 4401)
+    assert await alices.receive_nothing(timeout=0.3)
+
+
+async def test_a_save_that_cannot_change_rights_keeps_the_sockets_open(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    run = await weather_run()
+    bobs = await open_socket(sockets, run.pk, bob)
+    await bobs.receive_from(timeout=WAIT)
+
+    def touch() -> None:
+        bob.first_name = "Robert"
+        bob.save()  # every field, rights included: the socket checks and stays
+        bob.save(update_fields=["last_login"])  # a login elsewhere: nobody is told
+
+    await sync_to_async(touch)()
+
+    assert await bobs.receive_nothing(timeout=0.5)
+    seq = await append_status_event(run.pk)
+    await notify(str(run.pk), {"seq": seq})
+    assert seq_of(await bobs.receive_from(timeout=WAIT)) == seq

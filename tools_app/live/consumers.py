@@ -16,10 +16,13 @@ import hashlib
 import json
 import time
 from collections import OrderedDict
+from importlib import import_module
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 from asgiref.sync import SyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 
 from ..models import Run
 from ..runs.db import drop_broken_connections
@@ -60,6 +63,28 @@ def _kept_connection(function: Any) -> Any:
 @_kept_connection
 def _visible_run(run_id: str, user: Any) -> Run | None:
     return run_get_for_user(run_id, user)
+
+
+def user_group(user_pk: Any) -> str:
+    """The channel-layer group of one user's sockets: told when their rights change."""
+    return f"user.{user_pk}"
+
+
+@_kept_connection
+def _session_still_authenticates(scope: dict[str, Any]) -> bool:
+    """Whether the socket's login session still authenticates its user, as Django checks
+    it for a request: the user exists and is active, and the session's auth hash still
+    matches their password (a password change ends the other sessions). The session is
+    read afresh: the one in the scope is the copy from the handshake."""
+    from django.contrib.auth import get_user
+
+    session = scope.get("session")
+    if session is None or not session.session_key:
+        return False
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    request = SimpleNamespace(session=store(session_key=session.session_key))
+    user = get_user(request)  # type: ignore[arg-type]
+    return bool(user.is_authenticated and user.pk == scope["user"].pk)
 
 
 def session_group(session_key: str) -> str:
@@ -181,6 +206,7 @@ class RunConsumer(AsyncWebsocketConsumer):
     sent_seq: int | None = None
     subscribed_at = 0.0  # time.monotonic() once notifications for the run reach us
     session_group_name = ""
+    user_group_name = ""
 
     async def connect(self) -> None:
         remember_server_loop(asyncio.get_running_loop())
@@ -197,9 +223,12 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.subscribed_at = time.monotonic()
         session_key = getattr(self.scope.get("session"), "session_key", None)
         if session_key:
-            # Logging out ends this socket too (signals.close_the_sessions_sockets).
+            # Logging out ends this socket too (sessions.close_the_sessions_sockets).
             self.session_group_name = session_group(session_key)
             await self.channel_layer.group_add(self.session_group_name, self.channel_name)
+        # A deactivation or a password change makes it check its session again.
+        self.user_group_name = user_group(user.pk)
+        await self.channel_layer.group_add(self.user_group_name, self.channel_name)
         await self.accept()
 
     async def refuse(self, code: int) -> None:
@@ -214,10 +243,18 @@ class RunConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
         if self.session_group_name:
             await self.channel_layer.group_discard(self.session_group_name, self.channel_name)
+        if self.user_group_name:
+            await self.channel_layer.group_discard(self.user_group_name, self.channel_name)
 
     async def session_ended(self, message: dict[str, Any]) -> None:
         """The viewer logged out (maybe in another tab): nothing more reaches them."""
         await self.close(code=CLOSE_UNAUTHENTICATED)
+
+    async def user_changed(self, message: dict[str, Any]) -> None:
+        """The viewer's account changed (deactivated, new password, deleted): the socket
+        lives on only if its session would still let the user in."""
+        if not await _session_still_authenticates(self.scope):
+            await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         # The client says one thing, once: where it is. Anything else (a second resume,
