@@ -8,9 +8,13 @@ a pool and its connections belong to the loop that opened them.
 
 Proxies: an explicit `proxy=` URL wins; otherwise the environment decides, as curl and
 the SDKs do: HTTPS_PROXY / HTTP_PROXY by the endpoint's scheme, else ALL_PROXY, unless
-NO_PROXY names the host (aiohttp's session has `trust_env=True` as well). aiohttp
-speaks to http:// proxies only (CONNECT for https endpoints); another proxy scheme in
-the environment is ignored with a warning.
+NO_PROXY names the host. The environment is read once, when the client is made (an
+endpoint has one host), and the proxy handed to aiohttp: its session's own
+`trust_env=True` would read the same variables (and ~/.netrc) again on every request,
+which cost ~200 µs of CPU per request under 100 concurrent runs
+(docs/benchmarks/providers.md), and it ignores ALL_PROXY. aiohttp speaks to http://
+proxies only (CONNECT for https endpoints); another proxy scheme in the environment is
+ignored with a warning.
 
 No cookies are kept, on either side: provider APIs authenticate by header, and a
 cookie one response set (a proxy's, a load balancer's) must not ride along on the
@@ -131,11 +135,11 @@ def new_client(config: EndpointConfig,
             verify=verify, trust_env=True)
 
         def session() -> aiohttp.ClientSession:
-            # Upstream's own session would keep cookies and ignore the environment.
+            # Upstream's own session would keep cookies; the proxy is resolved above.
             connector = aiohttp.TCPConnector(
                 ssl=context, limit=limits.max_connections or 0,
                 keepalive_timeout=limits.keepalive_expiry or 0)
-            return aiohttp.ClientSession(connector=connector, trust_env=True,
+            return aiohttp.ClientSession(connector=connector, trust_env=False,
                                          cookie_jar=aiohttp.DummyCookieJar())
 
         transport = AiohttpTransport(verify=context, limits=limits, client=session,
