@@ -8,12 +8,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tools_app.engine.providers.transports import AiohttpTransport, Httpcore2Transport
+from tools_app.engine.providers.aiohttp_transport import AiohttpTransport
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-# Every transport that opens real connections (one per http_backend).
+# Every transport that opens real connections.
 _NETWORK_TRANSPORTS: tuple[type[httpx.AsyncBaseTransport], ...] = (
-    httpx.AsyncHTTPTransport, AiohttpTransport, Httpcore2Transport)
+    httpx.AsyncHTTPTransport, AiohttpTransport)
 
 
 def _guard(original: Callable[..., Awaitable[httpx.Response]]) -> Any:

@@ -8,12 +8,12 @@ import json
 import httpx
 import pytest
 
-from tools_app.engine.providers.http import (
+from tools_app.engine.providers.jsoncodec import loads_json
+from tools_app.engine.providers.redaction import Redactor
+from tools_app.engine.providers.retry import RetryPolicy
+from tools_app.engine.providers.wire_errors import (
     ErrorDetails,
-    Redactor,
-    RetryPolicy,
     is_retryable_status,
-    loads_json,
     parse_retry_after,
 )
 

@@ -1,15 +1,15 @@
-"""One pooled HTTP client per model and event loop; the pluggable pool under it.
+"""One HTTP client per endpoint and event loop, shared; what runs over it.
 
-The client is created on the first call, reused by later and concurrent calls, closed
-by `aclose()` (and when its loop shuts down or the model is collected), and a model
-used from another event loop gets a client of its own there. Every `http_backend`
-carries a real run against the fake server, faults included.
+A model without an injected client owns one per event loop: created on the first call,
+reused by later and concurrent calls, closed by `aclose()`. Models given a
+SharedHttpClients cache share one client (and its connections) per endpoint
+configuration, whatever their keys; the cache's owner closes it. Real runs against the
+fake server cover conversations, resets, cut streams and refused connections.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import socket
 from collections.abc import Iterator
@@ -27,19 +27,15 @@ from tools_app.engine.messages import (
     ToolExecutionResultMessage,
 )
 from tools_app.engine.providers import build_chat_model
-from tools_app.engine.providers.adapter import encode_json_body
-from tools_app.engine.providers.h1 import H1Transport
-from tools_app.engine.providers.http import USER_AGENT, RetryPolicy, encode_json
+from tools_app.engine.providers.aiohttp_transport import AiohttpTransport
+from tools_app.engine.providers.client import USER_AGENT
+from tools_app.engine.providers.clients import EndpointConfig, SharedHttpClients
+from tools_app.engine.providers.jsoncodec import encode_json
 from tools_app.engine.providers.openai import OpenAIChatModel
-from tools_app.engine.providers.transports import (
-    DEFAULT_HTTP_BACKEND,
-    DEFAULT_LIMITS,
-    HTTP_BACKENDS,
-    AiohttpTransport,
-    Httpcore2Transport,
-)
+from tools_app.engine.providers.retry import RetryPolicy
 from tools_app.fake_llm import BackgroundServer
 
+from .loopback import read_request, serving
 from .support import captured_events, json_response
 from .wire import anthropic_message, gemini_response, openai_completion
 
@@ -56,9 +52,11 @@ class CountingTransport(httpx.MockTransport):
         self.in_flight = 0
         self.most_in_flight = 0
         self.requests = 0
+        self.authorizations: list[str | None] = []
 
     async def _handle(self, request: httpx.Request) -> httpx.Response:
         self.requests += 1
+        self.authorizations.append(request.headers.get("authorization"))
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         await asyncio.sleep(0.01)
@@ -69,125 +67,133 @@ class CountingTransport(httpx.MockTransport):
         self.closed += 1
 
 
-class Pools:
-    """A transport factory that keeps every transport it made."""
+class Clients(SharedHttpClients):
+    """A cache whose clients run on counting mock transports."""
 
     def __init__(self) -> None:
         self.made: list[CountingTransport] = []
-        self.limits: list[httpx.Limits] = []
+        self.configs: list[EndpointConfig] = []
+        super().__init__(self._make)
 
-    def __call__(self, limits: httpx.Limits) -> httpx.AsyncBaseTransport:
-        self.limits.append(limits)
+    def _make(self, config: EndpointConfig) -> httpx.AsyncClient:
+        self.configs.append(config)
         self.made.append(CountingTransport())
-        return self.made[-1]
+        return httpx.AsyncClient(transport=self.made[-1])
 
 
-def model_on(pools: Pools, **config: Any) -> OpenAIChatModel:
-    return OpenAIChatModel(base_url="http://127.0.0.1:9/v1", model="m", api_key="k" * 12,
-                           http_backend=pools, **config)
+def model_on(clients: SharedHttpClients, key: str = "k" * 12, **config: Any) -> OpenAIChatModel:
+    return OpenAIChatModel(base_url="http://127.0.0.1:9/v1", model="m", api_key=key,
+                           clients=clients, **config)
 
 
 async def test_one_client_serves_every_call() -> None:
-    pools = Pools()
-    model = model_on(pools)
+    clients = Clients()
+    model = model_on(clients)
 
     await model.chat(REQUEST)
-    first = await model.http.transport()
+    first = model.http.client()
     await model.chat(REQUEST)
     await model.chat(REQUEST)
 
-    assert await model.http.transport() is first
-    assert len(pools.made) == 1
-    assert pools.made[0].requests == 3
-    assert pools.limits == [DEFAULT_LIMITS]
-    await model.aclose()
-
-
-async def test_concurrent_calls_share_the_client() -> None:
-    pools = Pools()
-    model = model_on(pools)
-
-    responses = await asyncio.gather(*(model.chat(REQUEST) for _ in range(20)))
-
-    assert [r.ai_message.text for r in responses] == ["Hello"] * 20
-    assert len(pools.made) == 1
-    assert pools.made[0].requests == 20
-    assert pools.made[0].most_in_flight > 1  # the calls did overlap
-    await model.aclose()
+    assert model.http.client() is first
+    assert len(clients.made) == 1
+    assert clients.made[0].requests == 3
+    await clients.aclose_all()
 
 
 async def test_concurrent_runs_sharing_a_model_share_the_client() -> None:
-    pools = Pools()
-    model = model_on(pools)
+    clients = Clients()
+    model = model_on(clients)
 
+    responses = await asyncio.gather(*(model.chat(REQUEST) for _ in range(20)))
     await asyncio.gather(*(ToolService().chat(model, [UserMessage(text="Hi")])
                            for _ in range(10)))
 
-    assert len(pools.made) == 1
-    assert pools.made[0].requests == 10
+    assert [r.ai_message.text for r in responses] == ["Hello"] * 20
+    assert len(clients.made) == 1
+    assert clients.made[0].requests == 30
+    assert clients.made[0].most_in_flight > 1  # the calls did overlap
+    await clients.aclose_all()
+
+
+async def test_models_of_one_endpoint_share_a_client_whatever_their_keys() -> None:
+    clients = Clients()
+    alice, bob = model_on(clients, "sk-alice-0123456789"), model_on(clients, "sk-bob-0123456789")
+    other_timeout = model_on(clients, read_timeout=30)
+
+    await alice.chat(REQUEST)
+    await bob.chat(REQUEST)
+    await other_timeout.chat(REQUEST)
+
+    assert len(clients.made) == 2  # a different configuration, a different client
+    assert clients.made[0].authorizations == ["Bearer sk-alice-0123456789",
+                                              "Bearer sk-bob-0123456789"]
+    assert "Authorization" not in alice.http.client().headers  # keys are per request
+    assert alice.http.redactor.secrets != bob.http.redactor.secrets
+    await alice.aclose()  # a shared client is the cache owner's to close
+    assert clients.made[0].closed == 0
+    await clients.aclose_all()
+    assert [t.closed for t in clients.made] == [1, 1]
+
+
+async def test_aclose_closes_an_owned_client_and_a_later_call_opens_a_new_one() -> None:
+    model = OpenAIChatModel(base_url="http://127.0.0.1:9/v1", model="m")
+    first = model.http.client()
+
     await model.aclose()
 
-
-async def test_aclose_closes_the_client_and_a_later_call_opens_a_new_one() -> None:
-    pools = Pools()
-    model = model_on(pools)
-    await model.chat(REQUEST)
-    transport = await model.http.transport()
-
-    await model.aclose()
-
-    assert transport is pools.made[0]
-    assert pools.made[0].closed == 1
-    await model.chat(REQUEST)
-    assert len(pools.made) == 2
-    assert await model.http.transport() is not transport
-    await model.aclose()
-    assert pools.made[1].closed == 1
-
-
-async def test_the_model_is_an_async_context_manager() -> None:
-    pools = Pools()
-
-    async with model_on(pools) as model:
-        await model.chat(REQUEST)
-
-    assert pools.made[0].closed == 1
+    assert first.is_closed
+    second = model.http.client()
+    assert second is not first
+    assert not second.is_closed
+    async with model:
+        pass
+    assert second.is_closed
 
 
 async def test_another_event_loop_gets_its_own_client() -> None:
-    pools = Pools()
-    model = model_on(pools)
+    clients = Clients()
+    model = model_on(clients)
     await model.chat(REQUEST)
-    here = await model.http.transport()
+    here = model.http.client()
 
-    async def elsewhere() -> httpx.AsyncBaseTransport:
+    async def elsewhere() -> httpx.AsyncClient:
         await model.chat(REQUEST)
-        return await model.http.transport()
+        return model.http.client()
 
     there = await asyncio.to_thread(asyncio.run, elsewhere())
 
     assert there is not here
-    assert pools.made == [here, there]
-    # asyncio.run shut its loop down, and the pool of that loop with it.
-    assert pools.made[1].closed == 1
-    assert pools.made[0].closed == 0
+    assert model.http.client() is here
+    await clients.aclose_all()  # the other loop is gone: its client is dropped
+    assert here.is_closed
+    assert len(clients) == 0
+
+
+def test_close_for_loop_closes_the_clients_of_a_loop_being_shut_down() -> None:
+    clients = Clients()
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(model_on(clients).chat(REQUEST))
+        clients.close_for_loop(loop)
+    finally:
+        loop.close()
+    assert clients.made[0].closed == 1
+    assert len(clients) == 0
+
+
+async def test_an_injected_client_is_used_as_it_is_and_left_open() -> None:
+    transport = CountingTransport()
+    client = httpx.AsyncClient(transport=transport)
+    model = OpenAIChatModel(base_url="http://127.0.0.1:9/v1", model="m", http_client=client)
+
     await model.chat(REQUEST)
-    assert await model.http.transport() is here
     await model.aclose()
-    assert pools.made[0].closed == 1
 
-
-async def test_a_client_is_closed_when_its_model_is_collected() -> None:
-    pools = Pools()
-    model = model_on(pools)
-    await model.chat(REQUEST)
-
-    del model
-    gc.collect()
-    for _ in range(5):
-        await asyncio.sleep(0)
-
-    assert pools.made[0].closed == 1
+    assert model.http.client() is client
+    assert not client.is_closed
+    assert transport.requests == 1
+    await client.aclose()
 
 
 async def test_an_injected_transport_is_used_in_every_loop_and_left_open() -> None:
@@ -202,16 +208,42 @@ async def test_an_injected_transport_is_used_in_every_loop_and_left_open() -> No
     assert transport.closed == 0
 
 
-def test_the_backend_is_chosen_by_name_or_factory() -> None:
-    assert DEFAULT_HTTP_BACKEND in HTTP_BACKENDS
-    built: Any = build_chat_model("openai", model="m", http_backend="httpx2")
-    assert built.http.http_backend == "httpx2"
-    assert OpenAIChatModel(model="m").http.http_backend == DEFAULT_HTTP_BACKEND
-    with pytest.raises(ValueError, match="unknown http_backend 'curl'"):
-        OpenAIChatModel(model="m", http_backend="curl")  # type: ignore[arg-type]
+def test_the_model_constructors_take_the_endpoint_options() -> None:
+    built: Any = build_chat_model("openai", model="m", proxy="http://proxy.invalid:3128",
+                                  verify="/some/ca.pem", read_timeout=30)
+    assert built.http.config == EndpointConfig.of(
+        "https://api.openai.com/v1", proxy="http://proxy.invalid:3128", verify="/some/ca.pem",
+        read_timeout=30)
+    for kind in ("anthropic", "gemini"):
+        assert build_chat_model(kind, model="m", proxy="http://p:1").http.config.proxy == (
+            "http://p:1")  # type: ignore[attr-defined]
 
 
-# -- each backend against the fake server ---------------------------------------------------
+async def test_two_models_of_one_endpoint_open_one_connection() -> None:
+    """The app's case: each run builds its own model; the cache gives them one pool."""
+    ok = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+          b"\r\n")
+    body = json.dumps(openai_completion(text="Hello")).encode()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(ok % len(body) + body)
+            await writer.drain()
+
+    clients = SharedHttpClients()
+    async with serving(answer, path="/v1") as (base_url, accepted):
+        for key in ("sk-first-0123456789", "sk-second-0123456789"):
+            model = OpenAIChatModel(base_url=base_url, model="m", api_key=key,
+                                    clients=clients)
+            assert (await model.chat(REQUEST)).ai_message.text == "Hello"
+            await model.aclose()
+        await clients.aclose_all()
+
+    assert len(accepted) == 1
+
+
+# -- real runs against the fake server ------------------------------------------------------
 
 
 @tool(description="Current weather in one city")
@@ -229,38 +261,27 @@ def set_script(server: BackgroundServer, name: str, script: dict[str, Any]) -> N
     httpx.put(f"{server.url}/_fake/scripts/{name}", json=script, timeout=10).raise_for_status()
 
 
-BACKEND_TRANSPORTS = {"httpx": httpx.AsyncHTTPTransport, "httpx2": Httpcore2Transport,
-                      "aiohttp": AiohttpTransport, "h1": H1Transport}
-
-
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
-@pytest.mark.parametrize("backend", HTTP_BACKENDS)
-async def test_every_backend_runs_a_conversation(server: BackgroundServer, backend: str,
-                                                 stream: bool) -> None:
+async def test_runs_a_conversation(server: BackgroundServer, stream: bool) -> None:
     model = OpenAIChatModel(base_url=server.base_urls()["openai"], model="fake-k2-p2",
-                            api_key="sk-test-key-123456", stream=stream,
-                            http_backend=backend)  # type: ignore[arg-type]
+                            api_key="sk-test-key-123456", stream=stream)
 
     results = await asyncio.gather(*(ToolService().tools([get_weather]).chat(
         model, [UserMessage(text="Weather?")]) for _ in range(5)))
 
     assert [len(r.tool_executions) for r in results] == [4] * 5
-    assert isinstance(model.http._pools.pools[asyncio.get_running_loop()].pool.transport,
-                      BACKEND_TRANSPORTS[backend])
+    assert isinstance(model.http.client()._transport, AiohttpTransport)
     await model.aclose()
 
 
-@pytest.mark.parametrize("backend", HTTP_BACKENDS)
-async def test_every_backend_retries_a_reset_connection(server: BackgroundServer,
-                                                        backend: str) -> None:
-    name = f"reset-{backend}"
+async def test_a_reset_connection_is_retried(server: BackgroundServer) -> None:
+    name = "reset"
     set_script(server, name, {"steps": [
         {"faults": [{"kind": "reset"}],
          "tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
         {"text": "Done: {last_result}"}]})
     attempts: list[ProviderAttempt] = []
-    model = OpenAIChatModel(base_url=server.base_urls()["openai"], model=name, retry=FAST_RETRY,
-                            http_backend=backend)  # type: ignore[arg-type]
+    model = OpenAIChatModel(base_url=server.base_urls()["openai"], model=name, retry=FAST_RETRY)
 
     result = await ToolService().tools([get_weather]).chat(
         model, [UserMessage(text="Weather?")],
@@ -272,36 +293,34 @@ async def test_every_backend_retries_a_reset_connection(server: BackgroundServer
     await model.aclose()
 
 
-@pytest.mark.parametrize("backend", HTTP_BACKENDS)
-async def test_every_backend_reports_a_cut_stream(server: BackgroundServer,
-                                                  backend: str) -> None:
-    name = f"cut-{backend}"
+async def test_a_cut_stream_is_reported(server: BackgroundServer) -> None:
+    name = "cut"
     set_script(server, name, {"steps": [{
         "tool_calls": [{"name": "get_weather", "arguments": {"city": "Somewhere far away"}}],
         "faults": [{"kind": "cut", "after_bytes": 400, "times": None}]}]})
     model = OpenAIChatModel(base_url=server.base_urls()["openai"], model=name, stream=True,
-                            retry=FAST_RETRY, http_backend=backend)  # type: ignore[arg-type]
+                            retry=FAST_RETRY)
 
     with pytest.raises(ProviderError, match="the response stream broke"):
         await model.chat(ChatRequest(messages=(UserMessage(text="Weather?"),)))
     await model.aclose()
 
 
-@pytest.mark.parametrize("backend", HTTP_BACKENDS)
-async def test_every_backend_reports_a_refused_connection(backend: str) -> None:
+async def test_a_refused_connection_is_a_connect_error_at_once() -> None:
     with socket.socket() as probe:  # a loopback port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     model = OpenAIChatModel(base_url=f"http://127.0.0.1:{port}/v1", model="m",
-                            retry=RetryPolicy(max_retries=0),
-                            http_backend=backend)  # type: ignore[arg-type]
+                            retry=RetryPolicy(max_retries=0))
 
+    started = asyncio.get_running_loop().time()
     with pytest.raises(ProviderError, match=r"connection failed \(ConnectError"):
         await model.chat(REQUEST)
+    assert asyncio.get_running_loop().time() - started < 1  # not a timeout
     await model.aclose()
 
 
-# -- request bodies: the history is translated and encoded once ----------------------------
+# -- request bodies -----------------------------------------------------------------------
 
 
 def history(rounds: int) -> list[Any]:
@@ -334,60 +353,6 @@ async def test_the_body_sent_is_the_body_announced_byte_for_byte() -> None:
     announced = [e.body for e in events if e.kind == "provider_wire_request"]
     assert [encode_json(body) for body in announced] == sent
     assert json.loads(sent[0])["messages"][0]["content"] == 'Weather in Zürich? "quoted" \u2603'
-
-
-def test_a_message_is_translated_once() -> None:
-    model = OpenAIChatModel(model="m")
-    messages = history(2)
-
-    first = model.build_body(messages, model.parameters, model="m", stream=False)
-    again = model.build_body(messages, model.parameters, model="m", stream=False)
-
-    assert all(a is b for a, b in zip(first["messages"], again["messages"], strict=True))
-    assert len(model.messages) == len(messages)
-    assert model.encode_body(again) == encode_json(again)
-
-
-def test_a_body_whose_messages_were_replaced_is_encoded_whole() -> None:
-    model = OpenAIChatModel(model="m")
-    body = model.build_body(history(1), model.parameters, model="m", stream=False)
-    body["messages"] = [{"role": "user", "content": "custom"}]
-
-    assert model.encode_body(body) is None
-
-
-def test_splicing_gives_the_same_text_as_encoding() -> None:
-    body = {"model": "m", "messages": [{"a": 1}, {"b": "é\u0000"}], "stream": False,
-            "tools": [{"type": "function"}]}
-
-    spliced = encode_json_body(body, {"messages": encode_json(body["messages"]),
-                                      "tools": encode_json(body["tools"])})
-
-    assert spliced == encode_json(body)
-    assert encode_json_body({"model": "m"}, {"messages": b"[]"}) == encode_json({"model": "m"})
-
-
-def test_the_tools_are_mapped_once_and_spliced() -> None:
-    model = OpenAIChatModel(model="m")
-    parameters = ToolService().tools([get_weather]).request_parameters(None)
-
-    first = model.build_body(history(1), parameters, model="m", stream=False)
-    again = model.build_body(history(1), parameters, model="m", stream=False)
-
-    assert first["tools"] is again["tools"]
-    assert model.encode_body(again) == encode_json(again)
-
-
-def test_the_cache_is_bounded() -> None:
-    model = OpenAIChatModel(model="m")
-    model.messages._limit = 10
-    messages = history(10)
-
-    model.build_body(messages, model.parameters, model="m", stream=False)
-
-    assert len(model.messages) == 10
-    body = model.build_body(messages, model.parameters, model="m", stream=False)
-    assert model.encode_body(body) in (None, encode_json(body))  # None: encoded whole
 
 
 # -- a streamed body is read to its end, so its connection goes back to the pool -----------
@@ -429,7 +394,7 @@ async def test_a_stream_is_read_to_the_end_of_its_body_after_done() -> None:
 
 async def test_a_body_that_never_ends_after_done_is_dropped(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tools_app.engine.providers.http.DRAIN_TIMEOUT", 0.05)
+    monkeypatch.setattr("tools_app.engine.providers.client.DRAIN_TIMEOUT", 0.05)
     body = TrackedBody(DONE_THEN_MORE, hang=True)
     model = OpenAIChatModel(model="m", stream=True, transport=sse_body(body))
 
@@ -439,9 +404,8 @@ async def test_a_body_that_never_ends_after_done_is_dropped(
     assert not body.finished
 
 
-@pytest.mark.parametrize("backend", HTTP_BACKENDS)
 async def test_streamed_calls_reuse_one_connection(
-        server: BackgroundServer, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        server: BackgroundServer, monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[object] = []
     create_connection = asyncio.BaseEventLoop.create_connection
 
@@ -451,7 +415,7 @@ async def test_streamed_calls_reuse_one_connection(
 
     monkeypatch.setattr(asyncio.BaseEventLoop, "create_connection", counting)
     model = OpenAIChatModel(base_url=server.base_urls()["openai"], model="fake-k3-p2",
-                            stream=True, http_backend=backend)  # type: ignore[arg-type]
+                            stream=True)
 
     for _ in range(2):
         await ToolService().tools([get_weather]).chat(model, [UserMessage(text="Weather?")])

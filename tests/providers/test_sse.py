@@ -45,3 +45,27 @@ async def test_it_ignores_events_without_data_and_crlf_endings() -> None:
     events = await decode("event: nothing\r\n\r\ndata:x\r\n\r\n")
 
     assert events == [SseEvent(event="message", data="x")]
+
+
+async def test_a_byte_order_mark_at_the_start_of_the_stream_is_ignored() -> None:
+    events = await decode('\ufeffdata: {"x": 1}\n\ndata: {"x": 2}\n\n')
+
+    assert [e.data for e in events] == ['{"x": 1}', '{"x": 2}']
+
+
+async def test_a_byte_order_mark_later_in_the_stream_is_not_stripped() -> None:
+    events = await decode('data: a\n\n\ufeffdata: b\n\ndata: c\n\n')
+
+    assert [e.data for e in events] == ["a", "c"]  # "\ufeffdata" is an unknown field
+
+
+async def test_a_whitespace_only_line_does_not_end_an_event() -> None:
+    events = await decode("data: a\n \ndata: b\n\t\ndata: c\n\n")
+
+    assert events == [SseEvent(event="message", data="a\nb\nc")]
+
+
+async def test_only_an_empty_line_dispatches() -> None:
+    events = await decode("event: one\ndata: a\n   \n\ndata: b\n\n")
+
+    assert events == [SseEvent(event="one", data="a"), SseEvent(event="message", data="b")]

@@ -2,8 +2,11 @@
 
     base         the ChatModel protocol
     registry     kind -> adapter, imported lazily: build_chat_model("openai", ...)
-    http, sse    the one HTTP layer (client, credentials, retries, error mapping) and
-                 the event-stream decoder
+    client       ProviderHttpClient: send JSON, open an event stream
+    clients      the httpx clients (aiohttp's pool), shared per endpoint and event loop
+    aiohttp_transport  httpx-aiohttp's transport with aiohttp's errors mapped right
+    retry, redaction, wire_errors, jsoncodec, sse
+                 the retry loop, credentials scrubbing, errors, JSON, event streams
     adapter      the chat() skeleton the wire adapters share
     openai       OpenAIChatModel, OpenAICompatibleChatModel (Chat Completions)
     anthropic    AnthropicChatModel (Messages)

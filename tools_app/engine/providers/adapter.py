@@ -3,18 +3,18 @@
 A wire adapter (OpenAI, Anthropic, Gemini) only translates. It says which headers carry
 its credentials, how a ChatRequest becomes a request body, how a response body becomes
 a ChatResponse, and how an event stream folds into that same body. Client
-construction, credentials, retries and error mapping live in `http.py`. A streamed
+sending, credentials, retries and error mapping live in `client.py` and the modules it
+uses. A streamed
 response is aggregated into the body the provider would have sent without streaming
 and then parsed by the same code, so both paths give the same ChatResponse.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
-import secrets
+import ssl
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -28,19 +28,11 @@ import httpx
 from ..errors import ProviderError
 from ..events import ProviderWireResponse, emit, observed
 from ..messages import ChatMessage, ChatRequest, ChatRequestParameters, ChatResponse
-from .http import (
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_READ_TIMEOUT,
-    ErrorDetails,
-    EventStream,
-    JsonResponse,
-    ProviderHttpClient,
-    RetryPolicy,
-    encode_json,
-    invalid_response_error,
-    loads_json,
-)
-from .transports import HttpBackend, TransportFactory
+from .client import EventStream, JsonResponse, ProviderHttpClient
+from .clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, SharedHttpClients
+from .jsoncodec import loads_json
+from .retry import RetryPolicy
+from .wire_errors import ErrorDetails, invalid_response_error
 
 JsonObject = dict[str, Any]
 
@@ -61,8 +53,11 @@ class WireConfig(TypedDict, total=False):
     max_retries: int | None
     retry: RetryPolicy | None
     transport: httpx.AsyncBaseTransport | None
-    http_backend: HttpBackend | TransportFactory | None
     limits: httpx.Limits | None
+    proxy: str | None
+    verify: ssl.SSLContext | str | bool
+    http_client: httpx.AsyncClient | None
+    clients: SharedHttpClients | None
 
 
 _NO_PARAMETERS = ChatRequestParameters()
@@ -73,10 +68,13 @@ override_with would return, without the copy)."""
 class WireChatModel(ABC):
     """A ChatModel that talks to one HTTP API. Subclasses implement the translation.
 
-    The model keeps a pool of connections (one per event loop), shared by every call
-    and every run using it: `await model.aclose()` (or `async with model:`) releases
-    it. `http_backend` picks the pool ("h1", "aiohttp", "httpx", "httpx2" or a transport
-    factory, see transports.py), `limits` its size; `transport=` replaces it outright.
+    Its HTTP client (client.py) is shared by every call and every run using the model.
+    Pass `clients=` (a SharedHttpClients) or `http_client=` to share connections between
+    models of the same endpoint; without them the model owns its clients and
+    `await model.aclose()` (or `async with model:`) releases them. `proxy` is an
+    http:// proxy URL (else the *_PROXY environment variables decide), `verify` the
+    TLS trust (a CA bundle path or an SSLContext), `limits` the pool size, and
+    `transport=` (tests) replaces aiohttp's pool outright.
     """
 
     provider: ClassVar[str]
@@ -96,8 +94,11 @@ class WireChatModel(ABC):
         max_retries: int | None = None,
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        http_backend: HttpBackend | TransportFactory | None = None,
         limits: httpx.Limits | None = None,
+        proxy: str | None = None,
+        verify: ssl.SSLContext | str | bool = True,
+        http_client: httpx.AsyncClient | None = None,
+        clients: SharedHttpClients | None = None,
     ) -> None:
         base = base_url or self.default_base_url
         if not base:
@@ -116,8 +117,11 @@ class WireChatModel(ABC):
             read_timeout=read_timeout,
             retry=_retry_policy(retry, max_retries),
             transport=transport,
-            http_backend=http_backend,
             limits=limits,
+            proxy=proxy,
+            verify=verify,
+            http_client=http_client,
+            clients=clients,
         )
 
     def __repr__(self) -> str:
@@ -129,7 +133,8 @@ class WireChatModel(ABC):
         return self.model
 
     async def aclose(self) -> None:
-        """Close the model's pooled connections; a later call opens new ones."""
+        """Close the connections the model owns; a later call opens new ones. A shared
+        client or cache given to the model is left to its owner."""
         await self.http.aclose()
 
     async def __aenter__(self) -> Self:
@@ -144,12 +149,11 @@ class WireChatModel(ABC):
                       else self.parameters.override_with(request.parameters))
         model = parameters.model_name or self.model
         body = self.build_body(request.messages, parameters, model=model, stream=self.stream)
-        encoded = self.encode_body(body)
         path = self.path(model, stream=self.stream)
         if self.stream:
-            async with self.http.open_stream(path, body, encoded) as stream:
+            async with self.http.open_stream(path, body) as stream:
                 return await self._settle(stream.attempt, self._from_stream(stream))
-        response = await self.http.post_json(path, body, encoded)
+        response = await self.http.post_json(path, body)
         return await self._settle(response.attempt, self._from_json(response))
 
     async def _from_stream(self, stream: EventStream) -> ChatResponse:
@@ -181,11 +185,6 @@ class WireChatModel(ABC):
 
     def default_headers(self) -> dict[str, str]:
         return {}
-
-    def encode_body(self, body: JsonObject) -> bytes | None:
-        """The body as JSON text, when the adapter can do better than encoding it whole
-        (see MessageCache); None lets the HTTP layer encode it."""
-        return None
 
     @abstractmethod
     def credentials(self, api_key: str) -> dict[str, str]:
@@ -251,18 +250,16 @@ def _retry_policy(retry: RetryPolicy | None, max_retries: int | None) -> RetryPo
     return replace(policy, max_retries=max_retries)
 
 
-# -- request bodies: each history message translated and encoded once -------------------
+# -- request bodies: each history message translated once ------------------------------
 
 
 class MessageCache:
-    """Each ChatMessage translated to its wire form and JSON-encoded once.
+    """Each ChatMessage translated to its wire form once.
 
-    A tool-calling loop resends the whole history every round, so translating and
-    encoding it each time makes a request O(history) and a run O(rounds^2). Messages
-    are immutable, so the translation of one message object never changes: it is kept
+    A tool-calling loop resends the whole history every round. Messages are
+    immutable, so the translation of one message object never changes: it is kept
     here, keyed by the object (the oldest entries are dropped beyond `limit`; a dropped
-    message is simply translated again), and a request body is spliced from the cached
-    JSON texts (see `encode_json_body`). The cached dicts are shared by every request
+    message is simply translated again). The cached dicts are shared by every request
     body that contains them: treat bodies as read-only (observers receive them through
     ProviderWireRequest). Lookups take no lock; only insertions do.
     """
@@ -270,10 +267,7 @@ class MessageCache:
     def __init__(self, translate: Callable[[Any], JsonObject], limit: int = 8192) -> None:
         self._translate = translate
         self._limit = limit
-        # Ordered by insertion, oldest first: evicting from the front of a plain dict
-        # costs a scan over the slots already emptied there, on every insertion.
-        self._entries: OrderedDict[int, tuple[object, JsonObject, bytes]] = OrderedDict()
-        self._encoded: dict[int, bytes] = {}  # id(translated dict) -> its JSON text
+        self._entries: OrderedDict[int, tuple[object, JsonObject]] = OrderedDict()
         self._lock = threading.Lock()
 
     def translate(self, message: object) -> JsonObject:
@@ -281,55 +275,15 @@ class MessageCache:
         if entry is not None and entry[0] is message:
             return entry[1]
         translated = self._translate(message)
-        encoded = encode_json(translated)
         with self._lock:
-            stale = self._entries.pop(id(message), None)  # an id reused by a new object
-            if stale is not None:
-                self._encoded.pop(id(stale[1]), None)
-            self._entries[id(message)] = (message, translated, encoded)
-            self._encoded[id(translated)] = encoded
+            self._entries.pop(id(message), None)  # an id reused by a new object
+            self._entries[id(message)] = (message, translated)
             while len(self._entries) > self._limit:
-                _, (_, evicted, _) = self._entries.popitem(last=False)
-                self._encoded.pop(id(evicted), None)
+                self._entries.popitem(last=False)
         return translated
-
-    def encoded(self, items: Sequence[Any]) -> list[bytes] | None:
-        """The cached JSON texts of translated messages, or None when one is not a
-        dict this cache holds (a `custom` parameter replaced the messages, or it was
-        dropped meanwhile)."""
-        encoded = self._encoded
-        try:
-            return [encoded[id(item)] for item in items]
-        except KeyError:
-            return None
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-# Stands in for a spliced list while the rest of a body is encoded: a string no body
-# holds (NUL-delimited, random), which JSON renders as one unmistakable quoted token.
-_SPLICE_MARK = f"\x00splice-{secrets.token_hex(8)}-"
-
-
-def encode_json_body(body: JsonObject, spliced: Mapping[str, bytes]) -> bytes:
-    """`encode_json(body)`, with the value under each key of `spliced` replaced by that
-    already-encoded JSON text: the same text, key order included, for the cost of
-    encoding the rest of the body."""
-    marks, tokens = _splice_marks(tuple(spliced))
-    text = encode_json({key: marks.get(key, value) for key, value in body.items()})
-    for key, token in tokens.items():
-        if text.count(token) != 1:  # the key is missing (or, in theory, a value holds it)
-            return encode_json(body)
-        text = text.replace(token, spliced[key], 1)
-    return text
-
-
-@functools.lru_cache(maxsize=64)
-def _splice_marks(keys: tuple[str, ...]) -> tuple[dict[str, str], dict[str, bytes]]:
-    """The mark standing in for each spliced key, and the JSON text of that mark."""
-    marks = {key: f"{_SPLICE_MARK}{index}\x00" for index, key in enumerate(keys)}
-    return marks, {key: encode_json(mark) for key, mark in marks.items()}
 
 
 # -- translation helpers shared by the adapters ------------------------------------------

@@ -61,7 +61,8 @@ from .adapter import (
     merge_custom,
     parse_json_event,
 )
-from .http import ErrorDetails, EventStream
+from .client import EventStream
+from .wire_errors import ErrorDetails
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096

@@ -50,8 +50,9 @@ from .adapter import (
     merge_custom,
     parse_json_event,
 )
+from .client import EventStream
 from .gemini_schema import to_gemini_schema
-from .http import ErrorDetails, EventStream
+from .wire_errors import ErrorDetails
 
 _FINISH_REASONS = {
     "STOP": FinishReason.STOP,

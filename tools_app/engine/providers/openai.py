@@ -51,12 +51,12 @@ from .adapter import (
     as_list,
     as_str,
     dedupe_call_ids,
-    encode_json_body,
     merge_custom,
     normalize_arguments,
     parse_json_event,
 )
-from .http import ErrorDetails, EventStream, encode_json
+from .client import EventStream
+from .wire_errors import ErrorDetails
 
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
 
@@ -82,10 +82,9 @@ class OpenAIChatModel(WireChatModel):
         self.max_tokens_field: MaxTokensField = (max_tokens_field
                                                  or self.default_max_tokens_field)
         self.messages = MessageCache(_map_message)
-        # Tool lists mapped and encoded, keyed by the specification objects: a loop
+        # Tool lists mapped once, keyed by the specification objects: a loop
         # sends the same ones every round (and every run of a ToolService the same).
         self._tools: dict[tuple[int, ...], _MappedTools] = {}
-        self._tools_encoded: dict[int, bytes] = {}  # id(mapped list) -> its JSON text
 
     def credentials(self, api_key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"}
@@ -108,27 +107,14 @@ class OpenAIChatModel(WireChatModel):
         body.update(self._map_parameters(parameters))
         return merge_custom(body, parameters.custom)
 
-    def encode_body(self, body: JsonObject) -> bytes | None:
-        messages = body.get("messages")
-        encoded = self.messages.encoded(messages) if isinstance(messages, list) else None
-        if encoded is None:
-            return None
-        spliced = {"messages": b"[" + b",".join(encoded) + b"]"}
-        tools = self._tools_encoded.get(id(body.get("tools")))
-        if tools is not None:
-            spliced["tools"] = tools
-        return encode_json_body(body, spliced)
-
     def _mapped_tools(self, specifications: tuple[ToolSpecification, ...]) -> list[JsonObject]:
         key = tuple(map(id, specifications))  # the entry keeps them alive: ids stay unique
         cached = self._tools.get(key)
         if cached is None:
             if len(self._tools) >= _TOOL_LISTS_KEPT:
                 self._tools.clear()
-                self._tools_encoded.clear()
             mapped = [map_tool(spec) for spec in specifications]
             cached = self._tools[key] = _MappedTools(specifications, mapped)
-            self._tools_encoded[id(mapped)] = encode_json(mapped)
         return cached.mapped
 
     def _map_parameters(self, parameters: ChatRequestParameters) -> JsonObject:

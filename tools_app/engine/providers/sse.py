@@ -1,7 +1,9 @@
 """A small, tolerant Server-Sent Events decoder (the `text/event-stream` format).
 
 It follows the WHATWG rules (fields `event`, `data`, `id`; comments start with `:`;
-a blank line dispatches) with two tolerances that real OpenAI-compatible servers need:
+only an empty line dispatches, a line of whitespace does not; a UTF-8 byte order mark
+at the very start of the stream is dropped) with two tolerances that real
+OpenAI-compatible servers need:
 leading whitespace before a field name is ignored (a body that starts with
 " data: ..."), and an event still pending when the body ends is dispatched (some
 servers omit the final blank line). Whether that last event is complete is for the
@@ -29,16 +31,21 @@ class SseDecoder:
     _data: list[str] = field(default_factory=list)
     _id: str | None = None
     _has_fields: bool = False
+    _started: bool = False
 
     def feed(self, line: str) -> SseEvent | None:
+        if not self._started:
+            self._started = True
+            line = line.removeprefix("\ufeff")  # the stream's BOM, not the line's
         if line.startswith("data: ") and not line.endswith(("\r", "\n")):
             self._data.append(line[6:])  # the common line, decoded as below would do
             self._has_fields = True
             return None
-        line = line.rstrip("\r\n").lstrip()
+        line = line.rstrip("\r\n")
         if not line:
             return self._dispatch()
-        if line.startswith(":"):
+        line = line.lstrip()
+        if not line or line.startswith(":"):  # whitespace only: a nameless field
             return None
         name, _, value = line.partition(":")
         self._apply(name.strip(), value[1:] if value.startswith(" ") else value)
