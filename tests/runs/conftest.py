@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from django.db import connection
 
 from tools_app.engine import AiMessage, ChatRequest, ChatResponse, ScriptedChatModel
 from tools_app.models import ToolRegistration
@@ -25,6 +26,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "both: drives runner.execute_run directly; runs on SQLite and PostgreSQL"
     )
+
+
+@pytest.fixture
+def lock_free_polling() -> Iterator[None]:
+    """Polls that never hold a lock the worker's writes would wait for (SQLite's
+    in-memory test database gives a second writer "table is locked" at once)."""
+    if connection.vendor != "sqlite":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA read_uncommitted = 1")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA read_uncommitted = 0")
 
 
 @pytest.fixture(autouse=True)

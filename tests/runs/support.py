@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -126,3 +127,13 @@ class ModelSpy:
     def take(self) -> list[int]:
         steps, self.steps = self.steps, []
         return steps
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float = 60.0) -> bool:
+    """Poll `condition` until it holds or the deadline passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()

@@ -11,12 +11,10 @@ polling never holds a lock the worker's writes would wait for.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, Q
 
 from tests.fixtures_world import WEATHER_SCRIPT
@@ -24,39 +22,15 @@ from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall, ToolRegistra
 from tools_app.runs import services, task_backend
 from tools_app.tools.registry import sync_tools
 
-from .support import assert_seqs_gapless, start
+from .support import assert_seqs_gapless, start, wait_until
 
 RUNS = 20
 DEADLINE_SECONDS = 60.0
 
 
-def wait_until(condition: Callable[[], bool], *, timeout: float = DEADLINE_SECONDS) -> bool:
-    """Poll `condition` until it holds or the deadline passes; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
 @pytest.fixture
 def inprocess_backend(settings: Any) -> None:
     settings.TASKS = {"default": {"BACKEND": "tools_app.runs.task_backend.InProcessBackend"}}
-
-
-@pytest.fixture
-def lock_free_polling() -> Iterator[None]:
-    if connection.vendor != "sqlite":
-        yield
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA read_uncommitted = 1")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("PRAGMA read_uncommitted = 0")
 
 
 @pytest.fixture

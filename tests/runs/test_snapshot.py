@@ -110,3 +110,49 @@ def test_a_run_follows_the_policy_it_was_created_with(
 
     assert run.final_text == "model saw: RuntimeError: again"
     assert [c.handled_by for c in calls(run)] == ["execution_error_to_model"] * 2
+
+
+ENDPOINT = {"name": "proxied", "kind": "openai_compatible", "base_url": "http://model.test/v1",
+            "model": "m", "api_key_env": "", "stream": False, "extra_headers": {},
+            "default_parameters": {}, "script": []}
+
+
+@pytest.mark.parametrize(("proxy_url", "environment", "expected"), [
+    ("", {}, None),  # the worker's proxy variables decide
+    ("http://proxy.corp:3128", {}, "http://proxy.corp:3128"),
+    ("env:CORP_PROXY", {"CORP_PROXY": "http://me:pw-1234567@proxy.corp:3128"},
+     "http://me:pw-1234567@proxy.corp:3128"),
+])
+def test_an_endpoints_proxy_reaches_its_model_and_its_credentials_are_redacted(
+    monkeypatch: pytest.MonkeyPatch, proxy_url: str, environment: dict[str, str],
+    expected: str | None,
+) -> None:
+    from tools_app.runs.snapshot import chat_model_for
+
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    model, secrets = chat_model_for(ENDPOINT | {"proxy_url": proxy_url}, max_retries=0)
+
+    assert model.http.config.proxy == expected  # type: ignore[attr-defined]
+    if expected and "@" in expected:
+        assert expected in secrets
+        assert "pw-1234567" in secrets
+
+
+def test_a_proxy_read_from_an_unset_variable_fails_the_run_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from tools_app.runs.snapshot import chat_model_for
+
+    monkeypatch.delenv("CORP_PROXY", raising=False)
+    with pytest.raises(ImproperlyConfigured, match="CORP_PROXY, which is not set"):
+        chat_model_for(ENDPOINT | {"proxy_url": "env:CORP_PROXY"}, max_retries=0)
+
+
+def test_a_snapshot_from_before_proxies_still_builds_its_model() -> None:
+    from tools_app.runs.snapshot import chat_model_for
+
+    model, _ = chat_model_for(ENDPOINT, max_retries=0)  # no proxy_url key at all
+    assert model.http.config.proxy is None  # type: ignore[attr-defined]

@@ -235,6 +235,9 @@ class FakeLLMApp:
             "method": scope["method"],
             "path": scope["path"],
             "query": _redact_query(scope.get("query_string", b"").decode("latin-1")),
+            # Which connection carried it: requests on one kept-alive connection share
+            # the client's address and port.
+            "client": list(scope["client"]) if scope.get("client") else None,
             "headers": {k: (REDACTED if k in SECRET_HEADERS else v) for k, v in headers.items()},
             "body": body.decode("utf-8", errors="replace"),
             "provider": provider,

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 from pydantic import TypeAdapter
@@ -38,6 +39,7 @@ from ..engine import (
     throw_on_hallucinated_tool,
 )
 from ..models import ErrorPolicy, ModelEndpoint, ToolRegistration
+from .provider_clients import PROVIDER_CLIENTS
 from .storage import clean_json
 
 SNAPSHOT_VERSION = 1
@@ -126,6 +128,7 @@ def chat_model_for(
 
     api_key = _api_key(endpoint)
     headers = {k: _header_value(v) for k, v in (endpoint["extra_headers"] or {}).items()}
+    proxy = _proxy(endpoint)
     model = build_chat_model(
         endpoint["kind"],
         base_url=endpoint["base_url"] or None,
@@ -133,9 +136,12 @@ def chat_model_for(
         api_key=api_key,
         stream=endpoint["stream"],
         extra_headers=headers,
+        proxy=proxy,
+        clients=PROVIDER_CLIENTS,
         max_retries=max_retries,
     )
-    secrets = tuple(s for s in (api_key, *headers.values()) if s)
+    proxy_secrets = (proxy, urlsplit(proxy).password) if proxy else ()
+    secrets = tuple(s for s in (api_key, *headers.values(), *proxy_secrets) if s)
     return model, secrets
 
 
@@ -150,6 +156,21 @@ def _api_key(endpoint: dict[str, Any]) -> str | None:
             f"{name}, which is not set in the worker's environment"
         )
     return value
+
+
+def _proxy(endpoint: dict[str, Any]) -> str | None:
+    """The endpoint's own proxy, or None to let the environment's proxy variables decide.
+    `env:NAME` is read now (a proxy URL with credentials is never stored)."""
+    value = endpoint.get("proxy_url") or ""  # snapshots from before proxies had none
+    if not value.startswith("env:"):
+        return value or None
+    name = value[4:]
+    found = os.environ.get(name)
+    if not found:
+        raise ImproperlyConfigured(
+            f"Endpoint {endpoint['name']!r} reads its proxy from the environment variable "
+            f"{name}, which is not set in the worker's environment")
+    return found
 
 
 def _header_value(value: str) -> str:

@@ -53,6 +53,17 @@ def worker_loop() -> asyncio.AbstractEventLoop:
         return _worker_loop
 
 
+def current_worker_loop() -> asyncio.AbstractEventLoop | None:
+    """The in-process worker's loop if it was started and is not closed."""
+    loop = _worker_loop
+    return loop if loop is not None and not loop.is_closed() else None
+
+
+def on_worker_loop() -> bool:
+    """Whether the running event loop is the in-process worker's (long-lived) one."""
+    return asyncio.get_running_loop() is _worker_loop
+
+
 def submit(coroutine: Coroutine[Any, Any, Any]) -> Future[Any]:
     """Run a coroutine on the in-process worker loop; returns a concurrent Future.
 

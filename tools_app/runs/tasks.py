@@ -7,11 +7,15 @@ from django.tasks import task
 
 from ..models import RunStatus
 from . import runner
+from .provider_clients import close_if_the_loop_ends
 
 
 @task
 async def execute_run(run_id: str) -> str | None:
-    status = await runner.execute_run(run_id)
+    try:
+        status = await runner.execute_run(run_id)
+    finally:
+        await close_if_the_loop_ends()
     if status == RunStatus.INTERRUPTED:
         # Handed back (the worker is stopping): another worker resumes it.
         await sync_to_async(enqueue_run)(run_id)
@@ -26,7 +30,10 @@ def enqueue_run(run_id: str) -> None:
 async def probe_endpoint(endpoint_id: str) -> str:
     from .probing import probe_and_store
 
-    return await probe_and_store(endpoint_id)
+    try:
+        return await probe_and_store(endpoint_id)
+    finally:
+        await close_if_the_loop_ends()
 
 
 def enqueue_probe(endpoint_id: str) -> None:

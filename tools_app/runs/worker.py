@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from .leases import reap_expired_runs, release_this_process_runs, runs_to_recover_at_start
+from .provider_clients import close_at_exit
 from .tasks import enqueue_run
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ def hand_back_at_exit() -> None:
     except Exception:  # the database may be gone too; the leases expire then
         logger.exception("could not hand back the runs in progress")
         return
+    finally:
+        close_at_exit()
     if released:
         logger.warning("server stopping: handed back %d run(s) in progress; they resume "
                        "at the next start", len(released))

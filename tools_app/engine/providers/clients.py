@@ -198,6 +198,12 @@ class SharedHttpClients:
             elif not loop.is_closed():
                 logger.debug("dropping provider clients of a stopped event loop")
 
+    async def aclose_this_loop(self) -> None:
+        """Close the clients of the running loop (a loop that ends with its work, such
+        as one asgiref makes for a single call, before it is closed)."""
+        [(_, clients)] = self._take(asyncio.get_running_loop())
+        await _close(clients)
+
     def close_for_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Close the clients of `loop` from outside it, before the loop is closed: it
         must not be running (run them in it) or must run in another thread."""

@@ -1,0 +1,38 @@
+"""This process's provider HTTP clients: one per endpoint configuration and event loop,
+shared by every run (and probe) that calls the endpoint from that loop.
+
+The embedded worker runs every run on one long-lived loop, so its runs share one pool
+per endpoint, closed when the server stops (`close_at_exit`). A `db_worker` gives each
+run an event loop of its own (django-tasks-db calls an async task through asgiref's
+`async_to_sync`, which makes a loop per call and closes it after): there a run's rounds
+share its client, which is closed as the run's loop ends (`close_if_the_loop_ends`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..engine.providers.clients import SharedHttpClients
+from . import task_backend
+
+logger = logging.getLogger(__name__)
+
+PROVIDER_CLIENTS = SharedHttpClients()
+
+
+async def close_if_the_loop_ends() -> None:
+    """After a task: close the clients of a loop that ends with the task; the embedded
+    worker's loop keeps them for the next runs."""
+    if not task_backend.on_worker_loop():
+        await PROVIDER_CLIENTS.aclose_this_loop()
+
+
+def close_at_exit() -> None:
+    """The server is stopping: close the embedded worker loop's clients."""
+    loop = task_backend.current_worker_loop()
+    if loop is None or not loop.is_running():
+        return
+    try:
+        PROVIDER_CLIENTS.close_for_loop(loop)
+    except Exception:  # at exit, a connection that fails to close is gone anyway
+        logger.warning("closing the provider clients failed", exc_info=True)
