@@ -358,17 +358,6 @@ def worker(spec_json: str) -> None:
     spec = json.loads(spec_json)
     if spec.get("cpu") is not None:
         os.sched_setaffinity(0, {spec["cpu"]})
-    # As the product's processes do once started (tools_app/process.py), for every
-    # variant alike: what start-up loaded leaves the garbage collector's scans.
-    import aiohttp  # noqa: F401
-    import httpx  # noqa: F401
-    import httpx_aiohttp  # noqa: F401
-
-    import tools_app.engine.providers.openai
-    import tools_app.engine.service  # noqa: F401
-    from tools_app.process import prepare_for_serving
-
-    prepare_for_serving()
     result = asyncio.run(worker_main(spec))
     print("RESULT " + json.dumps(result), flush=True)
 
