@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, overload
 
 from django.conf import settings
 
@@ -20,6 +20,12 @@ def max_value_bytes() -> int:
     return int(settings.AGENTFORGE_MAX_VALUE_BYTES)
 
 
+@overload
+def clean_text(value: str, *, limit: int | None = None) -> str: ...
+@overload
+def clean_text(value: None, *, limit: int | None = None) -> None: ...
+@overload
+def clean_text(value: str | None, *, limit: int | None = None) -> str | None: ...
 def clean_text(value: str | None, *, limit: int | None = None) -> str | None:
     """Escape NULs and truncate past `limit` bytes with an explicit marker."""
     if value is None:
@@ -46,7 +52,7 @@ def clean_json(value: Any, *, limit: int | None = None) -> Any:
     if isinstance(value, str):
         return clean_text(value, limit=limit)
     if isinstance(value, dict):
-        return {str(clean_text(str(k))): clean_json(v, limit=limit) for k, v in value.items()}
+        return {clean_text(str(k)): clean_json(v, limit=limit) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean_json(v, limit=limit) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
