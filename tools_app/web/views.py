@@ -127,7 +127,8 @@ def call_result(request: AuthenticatedHttpRequest, run_id: Any, call_id: int) ->
 
 @require_GET
 @login_required
-def round_wire(request: AuthenticatedHttpRequest, run_id: Any, index: int, which: str) -> HttpResponse:
+def round_wire(request: AuthenticatedHttpRequest, run_id: Any, index: int,
+               which: str) -> HttpResponse:
     """The full wire request or response of one round, as a JSON download."""
     if which not in ("request", "response"):
         raise Http404("No such wire body")
