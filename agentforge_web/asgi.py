@@ -23,7 +23,11 @@ application = ProtocolTypeRouter(
         "http": ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC
         else django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
-            SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+            SameOriginValidator(AuthMiddlewareStack(
+                # URLRouter's stubs take a list of Channels' own pattern type (lists are
+                # invariant): path() builds those, but its stubs say URLPattern.
+                URLRouter(websocket_urlpatterns)  # type: ignore[arg-type]
+            ))
         ),
     }
 )

@@ -9,26 +9,36 @@ not port-bound. This checks the whole origin against the Host the browser connec
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 
+if TYPE_CHECKING:  # names of Channels' type stubs only
+    from asgiref.typing import ASGI3Application, ASGIReceiveCallable, ASGISendCallable
+    from channels.consumer import _ChannelScope
+    from channels.utils import _ChannelApplication
+
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class SameOriginValidator:
-    def __init__(self, application: Any) -> None:
+    def __init__(self, application: _ChannelApplication) -> None:
         self.application = application
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+    async def __call__(
+        self, scope: _ChannelScope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
         if scope["type"] == "websocket" and not is_same_origin(_headers(scope)):
             return await WebsocketDenier()(scope, receive, send)
-        return await self.application(scope, receive, send)
+        # What it wraps (AuthMiddlewareStack) is an ASGI 3 app; Channels' stubs type it
+        # as any Channels application, ASGI 2 classes included.
+        inner = cast("ASGI3Application", self.application)
+        return await inner(scope, receive, send)
 
 
-def _headers(scope: dict[str, Any]) -> dict[bytes, bytes]:
+def _headers(scope: _ChannelScope) -> dict[bytes, bytes]:
     return {name.lower(): value for name, value in scope.get("headers", [])}
 
 

@@ -11,10 +11,15 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
 from .env import envbool, envfloat, envint, envlist, envsecret, envstr
+
+# Django's generic classes (ModelAdmin, ModelForm...) accept a type argument at run time
+# as they do in the type stubs: the admin subclasses ModelAdmin[Run].
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(envstr("DATA_DIR", str(BASE_DIR / "data")))

@@ -73,7 +73,7 @@ def script_problems(script: Any) -> list[str]:
     return problems
 
 
-class ModelEndpointForm(forms.ModelForm):
+class ModelEndpointForm(forms.ModelForm[ModelEndpoint]):
     class Meta:
         model = ModelEndpoint
         fields = ("name", "kind", "model", "base_url", "stream", "api_key_env",
@@ -133,7 +133,7 @@ class ModelEndpointForm(forms.ModelForm):
 
 
 @admin.register(ModelEndpoint)
-class ModelEndpointAdmin(admin.ModelAdmin):
+class ModelEndpointAdmin(admin.ModelAdmin[ModelEndpoint]):
     form = ModelEndpointForm
     list_display = ("name", "kind", "model", "base_url", "api_key_env", "api_key_status",
                     "stream", "updated_at")
@@ -190,7 +190,7 @@ def json_schema_problems(schema: Any) -> list[str]:
     return problems
 
 
-class ToolRegistrationForm(forms.ModelForm):
+class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
     class Meta:
         model = ToolRegistration
         fields = ("name", "kind", "python_path", "description", "json_schema", "config",
@@ -226,7 +226,7 @@ class ToolRegistrationForm(forms.ModelForm):
 
 
 @admin.register(ToolRegistration)
-class ToolRegistrationAdmin(admin.ModelAdmin):
+class ToolRegistrationAdmin(admin.ModelAdmin[ToolRegistration]):
     form = ToolRegistrationForm
     list_display = ("name", "kind", "enabled", "return_behavior", "timeout_seconds",
                     "requires_approval", "idempotent", "short_hash", "updated_at")
@@ -248,7 +248,7 @@ POLICY_FIELDS = tuple(
 )
 
 
-class ErrorPolicyForm(forms.ModelForm):
+class ErrorPolicyForm(forms.ModelForm[ErrorPolicy]):
     class Meta:
         model = ErrorPolicy
         fields = POLICY_FIELDS
@@ -295,7 +295,7 @@ def describe_changes(changes: dict[str, list[Any]]) -> str:
 
 
 @admin.register(ErrorPolicy)
-class ErrorPolicyAdmin(admin.ModelAdmin):
+class ErrorPolicyAdmin(admin.ModelAdmin[ErrorPolicy]):
     form = ErrorPolicyForm
     list_display = ("name", "is_default", "arguments_error", "execution_error",
                     "hallucinated_tool", "max_round_trips", "default_tool_timeout", "parallel",
@@ -306,7 +306,8 @@ class ErrorPolicyAdmin(admin.ModelAdmin):
     readonly_fields = ("revision_history", "created_at", "updated_at")
 
     def save_model(
-        self, request: HttpRequest, obj: ErrorPolicy, form: forms.ModelForm, change: bool
+        self, request: HttpRequest, obj: ErrorPolicy, form: forms.ModelForm[ErrorPolicy],
+        change: bool
     ) -> None:
         # The admin runs this inside a transaction: the policy, its revision and the
         # demotion of the previous default are saved together or not at all.
@@ -348,21 +349,21 @@ class ErrorPolicyAdmin(admin.ModelAdmin):
 # -- the audit log (read-only) ---------------------------------------------------------
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin[M: Model](admin.ModelAdmin[M]):
     """Viewable, never added, changed or deleted through the admin."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: M | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: M | None = None) -> bool:
         return False
 
 
 @admin.register(Run)
-class RunAdmin(ReadOnlyAdmin):
+class RunAdmin(ReadOnlyAdmin[Run]):
     list_display = ("id", "title", "status", "created_by", "rounds_count", "tool_calls_count",
                     "errors_count", "created_at")
     list_filter = ("status", "endpoint", "policy", "created_by")
@@ -372,7 +373,7 @@ class RunAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Round)
-class RoundAdmin(ReadOnlyAdmin):
+class RoundAdmin(ReadOnlyAdmin[Round]):
     list_display = ("id", "run", "index", "status", "finish_reason", "input_tokens",
                     "output_tokens", "latency_ms", "started_at")
     list_filter = ("status", "finish_reason")
@@ -381,7 +382,7 @@ class RoundAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ToolCall)
-class ToolCallAdmin(ReadOnlyAdmin):
+class ToolCallAdmin(ReadOnlyAdmin[ToolCall]):
     list_display = ("id", "run", "round_index", "call_index", "tool_name", "state", "is_error",
                     "duration_ms", "started_at")
     list_filter = ("state", "is_error", "stopped_run", "tool_name")
@@ -394,7 +395,7 @@ class ToolCallAdmin(ReadOnlyAdmin):
 
 
 @admin.register(RunEvent)
-class RunEventAdmin(ReadOnlyAdmin):
+class RunEventAdmin(ReadOnlyAdmin[RunEvent]):
     list_display = ("id", "run", "seq", "kind", "created_at")
     list_filter = ("kind",)
     search_fields = ("run__title", "kind")
@@ -402,7 +403,7 @@ class RunEventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(PolicyRevision)
-class PolicyRevisionAdmin(ReadOnlyAdmin):
+class PolicyRevisionAdmin(ReadOnlyAdmin[PolicyRevision]):
     list_display = ("policy", "changed_by", "changed_at", "summary")
     list_filter = ("policy", "changed_by")
     search_fields = ("policy__name",)
@@ -415,15 +416,19 @@ class PolicyRevisionAdmin(ReadOnlyAdmin):
 
 # -- API tokens ------------------------------------------------------------------------
 
+# What ModelAdmin.get_fields returns: field names, or groups of names shown on one line
+# (spelled out because a list[str] is not a list of that union).
+FieldGroups = list[str | list[str] | tuple[str, ...]]
+
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     list_display = ("name", "user", "prefix", "created_at", "last_used_at")
     list_filter = ("created_at", "last_used_at")
     search_fields = ("name", "prefix", "user__username")
     list_select_related = ("user",)
 
-    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> FieldGroups:
         if obj is None:
             return ["user", "name"]
         return ["user", "name", "prefix", "created_at", "last_used_at"]
@@ -433,7 +438,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return [] if obj is None else ["user", "prefix", "created_at", "last_used_at"]
 
     def save_model(
-        self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm, change: bool
+        self, request: HttpRequest, obj: ApiToken, form: forms.ModelForm[ApiToken], change: bool
     ) -> None:
         plaintext = None if change else assign_new_secret(obj)
         super().save_model(request, obj, form, change)

@@ -76,8 +76,9 @@ def P(name: str | None = None, description: str | None = None) -> Any:
     return Field(alias=name, description=description)
 
 
-def tool(
-    func: Callable[..., Any] | None = None,
+@typing.overload
+def tool[F: Callable[..., Any]](
+    func: F,
     *,
     name: str | None = None,
     description: str | None = None,
@@ -87,7 +88,32 @@ def tool(
     timeout: float | None = None,
     requires_approval: bool = False,
     idempotent: bool = False,
-) -> Any:
+) -> F: ...
+@typing.overload
+def tool[F: Callable[..., Any]](
+    func: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM,
+    strict: bool | None = None,
+    metadata: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    requires_approval: bool = False,
+    idempotent: bool = False,
+) -> Callable[[F], F]: ...
+def tool[F: Callable[..., Any]](
+    func: F | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM,
+    strict: bool | None = None,
+    metadata: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    requires_approval: bool = False,
+    idempotent: bool = False,
+) -> F | Callable[[F], F]:
     """Mark a function or method as a tool. Works as `@tool`, `@tool()` and `@tool(...)`."""
     options = ToolOptions(
         name=name,
@@ -100,7 +126,7 @@ def tool(
         idempotent=idempotent,
     )
 
-    def mark(target: Callable[..., Any]) -> Callable[..., Any]:
+    def mark(target: F) -> F:
         setattr(target, _MARKER, options)
         return target
 

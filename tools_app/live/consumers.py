@@ -16,6 +16,7 @@ import hashlib
 import json
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from importlib import import_module
 from types import SimpleNamespace
 from typing import Any, NamedTuple
@@ -38,7 +39,7 @@ MAX_SEQ = 2**31 - 1  # the range of a PositiveIntegerField on every database bac
 MAX_CLIENT_MESSAGE = 256  # characters: '{"type": "resume", "after": 2147483647}' is 40
 
 
-class _KeptConnectionSyncToAsync(SyncToAsync):
+class _KeptConnectionSyncToAsync[**P, R](SyncToAsync[P, R]):
     """database_sync_to_async for the consumers' reads, keeping the connection.
 
     Every viewer's reads run on one thread (asgiref's shared one: Channels creates no
@@ -51,12 +52,13 @@ class _KeptConnectionSyncToAsync(SyncToAsync):
 
     def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().thread_handler(loop, *args, **kwargs)
+            # asgiref leaves thread_handler unannotated.
+            return super().thread_handler(loop, *args, **kwargs)  # type: ignore[no-untyped-call]
         finally:
             drop_broken_connections()
 
 
-def _kept_connection(function: Any) -> Any:
+def _kept_connection[**P, R](function: Callable[P, R]) -> _KeptConnectionSyncToAsync[P, R]:
     return _KeptConnectionSyncToAsync(function, thread_sensitive=True)
 
 
@@ -71,7 +73,7 @@ def user_group(user_pk: Any) -> str:
 
 
 @_kept_connection
-def _session_still_authenticates(scope: dict[str, Any]) -> bool:
+def _session_still_authenticates(scope: Mapping[str, Any]) -> bool:
     """Whether the socket's login session still authenticates its user, as Django checks
     it for a request: the user exists and is active, and the session's auth hash still
     matches their password (a password change ends the other sessions). The session is

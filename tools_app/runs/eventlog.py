@@ -18,7 +18,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Field
 from django.dispatch import Signal
 
 from ..models import Run, RunEvent
@@ -62,19 +62,26 @@ def _increment_returning(run_id: str | uuid.UUID, token: int | None) -> int | No
     meta = Run._meta
     pk = meta.pk
     assert pk is not None
-    seq_column = quote(meta.get_field("last_seq").column)
+    seq_column = quote(_column(meta.get_field("last_seq")))
     # Only quoted identifiers from the model's metadata are formatted in; values are
     # parameters.
     sql = (f"UPDATE {quote(meta.db_table)} SET {seq_column} = {seq_column} + 1 "  # noqa: S608
-           f"WHERE {quote(pk.column)} = %s")
+           f"WHERE {quote(_column(pk))} = %s")
     params: list[Any] = [pk.get_db_prep_value(run_id, connection)]
     if token is not None:
-        sql += f" AND {quote(meta.get_field('lease_token').column)} = %s"
+        sql += f" AND {quote(_column(meta.get_field('lease_token')))} = %s"
         params.append(token)
     with connection.cursor() as cursor:
         cursor.execute(f"{sql} RETURNING {seq_column}", params)
         row = cursor.fetchone()
     return int(row[0]) if row is not None else None
+
+
+def _column(field: Field[Any, Any]) -> str:
+    """A concrete field's column: None only before the field is bound to its model."""
+    column = field.column
+    assert column is not None
+    return column
 
 
 def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, Any]) -> int:

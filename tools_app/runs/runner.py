@@ -11,6 +11,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -219,7 +220,7 @@ def _finished(call: ToolCall) -> bool:
     return call.state in FINISHED_CALL_STATES and call.result_text is not None
 
 
-def _request_of(call: ToolCall, requests: list[ToolExecutionRequest]) -> tuple[str, str]:
+def _request_of(call: ToolCall, requests: Sequence[ToolExecutionRequest]) -> tuple[str, str]:
     """The call's id and tool name as the model sent them (the stored response has them
     whole; the columns may hold them cut to fit)."""
     if call.call_index < len(requests):
@@ -229,7 +230,7 @@ def _request_of(call: ToolCall, requests: list[ToolExecutionRequest]) -> tuple[s
 
 
 def _result_message(call: ToolCall,
-                    requests: list[ToolExecutionRequest]) -> ToolExecutionResultMessage:
+                    requests: Sequence[ToolExecutionRequest]) -> ToolExecutionResultMessage:
     call_id, tool_name = _request_of(call, requests)
     return ToolExecutionResultMessage(id=call_id, tool_name=tool_name,
                                       text=call.result_text or "", is_error=call.is_error)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, overload
 
 from django.conf import settings
-from django.db.models import Model
+from django.db.models import Field, Model
 
 NUL_REPLACEMENT = "\\u0000"
 REDACTED = "[redacted]"
@@ -21,6 +21,12 @@ def max_value_bytes() -> int:
     return int(settings.AGENTFORGE_MAX_VALUE_BYTES)
 
 
+@overload
+def clean_text(value: str, *, limit: int | None = None) -> str: ...
+@overload
+def clean_text(value: None, *, limit: int | None = None) -> None: ...
+@overload
+def clean_text(value: str | None, *, limit: int | None = None) -> str | None: ...
 def clean_text(value: str | None, *, limit: int | None = None) -> str | None:
     """Escape NULs and truncate past `limit` bytes with an explicit marker."""
     if value is None:
@@ -47,7 +53,8 @@ def fit_column(model: type[Model], field: str, value: str | None) -> str:
     characters on every database), the truncation marker included: a tool name or call
     id from a model can be any length, and PostgreSQL refuses one that does not fit."""
     text = clean_text(value) or ""
-    max_chars = model._meta.get_field(field).max_length
+    column = model._meta.get_field(field)
+    max_chars = column.max_length if isinstance(column, Field) else None
     if max_chars is None or len(text) <= max_chars:
         return text
     kept = max_chars
@@ -61,7 +68,7 @@ def clean_json(value: Any, *, limit: int | None = None) -> Any:
     if isinstance(value, str):
         return clean_text(value, limit=limit)
     if isinstance(value, dict):
-        return {str(clean_text(str(k))): clean_json(v, limit=limit) for k, v in value.items()}
+        return {clean_text(str(k)): clean_json(v, limit=limit) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean_json(v, limit=limit) for v in value]
     if isinstance(value, float) and not math.isfinite(value):

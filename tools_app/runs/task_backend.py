@@ -115,9 +115,10 @@ async def on_server_loop(coroutine: Coroutine[Any, Any, Any]) -> Any:
 class InProcessBackend(BaseTaskBackend):
     supports_async_task = True
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[type-arg]
+    def enqueue[**P, R](self, task: Task[P, R], args: list[Any],
+                        kwargs: dict[str, Any]) -> TaskResult[P, R]:
         self.validate_task(task)
-        result = TaskResult(
+        result: TaskResult[P, R] = TaskResult(
             task=task, id=get_random_string(32), status=TaskResultStatus.READY,
             enqueued_at=None, started_at=None, last_attempted_at=None, finished_at=None,
             args=args, kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],

@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import secrets
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from ..models import ApiToken
@@ -33,14 +33,14 @@ def assign_new_secret(token: ApiToken) -> str:
     return plaintext
 
 
-def create_token(user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
+def create_token(user: User, name: str) -> tuple[ApiToken, str]:
     token = ApiToken(user=user, name=name)
     plaintext = assign_new_secret(token)
     token.save()
     return token, plaintext
 
 
-def user_for_token(plaintext: str) -> AbstractBaseUser | None:
+def user_for_token(plaintext: str) -> User | None:
     """The active user a token belongs to (recording its use), or None."""
     if not plaintext.startswith(TOKEN_PREFIX) or len(plaintext) > _MAX_TOKEN_LENGTH:
         return None

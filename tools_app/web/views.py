@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,9 +21,18 @@ from ..runs.tasks import enqueue_probe
 from .forms import PlaygroundForm
 
 
+class AuthenticatedHttpRequest(HttpRequest):
+    """The request a `@login_required` view is handed: the user is signed in.
+
+    For the type checker only (django-stubs' recipe): no request is of this class.
+    """
+
+    user: User
+
+
 @require_GET
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: AuthenticatedHttpRequest) -> HttpResponse:
     return redirect("playground")
 
 
@@ -35,7 +45,7 @@ def _run_for_user(request: HttpRequest, run_id: Any) -> Run:
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def playground(request: HttpRequest) -> HttpResponse:
+def playground(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = PlaygroundForm(request.POST)
         if form.is_valid():
@@ -50,7 +60,7 @@ def playground(request: HttpRequest) -> HttpResponse:
                   {"form": form, "endpoints": selectors.endpoints_for_playground()})
 
 
-def _start_from_form(request: HttpRequest, form: PlaygroundForm) -> Run | None:
+def _start_from_form(request: AuthenticatedHttpRequest, form: PlaygroundForm) -> Run | None:
     data = form.cleaned_data
     choice: Any = data["tool_choice"]
     if choice == "named":
@@ -73,7 +83,7 @@ def _start_from_form(request: HttpRequest, form: PlaygroundForm) -> Run | None:
     return run
 
 
-def _remembered(request: HttpRequest) -> dict[str, Any]:
+def _remembered(request: AuthenticatedHttpRequest) -> dict[str, Any]:
     state = PlaygroundState.objects.filter(user_id=request.user.pk).first()
     if state is not None:
         return dict(state.data)
@@ -90,7 +100,7 @@ def run_url(run: Run) -> str:
 
 @require_GET
 @login_required
-def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
+def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = _run_for_user(request, run_id)
     return render(request, "tools_app/run_detail.html",
                   {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq})
@@ -98,7 +108,7 @@ def run_detail(request: HttpRequest, run_id: Any) -> HttpResponse:
 
 @require_POST
 @login_required
-def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
+def run_cancel(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = services.run_cancel(run=_run_for_user(request, run_id))
     messages.info(request, f"Run {run.status}")
     return redirect("run_detail", run_id=run.pk)
@@ -106,7 +116,7 @@ def run_cancel(request: HttpRequest, run_id: Any) -> HttpResponse:
 
 @require_GET
 @login_required
-def call_result(request: HttpRequest, run_id: Any, call_id: int) -> HttpResponse:
+def call_result(request: AuthenticatedHttpRequest, run_id: Any, call_id: int) -> HttpResponse:
     """The full result text of one call, as a download (never rendered as HTML)."""
     run = _run_for_user(request, run_id)
     call = get_object_or_404(ToolCall, run=run, pk=call_id)
@@ -117,7 +127,8 @@ def call_result(request: HttpRequest, run_id: Any, call_id: int) -> HttpResponse
 
 @require_GET
 @login_required
-def round_wire(request: HttpRequest, run_id: Any, index: int, which: str) -> HttpResponse:
+def round_wire(request: AuthenticatedHttpRequest, run_id: Any, index: int,
+               which: str) -> HttpResponse:
     """The full wire request or response of one round, as a JSON download."""
     if which not in ("request", "response"):
         raise Http404("No such wire body")
@@ -132,7 +143,7 @@ def round_wire(request: HttpRequest, run_id: Any, index: int, which: str) -> Htt
 
 @require_GET
 @login_required
-def run_list(request: HttpRequest) -> HttpResponse:
+def run_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     page = Paginator(selectors.run_list_for_user(request.user), 25).get_page(
         request.GET.get("page"))
     return render(request, "tools_app/run_list.html", {"page": page})
@@ -140,14 +151,14 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @login_required
-def endpoint_list(request: HttpRequest) -> HttpResponse:
+def endpoint_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "tools_app/endpoint_list.html",
                   {"endpoints": selectors.endpoints_for_playground()})
 
 
 @require_POST
 @login_required
-def endpoint_probe(request: HttpRequest, endpoint_id: Any) -> HttpResponse:
+def endpoint_probe(request: AuthenticatedHttpRequest, endpoint_id: Any) -> HttpResponse:
     endpoint = get_object_or_404(ModelEndpoint, pk=endpoint_id)
     enqueue_probe(str(endpoint.pk))
     messages.info(request, f"Probing {endpoint.name}; reload in a few seconds for the report.")

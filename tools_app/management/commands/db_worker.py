@@ -45,7 +45,7 @@ class RunWorker(db_worker.Worker):
         self._pool = (ThreadPoolExecutor(self.concurrency, thread_name_prefix="agentforge-run")
                       if self.concurrency > 1 else None)
 
-    @property  # type: ignore[override]
+    @property
     def running_task(self) -> bool:
         return self._in_flight > 0
 
@@ -54,7 +54,7 @@ class RunWorker(db_worker.Worker):
         """django-tasks-db sets this around each task; with several tasks at once the
         number in flight is what counts, kept in run_task instead."""
 
-    def run_task(self, db_task_result: DBTaskResult) -> None:
+    def run_task(self, db_task_result: DBTaskResult[..., Any]) -> None:
         if self._pool is None:
             self._count(+1)
             try:
@@ -68,7 +68,7 @@ class RunWorker(db_worker.Worker):
         with self._slots:  # claim the next task only once a slot is free again
             pass
 
-    def _run_in_slot(self, db_task_result: DBTaskResult) -> None:
+    def _run_in_slot(self, db_task_result: DBTaskResult[..., Any]) -> None:
         try:
             super().run_task(db_task_result)
         finally:
@@ -153,13 +153,17 @@ class Command(db_worker.Command):
                  "AGENTFORGE_WORKER_CONCURRENCY)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        concurrency = options.pop("concurrency") or settings.AGENTFORGE_WORKER_CONCURRENCY
+        at_once: int = options.pop("concurrency") or settings.AGENTFORGE_WORKER_CONCURRENCY
         reap_and_enqueue()
         stop = threading.Event()
         start_reaper_thread(stop)
-        # django-tasks-db's command builds its module's Worker: make that ours.
-        worker_class = type("ConfiguredRunWorker", (RunWorker,), {"concurrency": concurrency})
-        original, db_worker.Worker = db_worker.Worker, worker_class  # type: ignore[misc]
+
+        class ConfiguredRunWorker(RunWorker):
+            concurrency = at_once
+
+        # django-tasks-db's command builds its module's Worker: make that ours. (mypy
+        # refuses any assignment to a class name, hence the ignores.)
+        original, db_worker.Worker = db_worker.Worker, ConfiguredRunWorker  # type: ignore[misc]
         try:
             super().handle(*args, **options)
         finally:
