@@ -307,8 +307,11 @@ async def test_the_engine_sees_a_non_retryable_provider_error(
         base_url=shared_server.base_urls()[provider], model="strict", api_key="sk-test",
         stream=False, retry=RetryPolicy(max_retries=2, initial_delay=0.001, max_delay=0.001))
 
-    with pytest.raises(ProviderError) as raised:
-        await model.chat(ChatRequest(messages=(UserMessage(text="hi"), orphan)))
+    try:
+        with pytest.raises(ProviderError) as raised:
+            await model.chat(ChatRequest(messages=(UserMessage(text="hi"), orphan)))
+    finally:
+        await model.aclose()
 
     assert (raised.value.status, raised.value.retryable) == (400, False)
     assert [r["outcome"] for r in recorded(fake)] == ["rejected"]
@@ -324,7 +327,10 @@ async def test_the_adapters_pair_calls_and_results_as_strict_mode_wants(
     model = chat_model_class(provider)(
         base_url=shared_server.base_urls()[provider], model="strict", api_key="sk-test")
 
-    response = await model.chat(ChatRequest(messages=messages))
+    try:
+        response = await model.chat(ChatRequest(messages=messages))
+    finally:
+        await model.aclose()
 
     assert response.ai_message.text
     assert [r["outcome"] for r in recorded(fake)] == ["reply"]
