@@ -115,12 +115,15 @@ def _default_ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(verify=True, trust_env=True)
 
 
-class _NoCookies(http.cookiejar.DefaultCookiePolicy):
-    def set_ok(self, cookie: http.cookiejar.Cookie, request: object) -> bool:
-        return False
+class _NoCookieJar(http.cookiejar.CookieJar):
+    """A jar that never stores or sends a cookie, and does not even read a response's
+    Set-Cookie headers (httpx hands every response to its client's jar)."""
 
-    def return_ok(self, cookie: http.cookiejar.Cookie, request: object) -> bool:
-        return False
+    def extract_cookies(self, response: object, request: object) -> None:
+        return None
+
+    def add_cookie_header(self, request: object) -> None:
+        return None
 
 
 def new_client(config: EndpointConfig,
@@ -147,7 +150,7 @@ def new_client(config: EndpointConfig,
     return httpx.AsyncClient(
         transport=transport, timeout=config.timeouts, follow_redirects=False,
         trust_env=False,  # the environment is read above; not ~/.netrc for auth
-        cookies=http.cookiejar.CookieJar(policy=_NoCookies()))
+        cookies=_NoCookieJar())
 
 
 ClientFactory = Callable[[EndpointConfig], httpx.AsyncClient]
