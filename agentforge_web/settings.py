@@ -8,6 +8,7 @@ code with DATABASE_URL, REDIS_URL and TASK_BACKEND=database set.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -50,6 +51,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "axes",
     "tools_app",  # before django_tasks_db: its db_worker command adds the run reaper
     "django_tasks_db",
 ]
@@ -64,7 +66,25 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Login throttling (django-axes): after AGENTFORGE_LOGIN_FAILURE_LIMIT failed logins for
+# one username, or from one address, further attempts for it are refused (429) until
+# AGENTFORGE_LOGIN_COOLOFF_MINUTES have passed; a successful login resets the count.
+# `manage.py axes_reset` unlocks at once. The address is the connection's (REMOTE_ADDR).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("AGENTFORGE_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=envint("AGENTFORGE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_VERBOSE = False  # no start-up banner in every command; lockouts are still logged
 
 ROOT_URLCONF = "agentforge_web.urls"
 ASGI_APPLICATION = "agentforge_web.asgi.application"
