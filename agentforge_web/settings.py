@@ -161,6 +161,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", False)
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", False)
 if envbool("BEHIND_TLS_PROXY", False):
     # The proxy sets X-Forwarded-Proto (and strips it from clients): requests it received
     # over HTTPS count as secure (redirects, secure cookies, the WebSocket's wss origin).

@@ -21,7 +21,7 @@ SETTINGS_VARIABLES = {
     "CSRF_TRUSTED_ORIGINS", "DATABASE_URL", "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE",
     "TIME_ZONE", "SERVE_STATIC", "REDIS_URL", "CHANNEL_CAPACITY", "TASK_BACKEND", "LOG_LEVEL",
     "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS",
-    "BEHIND_TLS_PROXY",
+    "BEHIND_TLS_PROXY", "SECURE_HSTS_PRELOAD",
 }
 SCRIPT = """
 import json, django
@@ -188,3 +188,20 @@ def test_the_scale_out_configuration_is_honoured(tmp_path: Path) -> None:
     }
     assert config["tasks"] == "django_tasks_db.DatabaseBackend"
     assert (config["lease"], config["heartbeat"]) == (12.5, 2.0)
+
+
+def test_the_documented_production_settings_pass_check_deploy(tmp_path: Path) -> None:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in SETTINGS_VARIABLES and not k.startswith("AGENTFORGE_")}
+    env = clean | PRODUCTION | {
+        "DJANGO_SETTINGS_MODULE": "agentforge_web.settings", "DATA_DIR": str(tmp_path),
+        "SECRET_KEY": "a-long-random-production-secret-" + "k7Qz" * 10,
+        "SECURE_SSL_REDIRECT": "1", "SECURE_HSTS_SECONDS": "31536000",
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": "1", "SECURE_HSTS_PRELOAD": "1",
+    }
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
