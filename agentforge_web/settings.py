@@ -8,6 +8,7 @@ code with DATABASE_URL, REDIS_URL and TASK_BACKEND=database set.
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -52,6 +53,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "axes",
+    "django_ratelimit",
     "tools_app",  # before django_tasks_db: its db_worker command adds the run reaper
     "django_tasks_db",
 ]
@@ -179,6 +181,18 @@ SERVE_STATIC = envbool("SERVE_STATIC", True)
 
 # -- channels and tasks -----------------------------------------------------------------
 REDIS_URL = envstr("REDIS_URL", "")
+# The cache holds rate-limit counters (capability probes): shared by every process
+# through Redis when there is one, else per process.
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": REDIS_URL}}
+    # Django's own Redis cache increments atomically (INCR) and is shared; the check
+    # only knows django-redis's.
+    SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"]
+else:
+    # The embedded configuration is one process: its in-memory cache is shared by every
+    # request there is.
+    SILENCED_SYSTEM_CHECKS = ["django_ratelimit.E003", "django_ratelimit.W001"]
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -234,3 +248,12 @@ LOGGING = {
 }
 # Values longer than this (characters) show a head with "show all" / download.
 AGENTFORGE_DISPLAY_LIMIT = envint("AGENTFORGE_DISPLAY_LIMIT", 20_000, minimum=100)
+
+# Capability probes call an endpoint with the server's credentials: staff may start them,
+# other users only when AGENTFORGE_PROBE_NON_STAFF is on; each user at most
+# AGENTFORGE_PROBE_RATE of them (django-ratelimit's "N/s|m|h|d").
+AGENTFORGE_PROBE_NON_STAFF = envbool("AGENTFORGE_PROBE_NON_STAFF", False)
+AGENTFORGE_PROBE_RATE = envstr("AGENTFORGE_PROBE_RATE", "10/h")
+if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", AGENTFORGE_PROBE_RATE):
+    raise ImproperlyConfigured(
+        f"AGENTFORGE_PROBE_RATE={AGENTFORGE_PROBE_RATE!r}: give a rate like 10/h or 3/m")

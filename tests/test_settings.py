@@ -113,6 +113,11 @@ def test_an_unreadable_secret_key_file_is_refused(tmp_path: Path) -> None:
         ("AGENTFORGE_WORKER_CONCURRENCY", "many"),
         ("AGENTFORGE_SHUTDOWN_GRACE_SECONDS", "-1"),
         ("AGENTFORGE_SHUTDOWN_GRACE_SECONDS", "soon"),
+        ("AGENTFORGE_PROBE_RATE", "ten an hour"),
+        ("AGENTFORGE_PROBE_RATE", "0/h"),
+        ("AGENTFORGE_PROBE_NON_STAFF", "perhaps"),
+        ("AGENTFORGE_LOGIN_FAILURE_LIMIT", "0"),
+        ("AGENTFORGE_LOGIN_COOLOFF_MINUTES", "a while"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable(

@@ -71,3 +71,46 @@ def test_the_playground_lists_each_endpoints_capabilities_with_a_probe_button(
     assert "not probed yet" not in page
     assert 'class="badge probe-passed"' in page
     assert 'class="badge probe-failed"' in page
+
+
+@pytest.fixture
+def probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from django.core.cache import cache
+
+    cache.clear()  # the rate-limit counters
+    probed: list[str] = []
+    monkeypatch.setattr(views, "enqueue_probe", probed.append)
+    return probed
+
+
+def test_only_staff_may_probe_unless_the_operator_allows_it(
+    bob_client: Client, endpoint: ModelEndpoint, probes: list[str], settings: Any,
+) -> None:
+    """A probe calls the endpoint with the server's credentials."""
+    assert bob_client.post(f"/endpoints/{endpoint.pk}/probe/").status_code == 403
+    page = bob_client.get("/endpoints/").content.decode()
+    assert f"/endpoints/{endpoint.pk}/probe/" not in page  # no button either
+    assert f"/endpoints/{endpoint.pk}/probe/" not in bob_client.get("/playground/").content.decode()
+
+    settings.AGENTFORGE_PROBE_NON_STAFF = True
+    assert bob_client.post(f"/endpoints/{endpoint.pk}/probe/").status_code == 302
+    assert f"/endpoints/{endpoint.pk}/probe/" in bob_client.get("/endpoints/").content.decode()
+    assert probes == [str(endpoint.pk)]
+
+
+def test_probes_are_rate_limited_per_user(
+    alice_client: Client, endpoint: ModelEndpoint, probes: list[str], settings: Any,
+) -> None:
+    from django.contrib.auth import get_user_model
+
+    settings.AGENTFORGE_PROBE_RATE = "2/h"
+    staff_client = Client()
+    staff_client.force_login(get_user_model().objects.create_user("dana", is_staff=True))
+    answers = [alice_client.post(f"/endpoints/{endpoint.pk}/probe/").status_code
+               for _ in range(3)]
+
+    assert answers == [302, 302, 429]
+    assert probes == [str(endpoint.pk)] * 2
+    refused = alice_client.post(f"/endpoints/{endpoint.pk}/probe/")
+    assert "Too many probes" in refused.content.decode()
+    assert staff_client.post(f"/endpoints/{endpoint.pk}/probe/").status_code == 302  # per user

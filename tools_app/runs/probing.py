@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.utils import timezone
 
 from ..engine.probe import probe_capabilities
 from ..models import ModelEndpoint
 from .snapshot import ENDPOINT_FIELDS, chat_model_for
+
+
+def may_probe(user: Any) -> bool:
+    """A probe calls the endpoint with the server's credentials: staff may, other users
+    only where the operator allows it."""
+    return bool(user.is_authenticated and user.is_active
+                and (user.is_staff or settings.AGENTFORGE_PROBE_NON_STAFF))
 
 
 async def probe_and_store(endpoint_id: str) -> str:

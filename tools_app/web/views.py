@@ -5,18 +5,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
+from django_ratelimit.core import is_ratelimited
 
 from ..engine import ChatRequestParameters, NamedToolChoice
 from ..models import ModelEndpoint, PlaygroundState, Round, Run, ToolCall
 from ..runs import selectors, services
+from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
 from .forms import PlaygroundForm
 
@@ -57,7 +61,8 @@ def playground(request: AuthenticatedHttpRequest) -> HttpResponse:
     else:
         form = PlaygroundForm(initial=_remembered(request))
     return render(request, "tools_app/playground.html",
-                  {"form": form, "endpoints": selectors.endpoints_for_playground()})
+                  {"form": form, "endpoints": selectors.endpoints_for_playground(),
+                   "may_probe": may_probe(request.user)})
 
 
 def _start_from_form(request: AuthenticatedHttpRequest, form: PlaygroundForm) -> Run | None:
@@ -152,14 +157,26 @@ def run_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 @require_GET
 @login_required
 def endpoint_list(request: AuthenticatedHttpRequest) -> HttpResponse:
+    return _endpoint_list_page(request)
+
+
+def _endpoint_list_page(request: AuthenticatedHttpRequest, status: int = 200) -> HttpResponse:
     return render(request, "tools_app/endpoint_list.html",
-                  {"endpoints": selectors.endpoints_for_playground()})
+                  {"endpoints": selectors.endpoints_for_playground(),
+                   "may_probe": may_probe(request.user)}, status=status)
 
 
 @require_POST
 @login_required
 def endpoint_probe(request: AuthenticatedHttpRequest, endpoint_id: Any) -> HttpResponse:
+    if not may_probe(request.user):
+        raise PermissionDenied("Only staff may probe endpoints (AGENTFORGE_PROBE_NON_STAFF)")
     endpoint = get_object_or_404(ModelEndpoint, pk=endpoint_id)
+    if is_ratelimited(request, group="endpoint-probe", key="user",
+                      rate=settings.AGENTFORGE_PROBE_RATE, increment=True):
+        messages.error(request, "Too many probes: at most "
+                       f"{settings.AGENTFORGE_PROBE_RATE} per user. Try again later.")
+        return _endpoint_list_page(request, status=429)
     enqueue_probe(str(endpoint.pk))
     messages.info(request, f"Probing {endpoint.name}; reload in a few seconds for the report.")
     return redirect("endpoint_list")
