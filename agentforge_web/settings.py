@@ -257,3 +257,10 @@ AGENTFORGE_PROBE_RATE = envstr("AGENTFORGE_PROBE_RATE", "10/h")
 if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", AGENTFORGE_PROBE_RATE):
     raise ImproperlyConfigured(
         f"AGENTFORGE_PROBE_RATE={AGENTFORGE_PROBE_RATE!r}: give a rate like 10/h or 3/m")
+
+# The environment variables an endpoint may read a credential from (its API key, env:
+# headers, an env: proxy), as shell-style patterns: an endpoint edited in the admin must
+# not be able to send any other variable of the server (DATABASE_URL, SECRET_KEY) to
+# its model server.
+AGENTFORGE_SECRET_ENV_ALLOW = envlist("AGENTFORGE_SECRET_ENV_ALLOW",
+                                      ["*_API_KEY", "*_TOKEN", "*_PROXY_URL"])

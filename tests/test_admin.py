@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db
 
 EDITABLE: list[type[Model]] = [ModelEndpoint, ToolRegistration, ErrorPolicy, ApiToken]
 READ_ONLY: list[type[Model]] = [Run, Round, ToolCall, RunEvent, PolicyRevision]
-KEY_VARIABLE = "AGENTFORGE_TEST_CANARY_KEY"
+KEY_VARIABLE = "AGENTFORGE_TEST_CANARY_API_KEY"
 
 
 def url(model: type[Model], view: str, *args: Any) -> str:
@@ -182,6 +182,11 @@ def endpoint_data(**overrides: str) -> dict[str, str]:
         ({"proxy_url": "http://me:pw@proxy:3128"}, "proxy_url", "Do not store proxy credentials"),
         ({"proxy_url": "http://proxy:3128/path"}, "proxy_url", "only a scheme, a host"),
         ({"proxy_url": "env:lower-case"}, "proxy_url", "NAME of an environment variable"),
+        ({"api_key_env": "DATABASE_URL"}, "api_key_env",
+         "DATABASE_URL is not one endpoints may read credentials from"),
+        ({"extra_headers": '{"X-Api-Key": "env:SECRET_KEY"}'}, "extra_headers",
+         "X-Api-Key: the environment variable SECRET_KEY is not one"),
+        ({"proxy_url": "env:HOME"}, "proxy_url", "AGENTFORGE_SECRET_ENV_ALLOW allows"),
     ],
 )
 def test_endpoint_form_errors(

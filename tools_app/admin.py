@@ -37,8 +37,10 @@ from .models import (
     ToolCall,
     ToolKind,
     ToolRegistration,
+    env_var_validator,
 )
 from .runs.policy import template_problem
+from .runs.snapshot import secret_variable_problem
 from .tools.registry import compute_version_hash, resolve_tool_function
 from .web.api_tokens import assign_new_secret
 
@@ -119,7 +121,20 @@ class ModelEndpointForm(forms.ModelForm[ModelEndpoint]):
                     f"{name} carries a credential: write env:VARIABLE_NAME so the value is "
                     "read from the environment and never stored."
                 )
+            if value.startswith("env:") and (problem := secret_variable_problem(value[4:])):
+                raise ValidationError(f"{name}: {problem}.")
         return headers
+
+    def clean_api_key_env(self) -> str:
+        name: str = self.cleaned_data["api_key_env"]
+        _check_secret_variable(name)
+        return name
+
+    def clean_proxy_url(self) -> str:
+        value: str = self.cleaned_data["proxy_url"]
+        if value.startswith("env:"):
+            _check_secret_variable(value[4:])
+        return value
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
@@ -130,6 +145,17 @@ class ModelEndpointForm(forms.ModelForm[ModelEndpoint]):
         elif kind and not (cleaned.get("model") or "").strip():
             self.add_error("model", "Name the model to call, e.g. gpt-4o-mini or llama3.1.")
         return cleaned
+
+
+def _check_secret_variable(name: str) -> None:
+    """Refuse a variable outside AGENTFORGE_SECRET_ENV_ALLOW (a malformed name is left to
+    the field's own validator, which says what a variable name looks like)."""
+    try:
+        env_var_validator(name)
+    except ValidationError:
+        return
+    if problem := secret_variable_problem(name):
+        raise ValidationError(problem[:1].upper() + problem[1:] + ".")
 
 
 @admin.register(ModelEndpoint)

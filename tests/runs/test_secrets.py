@@ -23,8 +23,8 @@ CANARY_HEADER = "hdr-canary-2b8e6d0f4a1c"
 
 @pytest.fixture
 def canary_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTFORGE_TEST_CANARY_KEY", CANARY_KEY)
-    monkeypatch.setenv("AGENTFORGE_TEST_CANARY_HEADER", CANARY_HEADER)
+    monkeypatch.setenv("AGENTFORGE_TEST_CANARY_API_KEY", CANARY_KEY)
+    monkeypatch.setenv("AGENTFORGE_TEST_CANARY_TOKEN", CANARY_HEADER)
 
 
 def leaks(run: Run, caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -45,13 +45,13 @@ def test_a_scripted_endpoint_never_stores_its_key(
     caplog.set_level(logging.DEBUG)
     script = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+2"}}]},
               {"text": "model saw: {last_result}"}]
-    endpoint = make_endpoint(script, api_key_env="AGENTFORGE_TEST_CANARY_KEY",
-                             extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_HEADER"})
+    endpoint = make_endpoint(script, api_key_env="AGENTFORGE_TEST_CANARY_API_KEY",
+                             extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_TOKEN"})
     run = start(endpoint, [demo_tools["calculator"]], policy)
 
     assert execute(run) == "succeeded"
 
-    assert run.snapshot["endpoint"]["api_key_env"] == "AGENTFORGE_TEST_CANARY_KEY"
+    assert run.snapshot["endpoint"]["api_key_env"] == "AGENTFORGE_TEST_CANARY_API_KEY"
     assert leaks(run, caplog) == []
 
 
@@ -65,8 +65,8 @@ def test_a_failing_openai_compatible_endpoint_never_leaks_its_key(
     endpoint = ModelEndpoint.objects.create(
         name="local fake", kind="openai_compatible",
         base_url="http://127.0.0.1:9/v1",  # the discard port: nothing listens, it fails fast
-        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_KEY",
-        extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_HEADER"},
+        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_API_KEY",
+        extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_TOKEN"},
     )
     run = start(endpoint, [demo_tools["calculator"]], policy, f"my key is not {CANARY_KEY[:6]}")
 
@@ -75,9 +75,9 @@ def test_a_failing_openai_compatible_endpoint_never_leaks_its_key(
     assert run.status == RunStatus.FAILED
     assert run.error_type == "ProviderError"
     assert run.error_message  # says what went wrong...
-    assert run.snapshot["endpoint"]["api_key_env"] == "AGENTFORGE_TEST_CANARY_KEY"
+    assert run.snapshot["endpoint"]["api_key_env"] == "AGENTFORGE_TEST_CANARY_API_KEY"
     assert run.snapshot["endpoint"]["extra_headers"] == {
-        "X-Api-Key": "env:AGENTFORGE_TEST_CANARY_HEADER"}
+        "X-Api-Key": "env:AGENTFORGE_TEST_CANARY_TOKEN"}
     assert leaks(run, caplog) == []  # ...without the key anywhere
 
 
@@ -85,16 +85,16 @@ def test_a_missing_key_fails_the_run_naming_only_the_variable(
     monkeypatch: pytest.MonkeyPatch, demo_tools: dict[str, ToolRegistration],
     policy: ErrorPolicy,
 ) -> None:
-    monkeypatch.delenv("AGENTFORGE_TEST_CANARY_KEY", raising=False)
+    monkeypatch.delenv("AGENTFORGE_TEST_CANARY_API_KEY", raising=False)
     endpoint = ModelEndpoint.objects.create(
         name="no key", kind="openai_compatible", base_url="http://127.0.0.1:9/v1",
-        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_KEY")
+        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_API_KEY")
     run = start(endpoint, [demo_tools["calculator"]], policy)
 
     assert execute(run) == "failed"
 
     assert run.error_type == "ImproperlyConfigured"
-    assert "AGENTFORGE_TEST_CANARY_KEY" in run.error_message
+    assert "AGENTFORGE_TEST_CANARY_API_KEY" in run.error_message
     assert "not set" in run.error_message
 
 
@@ -142,8 +142,8 @@ def test_a_provider_that_echoes_the_key_in_its_error_never_leaks_it(
     caplog.set_level(logging.DEBUG)
     endpoint = ModelEndpoint.objects.create(
         name="echoing fake", kind="openai_compatible", base_url=echoing_provider,
-        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_KEY",
-        extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_HEADER"},
+        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_API_KEY",
+        extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_TOKEN"},
     )
     run = start(endpoint, [demo_tools["calculator"]], policy)
 
@@ -222,8 +222,8 @@ def test_a_model_that_echoes_the_key_in_its_answers_never_stores_it(
     caplog.set_level(logging.DEBUG)
     endpoint = ModelEndpoint.objects.create(
         name="echoing model", kind="openai_compatible", base_url=echoing_model,
-        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_KEY", stream=stream,
-        extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_HEADER"},
+        model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_API_KEY", stream=stream,
+        extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_TOKEN"},
     )
     run = start(endpoint, [demo_tools["calculator"]], policy)
 

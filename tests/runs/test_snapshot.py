@@ -120,7 +120,7 @@ ENDPOINT = {"name": "proxied", "kind": "openai_compatible", "base_url": "http://
 @pytest.mark.parametrize(("proxy_url", "environment", "expected"), [
     ("", {}, None),  # the worker's proxy variables decide
     ("http://proxy.corp:3128", {}, "http://proxy.corp:3128"),
-    ("env:CORP_PROXY", {"CORP_PROXY": "http://me:pw-1234567@proxy.corp:3128"},
+    ("env:CORP_PROXY_URL", {"CORP_PROXY_URL": "http://me:pw-1234567@proxy.corp:3128"},
      "http://me:pw-1234567@proxy.corp:3128"),
 ])
 def test_an_endpoints_proxy_reaches_its_model_and_its_credentials_are_redacted(
@@ -146,9 +146,9 @@ def test_a_proxy_read_from_an_unset_variable_fails_the_run_naming_it(
 
     from tools_app.runs.snapshot import chat_model_for
 
-    monkeypatch.delenv("CORP_PROXY", raising=False)
-    with pytest.raises(ImproperlyConfigured, match="CORP_PROXY, which is not set"):
-        chat_model_for(ENDPOINT | {"proxy_url": "env:CORP_PROXY"}, max_retries=0)
+    monkeypatch.delenv("CORP_PROXY_URL", raising=False)
+    with pytest.raises(ImproperlyConfigured, match="CORP_PROXY_URL, which is not set"):
+        chat_model_for(ENDPOINT | {"proxy_url": "env:CORP_PROXY_URL"}, max_retries=0)
 
 
 def test_a_snapshot_from_before_proxies_still_builds_its_model() -> None:
@@ -156,3 +156,36 @@ def test_a_snapshot_from_before_proxies_still_builds_its_model() -> None:
 
     model, _ = chat_model_for(ENDPOINT, max_retries=0)  # no proxy_url key at all
     assert model.http.config.proxy is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("config", [
+    {"api_key_env": "DATABASE_URL"},
+    {"extra_headers": {"X-Api-Key": "env:SECRET_KEY"}},
+    {"proxy_url": "env:HOME"},
+])
+def test_a_credential_from_a_variable_outside_the_allowlist_fails_the_run_unread(
+    monkeypatch: pytest.MonkeyPatch, config: dict[str, Any],
+) -> None:
+    """An endpoint edited to read DATABASE_URL (say) must not send it to its server."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from tools_app.runs.snapshot import chat_model_for
+
+    monkeypatch.setenv("DATABASE_URL", "postgres://user:hunter2@db/prod")
+    monkeypatch.setenv("SECRET_KEY", "django-secret")
+    with pytest.raises(ImproperlyConfigured, match="AGENTFORGE_SECRET_ENV_ALLOW allows") as err:
+        chat_model_for(ENDPOINT | config, max_retries=0)
+    assert "hunter2" not in str(err.value)
+    assert "django-secret" not in str(err.value)
+
+
+def test_the_allowlist_is_the_operators_to_widen(
+    monkeypatch: pytest.MonkeyPatch, settings: Any,
+) -> None:
+    from tools_app.runs.snapshot import chat_model_for
+
+    settings.AGENTFORGE_SECRET_ENV_ALLOW = ["LOCAL_MODEL_*"]
+    monkeypatch.setenv("LOCAL_MODEL_KEY", "sk-local-123456789")
+    _, secrets = chat_model_for(ENDPOINT | {"api_key_env": "LOCAL_MODEL_KEY"},
+                                    max_retries=0)
+    assert secrets == ("sk-local-123456789",)

@@ -8,6 +8,7 @@ worker process, reading the API key from the environment at that moment.
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import os
 import sys
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from pydantic import TypeAdapter
 
@@ -127,7 +129,8 @@ def chat_model_for(
     from ..engine.providers.registry import build_chat_model
 
     api_key = _api_key(endpoint)
-    headers = {k: _header_value(v) for k, v in (endpoint["extra_headers"] or {}).items()}
+    headers = {k: _header_value(endpoint, v)
+               for k, v in (endpoint["extra_headers"] or {}).items()}
     proxy = _proxy(endpoint)
     model = build_chat_model(
         endpoint["kind"],
@@ -145,11 +148,27 @@ def chat_model_for(
     return model, secrets
 
 
+def secret_variable_problem(name: str) -> str | None:
+    """Why an endpoint may not read a credential from the environment variable `name`
+    (None if it may): only names AGENTFORGE_SECRET_ENV_ALLOW matches."""
+    patterns = settings.AGENTFORGE_SECRET_ENV_ALLOW
+    if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+        return None
+    return (f"the environment variable {name} is not one endpoints may read credentials "
+            f"from: AGENTFORGE_SECRET_ENV_ALLOW allows {', '.join(patterns) or 'none'}")
+
+
+def _secret_from_environment(endpoint: dict[str, Any], name: str) -> str | None:
+    if problem := secret_variable_problem(name):
+        raise ImproperlyConfigured(f"Endpoint {endpoint['name']!r}: {problem}")
+    return os.environ.get(name)
+
+
 def _api_key(endpoint: dict[str, Any]) -> str | None:
     name = endpoint["api_key_env"]
     if not name:
         return None
-    value = os.environ.get(name)
+    value = _secret_from_environment(endpoint, name)
     if not value:
         raise ImproperlyConfigured(
             f"Endpoint {endpoint['name']!r} reads its API key from the environment variable "
@@ -165,7 +184,7 @@ def _proxy(endpoint: dict[str, Any]) -> str | None:
     if not value.startswith("env:"):
         return value or None
     name = value[4:]
-    found = os.environ.get(name)
+    found = _secret_from_environment(endpoint, name)
     if not found:
         raise ImproperlyConfigured(
             f"Endpoint {endpoint['name']!r} reads its proxy from the environment variable "
@@ -173,10 +192,10 @@ def _proxy(endpoint: dict[str, Any]) -> str | None:
     return found
 
 
-def _header_value(value: str) -> str:
+def _header_value(endpoint: dict[str, Any], value: str) -> str:
     """Header values written as env:NAME are read from the environment (not stored)."""
     if isinstance(value, str) and value.startswith("env:"):
-        return os.environ.get(value[4:], "")
+        return _secret_from_environment(endpoint, value[4:]) or ""
     return str(value)
 
 
