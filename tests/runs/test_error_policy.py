@@ -360,6 +360,9 @@ def test_policy_override_keys_a_run_may_not_change_are_refused_by_name(
     ({"execution_error_template": "{error"}, "execution_error_template", "Not a valid template"),
     ({"parallel": False, "max_concurrency": 4}, "max_concurrency",
      "only meaningful when calls run in parallel"),
+    ({"default_tool_timeout": float("nan")}, "default_tool_timeout", "must be a finite number"),
+    ({"default_tool_timeout": float("inf")}, "default_tool_timeout", "must be a finite number"),
+    ({"execution_error_template": "{error}\x00"}, "execution_error_template", "NUL character"),
 ])
 def test_policy_overrides_are_validated_like_the_admin_form(
     weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,

@@ -434,6 +434,8 @@ HUGE = "9" * 5000
      "messages[0].content"),
     ("endpoint", '"\\udc00"', "invalid_field", "endpoint"),
     ("tools", '["get_weather", "\\ud83d"]', "invalid_field", "tools[1]"),
+    ("policy_overrides", '{"default_tool_timeout": NaN}', "invalid_json", None),
+    ("parameters", '{"temperature": Infinity}', "invalid_json", None),
 ])
 def test_hostile_numbers_and_lone_surrogates_are_400_naming_the_field(
     bob_api: Api, body: dict[str, Any], key: str, raw_json: str, code: str,
@@ -505,3 +507,20 @@ def test_runs_started_through_the_api_and_the_pages_are_the_same_runs(
     run_id = bob_api.post("/api/runs", {"endpoint": "weather", "messages": [
         {"role": "user", "content": "hi"}]}).json()["id"]
     assert bob_client.get(f"/runs/{run_id}/").status_code == 200
+
+
+def test_a_failing_token_lookup_is_a_json_500_too(
+    bob_api: Api, body: dict[str, Any], monkeypatch: pytest.MonkeyPatch, settings: Any,
+) -> None:
+    from tools_app.web import api
+
+    settings.DEBUG = True
+
+    def database_down(token: str) -> None:
+        raise RuntimeError("database down")
+
+    monkeypatch.setattr(api, "user_for_token", database_down)
+    response = bob_api.post("/api/runs", body)
+
+    assert error_of(response, 500)["code"] == "internal_error"
+    assert bob_api.headers["Authorization"].split()[1] not in response.content.decode()

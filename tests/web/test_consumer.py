@@ -933,3 +933,23 @@ async def test_a_save_that_cannot_change_rights_keeps_the_sockets_open(
     seq = await append_status_event(run.pk)
     await notify(str(run.pk), {"seq": seq})
     assert seq_of(await bobs.receive_from(timeout=WAIT)) == seq
+
+
+async def test_a_viewer_no_longer_staff_stops_seeing_another_users_run(
+    weather_run: Any, bob: AbstractUser, alice: AbstractUser,
+    sockets: list[WebsocketCommunicator],
+) -> None:
+    """Staff see every run: taking that right away closes the sockets on other users'
+    runs (4403), not those on the viewer's own."""
+    run = await weather_run()  # bob's run
+    alices = await open_socket(sockets, run.pk, alice)
+    await alices.receive_from(timeout=WAIT)
+
+    def demote() -> None:
+        alice.is_staff = alice.is_superuser = False
+        alice.save(update_fields=["is_staff", "is_superuser"])
+
+    await sync_to_async(demote)()
+
+    closed = await alices.receive_output(timeout=WAIT)
+    assert (closed["type"], closed["code"]) == ("websocket.close", 4403)

@@ -73,20 +73,22 @@ def user_group(user_pk: Any) -> str:
 
 
 @_kept_connection
-def _session_still_authenticates(scope: Mapping[str, Any]) -> bool:
-    """Whether the socket's login session still authenticates its user, as Django checks
-    it for a request: the user exists and is active, and the session's auth hash still
-    matches their password (a password change ends the other sessions). The session is
-    read afresh: the one in the scope is the copy from the handshake."""
+def _current_viewer(scope: Mapping[str, Any]) -> Any:
+    """The socket's user as Django would authenticate its session now, or None: the
+    user must still exist and be active, and the session's auth hash still match their
+    password (a password change ends the other sessions). The session is read afresh:
+    the one in the scope is the copy from the handshake."""
     from django.contrib.auth import get_user
 
     session = scope.get("session")
     if session is None or not session.session_key:
-        return False
+        return None
     store = import_module(settings.SESSION_ENGINE).SessionStore
     request = SimpleNamespace(session=store(session_key=session.session_key))
     user = get_user(request)  # type: ignore[arg-type]
-    return bool(user.is_authenticated and user.pk == scope["user"].pk)
+    if not user.is_authenticated or user.pk != scope["user"].pk:
+        return None
+    return user
 
 
 def session_group(session_key: str) -> str:
@@ -216,6 +218,10 @@ class RunConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.refuse(CLOSE_UNAUTHENTICATED)
             return
+        # Listen for changes to the user's rights before checking them, so a change
+        # committed during the handshake is either seen here or heard of later.
+        self.user_group_name = user_group(user.pk)
+        await self.channel_layer.group_add(self.user_group_name, self.channel_name)
         self.run = await _visible_run(self.scope["url_route"]["kwargs"]["run_id"], user)
         if self.run is None:
             await self.refuse(CLOSE_FORBIDDEN)
@@ -228,9 +234,6 @@ class RunConsumer(AsyncWebsocketConsumer):
             # Logging out ends this socket too (sessions.close_the_sessions_sockets).
             self.session_group_name = session_group(session_key)
             await self.channel_layer.group_add(self.session_group_name, self.channel_name)
-        # A deactivation or a password change makes it check its session again.
-        self.user_group_name = user_group(user.pk)
-        await self.channel_layer.group_add(self.user_group_name, self.channel_name)
         await self.accept()
 
     async def refuse(self, code: int) -> None:
@@ -253,10 +256,14 @@ class RunConsumer(AsyncWebsocketConsumer):
         await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def user_changed(self, message: dict[str, Any]) -> None:
-        """The viewer's account changed (deactivated, new password, deleted): the socket
-        lives on only if its session would still let the user in."""
-        if not await _session_still_authenticates(self.scope):
+        """The viewer's account changed (deactivated, new password, staff rights taken
+        away, deleted): the socket lives on only if its session would still let the user
+        in and they may still see the run."""
+        viewer = await _current_viewer(self.scope)
+        if viewer is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
+        elif self.run is not None and await _visible_run(str(self.run.pk), viewer) is None:
+            await self.close(code=CLOSE_FORBIDDEN)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         # The client says one thing, once: where it is. Anything else (a second resume,

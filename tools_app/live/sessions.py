@@ -24,7 +24,7 @@ def close_the_sessions_sockets(sender: Any, request: Any, **kwargs: Any) -> None
         async_to_sync(send_to_group)(session_group(session_key), {"type": "session.ended"})
 
 
-RIGHTS_FIELDS = frozenset({"password", "is_active"})
+RIGHTS_FIELDS = frozenset({"password", "is_active", "is_staff", "is_superuser"})
 
 
 @receiver(post_save, sender=settings.AUTH_USER_MODEL,
@@ -32,10 +32,12 @@ RIGHTS_FIELDS = frozenset({"password", "is_active"})
 def recheck_the_users_sockets(sender: Any, instance: Any, created: bool,
                               update_fields: frozenset[str] | None = None,
                               **kwargs: Any) -> None:
-    """A user deactivated or given a new password (in the admin, by a password change
-    or reset) loses the live sockets their sessions no longer authenticate, at once and
-    in every daphne process; a save that cannot change their rights (a login's
-    last_login) tells nobody."""
+    """A user deactivated, given a new password (in the admin, by a password change or
+    reset) or no longer staff loses the live sockets their sessions no longer
+    authenticate or that show runs they may no longer see, at once and in every daphne
+    process; a save that cannot change their rights (a login's last_login) tells nobody.
+    (A bulk QuerySet.update() sends no signal: deactivate users one by one, as the admin
+    does.)"""
     if created or (update_fields is not None and not RIGHTS_FIELDS & set(update_fields)):
         return
     _tell_the_users_sockets(instance.pk)

@@ -25,7 +25,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..models import Run, RunStatus
-from .eventlog import append_event, notify_after_commit
+from .eventlog import LeaseLost, append_event, notify_after_commit
 
 RUNNING, WAITING = RunStatus.RUNNING, RunStatus.WAITING
 INTERRUPTED = RunStatus.INTERRUPTED
@@ -75,10 +75,12 @@ def claim_locked(run: Run, *, worker_id: str, lease_until: datetime) -> int:
     Returns the new fencing token."""
     check_move(run.status, RUNNING)
     token = run.lease_token + 1
-    Run.objects.filter(pk=run.pk, lease_token=run.lease_token).update(
+    moved = Run.objects.filter(pk=run.pk, lease_token=run.lease_token).update(
         status=RUNNING, lease_owner=worker_id, lease_token=token,
         lease_expires_at=lease_until, started_at=run.started_at or timezone.now(),
     )
+    if moved != 1:  # the caller's row lock makes this impossible; never claim blind
+        raise LeaseLost(f"run {run.pk}: its lease token changed while it was claimed")
     return token
 
 
@@ -107,8 +109,10 @@ def finish(run_id: str, token: int, to: RunStatus, fields: Mapping[str, Any]) ->
     check_move(RUNNING, to)
     seq = append_event(run_id, token, "run_status", {"status": to, **fields})
     terminal = to in (SUCCEEDED, FAILED, CANCELLED)
-    Run.objects.filter(pk=run_id, lease_token=token, status=RUNNING).update(
+    moved = Run.objects.filter(pk=run_id, lease_token=token, status=RUNNING).update(
         status=to, lease_owner="", lease_expires_at=None,
         finished_at=timezone.now() if terminal else None, **fields,
     )
+    if moved != 1:  # rolls the event back with it: never an event without its move
+        raise LeaseLost(f"run {run_id}: it is no longer running under token {token}")
     return seq

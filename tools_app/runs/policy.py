@@ -3,6 +3,7 @@ per-run overrides of the playground and the API (the same limits for both)."""
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Mapping
 from typing import Any
@@ -39,6 +40,8 @@ def template_problem(template: str) -> str | None:
     and allocate a gigabyte on the worker.
     """
     allowed = ", ".join(f"{{{name}}}" for name in TEMPLATE_PLACEHOLDERS)
+    if "\x00" in template:
+        return "A template cannot hold a NUL character."
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
@@ -103,6 +106,9 @@ def _type_problems(given: Mapping[str, Any]) -> dict[str, str]:
     problems = {}
     for field, value in given.items():
         expected = _TYPES[field]
+        if isinstance(value, float) and not math.isfinite(value):
+            problems[field] = "must be a finite number"
+            continue
         if (isinstance(value, bool) and bool not in expected) or not isinstance(value, expected):
             kinds = " or ".join("a boolean" if t is bool else "an integer" if t is int
                                 else "a number" if t is float else "a string" for t in expected)

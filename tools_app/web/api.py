@@ -47,17 +47,8 @@ View = Callable[..., JsonResponse]
 def token_required(view: View) -> View:
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        user = user_for_token(token.strip()) if scheme.lower() == "bearer" and token else None
-        if user is None or not user.is_active:
-            response = ApiError(401, "unauthorized",
-                                "Send a valid API token: Authorization: Bearer <token>").response()
-            response["WWW-Authenticate"] = "Bearer"
-            return response
-        request.user = user
         try:
-            return view(request, *args, **kwargs)
+            return _authenticated(view, request, *args, **kwargs)
         except ApiError as error:
             return error.response()
         except Exception:
@@ -68,6 +59,19 @@ def token_required(view: View) -> View:
                             "The server failed to answer; the error is logged").response()
 
     return wrapper
+
+
+def _authenticated(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    user = user_for_token(token.strip()) if scheme.lower() == "bearer" and token else None
+    if user is None or not user.is_active:
+        response = ApiError(401, "unauthorized",
+                            "Send a valid API token: Authorization: Bearer <token>").response()
+        response["WWW-Authenticate"] = "Bearer"
+        return response
+    request.user = user
+    return view(request, *args, **kwargs)
 
 
 @csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
@@ -91,21 +95,26 @@ def _json_body(request: HttpRequest) -> dict[str, Any]:
     if raw is None or len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, "too_large", f"The body is over {MAX_BODY_BYTES} bytes")
     try:
-        body = json.loads(raw or b"")
+        body = json.loads(raw or b"", parse_constant=_refuse_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ApiError(400, "invalid_json", f"The body is not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise ApiError(400, "invalid_json", "The body is not valid JSON: nested too deeply"
                        ) from exc
-    except ValueError as exc:  # an integer of more digits than int() converts
-        raise ApiError(400, "invalid_json", f"The body holds a number too large: {exc}"
-                       ) from exc
+    except ValueError as exc:  # NaN / Infinity, or an integer too long for int()
+        raise ApiError(400, "invalid_json", f"The body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_body", "The body must be a JSON object")
     if (where := _lone_surrogate_at(body)) is not None:
         raise ApiError(400, "invalid_field", f"{where} holds a lone surrogate escape "
                        "(half of a UTF-16 pair), which is not text", field=where)
     return body
+
+
+def _refuse_constant(name: str) -> Any:
+    """NaN and Infinity: Python's json accepts them, JSON does not (nor do the
+    databases' JSON columns)."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _lone_surrogate_at(value: Any, path: str = "") -> str | None:

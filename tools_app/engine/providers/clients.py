@@ -207,14 +207,22 @@ class SharedHttpClients:
         [(_, clients)] = self._take(asyncio.get_running_loop())
         await _close(clients)
 
-    def close_for_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+    def close_for_loop(self, loop: asyncio.AbstractEventLoop, timeout: float = 5.0) -> None:
         """Close the clients of `loop` from outside it, before the loop is closed: it
-        must not be running (run them in it) or must run in another thread."""
+        must not be running (run them in it) or must run in another thread, where they
+        get `timeout` seconds (a loop blocked by a tool must not hold a process's exit
+        up; what is not closed then goes with the process)."""
         [(_, clients)] = self._take(loop)
         if not clients or loop.is_closed():
             return
         if loop.is_running():
-            asyncio.run_coroutine_threadsafe(_close(clients), loop).result()
+            future = asyncio.run_coroutine_threadsafe(_close(clients), loop)
+            try:
+                future.result(timeout)
+            except TimeoutError:
+                future.cancel()
+                logger.warning("provider clients not closed within %g s: their event loop "
+                               "is busy", timeout)
         else:
             loop.run_until_complete(_close(clients))
 
