@@ -7,6 +7,7 @@ code with DATABASE_URL, REDIS_URL and TASK_BACKEND=database set.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from datetime import timedelta
@@ -264,3 +265,17 @@ if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", AGENTFORGE_PROBE_RATE):
 # its model server.
 AGENTFORGE_SECRET_ENV_ALLOW = envlist("AGENTFORGE_SECRET_ENV_ALLOW",
                                       ["*_API_KEY", "*_TOKEN", "*_PROXY_URL"])
+
+# Where provider calls may connect: private, loopback, link-local (cloud metadata),
+# shared and reserved addresses are refused unless a host name or network (CIDR) here
+# allows them; loopback alone is allowed by AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK (on by
+# default with DEBUG: the offline demo and local model servers such as Ollama).
+AGENTFORGE_OUTBOUND_ALLOW = envlist("AGENTFORGE_OUTBOUND_ALLOW", [])
+for _entry in AGENTFORGE_OUTBOUND_ALLOW:
+    if "/" in _entry:
+        try:
+            ipaddress.ip_network(_entry, strict=False)
+        except ValueError as _exc:
+            raise ImproperlyConfigured(
+                f"AGENTFORGE_OUTBOUND_ALLOW: {_entry!r} is not a network ({_exc})") from None
+AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK = envbool("AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK", DEBUG)

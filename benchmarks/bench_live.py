@@ -132,6 +132,7 @@ def base_env(database_url: str, workdir: Path, **extra: str) -> dict[str, str]:
         "DEBUG": "0",  # as deployed; the session and the server share this throwaway key
         "SECRET_KEY": secrets.token_urlsafe(40),
         "ALLOWED_HOSTS": "127.0.0.1",
+        "AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK": "1",  # the fake provider listens on loopback
         "LOG_LEVEL": "WARNING",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
         **extra,

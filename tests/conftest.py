@@ -33,6 +33,14 @@ def _fast_leases(settings: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _loopback_model_servers(settings: pytest.FixtureRequest) -> None:
+    """The fake model servers tests start listen on loopback, which the outbound policy
+    allows only with DEBUG (and pytest-django turns DEBUG off); the tests of the policy
+    turn this off again."""
+    settings.AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK = True  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
 def _tasks_never_run_behind_a_tests_back(settings: pytest.FixtureRequest) -> None:
     """No test has a run executed by a worker it did not ask for.
 

@@ -79,3 +79,28 @@ def test_a_run_on_a_loop_of_its_own_closes_its_client_when_it_ends(
 
     assert len(connections_used(fake_server)) == 1
     assert len(PROVIDER_CLIENTS) == 0
+
+
+@pytest.mark.both
+def test_an_endpoint_on_a_loopback_address_is_refused_unless_the_operator_allows_it(
+    fake_server: BackgroundServer, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    settings: Any,
+) -> None:
+    """An endpoint edited to point at a local service (or cloud metadata) must not make
+    the server call it: the run fails saying why, and nothing is sent."""
+    settings.AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK = False  # DEBUG off: a production server
+    endpoint = ModelEndpoint.objects.create(
+        name="local service", kind="openai_compatible", model="weather",
+        base_url=fake_server.base_urls()["openai"])
+    run = start(endpoint, [tools["get_weather"]], policy)
+
+    assert execute(run) == "failed"
+
+    assert run.error_type == "ProviderError"
+    assert "refused to connect to 127.0.0.1 (127.0.0.1: loopback)" in run.error_message
+    log = httpx.get(f"{fake_server.url}/_fake/requests", timeout=10).json()["requests"]
+    assert log == []
+
+    settings.AGENTFORGE_OUTBOUND_ALLOW = ["127.0.0.1/32"]  # the operator allows it
+    run = start(endpoint, [tools["get_weather"]], policy)
+    assert execute(run) == "succeeded", (run.error_type, run.error_message)

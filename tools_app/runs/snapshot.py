@@ -40,6 +40,7 @@ from ..engine import (
     tell_model_available_tools,
     throw_on_hallucinated_tool,
 )
+from ..engine.outbound import OutboundPolicy
 from ..models import ErrorPolicy, ModelEndpoint, ToolRegistration
 from .provider_clients import PROVIDER_CLIENTS
 from .storage import clean_json
@@ -140,12 +141,19 @@ def chat_model_for(
         stream=endpoint["stream"],
         extra_headers=headers,
         proxy=proxy,
+        outbound=outbound_policy(),
         clients=PROVIDER_CLIENTS,
         max_retries=max_retries,
     )
     proxy_secrets = (proxy, urlsplit(proxy).password) if proxy else ()
     secrets = tuple(s for s in (api_key, *headers.values(), *proxy_secrets) if s)
     return model, secrets
+
+
+def outbound_policy() -> OutboundPolicy:
+    """Where this server's provider calls may connect (settings AGENTFORGE_OUTBOUND_*)."""
+    return OutboundPolicy(allow=tuple(settings.AGENTFORGE_OUTBOUND_ALLOW),
+                          allow_loopback=settings.AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK)
 
 
 def secret_variable_problem(name: str) -> str | None:

@@ -28,6 +28,7 @@ import httpx
 from ..errors import ProviderError
 from ..events import ProviderWireResponse, emit, observed
 from ..messages import ChatMessage, ChatRequest, ChatRequestParameters, ChatResponse
+from ..outbound import OutboundPolicy
 from .client import EventStream, JsonResponse, ProviderHttpClient
 from .clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, SharedHttpClients
 from .jsoncodec import loads_json
@@ -56,6 +57,7 @@ class WireConfig(TypedDict, total=False):
     limits: httpx.Limits | None
     proxy: str | None
     verify: ssl.SSLContext | str | bool
+    outbound: OutboundPolicy | None
     http_client: httpx.AsyncClient | None
     clients: SharedHttpClients | None
 
@@ -73,7 +75,8 @@ class WireChatModel(ABC):
     models of the same endpoint; without them the model owns its clients and
     `await model.aclose()` (or `async with model:`) releases them. `proxy` is an
     http:// proxy URL (else the *_PROXY environment variables decide), `verify` the
-    TLS trust (a CA bundle path or an SSLContext), `limits` the pool size, and
+    TLS trust (a CA bundle path or an SSLContext), `outbound` where connections may go
+    (outbound.py: private and metadata addresses refused), `limits` the pool size, and
     `transport=` (tests) replaces aiohttp's pool outright.
     """
 
@@ -97,6 +100,7 @@ class WireChatModel(ABC):
         limits: httpx.Limits | None = None,
         proxy: str | None = None,
         verify: ssl.SSLContext | str | bool = True,
+        outbound: OutboundPolicy | None = None,
         http_client: httpx.AsyncClient | None = None,
         clients: SharedHttpClients | None = None,
     ) -> None:
@@ -120,6 +124,7 @@ class WireChatModel(ABC):
             limits=limits,
             proxy=proxy,
             verify=verify,
+            outbound=outbound,
             http_client=http_client,
             clients=clients,
         )

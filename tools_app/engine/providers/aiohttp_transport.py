@@ -10,22 +10,63 @@ after 5 s connecting" the instant it happened. It also lets errors outside its t
 (ClientResponseError for a malformed response, a bare asyncio timeout) escape as
 aiohttp exceptions, which an httpx caller does not catch. Here the error upstream
 chained (or raised unmapped) is mapped again by the table below.
+
+It also applies an outbound policy (outbound.py) to a URL whose host is a literal IP
+address, which aiohttp connects to without asking the resolver (names are checked by
+`GuardedResolver` as they are resolved); a refusal is an `OutboundRefusedError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import httpx
 import httpx_aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from ..outbound import OutboundPolicy, OutboundRefused, OutboundRefusedError, is_ip_literal
+
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp's default resolver, refusing any address the policy refuses: aiohttp
+    connects to the addresses a resolver returns, so what is checked is what is used."""
+
+    def __init__(self, policy: OutboundPolicy, inner: AbstractResolver | None = None) -> None:
+        self.policy = policy
+        self._inner = inner or aiohttp.DefaultResolver()
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        for result in results:
+            self.policy.check(host, result["host"])
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
-    """httpx_aiohttp.AiohttpTransport, with the error mapping fixed (see the module)."""
+    """httpx_aiohttp.AiohttpTransport, with the error mapping fixed and literal-IP
+    destinations checked against `outbound` (see the module)."""
+
+    def __init__(self, *args: Any, outbound: OutboundPolicy | None = None,
+                 direct: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.outbound = outbound
+        self.direct = direct  # False behind a proxy: the proxy connects to the host
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        if self.outbound is not None and self.direct and is_ip_literal(host):
+            try:
+                self.outbound.check(host, host)
+            except OutboundRefused as refused:
+                raise OutboundRefusedError(str(refused), request=request) from refused
         try:
             response = await super().handle_async_request(request)
         except (httpx.TransportError, aiohttp.ClientError, TimeoutError) as exc:
@@ -67,6 +108,9 @@ def mapped_error(exc: BaseException) -> httpx.TransportError:
     cause = _origin(exc)
     if cause is exc and isinstance(exc, httpx.TransportError):
         return exc
+    refused = getattr(cause, "os_error", None)
+    if isinstance(refused, OutboundRefused):  # raised by GuardedResolver
+        return OutboundRefusedError(str(refused))
     message = str(cause) or type(cause).__name__
     kind: type[httpx.TransportError]
     if isinstance(cause, aiohttp.ConnectionTimeoutError):  # sock_connect / pool wait

@@ -34,6 +34,7 @@ import httpx
 
 from ..errors import ProviderError
 from ..events import ProviderAttempt, ProviderWireRequest, emit, observed
+from ..outbound import OutboundPolicy
 from .clients import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
@@ -96,13 +97,14 @@ class ProviderHttpClient:
         limits: httpx.Limits | None = None,
         proxy: str | None = None,
         verify: Verify = True,
+        outbound: OutboundPolicy | None = None,
         http_client: httpx.AsyncClient | None = None,
         clients: SharedHttpClients | None = None,
     ) -> None:
         self.provider = provider
         self.config = EndpointConfig.of(base_url, proxy=proxy, connect_timeout=connect_timeout,
                                         read_timeout=read_timeout, limits=limits,
-                                        verify=verify)
+                                        verify=verify, outbound=outbound)
         self.base_url = self.config.base_url
         self.retry = retry or RetryPolicy()
         self.timeouts = self.config.timeouts

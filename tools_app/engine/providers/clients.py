@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import aiohttp
 import httpx
 
-from .aiohttp_transport import AiohttpTransport
+from ..outbound import OutboundPolicy
+from .aiohttp_transport import AiohttpTransport, GuardedResolver
 
 logger = logging.getLogger(__name__)
 
@@ -69,16 +70,18 @@ class EndpointConfig:
     max_keepalive_connections: int | None = DEFAULT_LIMITS.max_keepalive_connections
     keepalive_expiry: float | None = DEFAULT_LIMITS.keepalive_expiry
     verify: Verify = True
+    outbound: OutboundPolicy | None = None
+    """Where connections may go (outbound.py); None: anywhere."""
 
     @classmethod
     def of(cls, base_url: str, *, proxy: str | None = None,
            connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
            read_timeout: float = DEFAULT_READ_TIMEOUT, limits: httpx.Limits | None = None,
-           verify: Verify = True) -> EndpointConfig:
+           verify: Verify = True, outbound: OutboundPolicy | None = None) -> EndpointConfig:
         limits = limits or DEFAULT_LIMITS
         return cls(base_url.rstrip("/"), proxy, connect_timeout, read_timeout,
                    limits.max_connections, limits.max_keepalive_connections,
-                   limits.keepalive_expiry, verify)
+                   limits.keepalive_expiry, verify, outbound)
 
     @property
     def timeouts(self) -> httpx.Timeout:
@@ -137,16 +140,20 @@ def new_client(config: EndpointConfig,
         context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(
             verify=verify, trust_env=True)
 
+        outbound = config.outbound
+
         def session() -> aiohttp.ClientSession:
             # Upstream's own session would keep cookies; the proxy is resolved above.
             connector = aiohttp.TCPConnector(
                 ssl=context, limit=limits.max_connections or 0,
-                keepalive_timeout=limits.keepalive_expiry or 0)
+                keepalive_timeout=limits.keepalive_expiry or 0,
+                resolver=GuardedResolver(outbound) if outbound is not None else None)
             return aiohttp.ClientSession(connector=connector, trust_env=False,
                                          cookie_jar=aiohttp.DummyCookieJar())
 
         transport = AiohttpTransport(verify=context, limits=limits, client=session,
-                                     proxy=httpx.Proxy(proxy) if proxy else None)
+                                     proxy=httpx.Proxy(proxy) if proxy else None,
+                                     outbound=outbound, direct=proxy is None)
     return httpx.AsyncClient(
         transport=transport, timeout=config.timeouts, follow_redirects=False,
         trust_env=False,  # the environment is read above; not ~/.netrc for auth

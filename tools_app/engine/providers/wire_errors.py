@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from ..errors import ProviderError
+from ..outbound import OutboundRefusedError
 from .jsoncodec import decode_json_or_none
 from .redaction import Redactor
 
@@ -164,6 +165,8 @@ def transport_error(provider: str, exc: httpx.RequestError, timeouts: httpx.Time
                     redactor: Redactor) -> ProviderError:
     """Connection failures and timeouts; only the transient ones are retryable."""
     detail = redactor.text(str(exc)) or "no details"
+    if isinstance(exc, OutboundRefusedError):
+        return ProviderError(f"{provider}: {detail}", provider=provider, retryable=False)
     if isinstance(exc, httpx.TimeoutException):
         connecting = isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout)
         limit = timeouts.connect if connecting else timeouts.read
