@@ -279,3 +279,8 @@ for _entry in AGENTFORGE_OUTBOUND_ALLOW:
             raise ImproperlyConfigured(
                 f"AGENTFORGE_OUTBOUND_ALLOW: {_entry!r} is not a network ({_exc})") from None
 AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK = envbool("AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK", DEBUG)
+
+# A live socket reads the run's new events this often even without a notification, so a
+# channel layer that lost its connection (Redis restarted) delays the timeline, never
+# freezes it.
+AGENTFORGE_LIVE_POLL_SECONDS = envfloat("AGENTFORGE_LIVE_POLL_SECONDS", 5.0, above=0)

@@ -33,27 +33,62 @@
     });
   });
 
+  // What the viewer is told about the live connection (textContent only).
+  var STATES = {
+    connecting: "Live updates: connecting…",
+    live: "Live updates: on",
+    reconnecting: "Live updates: disconnected, reconnecting…",
+    refused: "Live updates: stopped (reload the page, or log in again)",
+    ended: "Run finished: no more live updates",
+  };
+  var failures = 0;
+
+  function showState(state) {
+    var root = timeline();
+    if (root) { root.dataset.socket = state; }
+    var banner = document.getElementById("live-state");
+    if (banner) {
+      banner.dataset.state = state;
+      banner.textContent = STATES[state] || "";
+    }
+  }
+
   document.addEventListener("htmx:wsOpen", function (evt) {
+    failures = 0;
+    showState("live");
     evt.detail.socketWrapper.send(JSON.stringify({ type: "resume", after: lastSeq() }));
   });
 
-  // The ws extension only reconnects after abnormal closes; reconnect after any close
-  // that is not a deliberate refusal (4xxx) while the run is still going.
+  // The ws extension reconnects after abnormal closes (1006, 1011-1013: a server that
+  // restarts, a channel layer that is down) with its own growing, jittered delay; after
+  // any other close that is not a deliberate refusal (4xxx) while the run goes on,
+  // reconnect here the same way: 0.5 s doubling up to 15 s, with jitter.
   document.addEventListener("htmx:wsClose", function (evt) {
     var code = evt.detail.event.code;
     var handledByExtension = [1006, 1011, 1012, 1013].indexOf(code) >= 0;
     if (code >= 4000 && code < 5000) {
-      var root = timeline();
-      if (root) { root.dataset.socket = "refused"; }
+      showState("refused");
       return;
     }
-    if (!handledByExtension && !isTerminal()) {
-      setTimeout(function () { evt.detail.socketWrapper.reconnect(); }, 500);
+    if (isTerminal()) {
+      showState("ended");
+      return;
     }
+    showState("reconnecting");
+    if (!handledByExtension) {
+      var delay = Math.min(500 * Math.pow(2, failures), 15000) * (0.5 + Math.random() / 2);
+      failures += 1;
+      setTimeout(function () { evt.detail.socketWrapper.reconnect(); }, delay);
+    }
+  });
+
+  document.addEventListener("htmx:wsError", function () {
+    if (!isTerminal()) { showState("reconnecting"); }
   });
 
   document.addEventListener("htmx:wsAfterMessage", function () {
     var root = timeline();
     if (root) { root.dataset.seq = String(lastSeq()); }
+    if (isTerminal()) { showState("ended"); }
   });
 })();

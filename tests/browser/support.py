@@ -51,6 +51,15 @@ document.addEventListener('htmx:wsClose', (e) => { window.__closes.push(e.detail
 document.addEventListener('securitypolicyviolation', (e) => {
   window.__cspViolations.push(e.violatedDirective + ' ' + e.blockedURI);
 });
+window.__socketStates = [];
+document.addEventListener('DOMContentLoaded', () => {
+  const banner = document.getElementById('live-state');
+  if (!banner) { return; }
+  new MutationObserver(() => {
+    const last = window.__socketStates[window.__socketStates.length - 1];
+    if (banner.dataset.state !== last) { window.__socketStates.push(banner.dataset.state); }
+  }).observe(banner, {attributes: true, attributeFilter: ['data-state']});
+});
 document.addEventListener('htmx:wsAfterMessage', () => {
   const badge = document.querySelector('#run-header [data-status]');
   window.__live.push({

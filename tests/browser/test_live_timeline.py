@@ -162,6 +162,13 @@ async def test_socket_dropped_on_the_server_side_resumes(open_page: Any) -> None
 
     assert await wait_status(page, "succeeded") == "succeeded"
     assert await page.evaluate("window.__closes") == [1006, 1001]
+    # The viewer was told: live, disconnected while it was, live again, then the end.
+    states = await page.evaluate("window.__socketStates")
+    assert states[0] == "live"
+    assert states.count("reconnecting") == 2
+    assert states[-1] == "ended"
+    assert [s for s in states if s != "live"] == ["reconnecting", "reconnecting", "ended"]
+    assert await page.locator("#live-state").inner_text() == "Run finished: no more live updates"
     await assert_each_round_once(page, SLOW_ROUNDS + 1)
     await assert_equals_reload(page)
 

@@ -953,3 +953,37 @@ async def test_a_viewer_no_longer_staff_stops_seeing_another_users_run(
 
     closed = await alices.receive_output(timeout=WAIT)
     assert (closed["type"], closed["code"]) == ("websocket.close", 4403)
+
+
+async def test_a_channel_layer_failing_during_the_handshake_answers_1013_not_500(
+    weather_run: Any, bob: AbstractUser, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Redis restarting: the first command on a stale connection fails. The socket is
+    closed with "try again later", which the page retries with a growing delay."""
+    from channels.layers import InMemoryChannelLayer
+
+    run = await weather_run()
+
+    async def redis_restarting(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("Redis is restarting")
+
+    monkeypatch.setattr(InMemoryChannelLayer, "group_add", redis_restarting)
+    monkeypatch.setattr(InMemoryChannelLayer, "group_discard", redis_restarting)
+
+    assert await refusal(socket(run.pk, cookie=await session_cookie(bob))) == 1013
+
+
+async def test_without_any_notification_the_viewer_still_gets_every_event(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator], settings: Any,
+) -> None:
+    """A channel layer that lost its connection delivers nothing: the socket reads the
+    database every few seconds anyway, so the timeline goes on (and shows the end)."""
+    settings.AGENTFORGE_LIVE_POLL_SECONDS = 0.1
+    run = await weather_run()
+    comm = await open_socket(sockets, run.pk, bob)
+    await comm.receive_from(timeout=WAIT)
+
+    seq = await append_status_event(run.pk)  # committed; no notification at all
+
+    assert seq_of(await comm.receive_from(timeout=WAIT)) == seq
+    assert await comm.receive_nothing(timeout=0.3)  # nothing sent twice

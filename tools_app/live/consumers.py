@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 from asgiref.sync import SyncToAsync
+from asgiref.typing import WebSocketConnectEvent
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
@@ -32,9 +34,12 @@ from ..runs.task_backend import remember_server_loop
 from .fragments import render_fragment, render_updates
 from .notify import group_name
 
+logger = logging.getLogger(__name__)
+
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_BAD_MESSAGE = 4400
+CLOSE_TRY_AGAIN = 1013
 MAX_SEQ = 2**31 - 1  # the range of a PositiveIntegerField on every database backend
 MAX_CLIENT_MESSAGE = 256  # characters: '{"type": "resume", "after": 2147483647}' is 40
 
@@ -211,6 +216,23 @@ class RunConsumer(AsyncWebsocketConsumer):
     subscribed_at = 0.0  # time.monotonic() once notifications for the run reach us
     session_group_name = ""
     user_group_name = ""
+    poller: asyncio.Future[None] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.flushing = asyncio.Lock()
+
+    async def websocket_connect(self, message: WebSocketConnectEvent) -> None:
+        """A channel layer that fails during the handshake (Redis restarting, a stale
+        connection) must not answer 500: the socket closes with 1013 (try again later),
+        which the page retries with a growing delay."""
+        try:
+            await super().websocket_connect(message)
+        except Exception:
+            logger.warning("live socket handshake failed; the client will retry",
+                           exc_info=True)
+            await self.accept()
+            await self.close(code=CLOSE_TRY_AGAIN)
 
     async def connect(self) -> None:
         remember_server_loop(asyncio.get_running_loop())
@@ -244,6 +266,14 @@ class RunConsumer(AsyncWebsocketConsumer):
         await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
+        if self.poller is not None:
+            self.poller.cancel()
+        try:
+            await self._leave_groups()
+        except Exception:  # a channel layer that is down: its groups expire on their own
+            logger.warning("could not leave the live groups", exc_info=True)
+
+    async def _leave_groups(self) -> None:
         if self.run is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
         if self.session_group_name:
@@ -283,6 +313,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         # Events committed before we subscribed brought us no notification: only a read
         # begun after that is sure to hold them.
         await self.flush(Freshness(read_since=self.subscribed_at))
+        self.poller = asyncio.ensure_future(self.poll())
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         if message.get("type") == "run.event":
@@ -325,10 +356,24 @@ class RunConsumer(AsyncWebsocketConsumer):
         """
         if self.run is None or self.sent_seq is None:
             return
+        async with self.flushing:  # the poll and a notification may want it at once
+            while True:
+                batch = await updates_after(str(self.run.pk), self.sent_seq, fresh)
+                if batch.html:
+                    await self.send(text_data=batch.html)
+                    self.sent_seq = batch.last
+                if batch.complete:
+                    return
+
+    async def poll(self) -> None:
+        """Read on every few seconds whatever notifications say: a channel layer that
+        lost its connection (Redis restarted) delivers nothing for a while, and the
+        viewer must still see the run go on and end. The database is the truth."""
+        interval = settings.AGENTFORGE_LIVE_POLL_SECONDS
         while True:
-            batch = await updates_after(str(self.run.pk), self.sent_seq, fresh)
-            if batch.html:
-                await self.send(text_data=batch.html)
-                self.sent_seq = batch.last
-            if batch.complete:
-                return
+            await asyncio.sleep(interval)
+            try:
+                await self.flush(Freshness(read_since=time.monotonic()))
+            except Exception:  # a database hiccup: the next round tries again
+                logger.warning("live poll of run %s failed", self.run and self.run.pk,
+                               exc_info=True)
