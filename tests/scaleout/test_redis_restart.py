@@ -1,0 +1,165 @@
+"""The channel layer's Redis restarts in the middle of a run (reliability sweep: faults).
+
+The run goes on in its worker process (notifications are best effort), a handshake
+while Redis is down is closed with 1013 ("try again later", which the page retries)
+instead of failing, and the viewer still reaches the run's final state: from the
+socket's own periodic read of the database, or after reconnecting once Redis is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AbstractUser
+
+from tools_app.fake_llm import BackgroundServer
+from tools_app.models import ErrorPolicy, Run, ToolRegistration
+
+from .conftest import WorkerPool, fake_endpoint, start_run
+from .test_live_events import (
+    ORIGIN,
+    RECEIVE_TIMEOUT,
+    TERMINAL,
+    last_seq,
+    receive_until_done,
+    seq_of,
+    session_cookie,
+    status_of,
+    wait_terminal,
+)
+
+pytestmark = [pytest.mark.scaleout, pytest.mark.django_db(transaction=True)]
+
+SLOW_ROUNDS = {"latency_ms": 400, "steps": [
+    *({"tool_calls": [{"name": "tally", "arguments": {"tag": f"t{i}"}}]} for i in range(6)),
+    {"text": "All done: {last_result}"},
+]}
+
+
+class PrivateRedis:
+    """A redis-server of this test's own on a free loopback port, to stop and restart."""
+
+    def __init__(self, directory: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.directory = directory
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.directory)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as conn:
+                    conn.sendall(b"PING\r\n")
+                    if conn.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("the private redis-server did not start")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path, settings: Any) -> Iterator[PrivateRedis]:
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [redis.url]}}}
+    settings.AGENTFORGE_LIVE_POLL_SECONDS = 0.5
+    try:
+        yield redis
+    finally:
+        redis.kill()
+
+
+async def handshake(run: Run, user: AbstractUser) -> tuple[WebsocketCommunicator, int | None]:
+    """A socket and the code it was closed with at once (None: it is open)."""
+    headers = [(b"host", b"127.0.0.1:8000"), (b"origin", ORIGIN),
+               (b"cookie", f"sessionid={await session_cookie(user)}".encode())]
+    from agentforge_web.asgi import application
+
+    comm = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=headers)
+    connected, code = await comm.connect(timeout=RECEIVE_TIMEOUT)
+    if not connected:
+        return comm, int(code)
+    output = await comm.receive_output(timeout=1.0) if not await comm.receive_nothing(
+        timeout=0.3) else None
+    if output is not None and output["type"] == "websocket.close":
+        return comm, int(output["code"])
+    return comm, None
+
+
+@pytest.fixture
+def slow_run(
+    bob: AbstractUser, fake_llm: Callable[[dict[str, Any]], BackgroundServer],
+    slow_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> Run:
+    server = fake_llm({"scripts": {"slow": SLOW_ROUNDS}})
+    return start_run(fake_endpoint(server, "slow"), [slow_tools["tally"]], policy, user=bob)
+
+
+async def test_a_redis_restart_mid_run_loses_nothing_and_answers_no_500(
+    private_redis: PrivateRedis, slow_run: Run, bob: AbstractUser, workers: WorkerPool,
+) -> None:
+    run = slow_run
+    viewer, code = await handshake(run, bob)
+    assert code is None
+    await viewer.send_json_to({"type": "resume", "after": 0})
+    assert status_of(await viewer.receive_from(timeout=RECEIVE_TIMEOUT)) == "queued"
+    workers.start("w-redis", REDIS_URL=private_redis.url)
+
+    # Redis goes away while the run is in its rounds.
+    deadline = time.monotonic() + RECEIVE_TIMEOUT
+    while await last_seq(run) < 6 and time.monotonic() < deadline:
+        await viewer.receive_from(timeout=RECEIVE_TIMEOUT)
+    private_redis.kill()
+    during, code_during = await handshake(run, bob)
+    assert code_during == 1013, "a handshake while Redis is down: try again later"
+    await during.disconnect(timeout=RECEIVE_TIMEOUT)
+    await asyncio.sleep(1.0)
+    private_redis.start()
+
+    final = await wait_terminal(run, workers)
+    assert final.status == "succeeded", (final.error_type, final.error_message)
+
+    # The viewer that was open reaches the end: its periodic read does not need Redis.
+    batches = await receive_until_done(viewer, run, workers)
+    assert status_of(batches[-1]) in TERMINAL
+    assert seq_of(batches[-1]) == final.last_seq
+    # A page reconnecting after the restart gets everything, on the first try or after
+    # a "try again later".
+    for _ in range(20):
+        again, code = await handshake(run, bob)
+        if code is None:
+            break
+        assert code == 1013
+        await again.disconnect(timeout=RECEIVE_TIMEOUT)
+        await asyncio.sleep(0.25)
+    assert code is None
+    await again.send_json_to({"type": "resume", "after": 0})
+    replay = await receive_until_done(again, run, workers)
+    assert status_of(replay[-1]) == "succeeded"
+    assert seq_of(replay[-1]) == final.last_seq
+    await again.disconnect(timeout=RECEIVE_TIMEOUT)
