@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
+from tools_app.fake_llm import BackgroundServer
+from tools_app.fake_llm.app import FakeLLMApp
+from tools_app.fake_llm.script import ScriptSet
 from tools_app.models import (
     ErrorPolicy,
     ModelEndpoint,
@@ -137,3 +143,27 @@ def wait_until(condition: Callable[[], bool], *, timeout: float = 60.0) -> bool:
             return True
         time.sleep(0.05)
     return condition()
+
+
+@contextlib.contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler], path: str = "/v1") -> Iterator[str]:
+    """A threaded loopback HTTP server running `handler`; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}{path}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@contextlib.contextmanager
+def fake_llm_server(scripts: dict[str, Any]) -> Iterator[BackgroundServer]:
+    """The fake provider server on a loopback port, playing `scripts`."""
+    server = BackgroundServer(FakeLLMApp(ScriptSet.model_validate(scripts))).start()
+    try:
+        yield server
+    finally:
+        server.stop()

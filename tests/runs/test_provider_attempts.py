@@ -10,11 +10,9 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from tools_app.fake_llm import BackgroundServer
-from tools_app.fake_llm.app import FakeLLMApp
-from tools_app.fake_llm.script import ScriptSet
 from tools_app.models import ErrorPolicy, ModelEndpoint, ToolRegistration
 
-from .support import execute, rounds, start
+from .support import execute, fake_llm_server, rounds, start
 
 pytestmark = pytest.mark.both
 
@@ -27,11 +25,8 @@ SCRIPTS = {"scripts": {"flaky-weather": {"steps": [
 
 @pytest.fixture
 def fake_server() -> Iterator[BackgroundServer]:
-    server = BackgroundServer(FakeLLMApp(ScriptSet.model_validate(SCRIPTS))).start()
-    try:
+    with fake_llm_server(SCRIPTS) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_retried_model_call_shows_its_failed_attempt_in_the_timeline(

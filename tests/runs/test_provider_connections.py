@@ -11,13 +11,11 @@ import pytest
 from django.db import transaction
 
 from tools_app.fake_llm import BackgroundServer
-from tools_app.fake_llm.app import FakeLLMApp
-from tools_app.fake_llm.script import ScriptSet
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolRegistration
 from tools_app.runs import task_backend
 from tools_app.runs.provider_clients import PROVIDER_CLIENTS
 
-from .support import execute, start, wait_until
+from .support import execute, fake_llm_server, start, wait_until
 
 SCRIPTS = {"scripts": {"weather": {"steps": [
     {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
@@ -27,11 +25,8 @@ SCRIPTS = {"scripts": {"weather": {"steps": [
 
 @pytest.fixture
 def fake_server() -> Iterator[BackgroundServer]:
-    server = BackgroundServer(FakeLLMApp(ScriptSet.model_validate(SCRIPTS))).start()
-    try:
+    with fake_llm_server(SCRIPTS) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def connections_used(server: BackgroundServer) -> set[tuple[str, int]]:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolRegistration
 
-from .support import execute, start, stored_strings
+from .support import execute, http_server, start, stored_strings
 
 pytestmark = pytest.mark.both
 
@@ -98,7 +97,21 @@ def test_a_missing_key_fails_the_run_naming_only_the_variable(
     assert "not set" in run.error_message
 
 
-class EchoingProvider(BaseHTTPRequestHandler):
+class QuietHandler(BaseHTTPRequestHandler):
+    """Answers with `answer()`; logs nothing."""
+
+    def answer(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class EchoingProvider(QuietHandler):
     """A hostile provider: answers 401 and echoes the credentials it got in the error."""
 
     received: list[dict[str, str]] = []
@@ -111,28 +124,14 @@ class EchoingProvider(BaseHTTPRequestHandler):
         body = json.dumps({"error": {
             "message": f"Incorrect API key provided: {got['authorization']} / {got['x-api-key']}",
             "type": "invalid_request_error", "code": "invalid_api_key"}}).encode()
-        self.send_response(401)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        self.answer(401, "application/json", body)
 
 
 @pytest.fixture
 def echoing_provider() -> Iterator[str]:
     EchoingProvider.received = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), EchoingProvider)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with http_server(EchoingProvider) as url:
+        yield url
 
 
 def test_a_provider_that_echoes_the_key_in_its_error_never_leaks_it(
@@ -158,7 +157,7 @@ def test_a_provider_that_echoes_the_key_in_its_error_never_leaks_it(
     assert leaks(run, caplog) == []
 
 
-class EchoingModel(BaseHTTPRequestHandler):
+class EchoingModel(QuietHandler):
     """A hostile model that answers 200: its tool call's arguments and its final text
     carry the credentials it was sent, streamed or not."""
 
@@ -175,7 +174,7 @@ class EchoingModel(BaseHTTPRequestHandler):
         if request.get("stream"):
             self._stream(message, finish)
         else:
-            self._send("application/json", json.dumps({
+            self.answer(200, "application/json", json.dumps({
                 "id": "c1", "object": "chat.completion", "model": "fake-model",
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             }).encode())
@@ -188,30 +187,13 @@ class EchoingModel(BaseHTTPRequestHandler):
                   {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
         body = "".join(f"data: {json.dumps({'id': 'c1', 'object': 'chat.completion.chunk', 'model': 'fake-model', **chunk})}\n\n"  # noqa: E501
                        for chunk in chunks) + "data: [DONE]\n\n"
-        self._send("text/event-stream", body.encode())
-
-    def _send(self, content_type: str, body: bytes) -> None:
-        self.send_response(200)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        self.answer(200, "text/event-stream", body.encode())
 
 
 @pytest.fixture
 def echoing_model() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), EchoingModel)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with http_server(EchoingModel) as url:
+        yield url
 
 
 @pytest.mark.parametrize("stream", [False, True])

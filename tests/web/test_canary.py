@@ -13,7 +13,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from tests.runs.support import stored_strings
+from tests.runs.support import http_server, stored_strings
 from tests.runs.test_secrets import EchoingModel
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs import tasks
@@ -29,18 +29,8 @@ CANARY_TOKEN = "tok-canary-web-8a2c4e6f0b1d"
 
 @pytest.fixture
 def echoing_model() -> Iterator[str]:
-    import threading
-    from http.server import ThreadingHTTPServer
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), EchoingModel)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with http_server(EchoingModel) as url:
+        yield url
 
 
 @pytest.mark.parametrize("stream", [False, True])
