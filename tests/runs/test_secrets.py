@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolRegistration
+from tools_app.runs import recorder
 
 from .support import execute, http_server, start, stored_strings
 
@@ -180,10 +181,19 @@ class EchoingModel(QuietHandler):
             }).encode())
 
     def _stream(self, message: dict[str, Any], finish: str) -> None:
-        delta: dict[str, Any] = {"role": "assistant", "content": message["content"]}
-        if message.get("tool_calls"):
-            delta["tool_calls"] = [{"index": 0, **message["tool_calls"][0]}]
-        chunks = [{"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        # In pieces of 5 characters, so every secret is split across fragments.
+        deltas: list[dict[str, Any]] = []
+        if message["content"]:
+            deltas += [{"content": message["content"][i:i + 5]}
+                       for i in range(0, len(message["content"]), 5)]
+        for call in message.get("tool_calls") or ():
+            arguments = call["function"]["arguments"]
+            deltas.append({"tool_calls": [{"index": 0, "id": call["id"], "type": "function",
+                                           "function": {"name": call["function"]["name"],
+                                                        "arguments": ""}}]})
+            deltas += [{"tool_calls": [{"index": 0, "function": {"arguments": arguments[i:i + 5]}}]}
+                       for i in range(0, len(arguments), 5)]
+        chunks = [*({"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas),
                   {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
         body = "".join(f"data: {json.dumps({'id': 'c1', 'object': 'chat.completion.chunk', 'model': 'fake-model', **chunk})}\n\n"  # noqa: E501
                        for chunk in chunks) + "data: [DONE]\n\n"
@@ -200,6 +210,7 @@ def echoing_model() -> Iterator[str]:
 def test_a_model_that_echoes_the_key_in_its_answers_never_stores_it(
     canary_env: None, echoing_model: str, demo_tools: dict[str, ToolRegistration],
     policy: ErrorPolicy, caplog: pytest.LogCaptureFixture, stream: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     endpoint = ModelEndpoint.objects.create(
@@ -208,9 +219,21 @@ def test_a_model_that_echoes_the_key_in_its_answers_never_stores_it(
         extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_TOKEN"},
     )
     run = start(endpoint, [demo_tools["calculator"]], policy)
+    shown: list[str] = []  # what live viewers were sent
+
+    async def viewers(run_id: str, message: dict[str, Any]) -> None:
+        shown.append(json.dumps(message))
+
+    monkeypatch.setattr(recorder, "notify", viewers)
 
     assert execute(run) == "succeeded", (run.error_type, run.error_message)
 
+    fragments = [json.loads(m)["fragment"] for m in shown if '"fragment"' in m]
+    assert len(fragments) > 10 if stream else fragments == []
+    seen = "".join(f.get("delta") or f.get("arguments_delta") or "" for f in fragments)
+    assert CANARY_KEY not in seen  # as a viewer's page puts the pieces together
+    assert CANARY_HEADER not in seen
+    assert ("[redacted]" in seen) is stream
     assert run.final_text is not None
     assert run.final_text.startswith("done, your keys: ")
     assert "[redacted]" in run.final_text

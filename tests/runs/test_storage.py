@@ -281,3 +281,33 @@ def test_a_lone_surrogate_in_the_arguments_reaches_the_tool_and_is_stored_escape
     assert "\\ud800" in (call.result_text or "")
     for text in stored_strings(run):
         text.encode("utf-8")
+
+
+SECRET = "sk-split-secret-0123456789"
+
+
+@pytest.mark.parametrize("cut", [1, 5, 12, len(SECRET) - 1])
+def test_a_secret_split_across_streamed_pieces_is_never_shown(cut: int) -> None:
+    from tools_app.runs.storage import StreamRedactor
+
+    streams = StreamRedactor([SECRET])
+    text = f"the key is {SECRET} and more"
+    at = len("the key is ") + cut  # the key is cut after its first `cut` characters
+    pieces = [text[:at], text[at:at + 3], text[at + 3:]]
+
+    shown = [streams.feed("answer", piece) for piece in pieces]
+
+    assert shown[0] == "the key is "  # the key's beginning is held back
+    assert all(SECRET[cut:] not in piece and SECRET not in piece for piece in shown)
+    assert "".join(shown) + streams.feed("answer", "") == "the key is [redacted] and more"
+
+
+def test_streams_are_redacted_apart_and_plain_text_flows_at_once() -> None:
+    from tools_app.runs.storage import StreamRedactor
+
+    streams = StreamRedactor([SECRET])
+    assert streams.feed("a", "hello ") == "hello "  # nothing that starts a secret: no wait
+    assert streams.feed("a", "sk-sp") == ""  # could be the key: held back
+    assert streams.feed("b", "lit ") == "lit "  # another stream is not affected
+    assert streams.feed("a", "ace") == "sk-space"  # it was not the key after all
+    assert StreamRedactor([]).feed("a", SECRET) == SECRET  # no secrets: nothing to do

@@ -33,7 +33,7 @@ from ..engine.events import (
 from ..engine.execution import arguments_as_map
 from ..models import Round, Run, ToolCall
 from .eventlog import append_event, notify
-from .storage import clean_json, clean_text, fit_column, redact
+from .storage import StreamRedactor, clean_json, clean_text, fit_column, redact
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +49,15 @@ class RunRecorder:
         self.secrets = secrets
         self.before_round: Any = None  # an async hook the runner uses as a checkpoint
         self._round_ids: dict[int, int] = {}  # round index -> Round pk, once committed
+        self._streams = StreamRedactor(secrets)
 
     async def __call__(self, event: Any) -> None:
         if isinstance(event, RoundStarted) and self.before_round is not None:
             await self.before_round()
         if event.kind in EPHEMERAL_KINDS:
-            await notify(self.run_id, {"fragment": self._fragment(event)})
+            fragment = self._fragment(event)
+            if fragment is not None:
+                await notify(self.run_id, {"fragment": fragment})
             return
         payload = self._payload(event)
         if self.secrets:
@@ -68,8 +71,18 @@ class RunRecorder:
         data = event.model_dump(mode="json")
         return clean_json(redact(data, self.secrets))  # type: ignore[no-any-return]
 
-    def _fragment(self, event: PartialText | PartialToolCall) -> dict[str, Any]:
-        return clean_json(redact(event.model_dump(mode="json"), self.secrets))  # type: ignore[no-any-return]
+    def _fragment(self, event: PartialText | PartialToolCall) -> dict[str, Any] | None:
+        """The fragment viewers may see: its text piece redacted as a stream (a secret
+        split across pieces included), None while there is nothing new to show."""
+        data = event.model_dump(mode="json")
+        if isinstance(event, PartialText):
+            data["delta"] = self._streams.feed(("text", event.round_index), event.delta)
+            shown = bool(data["delta"])
+        else:
+            data["arguments_delta"] = self._streams.feed(
+                ("call", event.round_index, event.index), event.arguments_delta)
+            shown = bool(data["arguments_delta"] or event.id or event.name)
+        return clean_json(redact(data, self.secrets)) if shown else None
 
     def record(self, event: Any, payload: dict[str, Any]) -> int:
         with transaction.atomic():

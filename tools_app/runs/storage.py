@@ -7,7 +7,7 @@ so every string on its way into the database passes through here.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from typing import Any, overload
 
 from django.conf import settings
@@ -96,3 +96,35 @@ def _redact(value: Any, needles: list[str]) -> Any:
     if isinstance(value, (list, tuple)):
         return [_redact(v, needles) for v in value]
     return value
+
+
+class StreamRedactor:
+    """Redacts secrets from text that arrives in pieces (a streamed answer, a tool
+    call's arguments): each piece is released only up to where a secret could still be
+    starting, so a secret split across two pieces is never shown. What is held back is
+    released with the next piece; the stored response supersedes the pieces anyway."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.secrets = [s for s in secrets if s and len(s) >= 4]
+        self._pending: dict[Hashable, str] = {}
+
+    def feed(self, stream: Hashable, piece: str) -> str:
+        """The redacted text of `stream` that is safe to show now."""
+        if not self.secrets:
+            return piece
+        text = self._pending.pop(stream, "") + piece
+        held = self._unfinished_secret_length(text)
+        if held:
+            self._pending[stream] = text[-held:]
+            text = text[:-held]
+        return str(_redact(text, self.secrets))
+
+    def _unfinished_secret_length(self, text: str) -> int:
+        """The longest end of `text` that is the beginning of a secret, not all of it."""
+        longest = 0
+        for secret in self.secrets:
+            for length in range(min(len(text), len(secret) - 1), longest, -1):
+                if secret.startswith(text[-length:]):
+                    longest = length
+                    break
+        return longest
