@@ -129,7 +129,10 @@ class ToolRegistration(models.Model):
         null=True, blank=True, validators=[MinValueValidator(0.001)],
         help_text="Empty: the policy's default timeout.",
     )
-    requires_approval = models.BooleanField(default=False)
+    requires_approval = models.BooleanField(
+        default=False,
+        help_text="Calls never run without a person's approval. Runs cannot ask for one "
+        "yet, so such calls are refused (recorded as rejected; the model is told).")
     idempotent = models.BooleanField(
         default=False, help_text="Safe to run again if a worker died while it ran."
     )

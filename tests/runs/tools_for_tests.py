@@ -73,6 +73,13 @@ async def transfer(to: str) -> str:
     return f"sent to {to}"
 
 
+@tool(requires_approval=True)
+async def delete_everything(scope: str) -> str:
+    """Irreversible: must never run without a person's approval."""
+    await _enter("delete_everything", scope)
+    return f"deleted {scope}"
+
+
 @tool(idempotent=True)
 async def lookup(key: str) -> str:
     """Read a value (idempotent: safe to run again after a crash)."""

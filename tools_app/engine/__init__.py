@@ -5,6 +5,7 @@ Import the public names from here; the module split is an implementation detail.
 
 from .errors import (
     AgentForgeError,
+    Approver,
     HallucinatedToolError,
     MaxRoundTripsExceededError,
     ProviderError,
@@ -14,6 +15,7 @@ from .errors import (
     ToolErrorHandlerResult,
     ToolExecutionError,
     ToolLoopError,
+    ToolRejectedError,
     ToolTimeoutError,
     ToolUnknownOutcomeError,
     execution_error_to_model,
@@ -69,6 +71,7 @@ from .spec import (
 __all__ = [
     "AgentForgeError",
     "AiMessage",
+    "Approver",
     "CallableToolExecutor",
     "ChatMessage",
     "ChatModel",
@@ -106,6 +109,7 @@ __all__ = [
     "ToolExecutor",
     "ToolLoopError",
     "ToolParameters",
+    "ToolRejectedError",
     "ToolService",
     "ToolSpecification",
     "ToolTimeoutError",

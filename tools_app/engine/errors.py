@@ -74,6 +74,12 @@ class ToolUnknownOutcomeError(ToolExecutionError):
     """A non-idempotent call was in flight when its worker died; it was not re-executed."""
 
 
+class ToolRejectedError(ToolExecutionError):
+    """A call to a tool that requires a person's approval was not approved (or there was
+    no one to ask): it was never executed. The model is told through the execution-error
+    handler, like any failure of the tool."""
+
+
 class HallucinatedToolError(ToolError):
     def __init__(self, tool_name: str, available: list[str]) -> None:
         names = ", ".join(available) or "(none)"
@@ -150,6 +156,12 @@ class ToolErrorHandlerResult:
 HandlerReturn = ToolErrorHandlerResult | Awaitable[ToolErrorHandlerResult]
 ToolArgumentsErrorHandler = Callable[[ToolArgumentsError, ToolErrorContext], HandlerReturn]
 ToolExecutionErrorHandler = Callable[[ToolExecutionError, ToolErrorContext], HandlerReturn]
+Approver = Callable[
+    ["ToolExecutionRequest", ToolErrorContext], "bool | str | Awaitable[bool | str]"
+]
+"""Asked before a tool that requires approval runs: True to run it, False or a reason
+(a non-empty str) to refuse it; may be async."""
+
 HallucinatedToolStrategy = Callable[
     ["ToolExecutionRequest", list[str]],
     "ToolExecutionResultMessage | Awaitable[ToolExecutionResultMessage]",

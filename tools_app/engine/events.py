@@ -133,6 +133,7 @@ ToolCallOutcome = Literal[
     "timed_out",
     "hallucinated",
     "unknown_outcome",
+    "rejected",
     "cancelled",
 ]
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .errors import (
+    Approver,
     HallucinatedToolStrategy,
     MaxRoundTripsExceededError,
     ToolArgumentsError,
@@ -31,6 +32,7 @@ from .errors import (
     ToolErrorHandlerResult,
     ToolExecutionError,
     ToolExecutionErrorHandler,
+    ToolRejectedError,
     ToolTimeoutError,
     ToolUnknownOutcomeError,
     execution_error_to_model,
@@ -163,6 +165,7 @@ class ToolService:
         execution_error_handler: ToolExecutionErrorHandler = execution_error_to_model,
         hallucinated_tool_strategy: HallucinatedToolStrategy = throw_on_hallucinated_tool,
         observers: Iterable[Observer] = (),
+        approver: Approver | None = None,
     ) -> None:
         if max_tool_calling_round_trips < 1:
             raise ValueError("max_tool_calling_round_trips must be at least 1")
@@ -177,6 +180,10 @@ class ToolService:
         self.execution_error_handler = execution_error_handler
         self.hallucinated_tool_strategy = hallucinated_tool_strategy
         self.observers: list[Observer] = list(observers)
+        self.approver = approver
+        """Asked before any call of a tool registered with requires_approval executes:
+        True runs it; False or a message refuses it. Without one, such calls are refused:
+        a safety flag is never silently ignored."""
 
     # -- registration ------------------------------------------------------------------
 
@@ -527,6 +534,10 @@ class _ChatRun:
         registered = self.service.registered_tools.get(request.name)
         if registered is None:
             return await self._hallucinated(request)
+        if registered.requires_approval:
+            refusal = await self._approval_refused(request)
+            if refusal is not None:
+                return await self._handle(registered, request, time.time(), refusal, "rejected")
         if self.observed:
             await self._emit(ToolCallStarted(round_index=self.round_index, call_id=request.id,
                                              tool_name=request.name))
@@ -555,6 +566,21 @@ class _ChatRun:
         message = ToolExecutionResultMessage(id=request.id, tool_name=request.name,
                                              text=result.text, is_error=result.is_error)
         return _CallOutcome(message, registered.return_behavior, result.is_error, execution)
+
+    async def _approval_refused(self, request: ToolExecutionRequest) -> ToolRejectedError | None:
+        """None if the call may run; else why not (it is then never executed)."""
+        approver = self.service.approver
+        if approver is None:
+            return ToolRejectedError(
+                f"Tool '{request.name}' requires a person's approval, and nobody could be "
+                "asked for it: the call was not executed", tool_name=request.name)
+        context = ToolErrorContext(request=request, round_index=self.round_index)
+        decision = await _maybe_await(approver(request, context))
+        if decision is True:
+            return None
+        reason = decision if isinstance(decision, str) and decision else "not approved"
+        return ToolRejectedError(f"Tool '{request.name}' was not executed: {reason}",
+                                 tool_name=request.name)
 
     async def _invoke(
         self, registered: RegisteredTool, request: ToolExecutionRequest
@@ -723,6 +749,8 @@ async def _cancel_and_wait(tasks: list[asyncio.Task[Any]]) -> None:
 
 
 def _outcome_of(error: ToolExecutionError) -> ToolCallOutcome:
+    if isinstance(error, ToolRejectedError):
+        return "rejected"
     if isinstance(error, ToolTimeoutError):
         return "timed_out"
     if isinstance(error, ToolUnknownOutcomeError):
