@@ -38,3 +38,7 @@ if settings.TASK_BACKEND == "inprocess" and os.environ.get("AGENTFORGE_EMBEDDED_
     from tools_app.runs.worker import start_embedded_worker
 
     start_embedded_worker()
+
+from tools_app.runs.process import freeze_startup_objects  # noqa: E402
+
+freeze_startup_objects()  # last: after everything the server imports at start

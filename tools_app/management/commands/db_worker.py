@@ -20,6 +20,7 @@ from django_tasks_db.models import DBTaskResult
 
 from tools_app.runs import runner
 from tools_app.runs.leases import release_this_process_runs
+from tools_app.runs.process import freeze_startup_objects
 from tools_app.runs.tasks import enqueue_run
 from tools_app.runs.worker import reap_and_enqueue, start_reaper_thread
 
@@ -154,6 +155,7 @@ class Command(db_worker.Command):
 
     def handle(self, *args: Any, **options: Any) -> None:
         at_once: int = options.pop("concurrency") or settings.AGENTFORGE_WORKER_CONCURRENCY
+        freeze_startup_objects()
         reap_and_enqueue()
         stop = threading.Event()
         start_reaper_thread(stop)
