@@ -640,7 +640,8 @@ def render(seq: list[Sample], conc: list[Sample], seq_vs: list[Variant],
 every sample a fresh client process after a
 warm-up, variants interleaved; {pinned}. Every client process takes its start-up objects out of the
 garbage collector's scans once it has imported its stack, as the product's processes do
-(`tools_app/runs/process.py`). Python {platform.python_version()}, stock asyncio, {os.cpu_count()} CPUs;
+(`tools_app/runs/process.py`). Python {platform.python_version()}, stock asyncio,
+{os.cpu_count()} CPUs;
 {versions}. Shipped HTTP stack: **{SHIPPED}**. Load average
 {_load(load[0])} at the start, {_load(load[1])} at the end; the run took {elapsed:.0f} s.
 
