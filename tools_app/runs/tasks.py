@@ -38,3 +38,12 @@ async def probe_endpoint(endpoint_id: str) -> str:
 
 def enqueue_probe(endpoint_id: str) -> None:
     probe_endpoint.enqueue(endpoint_id)
+
+
+@task
+def prune_old_runs(older_than: str, keep_failed: bool = False) -> str:
+    """`manage.py prune_runs` as a task, for a scheduler to enqueue (a cron entry or a
+    periodic job calling `prune_old_runs.enqueue("30d")`)."""
+    from .retention import parse_age, prune_runs
+
+    return str(prune_runs(parse_age(older_than), keep_failed=keep_failed))
