@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from ..engine import ChatRequestParameters, SystemMessage, UserMessage
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from ..runs import selectors, services
+from ..runs.filters import FilterError, filtered_runs
 from .api_tokens import user_for_token
 
 MAX_BODY_BYTES = 1_000_000
@@ -79,8 +80,13 @@ def _authenticated(view: View, request: HttpRequest, *args: Any, **kwargs: Any) 
 @token_required
 def runs(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
-        items = selectors.run_list_for_user(request.user)[:50]
-        return JsonResponse({"runs": [_run_summary(r) for r in items]})
+        try:
+            page = filtered_runs(selectors.run_list_for_user(request.user),
+                                 request.GET.dict())
+        except FilterError as exc:
+            raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
+        return JsonResponse({"runs": [_run_summary(r) for r in page.runs],
+                             "next_cursor": page.next_cursor})
     body = _json_body(request)
     run = _start_run(request, body)
     return JsonResponse({"id": str(run.pk), "status": run.status,

@@ -1,0 +1,144 @@
+"""Finding runs: the filters of `GET /api/runs`, checked one by one (an unknown filter or
+a bad value names itself), and keyset pagination (newest first; no OFFSET scans)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils.dateparse import parse_datetime
+from django.utils.timezone import is_naive, make_aware
+
+from ..models import Run, RunStatus, ToolCall
+
+RUN_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until", "cursor", "limit")
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+MAX_QUERY = 200
+
+
+class FilterError(ValueError):
+    """A filter the caller cannot use; `field` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Page:
+    runs: list[Run]
+    next_cursor: str | None
+
+
+def filtered_runs(runs: QuerySet[Run], params: Mapping[str, str]) -> Page:
+    """One page of `runs` (already limited to what the caller may see) that match
+    `params`, newest first, and the cursor of the next page (None on the last)."""
+    unknown = sorted(set(params) - set(RUN_FILTERS))
+    if unknown:
+        raise FilterError(unknown[0], f"unknown filter {', '.join(unknown)}: the filters are "
+                          f"{', '.join(RUN_FILTERS)}")
+    for name, apply in _FILTERS.items():
+        value = params.get(name)
+        if value is not None:
+            runs = apply(runs, value)
+    limit = _limit(params.get("limit"))
+    if "cursor" in params:
+        created, pk = _decode_cursor(params["cursor"])
+        runs = runs.filter(Q(created_at__lt=created) | Q(created_at=created, pk__lt=pk))
+    page = list(runs.order_by("-created_at", "-pk")[:limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    return Page(page, _encode_cursor(page[-1]) if more else None)
+
+
+def _status(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    wanted = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in wanted if v not in RunStatus.values]
+    if bad or not wanted:
+        raise FilterError("status", f"status must be one or more of "
+                          f"{', '.join(RunStatus.values)} (comma-separated), not {value!r}")
+    return runs.filter(status__in=wanted)
+
+
+def _endpoint(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    try:
+        return runs.filter(endpoint_id=uuid.UUID(value))
+    except ValueError:
+        return runs.filter(endpoint__name=value)
+
+
+def _tool(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    """Runs in which the model called this tool."""
+    return runs.filter(Exists(ToolCall.objects.filter(run_id=OuterRef("pk"), tool_name=value)))
+
+
+def _user(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    return runs.filter(created_by__username=value)
+
+
+def _text(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    """The user's message (the title), the final answer, the error, and any tool call's
+    arguments, result or error."""
+    text = value.strip()
+    if not text or len(text) > MAX_QUERY:
+        raise FilterError("q", f"q must be 1 to {MAX_QUERY} characters")
+    in_calls = ToolCall.objects.filter(run_id=OuterRef("pk")).filter(
+        Q(arguments_raw__icontains=text) | Q(result_text__icontains=text)
+        | Q(error_message__icontains=text))
+    return runs.filter(Q(title__icontains=text) | Q(final_text__icontains=text)
+                       | Q(error_message__icontains=text) | Exists(in_calls))
+
+
+def _since(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    return runs.filter(created_at__gte=_moment("since", value))
+
+
+def _until(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    return runs.filter(created_at__lt=_moment("until", value))
+
+
+_FILTERS = {"status": _status, "endpoint": _endpoint, "tool": _tool, "user": _user,
+            "q": _text, "since": _since, "until": _until}
+
+
+def _moment(field: str, value: str) -> datetime:
+    try:
+        moment = parse_datetime(value)
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise FilterError(field, f"{field} must be an ISO 8601 date and time, like "
+                          "2026-12-01T09:30:00Z")
+    return make_aware(moment) if is_naive(moment) else moment
+
+
+def _limit(value: str | None) -> int:
+    if value is None:
+        return DEFAULT_LIMIT
+    if not (value.isascii() and value.isdigit() and len(value) <= 3
+            and 1 <= int(value) <= MAX_LIMIT):
+        raise FilterError("limit", f"limit must be a whole number from 1 to {MAX_LIMIT}")
+    return int(value)
+
+
+def _encode_cursor(run: Run) -> str:
+    raw = f"{run.created_at.isoformat()}|{run.pk}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(value: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
+        created, pk = raw.split("|")
+        moment = parse_datetime(created)
+        if moment is None:
+            raise ValueError(created)
+        return moment, uuid.UUID(pk)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise FilterError("cursor", "cursor must be a next_cursor this API returned") from None
