@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
+from datetime import timedelta
+from typing import Any
 
-from tools_app.runs import services
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import AbstractUser
+from django.utils import timezone
+
+from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
+from tools_app.runs import services, tasks
+
+from .support import start_run
 
 
 @pytest.fixture(autouse=True)
@@ -13,3 +22,24 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     ids: list[str] = []
     monkeypatch.setattr(services, "enqueue_run", ids.append)
     return ids
+
+
+@pytest.fixture
+def filter_world(bob: AbstractUser, charlie: AbstractUser, weather_endpoint: ModelEndpoint,
+          make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+          policy: ErrorPolicy) -> dict[str, Run]:
+    """bob: a weather run that succeeded, a calculator run that failed; charlie: a
+    queued run on another endpoint."""
+    failing = make_endpoint([{"tool_calls": [{"name": "calculator",
+                                              "arguments": {"expression": "1/0"}}]}],
+                            name="failing")
+    weather = start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy,
+                        "Weather in Paris, please")
+    broken = start_run(bob, failing, [demo_tools["calculator"]], policy, "Divide by zero")
+    for run in (weather, broken):
+        async_to_sync(tasks.execute_run.acall)(str(run.pk))
+    queued = start_run(charlie, failing, [demo_tools["calculator"]], policy, "Later")
+    runs = {"weather": weather, "broken": broken, "queued": queued}
+    for age, run in enumerate(runs.values()):  # distinct, known creation times
+        Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(hours=3 - age))
+    return {name: Run.objects.get(pk=run.pk) for name, run in runs.items()}

@@ -4,19 +4,12 @@ filter was silently ignored and everything came back)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
-
 import pytest
-from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
-from django.utils import timezone
 
-from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from tools_app.runs import tasks
+from tools_app.models import Run
 from tools_app.web.api_tokens import create_token
 
-from .support import start_run
 from .test_api import Api, error_of
 
 pytestmark = pytest.mark.django_db
@@ -32,35 +25,14 @@ def bob_api(bob: AbstractUser) -> Api:
     return Api(create_token(bob, "ci")[1])
 
 
-@pytest.fixture
-def world(bob: AbstractUser, charlie: AbstractUser, weather_endpoint: ModelEndpoint,
-          make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
-          policy: ErrorPolicy) -> dict[str, Run]:
-    """bob: a weather run that succeeded, a calculator run that failed; charlie: a
-    queued run on another endpoint."""
-    failing = make_endpoint([{"tool_calls": [{"name": "calculator",
-                                              "arguments": {"expression": "1/0"}}]}],
-                            name="failing")
-    weather = start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy,
-                        "Weather in Paris, please")
-    broken = start_run(bob, failing, [demo_tools["calculator"]], policy, "Divide by zero")
-    for run in (weather, broken):
-        async_to_sync(tasks.execute_run.acall)(str(run.pk))
-    queued = start_run(charlie, failing, [demo_tools["calculator"]], policy, "Later")
-    runs = {"weather": weather, "broken": broken, "queued": queued}
-    for age, run in enumerate(runs.values()):  # distinct, known creation times
-        Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(hours=3 - age))
-    return {name: Run.objects.get(pk=run.pk) for name, run in runs.items()}
-
-
 def ids(api: Api, query: str) -> list[str]:
     response = api.get(f"/api/runs?{query}")
     assert response.status_code == 200, response.content
     return [r["id"] for r in response.json()["runs"]]
 
 
-def names(world: dict[str, Run], found: list[str]) -> list[str]:
-    by_id = {str(run.pk): name for name, run in world.items()}
+def names(filter_world: dict[str, Run], found: list[str]) -> list[str]:
+    by_id = {str(run.pk): name for name, run in filter_world.items()}
     return [by_id[i] for i in found]
 
 
@@ -78,27 +50,27 @@ def names(world: dict[str, Run], found: list[str]) -> list[str]:
     ("q=Hangzhou", ["weather"]),  # a tool call's result
     ("status=failed&endpoint=failing&user=bob", ["broken"]),
 ])
-def test_filters_narrow_the_list(staff_api: Api, world: dict[str, Run], query: str,
+def test_filters_narrow_the_list(staff_api: Api, filter_world: dict[str, Run], query: str,
                                  expected: list[str]) -> None:
-    assert names(world, ids(staff_api, query)) == expected
+    assert names(filter_world, ids(staff_api, query)) == expected
 
 
-def test_time_bounds(staff_api: Api, world: dict[str, Run]) -> None:
-    middle = world["broken"].created_at
+def test_time_bounds(staff_api: Api, filter_world: dict[str, Run]) -> None:
+    middle = filter_world["broken"].created_at
     since = middle.isoformat().replace("+00:00", "Z")
-    assert names(world, ids(staff_api, f"since={since}")) == ["queued", "broken"]
-    assert names(world, ids(staff_api, f"until={since}")) == ["weather"]
+    assert names(filter_world, ids(staff_api, f"since={since}")) == ["queued", "broken"]
+    assert names(filter_world, ids(staff_api, f"until={since}")) == ["weather"]
 
 
 def test_a_user_sees_only_their_own_whatever_the_filters(
-    bob_api: Api, world: dict[str, Run],
+    bob_api: Api, filter_world: dict[str, Run],
 ) -> None:
-    assert names(world, ids(bob_api, "")) == ["broken", "weather"]
+    assert names(filter_world, ids(bob_api, "")) == ["broken", "weather"]
     assert ids(bob_api, "user=charlie") == []
 
 
 def test_pages_follow_the_cursor_without_gaps_or_repeats(
-    staff_api: Api, world: dict[str, Run],
+    staff_api: Api, filter_world: dict[str, Run],
 ) -> None:
     seen: list[str] = []
     query = "limit=1"
@@ -108,7 +80,7 @@ def test_pages_follow_the_cursor_without_gaps_or_repeats(
         if body["next_cursor"] is None:
             break
         query = f"limit=1&cursor={body['next_cursor']}"
-    assert names(world, seen) == ["queued", "broken", "weather"]
+    assert names(filter_world, seen) == ["queued", "broken", "weather"]
 
 
 @pytest.mark.parametrize(("query", "field", "words"), [
@@ -123,7 +95,7 @@ def test_pages_follow_the_cursor_without_gaps_or_repeats(
     ("cursor=not-a-cursor", "cursor", "next_cursor this API returned"),
     ("q=" + "x" * 201, "q", "1 to 200 characters"),
 ])
-def test_a_bad_filter_is_a_400_naming_it(staff_api: Api, world: dict[str, Run], query: str,
+def test_a_bad_filter_is_a_400_naming_it(staff_api: Api, filter_world: dict[str, Run], query: str,
                                          field: str, words: str) -> None:
     error = error_of(staff_api.get(f"/api/runs?{query}"), 400)
     assert (error["code"], error["field"]) == ("invalid_filter", field)

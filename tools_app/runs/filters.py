@@ -16,7 +16,8 @@ from django.utils.timezone import is_naive, make_aware
 
 from ..models import Run, RunStatus, ToolCall
 
-RUN_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until", "cursor", "limit")
+EXPORT_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until")
+RUN_FILTERS = (*EXPORT_FILTERS, "cursor", "limit")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 MAX_QUERY = 200
@@ -36,22 +37,30 @@ class Page:
     next_cursor: str | None
 
 
-def filtered_runs(runs: QuerySet[Run], params: Mapping[str, str]) -> Page:
-    """One page of `runs` (already limited to what the caller may see) that match
-    `params`, newest first, and the cursor of the next page (None on the last)."""
-    unknown = sorted(set(params) - set(RUN_FILTERS))
+def matching_runs(runs: QuerySet[Run], params: Mapping[str, str],
+                  allowed: tuple[str, ...] = RUN_FILTERS) -> QuerySet[Run]:
+    """`runs` (already limited to what the caller may see) that match the filters in
+    `params`, newest first; a parameter not in `allowed` is refused."""
+    unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise FilterError(unknown[0], f"unknown filter {', '.join(unknown)}: the filters are "
-                          f"{', '.join(RUN_FILTERS)}")
+                          f"{', '.join(allowed)}")
     for name, apply in _FILTERS.items():
         value = params.get(name)
         if value is not None:
             runs = apply(runs, value)
+    return runs.order_by("-created_at", "-pk")
+
+
+def filtered_runs(runs: QuerySet[Run], params: Mapping[str, str]) -> Page:
+    """One page of the matching runs, newest first, and the cursor of the next page
+    (None on the last)."""
+    runs = matching_runs(runs, params)
     limit = _limit(params.get("limit"))
     if "cursor" in params:
         created, pk = _decode_cursor(params["cursor"])
         runs = runs.filter(Q(created_at__lt=created) | Q(created_at=created, pk__lt=pk))
-    page = list(runs.order_by("-created_at", "-pk")[:limit + 1])
+    page = list(runs[:limit + 1])
     more = len(page) > limit
     page = page[:limit]
     return Page(page, _encode_cursor(page[-1]) if more else None)

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 from pydantic import ValidationError
@@ -23,8 +24,9 @@ from pydantic import ValidationError
 from ..engine import ChatRequestParameters, SystemMessage, UserMessage
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from ..runs import selectors, services
-from ..runs.filters import FilterError, filtered_runs
+from ..runs.filters import EXPORT_FILTERS, FilterError, filtered_runs, matching_runs
 from .api_tokens import user_for_token
+from .export import export_response
 
 MAX_BODY_BYTES = 1_000_000
 MAX_ROW_ID = 2**63 - 1
@@ -42,12 +44,12 @@ class ApiError(Exception):
         return JsonResponse(body, status=self.status)
 
 
-View = Callable[..., JsonResponse]
+View = Callable[..., HttpResponseBase]
 
 
 def token_required(view: View) -> View:
     @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
             return _authenticated(view, request, *args, **kwargs)
         except ApiError as error:
@@ -62,7 +64,8 @@ def token_required(view: View) -> View:
     return wrapper
 
 
-def _authenticated(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+def _authenticated(view: View, request: HttpRequest, *args: Any,
+                   **kwargs: Any) -> HttpResponseBase:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     user = user_for_token(token.strip()) if scheme.lower() == "bearer" and token else None
@@ -257,6 +260,20 @@ def _visible(request: HttpRequest, run_id: Any) -> Run:
     if run is None:
         raise ApiError(404, "not_found", "No such run")
     return run
+
+
+@csrf_exempt  # token-authenticated, like runs()
+@require_GET
+@token_required
+def runs_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
+    """The runs `GET /api/runs` would list with the same filters, all of them, streamed
+    as CSV or JSON Lines."""
+    try:
+        runs = matching_runs(selectors.run_list_for_user(request.user), request.GET.dict(),
+                             EXPORT_FILTERS)
+    except FilterError as exc:
+        raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
+    return export_response(runs, fmt)
 
 
 @csrf_exempt  # token-authenticated, like runs(): a POST gets 405, not a CSRF page

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from . import api, views
 
@@ -6,6 +6,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("playground/", views.playground, name="playground"),
     path("runs/", views.run_list, name="run_list"),
+    re_path(r"^runs/export\.(?P<fmt>csv|jsonl)$", views.runs_export, name="runs_export"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<uuid:run_id>/calls/<int:call_id>/result.txt", views.call_result,
@@ -15,6 +16,7 @@ urlpatterns = [
     path("endpoints/", views.endpoint_list, name="endpoint_list"),
     path("endpoints/<uuid:endpoint_id>/probe/", views.endpoint_probe, name="endpoint_probe"),
     path("api/runs", api.runs, name="api_runs"),
+    re_path(r"^api/runs/export\.(?P<fmt>csv|jsonl)$", api.runs_export, name="api_runs_export"),
     path("api/runs/<uuid:run_id>", api.run_detail, name="api_run_detail"),
     path("api/runs/<uuid:run_id>/events", api.run_events, name="api_run_events"),
 ]

@@ -11,7 +11,8 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
@@ -20,8 +21,10 @@ from django_ratelimit.core import is_ratelimited
 from ..engine import ChatRequestParameters, NamedToolChoice
 from ..models import ModelEndpoint, PlaygroundState, Round, Run, ToolCall
 from ..runs import selectors, services
+from ..runs.filters import EXPORT_FILTERS, FilterError, matching_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
+from .export import export_response
 from .forms import PlaygroundForm
 
 
@@ -152,6 +155,18 @@ def run_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     page = Paginator(selectors.run_list_for_user(request.user), 25).get_page(
         request.GET.get("page"))
     return render(request, "tools_app/run_list.html", {"page": page})
+
+
+@require_GET
+@login_required
+def runs_export(request: AuthenticatedHttpRequest, fmt: str) -> HttpResponseBase:
+    """Download the runs this user may see, filtered as `GET /api/runs` filters them."""
+    try:
+        runs = matching_runs(selectors.run_list_for_user(request.user), request.GET.dict(),
+                             EXPORT_FILTERS)
+    except FilterError as exc:
+        return HttpResponseBadRequest(f"{exc.field}: {exc}", content_type="text/plain")
+    return export_response(runs, fmt)
 
 
 @require_GET
