@@ -480,18 +480,19 @@ def test_no_template_syntax_leaks_into_a_run_page(
             assert syntax not in page
 
 
-@pytest.mark.parametrize("target", ["playground", "cancel", "probe", "logout"])
+@pytest.mark.parametrize("target", ["playground", "cancel", "rerun", "probe", "logout"])
 @pytest.mark.parametrize("token", ["missing", "wrong"])
 def test_every_state_changing_post_needs_a_valid_csrf_token(
     bob: AbstractUser, bobs_run: Run, weather_endpoint: ModelEndpoint,
     demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy, target: str, token: str,
 ) -> None:
-    """A page on another site cannot start, cancel or probe anything with the user's
-    cookies (nor log them out)."""
+    """A page on another site cannot start, cancel, rerun or probe anything with the
+    user's cookies (nor log them out)."""
     browser = Client(enforce_csrf_checks=True)
     browser.force_login(bob)
     assert browser.get("/playground/").status_code == 200  # sets the CSRF cookie
     path = {"playground": "/playground/", "cancel": f"/runs/{bobs_run.pk}/cancel/",
+            "rerun": f"/runs/{bobs_run.pk}/rerun/",
             "probe": f"/endpoints/{weather_endpoint.pk}/probe/",
             "logout": "/accounts/logout/"}[target]
     data: dict[str, Any] = {"endpoint": str(weather_endpoint.pk), "user_message": "hi",

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from ..engine import ChatRequestParameters, SystemMessage, UserMessage
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import selectors, services
+from ..runs import rerun, selectors, services
 from ..runs.filters import EXPORT_FILTERS, FilterError, filtered_runs, matching_runs
 from .api_tokens import user_for_token
 from .export import export_response
@@ -276,6 +276,27 @@ def runs_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
     return export_response(runs, fmt)
 
 
+@csrf_exempt  # token-authenticated, like runs()
+@require_http_methods(["POST"])
+@token_required
+def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """`{"mode": "as_it_was" | "current"}` (default as_it_was): a new run repeating this
+    one; 201 with its id."""
+    run = _visible(request, run_id)
+    body = _json_body(request) if request.body else {}
+    mode = body.get("mode", "as_it_was")
+    if mode not in rerun.RERUN_MODES:
+        raise ApiError(400, "invalid_field",
+                       f"mode must be one of {', '.join(rerun.RERUN_MODES)}", field="mode")
+    try:
+        new = rerun.run_rerun(run=run, user=request.user, mode=mode)
+    except rerun.RerunError as exc:
+        raise ApiError(409, "cannot_rerun", str(exc)) from exc
+    return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
+                         "differences": new.snapshot["rerun"]["differences"],
+                         "url": f"/runs/{new.pk}/"}, status=201)
+
+
 @csrf_exempt  # token-authenticated, like runs(): a POST gets 405, not a CSRF page
 @require_GET
 @token_required
@@ -308,6 +329,7 @@ def run_events(request: HttpRequest, run_id: Any) -> JsonResponse:
 def _run_summary(run: Run) -> dict[str, Any]:
     return {
         "id": str(run.pk), "status": run.status, "title": run.title,
+        "parent": str(run.parent_id) if run.parent_id else None,
         "endpoint": run.snapshot["endpoint"]["name"],
         "tools": [t["name"] for t in run.snapshot["tools"]],
         "rounds": run.rounds_count, "tool_calls": run.tool_calls_count,

@@ -20,7 +20,7 @@ from django_ratelimit.core import is_ratelimited
 
 from ..engine import ChatRequestParameters, NamedToolChoice
 from ..models import ModelEndpoint, PlaygroundState, Round, Run, ToolCall
-from ..runs import selectors, services
+from ..runs import rerun, selectors, services
 from ..runs.filters import EXPORT_FILTERS, FilterError, matching_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
@@ -120,6 +120,20 @@ def run_cancel(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = services.run_cancel(run=_run_for_user(request, run_id))
     messages.info(request, f"Run {run.status}")
     return redirect("run_detail", run_id=run.pk)
+
+
+@require_POST
+@login_required
+def run_rerun(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
+    run = _run_for_user(request, run_id)
+    mode = request.POST.get("mode", "as_it_was")
+    try:
+        new = rerun.run_rerun(run=run, user=request.user,
+                              mode=mode)  # type: ignore[arg-type]  # checked inside
+    except rerun.RerunError as exc:
+        messages.error(request, f"Cannot rerun: {exc}")
+        return redirect("run_detail", run_id=run.pk)
+    return redirect("run_detail", run_id=new.pk)
 
 
 @require_GET
