@@ -30,6 +30,10 @@ def test_old_module_paths_are_moved_to_the_packages() -> None:
                                 json_schema={"type": "object"}, version_hash="x")
     registration.objects.create(name="mine", python_path="myproject.tools.mine",
                                 json_schema={"type": "object"}, version_hash="y")
+    old_state.apps.get_model("tools_app", "Run").objects.create(
+        title="old", status="succeeded", snapshot={"tools": [
+            {"name": "get_weather", "python_path": "tools_app.example_tools.get_weather"},
+            {"name": "mine", "python_path": "myproject.tools.mine"}]})
     DBTaskResult.objects.create(task_path="tools_app.tasks.execute_run", args_kwargs={},
                         backend_name="default", queue_name="default")
     try:
@@ -39,6 +43,9 @@ def test_old_module_paths_are_moved_to_the_packages() -> None:
             "get_weather": "tools_app.tools.example_tools.get_weather",
             "mine": "myproject.tools.mine",
         }
+        snapshot = new_state.apps.get_model("tools_app", "Run").objects.get().snapshot
+        assert [t["python_path"] for t in snapshot["tools"]] == [
+            "tools_app.tools.example_tools.get_weather", "myproject.tools.mine"]
         assert list(DBTaskResult.objects.values_list("task_path", flat=True)) == [
             "tools_app.runs.tasks.execute_run"]
     finally:
