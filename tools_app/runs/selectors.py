@@ -34,6 +34,14 @@ def run_list_for_user(user: User) -> QuerySet[Run]:
     return runs.filter(created_by_id=user.pk)
 
 
+def endpoint_names() -> list[str]:
+    return list(ModelEndpoint.objects.order_by("name").values_list("name", flat=True))
+
+
+def tool_names() -> list[str]:
+    return list(ToolRegistration.objects.order_by("name").values_list("name", flat=True))
+
+
 def run_get_for_user(run_id: str | uuid.UUID, user: User) -> Run | None:
     """The run if this user may see it (their own, or any for staff), else None."""
     if not user.is_authenticated:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
@@ -19,9 +19,9 @@ from django_htmx.http import HttpResponseClientRedirect
 from django_ratelimit.core import is_ratelimited
 
 from ..engine import ChatRequestParameters, NamedToolChoice
-from ..models import ModelEndpoint, PlaygroundState, Round, Run, ToolCall
+from ..models import ModelEndpoint, PlaygroundState, Round, Run, RunStatus, ToolCall
 from ..runs import rerun, selectors, services
-from ..runs.filters import EXPORT_FILTERS, FilterError, matching_runs
+from ..runs.filters import EXPORT_FILTERS, FilterError, Page, filtered_runs, matching_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
 from .export import export_response
@@ -163,12 +163,39 @@ def round_wire(request: AuthenticatedHttpRequest, run_id: Any, index: int,
     return response
 
 
+RUNS_PAGE_SIZE = 25
+
+
 @require_GET
 @login_required
 def run_list(request: AuthenticatedHttpRequest) -> HttpResponse:
-    page = Paginator(selectors.run_list_for_user(request.user), 25).get_page(
-        request.GET.get("page"))
-    return render(request, "tools_app/run_list.html", {"page": page})
+    """The runs this user may see, filtered as `GET /api/runs` filters them, newest
+    first, a keyset page at a time; the filters live in the URL (shareable, and the
+    form updates the list with htmx, pushing the URL, so the back button works)."""
+    # A form sends every field: an empty one is no filter.
+    filters = {k: v for k, v in request.GET.dict().items() if v.strip()}
+    status, error = 200, None
+    try:
+        page = filtered_runs(selectors.run_list_for_user(request.user),
+                             {"limit": str(RUNS_PAGE_SIZE)} | filters)
+    except FilterError as exc:
+        status, error, page = 400, f"{exc.field}: {exc}", Page([], None)
+    shown = {k: v for k, v in filters.items() if k not in ("cursor", "limit")}
+    response = render(request, "tools_app/run_list.html", {
+        "runs": page.runs, "error": error, "filters": shown,
+        "next_query": urlencode(filters | {"cursor": page.next_cursor})
+        if page.next_cursor else None,
+        "first_query": urlencode(shown), "paged": "cursor" in filters,
+        "statuses": RunStatus.choices,
+        "endpoint_names": selectors.endpoint_names(),
+        "tool_names": selectors.tool_names(),
+        "export_query": urlencode(shown),
+    }, status=status)
+    if getattr(request, "htmx", False):
+        # The URL the history keeps: the filters in use, not every empty field.
+        query = urlencode(filters)
+        response["HX-Push-Url"] = f"{request.path}?{query}" if query else request.path
+    return response
 
 
 @require_GET
