@@ -491,3 +491,23 @@ def test_editing_a_token_keeps_its_secret_and_user(
     assert token.name == "old laptop"
     assert token.user == alice
     assert user_for_token(plaintext) == alice
+
+
+def test_runs_rounds_and_calls_link_to_their_place_on_the_timeline(
+    alice_client: Client, world: dict[type[Model], Model],
+) -> None:
+    run, round_, call = world[Run], world[Round], world[ToolCall]
+    Run.objects.filter(pk=run.pk).update(wall_ms=1534.2)
+    Round.objects.filter(pk=round_.pk).update(latency_ms=87.4)
+    ToolCall.objects.filter(pk=call.pk).update(duration_ms=4.25)
+
+    runs = alice_client.get(url(Run, "changelist")).content.decode()
+    rounds = alice_client.get(url(Round, "changelist")).content.decode()
+    calls = alice_client.get(url(ToolCall, "changelist")).content.decode()
+
+    assert f'<a href="/runs/{run.pk}/">timeline</a>' in runs
+    assert "1.53 s" in runs
+    assert f'<a href="/runs/{run.pk}/#round-0">timeline</a>' in rounds
+    assert "87 ms" in rounds
+    assert f'<a href="/runs/{run.pk}/#call-{call.pk}">timeline</a>' in calls
+    assert "4.2 ms" in calls

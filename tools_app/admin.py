@@ -40,6 +40,7 @@ from .models import (
     env_var_validator,
 )
 from .runs.policy import template_problem
+from .runs.selectors import format_ms
 from .runs.snapshot import secret_variable_problem
 from .tools.registry import compute_version_hash, resolve_tool_function
 from .web.api_tokens import assign_new_secret
@@ -388,29 +389,51 @@ class ReadOnlyAdmin[M: Model](admin.ModelAdmin[M]):
         return False
 
 
+def timeline_link(run_id: object, anchor: str = "") -> SafeString:
+    """A link to the run's timeline page (at one round or call with `anchor`)."""
+    url = reverse("run_detail", args=[run_id]) + (f"#{anchor}" if anchor else "")
+    return format_html('<a href="{}">timeline</a>', url)
+
+
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin[Run]):
     list_display = ("id", "title", "status", "created_by", "rounds_count", "tool_calls_count",
-                    "errors_count", "created_at")
+                    "errors_count", "wall_time", "created_at", "timeline")
     list_filter = ("status", "endpoint", "policy", "created_by")
     search_fields = ("title", "error_type", "error_message")
     list_select_related = ("created_by",)
     date_hierarchy = "created_at"
 
+    @admin.display(description="wall time", ordering="wall_ms")
+    def wall_time(self, obj: Run) -> str:
+        return format_ms(obj.wall_ms)
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: Run) -> SafeString:
+        return timeline_link(obj.pk)
+
 
 @admin.register(Round)
 class RoundAdmin(ReadOnlyAdmin[Round]):
     list_display = ("id", "run", "index", "status", "finish_reason", "input_tokens",
-                    "output_tokens", "latency_ms", "started_at")
+                    "output_tokens", "latency", "started_at", "timeline")
     list_filter = ("status", "finish_reason")
     search_fields = ("run__title",)
     list_select_related = ("run",)
+
+    @admin.display(description="latency", ordering="latency_ms")
+    def latency(self, obj: Round) -> str:
+        return format_ms(obj.latency_ms)
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: Round) -> SafeString:
+        return timeline_link(obj.run_id, f"round-{obj.index}")
 
 
 @admin.register(ToolCall)
 class ToolCallAdmin(ReadOnlyAdmin[ToolCall]):
     list_display = ("id", "run", "round_index", "call_index", "tool_name", "state", "is_error",
-                    "duration_ms", "started_at")
+                    "duration", "started_at", "timeline")
     list_filter = ("state", "is_error", "stopped_run", "tool_name")
     search_fields = ("tool_name", "call_id", "error_type", "error_message")
     list_select_related = ("run", "round")
@@ -418,6 +441,14 @@ class ToolCallAdmin(ReadOnlyAdmin[ToolCall]):
     @admin.display(description="round", ordering="round__index")
     def round_index(self, obj: ToolCall) -> int:
         return obj.round.index
+
+    @admin.display(description="duration", ordering="duration_ms")
+    def duration(self, obj: ToolCall) -> str:
+        return format_ms(obj.duration_ms)
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: ToolCall) -> SafeString:
+        return timeline_link(obj.run_id, f"call-{obj.pk}")
 
 
 @admin.register(RunEvent)
