@@ -12,15 +12,14 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
 from ..engine import ChatRequestParameters
-from ..models import ErrorPolicy, Run, ToolRegistration
+from ..models import Run, ToolRegistration
 from .lifecycle import create_queued
-from .snapshot import build_snapshot, snapshot_messages
+from .selectors import default_policy
+from .snapshot import ENDPOINT_FIELDS, build_snapshot, snapshot_messages
 from .tasks import enqueue_run
 
 RerunMode = Literal["as_it_was", "current"]
 RERUN_MODES: tuple[RerunMode, ...] = ("as_it_was", "current")
-COMPARED_ENDPOINT_FIELDS = ("name", "kind", "base_url", "model", "default_parameters",
-                            "api_key_env", "stream", "extra_headers", "proxy_url", "script")
 
 
 class RerunError(ValueError):
@@ -63,7 +62,7 @@ def _current_snapshot(run: Run) -> dict[str, Any]:
         problems = ([f"no longer registered: {', '.join(missing)}"] if missing else []) + (
             [f"disabled: {', '.join(disabled)}"] if disabled else [])
         raise RerunError(f"tools {'; '.join(problems)}: rerun the run as it was instead")
-    policy = run.policy or ErrorPolicy.objects.filter(is_default=True).first()
+    policy = run.policy or default_policy()
     if policy is None:
         raise RerunError("the run's error policy no longer exists and there is no default")
     return build_snapshot(
@@ -75,7 +74,7 @@ def _current_snapshot(run: Run) -> dict[str, Any]:
 def snapshot_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What a rerun with the current configuration changes, in words."""
     changes: list[str] = []
-    for field in COMPARED_ENDPOINT_FIELDS:
+    for field in ENDPOINT_FIELDS:
         before, after = old["endpoint"].get(field), new["endpoint"].get(field)
         if before != after:
             changes.append(f"endpoint {field}: {_short(before)} → {_short(after)}")

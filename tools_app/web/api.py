@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from ..engine import ChatRequestParameters, SystemMessage, UserMessage
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from ..runs import rerun, selectors, services
-from ..runs.filters import EXPORT_FILTERS, FilterError, filtered_runs, matching_runs
+from ..runs.filters import FilterError, filtered_runs
 from .api_tokens import user_for_token
 from .export import export_response
 
@@ -269,11 +269,10 @@ def runs_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
     """The runs `GET /api/runs` would list with the same filters, all of them, streamed
     as CSV or JSON Lines."""
     try:
-        runs = matching_runs(selectors.run_list_for_user(request.user), request.GET.dict(),
-                             EXPORT_FILTERS)
+        return export_response(selectors.run_list_for_user(request.user),
+                               request.GET.dict(), fmt)
     except FilterError as exc:
         raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
-    return export_response(runs, fmt)
 
 
 @csrf_exempt  # token-authenticated, like runs()

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
 
 from ..models import Run
+from ..runs.filters import EXPORT_FILTERS, matching_runs
 
 COLUMNS = ("id", "created_at", "status", "title", "endpoint", "model", "tools", "started_by",
            "rounds", "tool_calls", "errors", "total_tokens", "wall_ms", "error_type",
@@ -25,7 +26,11 @@ CHUNK = 500
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
-def export_response(runs: QuerySet[Run], fmt: str) -> StreamingHttpResponse:
+def export_response(runs: QuerySet[Run], params: Mapping[str, str],
+                    fmt: str) -> StreamingHttpResponse:
+    """The `runs` the filters in `params` select (FilterError names a bad one), streamed
+    as `fmt` ("csv" or "jsonl")."""
+    runs = matching_runs(runs, params, EXPORT_FILTERS)
     rows = (_row(run) for run in runs.select_related("created_by").iterator(chunk_size=CHUNK))
     if fmt == "csv":
         response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv; charset=utf-8")

@@ -21,7 +21,7 @@ from django_ratelimit.core import is_ratelimited
 from ..engine import ChatRequestParameters, NamedToolChoice
 from ..models import ModelEndpoint, PlaygroundState, Round, Run, RunStatus, ToolCall
 from ..runs import rerun, selectors, services
-from ..runs.filters import EXPORT_FILTERS, FilterError, Page, filtered_runs, matching_runs
+from ..runs.filters import FilterError, Page, filtered_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
 from .export import export_response
@@ -185,11 +185,10 @@ def run_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         "runs": page.runs, "error": error, "filters": shown,
         "next_query": urlencode(filters | {"cursor": page.next_cursor})
         if page.next_cursor else None,
-        "first_query": urlencode(shown), "paged": "cursor" in filters,
+        "filters_query": urlencode(shown), "paged": "cursor" in filters,
         "statuses": RunStatus.choices,
         "endpoint_names": selectors.endpoint_names(),
         "tool_names": selectors.tool_names(),
-        "export_query": urlencode(shown),
     }, status=status)
     if getattr(request, "htmx", False):
         # The URL the history keeps: the filters in use, not every empty field.
@@ -203,11 +202,10 @@ def run_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 def runs_export(request: AuthenticatedHttpRequest, fmt: str) -> HttpResponseBase:
     """Download the runs this user may see, filtered as `GET /api/runs` filters them."""
     try:
-        runs = matching_runs(selectors.run_list_for_user(request.user), request.GET.dict(),
-                             EXPORT_FILTERS)
+        return export_response(selectors.run_list_for_user(request.user),
+                               request.GET.dict(), fmt)
     except FilterError as exc:
         return HttpResponseBadRequest(f"{exc.field}: {exc}", content_type="text/plain")
-    return export_response(runs, fmt)
 
 
 @require_GET
