@@ -42,7 +42,7 @@ from .models import (
 from .runs.policy import template_problem
 from .runs.selectors import format_ms
 from .runs.snapshot import secret_variable_problem
-from .tools.registry import compute_version_hash, resolve_tool_function
+from .tools.registry import compute_version_hash, record_version, resolve_tool_function
 from .web.api_tokens import assign_new_secret
 
 admin.site.site_header = "AgentForge admin"
@@ -265,6 +265,11 @@ class ToolRegistrationAdmin(admin.ModelAdmin[ToolRegistration]):
     @admin.display(description="version", ordering="version_hash")
     def short_hash(self, obj: ToolRegistration) -> str:
         return obj.version_hash[:12]
+
+    def save_model(self, request: HttpRequest, obj: ToolRegistration, form: Any,
+                   change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        record_version(obj)  # a new registration, or an edit that changed the hash
 
 
 # -- error policies --------------------------------------------------------------------

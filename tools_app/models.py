@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.utils import timezone
 
 tool_name_validator = RegexValidator(
     r"^[a-zA-Z0-9_-]{1,64}$",
@@ -146,6 +147,29 @@ class ToolRegistration(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ToolVersion(models.Model):
+    """One definition a registration has had, kept when it is first seen (a new
+    registration, or a save that changed its version hash). Runs point at a version by
+    the hash frozen in their snapshot. The definition never holds a secret: config values
+    under secret-looking keys are replaced (`tools.versions.public_config`)."""
+
+    registration = models.ForeignKey(ToolRegistration, on_delete=models.CASCADE,
+                                     related_name="versions")
+    version_hash = models.CharField(max_length=64, db_index=True)
+    definition = models.JSONField()
+    # A default, not auto_now_add: the backfill dates versions found in old runs by the
+    # first run that used them.
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["registration", "version_hash"],
+                                               name="toolversion_unique_hash")]
+
+    def __str__(self) -> str:
+        return f"{self.registration_id} {self.version_hash[:12]}"
 
 
 class ArgumentsErrorMode(models.TextChoices):

@@ -10,13 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet, TextField
+from django.db.models.functions import Cast
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
 from ..models import Run, RunStatus, ToolCall
 
-EXPORT_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until")
+EXPORT_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until", "tool_version")
 RUN_FILTERS = (*EXPORT_FILTERS, "cursor", "limit")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
@@ -112,8 +113,21 @@ def _until(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
     return runs.filter(created_at__lt=_moment("until", value))
 
 
+def _tool_version(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    """Runs whose snapshot froze a tool with this version hash. Matched in the stored JSON
+    text, key and value together: both databases write `"version_hash": "<hash>"`, and
+    the same characters inside any string of the snapshot (a message quoting them) are
+    stored escaped (\\"), so they never match."""
+    if not (len(value) == 64 and all(c in "0123456789abcdef" for c in value)):
+        raise FilterError("tool_version", "tool_version must be a tool version hash "
+                          "(64 lowercase hex digits)")
+    as_text = Cast("snapshot", TextField())
+    return runs.alias(snapshot_text=as_text).filter(
+        snapshot_text__contains=f'"version_hash": "{value}"')
+
+
 _FILTERS = {"status": _status, "endpoint": _endpoint, "tool": _tool, "user": _user,
-            "q": _text, "since": _since, "until": _until}
+            "q": _text, "since": _since, "until": _until, "tool_version": _tool_version}
 
 
 def _moment(field: str, value: str) -> datetime:

@@ -21,7 +21,7 @@ from django.db import transaction
 
 from ..engine import tool_specification_from, validate_specifications
 from ..engine.spec import ToolOptions, is_tool, tool_functions_of, tool_options
-from ..models import ToolKind, ToolRegistration
+from ..models import ToolKind, ToolRegistration, ToolVersion
 
 # The fields a version hash covers, in ToolRegistration terms. `enabled` is not part
 # of a definition: disabling a tool does not make it another version.
@@ -29,6 +29,13 @@ DEFINITION_FIELDS = (
     "name", "description", "json_schema", "kind", "python_path", "config",
     "return_behavior", "strict", "timeout_seconds", "requires_approval", "idempotent",
 )
+
+
+# Config keys whose values are never kept in a version's definition (a version is shown
+# to every user on the tool's page). The same words the admin refuses in plain headers.
+SECRET_KEY_WORDS = ("authorization", "api-key", "api_key", "apikey", "token", "secret",
+                    "cookie", "password", "credential")
+REDACTED = "[redacted]"
 
 
 class ToolSyncError(Exception):
@@ -71,6 +78,41 @@ def compute_version_hash(tool: ToolRegistration) -> str:
         tool_definition(tool), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def public_config(value: Any) -> Any:
+    """`value` with the values under secret-looking keys replaced, at any depth. An
+    `env:NAME` reference is kept: it names a variable, it is not the secret."""
+    if isinstance(value, dict):
+        return {key: _public_item(str(key), item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [public_config(item) for item in value]
+    return value
+
+
+def _public_item(key: str, item: Any) -> Any:
+    secret = any(word in key.lower() for word in SECRET_KEY_WORDS)
+    if secret and not (isinstance(item, str) and item.startswith("env:")):
+        return REDACTED if isinstance(item, str | int | float) else public_config(item)
+    return public_config(item)
+
+
+def version_definition(tool: ToolRegistration) -> dict[str, Any]:
+    """What a ToolVersion keeps: the definition fields (the ones the hash covers, named
+    as in run snapshots), config without secrets."""
+    definition = {name: getattr(tool, name) for name in DEFINITION_FIELDS}
+    definition["config"] = public_config(tool.config)
+    return definition
+
+
+def record_version(tool: ToolRegistration) -> ToolVersion:
+    """Keep the saved registration's current definition as a version, unless that hash
+    is already kept (a tool edited back to an earlier definition is that version
+    again). Call it after every save of a registration: sync and the admin do."""
+    version, _ = ToolVersion.objects.get_or_create(
+        registration=tool, version_hash=tool.version_hash,
+        defaults={"definition": version_definition(tool)})
+    return version
 
 
 def resolve_tool_function(python_path: str) -> Callable[..., Any]:
@@ -145,6 +187,7 @@ def sync_tools(modules: list[str] | None = None) -> SyncReport:
             row = existing.get(name)
             if row is None:
                 target.save()
+                record_version(target)
                 report.created.append(name)
             elif _update(row, target):
                 report.updated.append(name)
@@ -185,6 +228,7 @@ def _update(row: ToolRegistration, target: ToolRegistration) -> bool:
     row.enabled = True
     row.version_hash = target.version_hash
     row.save()
+    record_version(row)
     return True
 
 

@@ -10,3 +10,10 @@ from ..runs.selectors import format_ms
 
 register = template.Library()
 register.filter("ms", format_ms)
+
+
+@register.filter
+def percent(value: float) -> str:
+    """A share from 0 to 1 as people read it: "0 %", "12.5 %", "100 %"."""
+    share = float(value) * 100
+    return f"{share:.0f} %" if share in (0, 100) or share >= 10 else f"{share:.1f} %"

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import api, views
+from . import api, api_calls, audit_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -8,16 +8,26 @@ urlpatterns = [
     path("runs/", views.run_list, name="run_list"),
     re_path(r"^runs/export\.(?P<fmt>csv|jsonl)$", views.runs_export, name="runs_export"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
+    path("runs/<uuid:run_id>/row/", views.run_row, name="run_row"),
     path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<uuid:run_id>/rerun/", views.run_rerun, name="run_rerun"),
     path("runs/<uuid:run_id>/calls/<int:call_id>/result.txt", views.call_result,
          name="call_result"),
     path("runs/<uuid:run_id>/rounds/<int:index>/<str:which>.json", views.round_wire,
          name="round_wire"),
+    path("calls/", audit_views.call_list, name="call_list"),
+    re_path(r"^calls/export\.(?P<fmt>csv|jsonl)$", audit_views.calls_export, name="calls_export"),
+    path("tools/", audit_views.tools_index, name="tool_index"),
+    # A path converter: names models called (hallucinated ones) may hold any character.
+    path("tools/<path:name>/diff/", audit_views.tool_diff, name="tool_diff"),
+    path("tools/<path:name>/", audit_views.tool_detail, name="tool_detail"),
     path("endpoints/", views.endpoint_list, name="endpoint_list"),
     path("endpoints/<uuid:endpoint_id>/probe/", views.endpoint_probe, name="endpoint_probe"),
     path("api/runs", api.runs, name="api_runs"),
     re_path(r"^api/runs/export\.(?P<fmt>csv|jsonl)$", api.runs_export, name="api_runs_export"),
+    path("api/calls", api_calls.calls, name="api_calls"),
+    re_path(r"^api/calls/export\.(?P<fmt>csv|jsonl)$", api_calls.calls_export,
+            name="api_calls_export"),
     path("api/runs/<uuid:run_id>", api.run_detail, name="api_run_detail"),
     path("api/runs/<uuid:run_id>/events", api.run_events, name="api_run_events"),
     path("api/runs/<uuid:run_id>/rerun", api.run_rerun, name="api_run_rerun"),

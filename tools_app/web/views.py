@@ -19,7 +19,15 @@ from django_htmx.http import HttpResponseClientRedirect
 from django_ratelimit.core import is_ratelimited
 
 from ..engine import ChatRequestParameters, NamedToolChoice
-from ..models import ModelEndpoint, PlaygroundState, Round, Run, RunStatus, ToolCall
+from ..models import (
+    TERMINAL_STATUSES,
+    ModelEndpoint,
+    PlaygroundState,
+    Round,
+    Run,
+    RunStatus,
+    ToolCall,
+)
 from ..runs import rerun, selectors, services
 from ..runs.filters import FilterError, Page, filtered_runs
 from ..runs.probing import may_probe
@@ -186,7 +194,7 @@ def run_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         "next_query": urlencode(filters | {"cursor": page.next_cursor})
         if page.next_cursor else None,
         "filters_query": urlencode(shown), "paged": "cursor" in filters,
-        "statuses": RunStatus.choices,
+        "statuses": RunStatus.choices, "live_statuses": LIVE_STATUSES,
         "endpoint_names": selectors.endpoint_names(),
         "tool_names": selectors.tool_names(),
     }, status=status)
@@ -195,6 +203,20 @@ def run_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         query = urlencode(filters)
         response["HX-Push-Url"] = f"{request.path}?{query}" if query else request.path
     return response
+
+
+# Rows of runs in these statuses poll for their own update (hx-trigger="every 2s") until
+# the run ends; a row that comes back finished stops polling, having no trigger.
+LIVE_STATUSES = tuple(s for s in RunStatus.values if s not in TERMINAL_STATUSES)
+
+
+@require_GET
+@login_required
+def run_row(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
+    """One row of the runs list, as it is now (the row's live update)."""
+    run = _run_for_user(request, run_id)
+    return render(request, "tools_app/run_list.html#row",
+                  {"run": run, "live_statuses": LIVE_STATUSES})
 
 
 @require_GET

@@ -1,0 +1,186 @@
+"""Finding tool calls across runs: the filters of `GET /api/calls` and the `/calls/` page.
+
+The run filters of `filters.py` (status, endpoint, user, since, until), plus what a call
+is: its tool, its state (the outcome stored on the row, under the names people use), its
+duration and the error handler that decided. The same strictness: an unknown filter or a
+bad value is a `FilterError` naming it. Pages are keyset pages on the call's id (newest
+first: ids grow as calls are proposed), never OFFSET scans.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from django.db.models import Q, QuerySet
+
+from ..models import RunStatus, ToolCall, ToolCallState
+from .filters import MAX_QUERY, FilterError, _limit, _moment
+
+# The states a person filters on, mapped to the ToolCall.state values they cover.
+CALL_STATES: dict[str, tuple[str, ...]] = {
+    "ok": (ToolCallState.SUCCEEDED,),
+    "arguments_error": (ToolCallState.ARGUMENTS_ERROR,),
+    "execution_error": (ToolCallState.EXECUTION_ERROR,),
+    "timeout": (ToolCallState.TIMED_OUT,),
+    "hallucinated": (ToolCallState.HALLUCINATED,),
+    "rejected": (ToolCallState.REJECTED,),
+    "unknown_outcome": (ToolCallState.UNKNOWN_OUTCOME,),
+    "cancelled": (ToolCallState.CANCELLED,),
+    "in_progress": (ToolCallState.PROPOSED, ToolCallState.STARTED),
+}
+STATE_LABELS = {"ok": "OK", "arguments_error": "Arguments error",
+                "execution_error": "Execution error", "timeout": "Timed out",
+                "hallucinated": "Hallucinated", "rejected": "Rejected",
+                "unknown_outcome": "Unknown outcome", "cancelled": "Cancelled",
+                "in_progress": "In progress"}
+# The reverse: a stored state -> the name filters and exports use.
+STATE_NAMES = {stored: name for name, states in CALL_STATES.items() for stored in states}
+
+CALL_EXPORT_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until", "state",
+                       "min_ms", "max_ms", "handler")
+CALL_FILTERS = (*CALL_EXPORT_FILTERS, "cursor", "limit")
+MAX_MS = 1e9  # about eleven days: any larger bound is a typo
+
+
+@dataclass(frozen=True)
+class CallPage:
+    calls: list[ToolCall]
+    next_cursor: str | None
+
+
+def matching_calls(calls: QuerySet[ToolCall], params: Mapping[str, str],
+                   allowed: tuple[str, ...] = CALL_FILTERS) -> QuerySet[ToolCall]:
+    """`calls` (already limited to what the caller may see) that match the filters in
+    `params`, newest first; a parameter not in `allowed` is refused."""
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise FilterError(unknown[0], f"unknown filter {', '.join(unknown)}: the filters are "
+                          f"{', '.join(allowed)}")
+    for name, apply in _FILTERS.items():
+        value = params.get(name)
+        if value is not None:
+            calls = apply(calls, value)
+    _check_duration_range(params)
+    return calls.order_by("-pk")
+
+
+def filtered_calls(calls: QuerySet[ToolCall], params: Mapping[str, str]) -> CallPage:
+    """One page of the matching calls, newest first, and the next page's cursor (None on
+    the last)."""
+    calls = matching_calls(calls, params)
+    limit = _limit(params.get("limit"))
+    if "cursor" in params:
+        calls = calls.filter(pk__lt=_decode_cursor(params["cursor"]))
+    page = list(calls[:limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    return CallPage(page, _encode_cursor(page[-1]) if more else None)
+
+
+def _status(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    """The status of the call's run."""
+    return calls.filter(run__status__in=_names("status", value, RunStatus.values))
+
+
+def _state(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    wanted = _names("state", value, list(CALL_STATES))
+    return calls.filter(state__in=[state for name in wanted for state in CALL_STATES[name]])
+
+
+def _names(field: str, value: str, allowed: list[str]) -> list[str]:
+    wanted = [v.strip() for v in value.split(",") if v.strip()]
+    if not wanted or any(v not in allowed for v in wanted):
+        raise FilterError(field, f"{field} must be one or more of {', '.join(allowed)} "
+                          f"(comma-separated), not {value!r}")
+    return wanted
+
+
+def _endpoint(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    try:
+        return calls.filter(run__endpoint_id=uuid.UUID(value))
+    except ValueError:
+        return calls.filter(run__endpoint__name=value)
+
+
+def _tool(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    return calls.filter(tool_name=value)
+
+
+def _user(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    return calls.filter(run__created_by__username=value)
+
+
+def _text(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    """The call's own text: its arguments, result and error."""
+    text = value.strip()
+    if not text or len(text) > MAX_QUERY:
+        raise FilterError("q", f"q must be 1 to {MAX_QUERY} characters")
+    return calls.filter(Q(arguments_raw__icontains=text) | Q(result_text__icontains=text)
+                        | Q(error_message__icontains=text))
+
+
+def _since(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    """When the call's run was created: every call has one (a hallucinated or refused
+    call never starts, so it has no start time of its own)."""
+    return calls.filter(run__created_at__gte=_moment("since", value))
+
+
+def _until(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    return calls.filter(run__created_at__lt=_moment("until", value))
+
+
+def _min_ms(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    return calls.filter(duration_ms__gte=_milliseconds("min_ms", value))
+
+
+def _max_ms(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    return calls.filter(duration_ms__lte=_milliseconds("max_ms", value))
+
+
+def _handler(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    """The error handler that decided, as stored (`-` for calls no handler decided)."""
+    return calls.filter(handled_by="" if value == "-" else value)
+
+
+_FILTERS: dict[str, Callable[[QuerySet[ToolCall], str], QuerySet[ToolCall]]] = {
+    "status": _status, "endpoint": _endpoint, "tool": _tool, "user": _user, "q": _text,
+    "since": _since, "until": _until, "state": _state, "min_ms": _min_ms, "max_ms": _max_ms,
+    "handler": _handler,
+}
+
+
+def _milliseconds(field: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not (0 <= number <= MAX_MS):  # NaN fails too
+        raise FilterError(field, f"{field} must be a number of milliseconds from 0 to "
+                          f"{MAX_MS:.0f}, not {value[:40]!r}")
+    return number
+
+
+def _check_duration_range(params: Mapping[str, str]) -> None:
+    low, high = params.get("min_ms"), params.get("max_ms")
+    if low is not None and high is not None and float(low) > float(high):
+        raise FilterError("min_ms", "min_ms must not be above max_ms")
+
+
+def _encode_cursor(call: ToolCall) -> str:
+    return base64.urlsafe_b64encode(f"call|{call.pk}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(value: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
+        kind, pk = raw.split("|")
+        if kind != "call" or not (pk.isascii() and pk.isdigit() and len(pk) <= 19):
+            raise ValueError(raw)
+        return int(pk)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise FilterError("cursor", "cursor must be a next_cursor this API returned") from None

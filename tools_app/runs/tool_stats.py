@@ -1,0 +1,163 @@
+"""Statistics of one tool's calls (always over the calls the viewer may see): counts, the
+rate of each outcome, duration percentiles, the most frequent errors, and calls and
+errors over time as the points of a server-rendered SVG chart.
+
+Every statistic is a fixed number of queries, whatever the number of calls: the
+percentiles are PostgreSQL's `percentile_cont` in one aggregate; SQLite has no such
+aggregate, so there each percentile reads the (at most) two rows around its rank with an
+ordered LIMIT/OFFSET query: the same linear interpolation, one query per percentile.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections
+from django.db.models import (
+    Aggregate,
+    Count,
+    DateTimeField,
+    F,
+    FloatField,
+    Max,
+    Min,
+    Q,
+    QuerySet,
+)
+from django.db.models.functions import Coalesce, Substr, TruncDay, TruncHour, TruncWeek
+
+from ..models import ToolCall
+from .call_filters import STATE_LABELS, STATE_NAMES
+
+PERCENTILES = (0.5, 0.95, 0.99)
+TOP_ERRORS = 10
+ERROR_GROUP_CHARS = 300  # messages that agree this far are one group
+HOUR_SPAN = timedelta(days=2)  # up to this span the chart has a point per hour
+DAY_SPAN = timedelta(days=120)  # then per day up to this, then per week
+
+
+class PercentileCont(Aggregate):
+    """PostgreSQL's continuous percentile (linear interpolation between ranks)."""
+
+    function = "PERCENTILE_CONT"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression: Any, fraction: float) -> None:
+        # A float this module chose (PERCENTILES), never user input, so it is inlined.
+        super().__init__(expression, fraction=repr(float(fraction)))
+
+
+@dataclass(frozen=True)
+class OutcomeShare:
+    name: str
+    label: str
+    count: int
+    rate: float  # of all the calls, 0..1
+
+
+@dataclass(frozen=True)
+class ErrorGroup:
+    error_type: str
+    message: str
+    count: int
+    last_call_id: int
+
+
+@dataclass(frozen=True)
+class Bucket:
+    start: datetime
+    calls: int
+    errors: int
+
+
+@dataclass(frozen=True)
+class ToolStats:
+    calls: int
+    errors: int
+    outcomes: list[OutcomeShare]
+    percentiles: dict[str, float | None]  # "p50" -> ms
+    top_errors: list[ErrorGroup]
+    buckets: list[Bucket]
+    bucket_unit: str  # "hour", "day" or "week"
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.calls if self.calls else 0.0
+
+
+def tool_stats(calls: QuerySet[ToolCall]) -> ToolStats:
+    """The statistics of `calls` (one tool's visible calls)."""
+    calls = calls.order_by()
+    totals = calls.aggregate(calls=Count("pk"), errors=Count("pk", filter=Q(is_error=True)))
+    unit, buckets = over_time(calls)
+    return ToolStats(totals["calls"], totals["errors"], outcomes(calls, totals["calls"]),
+                     duration_percentiles(calls), top_errors(calls), buckets, unit)
+
+
+def outcomes(calls: QuerySet[ToolCall], total: int) -> list[OutcomeShare]:
+    """Each outcome's count and share, in the filters' names (most frequent first)."""
+    counts: dict[str, int] = {}
+    for state, count in calls.values_list("state").annotate(n=Count("pk")):
+        name = STATE_NAMES.get(state, state)
+        counts[name] = counts.get(name, 0) + count
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [OutcomeShare(name, STATE_LABELS.get(name, name), count,
+                         count / total if total else 0.0) for name, count in ordered]
+
+
+def duration_percentiles(calls: QuerySet[ToolCall]) -> dict[str, float | None]:
+    timed = calls.filter(duration_ms__isnull=False)
+    keys = [f"p{round(p * 100)}" for p in PERCENTILES]
+    if connections[calls.db].vendor == "postgresql":
+        found = timed.aggregate(**{key: PercentileCont("duration_ms", p)
+                                   for key, p in zip(keys, PERCENTILES, strict=True)})
+        return {key: found[key] for key in keys}
+    count = timed.count()
+    return {key: _interpolated(timed, count, p) for key, p in zip(keys, PERCENTILES, strict=True)}
+
+
+def _interpolated(timed: QuerySet[ToolCall], count: int, fraction: float) -> float | None:
+    """percentile_cont on SQLite: the value at rank (n - 1) * fraction, interpolated
+    between the two rows around it, read with one ordered, bounded query."""
+    if count == 0:
+        return None
+    rank = (count - 1) * fraction
+    low = math.floor(rank)
+    values = [float(v or 0.0) for v in timed.order_by("duration_ms", "pk").values_list(
+        "duration_ms", flat=True)[low:low + 2]]  # never None: `timed` has durations
+    if len(values) == 1 or rank == low:
+        return values[0]
+    return values[0] + (values[1] - values[0]) * (rank - low)
+
+
+def top_errors(calls: QuerySet[ToolCall]) -> list[ErrorGroup]:
+    """The most frequent errors, grouped by type and the start of the message."""
+    rows = (calls.filter(is_error=True)
+            .values("error_type", head=Substr("error_message", 1, ERROR_GROUP_CHARS))
+            .annotate(n=Count("pk"), last=Max("pk"))
+            .order_by("-n", "error_type", "head")[:TOP_ERRORS])
+    return [ErrorGroup(row["error_type"], row["head"], row["n"], row["last"]) for row in rows]
+
+
+def _moment() -> Coalesce:
+    """When a call happened: its start, or its run's creation for a call that never
+    started (hallucinated, refused)."""
+    return Coalesce("started_at", "run__created_at", output_field=DateTimeField())
+
+
+def over_time(calls: QuerySet[ToolCall]) -> tuple[str, list[Bucket]]:
+    """Calls and errors per hour, day or week (by the span of the calls), oldest first."""
+    bounds = calls.aggregate(first=Min(_moment()), last=Max(_moment()))
+    if bounds["first"] is None:
+        return "hour", []
+    span = bounds["last"] - bounds["first"]
+    unit, trunc = (("hour", TruncHour) if span <= HOUR_SPAN else
+                   ("day", TruncDay) if span <= DAY_SPAN else ("week", TruncWeek))
+    rows = (calls.annotate(at=_moment()).values(bucket=trunc(F("at")))
+            .annotate(calls=Count("pk"), errors=Count("pk", filter=Q(is_error=True)))
+            .order_by("bucket"))
+    return unit, [Bucket(row["bucket"], row["calls"], row["errors"]) for row in rows]
