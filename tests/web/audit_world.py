@@ -5,15 +5,14 @@ statistics can be checked against numbers worked out by hand."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import AbstractUser
 
 from tools_app.models import ModelEndpoint, Round, Run, ToolCall
 
-BASE = datetime(2026, 11, 30, 10, 0, tzinfo=dt_timezone.utc)
+BASE = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 EXEC = "execution_error_to_model"
 ARGS = "arguments_error_rethrow"
 HALL = "hallucinated_tool_raise"

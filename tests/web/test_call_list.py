@@ -126,7 +126,8 @@ def test_untrusted_call_text_is_inert(bob_client: Client, world: dict[str, Any])
 
 def _opening_tag(html: str, attrs: dict[str, str | None]) -> str:
     match = re.search(r'<form id="call-filters"[^>]*>', html)
-    assert match is not None and attrs["hx-get"] == "/calls/"
+    assert match is not None
+    assert attrs["hx-get"] == "/calls/"
     return match.group(0)
 
 

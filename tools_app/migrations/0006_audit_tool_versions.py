@@ -26,7 +26,7 @@ def public_config(value):
 def _public_item(key, item):
     secret = any(word in key.lower() for word in SECRET_KEY_WORDS)
     if secret and not (isinstance(item, str) and item.startswith("env:")):
-        return "[redacted]" if isinstance(item, str | int | float) else public_config(item)
+        return "[redacted]"
     return public_config(item)
 
 

@@ -93,7 +93,7 @@ def public_config(value: Any) -> Any:
 def _public_item(key: str, item: Any) -> Any:
     secret = any(word in key.lower() for word in SECRET_KEY_WORDS)
     if secret and not (isinstance(item, str) and item.startswith("env:")):
-        return REDACTED if isinstance(item, str | int | float) else public_config(item)
+        return REDACTED  # all of it: a secret may be an object ({"value": ...}) too
     return public_config(item)
 
 
