@@ -17,17 +17,20 @@ import django
 SLOW_ROUNDS = 8
 SLOW_SECONDS = 0.4
 SLOW_ENDPOINT = "Browser: slow rounds"
+# Runs for 30 rounds of 0.4 s at least: still running while a test looks, until cancelled.
+LONG_ENDPOINT = "Browser: long run"
+LONG_ROUNDS = 30
 XSS_ENDPOINT = "Browser: XSS <img src=x onerror=alert(1)> {{7*7}}"
 XSS_FAILING_ENDPOINT = "Browser: XSS stops <script>alert(1)</script>"
 XSS_POLICY = "Browser: XSS <b>policy</b>"
 XSS_TOOLS = ("xss_echo", "xss_fails")
 
 
-def slow_script() -> list[dict[str, Any]]:
+def slow_script(rounds: int = SLOW_ROUNDS) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = [
         {"text": f"Step {i + 1}",
          "tool_calls": [{"name": "slow_tool", "arguments": {"seconds": SLOW_SECONDS}}]}
-        for i in range(SLOW_ROUNDS)
+        for i in range(rounds)
     ]
     return [*steps, {"text": "All done: {last_result}"}]
 
@@ -62,7 +65,8 @@ def xss_failing_script() -> list[dict[str, Any]]:
 def setup() -> None:
     from tools_app.models import ErrorPolicy, ModelEndpoint, ProviderKind, ToolRegistration
 
-    endpoints = ((SLOW_ENDPOINT, slow_script()), (XSS_ENDPOINT, xss_script()),
+    endpoints = ((SLOW_ENDPOINT, slow_script()), (LONG_ENDPOINT, slow_script(LONG_ROUNDS)),
+                 (XSS_ENDPOINT, xss_script()),
                  (XSS_FAILING_ENDPOINT, xss_failing_script()))
     for name, script in endpoints:
         # Streamed: the timeline also gets the ephemeral text / tool-call fragments.

@@ -122,15 +122,17 @@ def test_the_tool_page_for_staff(alice_client: Client, world: dict[str, Any]) ->
         "c2", "c1", "b2", "b1", "a2", "a1"]
 
 
-def test_the_chart_points_sit_where_their_counts_say(alice_client: Client,
-                                                     world: dict[str, Any]) -> None:
+def test_the_chart_bars_stand_where_their_counts_say(alice_client: Client,
+                                                    world: dict[str, Any]) -> None:
     html = alice_client.get("/tools/get_weather/").content.decode()
-    dots = re.findall(r'<circle class="calls-dot" cx="([\d.]+)" cy="([\d.]+)"', html)
-    errors = re.findall(r'<circle class="errors-dot" cx="([\d.]+)" cy="([\d.]+)"', html)
-    # x: evenly from 44 to 708; y: 172 (none) up to 12 (the busiest bucket, 2 calls)
-    assert dots == [("44.0", "12.0"), ("376.0", "12.0"), ("708.0", "12.0")]
-    assert errors == [("44.0", "92.0"), ("376.0", "12.0"), ("708.0", "172.0")]
-    assert 'points="44.0,12.0 376.0,12.0 708.0,12.0"' in html
+    bar = r'<rect class="{}-bar" x="([\d.]+)" y="([\d.]+)" width="48.0" height="([\d.]+)"/>'
+    # Three slots of 221.3 from x=44, a 48 wide bar centred in each; 160 high = 2 calls
+    # (the busiest bucket), standing on y=172.
+    assert re.findall(bar.format("calls"), html) == [
+        ("130.7", "12.0", "160.0"), ("352.0", "12.0", "160.0"), ("573.3", "12.0", "160.0")]
+    assert re.findall(bar.format("errors"), html) == [
+        ("130.7", "92.0", "80.0"), ("352.0", "12.0", "160.0"), ("573.3", "172.0", "0.0")]
+    assert "<title>2026-11-30 12:00: 2 calls, 2 errors</title>" in html
 
 
 def test_a_user_sees_the_statistics_of_their_own_calls_only(

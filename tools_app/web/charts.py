@@ -10,17 +10,24 @@ from ..runs.tool_stats import Bucket
 
 WIDTH, HEIGHT = 720, 200
 LEFT, RIGHT, TOP, BOTTOM = 44, 12, 12, 28
+MAX_BAR = 48
 LABEL_FORMATS = {"hour": "%Y-%m-%d %H:00", "day": "%Y-%m-%d", "week": "week of %Y-%m-%d"}
 
 
 @dataclass(frozen=True)
 class ChartPoint:
+    """One bucket: a bar of its calls with the bar of its errors drawn over it (errors
+    never outnumber calls, so the red part reads as the failing share)."""
+
     label: str
     calls: int
     errors: int
     x: str
+    width: str
     calls_y: str
+    calls_height: str
     errors_y: str
+    errors_height: str
 
 
 @dataclass(frozen=True)
@@ -28,8 +35,6 @@ class Chart:
     width: int
     height: int
     points: list[ChartPoint]
-    calls_line: str  # polyline points
-    errors_line: str
     y_max: int
     baseline: str
     left: int
@@ -39,30 +44,31 @@ class Chart:
 
 
 def calls_chart(buckets: list[Bucket], unit: str) -> Chart | None:
-    """Calls and errors per bucket as two lines over the same axes; None without data."""
+    """Calls and errors per bucket as bars over the same axes; None without data."""
     if not buckets:
         return None
     y_max = max(bucket.calls for bucket in buckets) or 1
     points = [_point(i, len(buckets), bucket, y_max, LABEL_FORMATS[unit])
               for i, bucket in enumerate(buckets)]
-    return Chart(WIDTH, HEIGHT, points,
-                 " ".join(f"{p.x},{p.calls_y}" for p in points),
-                 " ".join(f"{p.x},{p.errors_y}" for p in points),
-                 y_max, _num(HEIGHT - BOTTOM), LEFT, WIDTH - RIGHT,
+    return Chart(WIDTH, HEIGHT, points, y_max, _num(HEIGHT - BOTTOM), LEFT, WIDTH - RIGHT,
                  points[0].label, points[-1].label)
 
 
 def _point(index: int, count: int, bucket: Bucket, y_max: int, label_format: str) -> ChartPoint:
-    # Evenly spaced buckets (empty ones are left out by the query), a lone one centred.
-    inner = WIDTH - LEFT - RIGHT
-    x = LEFT + (inner / 2 if count == 1 else inner * index / (count - 1))
+    # Evenly spaced slots (empty buckets are left out by the query), the bar in the middle
+    # of its slot, never wider than MAX_BAR.
+    slot = (WIDTH - LEFT - RIGHT) / count
+    width = min(slot * 0.7, MAX_BAR)
+    x = LEFT + slot * index + (slot - width) / 2
+    calls_height, errors_height = _height(bucket.calls, y_max), _height(bucket.errors, y_max)
     return ChartPoint(bucket.start.strftime(label_format), bucket.calls, bucket.errors,
-                      _num(x), _y(bucket.calls, y_max), _y(bucket.errors, y_max))
+                      _num(x), _num(width), _num(HEIGHT - BOTTOM - calls_height),
+                      _num(calls_height), _num(HEIGHT - BOTTOM - errors_height),
+                      _num(errors_height))
 
 
-def _y(value: int, y_max: int) -> str:
-    inner = HEIGHT - TOP - BOTTOM
-    return _num(HEIGHT - BOTTOM - inner * value / y_max)
+def _height(value: int, y_max: int) -> float:
+    return (HEIGHT - TOP - BOTTOM) * value / y_max
 
 
 def _num(value: float) -> str:
