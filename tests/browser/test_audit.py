@@ -4,6 +4,7 @@ tool page (statistics, the SVG chart, the versions)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from typing import Any
@@ -11,12 +12,17 @@ from typing import Any
 import pytest
 
 from .support import Server, start_run, wait_round, wait_status
-from .world import LONG_ENDPOINT
+from .test_security import HALLUCINATED_NAME, INJECTED, Watch
+from .world import LONG_ENDPOINT, XSS_ENDPOINT, XSS_POLICY
+from .xss_tools import ALL_PAYLOADS
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
 FAILING_AND_SLOW = "Scripted: failing + slow tools"
 SCREENSHOTS = os.environ.get("AGENTFORGE_SCREENSHOTS") == "1"
+# What a payload would create, minus the calls page's own filter form (htmx attributes).
+OWN_HTMX_EXCEPTED = INJECTED.replace("[hx-get]", "[hx-get]:not(#call-filters)").replace(
+    "[hx-trigger]", "[hx-trigger]:not(#call-filters)")
 
 
 def screenshot_path(server: Server, name: str) -> str:
@@ -127,3 +133,56 @@ async def test_a_tool_page_shows_its_statistics_chart_and_versions(
     assert re.search(r"/runs/[0-9a-f-]{36}/#call-\d+$", str(await recent.get_attribute("href")))
     if SCREENSHOTS:
         await page.locator("main").screenshot(path=screenshot_path(server, "tool.png"))
+
+
+async def test_hostile_calls_stay_text_in_the_log_and_on_tool_pages(
+    open_page: Any, server: Server,
+) -> None:
+    await asyncio.to_thread(server.world, "enable-xss")
+    page = await open_page(user="alice", record=True)
+    watch = Watch(page, server)
+    await start_run(page, endpoint=XSS_ENDPOINT, policy=XSS_POLICY,
+                    tools=["slow_tool", "xss_echo", "xss_fails"], message="Audit: hostile")
+    assert await wait_status(page) == "succeeded"
+
+    await page.goto("/calls/")
+    await page.select_option("#call-filters select[name=endpoint]", XSS_ENDPOINT)
+    await page.wait_for_selector("#call-results tbody tr[data-state=hallucinated]")
+    assert HALLUCINATED_NAME in await page.inner_text("#call-results")
+    assert "<script>alert(1)</script>" in await page.inner_text("#call-results")  # cut short
+    assert await page.eval_on_selector_all(OWN_HTMX_EXCEPTED, "els => els.length") == 0
+
+    await page.goto("/tools/")
+    await page.get_by_role("link", name=HALLUCINATED_NAME).click()
+    await page.wait_for_selector("#tool-stats")
+    assert HALLUCINATED_NAME in await page.inner_text("h1")
+    assert HALLUCINATED_NAME in await page.locator("svg.chart title#chart-title").text_content()
+    await page.goto("/tools/xss_fails/")
+    assert ALL_PAYLOADS in await page.inner_text("#top-errors")
+    assert await page.eval_on_selector_all(OWN_HTMX_EXCEPTED, "els => els.length") == 0
+    assert watch.dialogs == []
+    assert await page.evaluate("window.__cspViolations") == []
+    assert not [m for m in watch.console if m.startswith("pageerror")]
+
+
+async def test_an_admin_edit_makes_a_version_and_two_versions_compare(
+    open_page: Any, server: Server,
+) -> None:
+    page = await open_page(user="alice")
+    await page.goto("/admin/tools_app/toolregistration/?q=convert_units")
+    await page.click("#result_list a:text-is('convert_units')")
+    await page.fill("textarea[name=description]", "Convert units <b>carefully</b>.")
+    await page.click("input[name=_save]")
+    await page.wait_for_selector(".messagelist .success")
+
+    await page.goto("/tools/convert_units/")
+    versions = page.locator("#versions tr[data-version]")
+    assert await versions.count() == 2
+    await page.click("#versions button[type=submit]")  # newest against the one before
+    await page.wait_for_url(lambda url: "/tools/convert_units/diff/?" in url
+                            and "old=" in url and "new=" in url)
+    added = await page.locator("#diff .diff-add").all_inner_texts()
+    assert '+  "description": "Convert units <b>carefully</b>.",' in added
+    assert await page.locator("#diff b").count() == 0  # text, never markup
+    if SCREENSHOTS:
+        await page.locator("main").screenshot(path=screenshot_path(server, "tool-diff.png"))
