@@ -193,3 +193,18 @@ def test_a_hostile_tool_name_is_escaped_everywhere(bob_client: Client,
                 and element.parent.tag == "head":
             continue  # RCDATA
         assert inside_hx_disable(element), text[:60]
+
+
+def test_the_pages_are_a_fixed_number_of_queries(
+    alice_client: Client, world: dict[str, Any], demo_tools: dict[str, Any],
+    django_assert_max_num_queries: Any,
+) -> None:
+    for n in range(20):  # more calls and versions change no query count
+        audit_world._call(world["a"], world["a"].rounds.get(), 10 + n, audit_world.Call(
+            f"x{n}", "get_weather", "execution_error", float(n), n, error=f"error {n}"))
+    # session, user, then the index's grouped counts and registrations
+    with django_assert_max_num_queries(4):
+        assert alice_client.get("/tools/").status_code == 200
+    # session, user, registration, exists, 9 statistics, recent calls, versions
+    with django_assert_max_num_queries(15):
+        assert alice_client.get("/tools/get_weather/").status_code == 200
