@@ -260,7 +260,16 @@ class ToolRegistrationAdmin(admin.ModelAdmin[ToolRegistration]):
     list_filter = ("kind", "enabled", "return_behavior", "requires_approval", "idempotent",
                    "strict")
     search_fields = ("name", "description", "python_path")
-    readonly_fields = ("version_hash", "created_at", "updated_at")
+    readonly_fields = ("version_hash", "versions_link", "created_at", "updated_at")
+
+    @admin.display(description="versions and statistics")
+    def versions_link(self, obj: ToolRegistration) -> SafeString | str:
+        if obj._state.adding:  # the add page (the id is a default, so set already)
+            return "-"
+        count = obj.versions.count()
+        return format_html('<a href="{}#versions">{} version{} on the tool page</a>',
+                           reverse("tool_detail", args=[obj.name]), count,
+                           "" if count == 1 else "s")
 
     @admin.display(description="version", ordering="version_hash")
     def short_hash(self, obj: ToolRegistration) -> str:

@@ -176,3 +176,10 @@ def test_runs_point_at_the_version_they_used(
     assert f'name="tool_version" value="{old}"' in bob_client.get(
         f"/runs/?tool_version={old}").content.decode()
     assert Run.objects.count() == 3
+
+
+def test_the_admin_links_a_tool_to_its_versions(alice_client: Client,
+                                                demo_tools: dict[str, ToolRegistration]) -> None:
+    weather = demo_tools["get_weather"]
+    html = alice_client.get(url(ToolRegistration, "change", weather.pk)).content.decode()
+    assert '<a href="/tools/get_weather/#versions">1 version on the tool page</a>' in html
