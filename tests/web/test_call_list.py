@@ -40,6 +40,9 @@ def shown(world: dict[str, Any], response: Any) -> list[str]:
     ("?handler=execution_error_to_model&status=failed", ["b2", "b1"]),
     ("?user=charlie&state=in_progress", ["c2"]),
     ("?endpoint=beta&q=ghost", ["b3"]),
+    # The form's datetime-local values: no zone, read in the server's (UTC).
+    ("?since=2026-11-30T12:00", ["c4", "c3", "c2", "c1", "b3", "b2", "b1"]),
+    ("?since=2026-11-30T12:00&until=2026-11-30T13:00", ["b3", "b2", "b1"]),
 ])
 def test_the_page_filters_like_the_api(alice_client: Client, world: dict[str, Any],
                                        query: str, expected: list[str]) -> None:

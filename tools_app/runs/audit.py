@@ -40,8 +40,8 @@ def call_rows(calls: QuerySet[ToolCall]) -> QuerySet[ToolCall]:
 
 
 def handler_names(calls: QuerySet[ToolCall]) -> list[str]:
-    """The handlers that decided some visible call (a DISTINCT over an indexed-size set
-    of names, for the filter's choices)."""
+    """The handlers that decided some visible call, for the filter's choices (one
+    DISTINCT query; at most 100 names)."""
     names = calls.exclude(handled_by="").order_by("handled_by").values_list(
         "handled_by", flat=True).distinct()
     return list(names[:100])
