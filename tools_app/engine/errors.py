@@ -8,6 +8,7 @@
     │   │   ├── ToolTimeoutError        the tool ran past its timeout
     │   │   └── ToolUnknownOutcomeError the worker died while the call was in flight
     │   └── HallucinatedToolError       the model named a tool that is not registered
+    ├── ToolDefinitionError             tool definitions (JSON) that cannot be used
     ├── ToolLoopError                   the loop itself stopped
     │   └── MaxRoundTripsExceededError  more tool-calling round trips than allowed
     └── ProviderError                   a model provider failed; `retryable` decides retries
@@ -89,6 +90,18 @@ class HallucinatedToolError(ToolError):
             tool_name=tool_name,
         )
         self.available = available
+
+
+class ToolDefinitionError(AgentForgeError, ValueError):
+    """Tool definitions that cannot be registered. `problems` holds one (tool, reason)
+    pair per problem, every bad tool listed, so a whole file is fixed in one pass."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        lines = "\n".join(f"- {tool}: {reason}" for tool, reason in problems)
+        count = len(problems)
+        super().__init__(f"{count} problem{'s' if count != 1 else ''} in the tool "
+                         f"definitions:\n{lines}")
+        self.problems = problems
 
 
 class ToolLoopError(AgentForgeError):
