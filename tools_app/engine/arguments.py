@@ -21,7 +21,7 @@ from jsonschema.exceptions import ValidationError as SchemaViolation
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-from .errors import ToolArgumentsError, ToolExecutionError
+from .base_errors import ToolArgumentsError, ToolExecutionError
 
 
 class _NotJson(ValueError):
