@@ -43,7 +43,7 @@ from ..outbound import (
     is_ip_literal,
     unusual_address_notation,
 )
-from ..providers.clients import EndpointConfig, new_client
+from ..providers.clients import EndpointConfig, SharedHttpClients, new_client
 from ..providers.redaction import Redactor
 from .templates import PLACEHOLDER, MissingArgument, fill_text, lookup
 
@@ -129,21 +129,24 @@ class HttpConfig(BaseModel):
 
 
 class HttpToolExecutor:
-    """Executes calls as HTTP requests (see the module). Give it `client` (an
-    httpx.AsyncClient from clients.new_client with the same outbound policy; shared,
-    not closed here) or let it make its own (closed by `aclose()`)."""
+    """Executes calls as HTTP requests (see the module). Give it `clients` (a
+    SharedHttpClients: one client per event loop, the owner closes them), or `client`
+    (an httpx.AsyncClient from clients.new_client with the same outbound policy; not
+    closed here), or let it make its own (closed by `aclose()`)."""
 
     def __init__(self, config: HttpConfig | dict[str, Any], *,
                  outbound: OutboundPolicy | None = None,
                  resolve_secret: SecretResolver | None = None,
-                 client: httpx.AsyncClient | None = None) -> None:
+                 client: httpx.AsyncClient | None = None,
+                 clients: SharedHttpClients | None = None) -> None:
         self.config = config if isinstance(config, HttpConfig) else \
             HttpConfig.model_validate(config)
         # No policy given: the strict default (public addresses only).
         self.outbound = outbound if outbound is not None else OutboundPolicy()
         self._resolve_secret = resolve_secret
         self._client = client
-        self._owns_client = client is None
+        self._clients = clients
+        self._owns_client = client is None and clients is None
 
     def client_config(self) -> EndpointConfig:
         """The configuration of the client this executor needs (direct connections, the
@@ -161,9 +164,10 @@ class HttpToolExecutor:
         try:
             return await self._call(request, headers, redactor)
         except ToolExecutionError as exc:
-            # Anything a server or a transport said may echo a credential.
+            # Anything a server or a transport said may echo a credential; the original
+            # is not chained, so no traceback carries its unredacted text.
             raise ToolExecutionError(redactor.text(str(exc)), tool_name=request.name,
-                                     cause=exc.cause) from exc
+                                     cause=exc.cause) from None
 
     async def _call(self, request: ToolExecutionRequest, headers: dict[str, str],
                     redactor: Redactor) -> ToolExecutionResult:
@@ -261,6 +265,8 @@ class HttpToolExecutor:
         return _GuardedStream(self._http(), request.name, method, url, body, headers)
 
     def _http(self) -> httpx.AsyncClient:
+        if self._clients is not None:
+            return self._clients.get(self.client_config())
         if self._client is None:
             self._client = new_client(self.client_config())
         return self._client
