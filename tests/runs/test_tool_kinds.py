@@ -100,7 +100,7 @@ class _EchoHeaders(BaseHTTPRequestHandler):
     """Answers with the request's path and headers (the credential included), as a
     careless or hostile service might."""
 
-    def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+    def do_GET(self) -> None:
         body = json.dumps({"path": self.path, "headers": dict(self.headers)}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")

@@ -62,7 +62,8 @@ class HttpConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "GET"
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = Field(
+        "GET", description="GET, POST, PUT, PATCH or DELETE.")
     url: str = Field(description="http(s) URL; {argument} placeholders in the path or "
                      "query are filled from the call's arguments (never in the host).")
     query: dict[str, str] = Field(
@@ -77,8 +78,11 @@ class HttpConfig(BaseModel):
     response: str = Field(
         "text", description='What the model gets: "text" (the body as text) or a JSON '
         'pointer into the JSON body ("" for all of it, "/data/0/name" for a part).')
-    timeout_seconds: float = Field(30.0, gt=0, le=600)
-    max_response_bytes: int = Field(1_000_000, ge=1, le=50_000_000)
+    timeout_seconds: float = Field(
+        30.0, gt=0, le=600, description="For the whole exchange, redirects included.")
+    max_response_bytes: int = Field(
+        1_000_000, ge=1, le=50_000_000, description="Larger responses (counted after "
+        "decompression) are refused.")
 
     @field_validator("url")
     @classmethod
