@@ -158,3 +158,20 @@ def test_only_staff_import(bob_client: Client) -> None:
     assert response.status_code == 302  # to the admin login
     assert "/login/" in response["Location"]
     assert not ToolRegistration.objects.exists()
+
+
+def test_definition_and_configuration_problems_are_listed_together() -> None:
+    tools = [{"name": "bad name", "inputSchema": SCHEMA},
+             {"name": "no_url", "inputSchema": SCHEMA, "x-agentforge-config": {}}]
+    with pytest.raises(ToolImportError) as caught:
+        import_tools(tools, kind="http", default_config={"url": "https://api.example.com/"})
+    assert [tool for tool, _ in caught.value.problems] == ["tool 1 ('bad name')",
+                                                           "tool 2 ('no_url')"]
+    assert "configuration: url: Field required" in caught.value.problems[1][1]
+    assert not ToolRegistration.objects.exists()
+
+
+def test_a_tools_member_that_is_not_a_list_is_one_problem() -> None:
+    with pytest.raises(ToolImportError) as caught:
+        import_tools({"tools": 5}, kind="mock")
+    assert caught.value.problems == [("(document)", '"tools" must be a list of tools')]

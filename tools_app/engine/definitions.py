@@ -51,7 +51,7 @@ def tools_from_json(data: Any) -> list[ToolSpecification]:
     problems: list[tuple[str, str]] = []
     seen: set[str] = set()
     for index, entry in enumerate(entries):
-        label = _label(index, entry)
+        label = tool_label(index, entry)
         try:
             spec = tool_from_json(entry)
         except ToolDefinitionError as exc:
@@ -68,7 +68,7 @@ def tools_from_json(data: Any) -> list[ToolSpecification]:
 
 def tool_from_json(entry: Any) -> ToolSpecification:
     """One tool object of any supported shape, checked (ToolDefinitionError if bad)."""
-    label = _label(0, entry)
+    label = tool_label(0, entry)
     if not isinstance(entry, Mapping):
         raise ToolDefinitionError([(label, "a tool must be a JSON object")])
     fields = _fields_of(entry)
@@ -167,7 +167,7 @@ def _remote_references(node: Any, path: list[str | int]) -> Iterator[tuple[str, 
             yield from _remote_references(item, [*path, index])
 
 
-def _label(index: int, entry: Any) -> str:
+def tool_label(index: int, entry: Any) -> str:
     """How a problem names its tool: by name when it has one, else by position."""
     name = None
     if isinstance(entry, Mapping):

@@ -15,6 +15,7 @@ from typing import Any
 from django.db import transaction
 
 from ..engine import ToolDefinitionError, ToolSpecification, tool_entries, tools_from_json
+from ..engine.definitions import tool_label
 from ..models import ToolKind, ToolRegistration
 from .kinds import SecretProblem, config_problems
 from .registry import compute_version_hash
@@ -59,20 +60,27 @@ def import_tools(data: Any, *, kind: str, default_config: dict[str, Any] | None 
 def _plan(data: Any, kind: str, default_config: dict[str, Any],
           secret_problem: SecretProblem | None,
           ) -> tuple[list[_Planned], list[tuple[str, str]]]:
+    """The tools to create, or every problem: of the definitions and of each tool's
+    configuration (checked even when some definition is bad, so one pass shows all)."""
+    problems: list[tuple[str, str]] = []
+    entries: list[Any] = []
+    specs: list[ToolSpecification] = []
     try:
         entries = tool_entries(data)
         specs = tools_from_json(data)
     except ToolDefinitionError as exc:
-        return [], list(exc.problems)
-    planned, problems = [], []
-    for index, (entry, spec) in enumerate(zip(entries, specs, strict=True)):
+        problems += exc.problems
+    configs = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue  # already a definition problem
         config = entry.get(CONFIG_KEY, default_config)
-        label = f"tool {index + 1} ({spec.name!r})"
-        found = config_problems(kind, config, secret_problem)
-        problems += [(label, f"configuration: {problem}") for problem in found]
-        if not found:
-            planned.append(_Planned(spec, config))
-    return planned, problems
+        configs.append(config)
+        problems += [(tool_label(index, entry), f"configuration: {problem}")
+                     for problem in config_problems(kind, config, secret_problem)]
+    if problems:
+        return [], problems
+    return [_Planned(spec, config) for spec, config in zip(specs, configs, strict=True)], []
 
 
 def _create(item: _Planned, kind: str) -> ToolRegistration:

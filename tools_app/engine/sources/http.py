@@ -297,13 +297,20 @@ class HttpToolExecutor:
         cap = self.config.max_response_bytes
         chunks: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > cap:
-                raise ToolExecutionError(
-                    f"HTTP tool '{request.name}': the response is larger than the tool's "
-                    f"limit of {cap} bytes (max_response_bytes)", tool_name=request.name)
-            chunks.append(chunk)
+        try:
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > cap:
+                    raise ToolExecutionError(
+                        f"HTTP tool '{request.name}': the response is larger than the "
+                        f"tool's limit of {cap} bytes (max_response_bytes)",
+                        tool_name=request.name)
+                chunks.append(chunk)
+        except httpx.HTTPError as exc:  # cut off, malformed, or an undecodable encoding
+            raise ToolExecutionError(
+                f"HTTP tool '{request.name}': reading the response from "
+                f"{response.url.host} failed: {type(exc).__name__}: {exc}",
+                tool_name=request.name, cause=exc) from exc
         return b"".join(chunks).decode(response.encoding or "utf-8", errors="replace")
 
     def _selected(self, request: ToolExecutionRequest, text: str) -> Any:
