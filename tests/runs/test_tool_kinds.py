@@ -15,8 +15,16 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from django.urls import reverse
 
+from tools_app.engine import SchemaValidatingExecutor, ToolSpecification
+from tools_app.engine.outbound import OutboundPolicy
+from tools_app.engine.sources import MockToolExecutor
 from tools_app.models import ErrorPolicy, Run, ToolCallState, ToolRegistration
-from tools_app.runs.tool_executors import EXECUTOR_BUILDERS
+from tools_app.runs.tool_executors import (
+    EXECUTOR_BUILDERS,
+    BuiltExecutor,
+    ToolContext,
+    build_executor,
+)
 from tools_app.tools.registry import compute_version_hash
 from tools_app.web.api_tokens import create_token
 
@@ -44,6 +52,23 @@ def calling(tool: str, *arguments: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_every_kind_has_one_builder() -> None:
     assert set(EXECUTOR_BUILDERS) >= {"python", "mock", "http"}
+
+
+def test_every_kind_but_python_is_schema_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind added to the table (as MCP will be) is validated without asking for it."""
+    inner = MockToolExecutor({})
+    monkeypatch.setitem(EXECUTOR_BUILDERS, "new_kind",
+                        lambda tool, context: BuiltExecutor(inner, ("s3cr3t-value",)))
+    spec = ToolSpecification(name="t", parameters=CITY_SCHEMA)
+    context = ToolContext(read_secret=lambda name: "", outbound=OutboundPolicy())
+    built = build_executor({"name": "t", "kind": "new_kind"}, spec, context)
+    assert isinstance(built.executor, SchemaValidatingExecutor)
+    assert built.executor.inner is inner
+    assert built.secrets == ("s3cr3t-value",)
+    python = build_executor({"name": "calculator", "kind": "python",
+                             "python_path": "tools_app.tools.example_tools.calculator"},
+                            spec, context)
+    assert not isinstance(python.executor, SchemaValidatingExecutor)
 
 
 def test_a_mock_tool_runs_end_to_end(make_endpoint: Any, policy: ErrorPolicy) -> None:
@@ -102,7 +127,7 @@ class _EchoHeaders(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         body = json.dumps({"path": self.path, "headers": dict(self.headers)}).encode()
-        self.send_response(200)
+        self.send_response(403 if self.path.startswith("/deny") else 200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
@@ -165,6 +190,25 @@ def _pages(client: Client, user: AbstractUser, run: Run) -> list[str]:
                      if response.streaming else response.content.decode())
     assert any("forecast" in text for text in texts)
     return texts
+
+
+def test_an_error_body_that_echoes_the_credential_is_redacted(
+        canary_env: None, echo_url: str, make_endpoint: Any, policy: ErrorPolicy,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    tool = registration("forecast", "http", {
+        "url": echo_url + "/deny/{city}",
+        "headers": {"Authorization": "env:AGENTFORGE_TEST_WEATHER_TOKEN"}})
+    run = start(make_endpoint(calling("forecast", {"city": "Oslo"})), [tool], policy)
+
+    assert execute(run) == "succeeded"
+
+    [call] = calls(run)
+    assert call.state == ToolCallState.EXECUTION_ERROR
+    assert "answered 403" in call.error_message
+    assert '"authorization": "[redacted]"' in call.error_message
+    for text in [*stored_strings(run), caplog.text]:
+        assert CANARY not in text
 
 
 def test_an_http_refusal_is_a_tool_error_on_record(
