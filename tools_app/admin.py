@@ -228,7 +228,9 @@ class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
         fields = ("name", "kind", "python_path", "description", "json_schema", "config",
                   "return_behavior", "strict", "timeout_seconds", "requires_approval",
                   "idempotent", "enabled")
-        help_texts = {"config": config_help()}
+        # The admin renders help text as HTML: each line escaped, then joined by <br>.
+        help_texts = {"config": format_html_join(SafeString("<br>"), "{}", (
+            (line,) for line in config_help().splitlines()))}
 
     def clean_json_schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = self.cleaned_data["json_schema"]

@@ -91,6 +91,13 @@ def test_an_empty_document_is_an_error() -> None:
         tools_from_json([])
 
 
+def test_json_text_is_read_too() -> None:
+    [spec] = tools_from_json('[{"name": "t", "inputSchema": {"type": "object"}}]')
+    assert spec.name == "t"
+    with pytest.raises(ToolDefinitionError, match=r"\(document\): not JSON"):
+        tools_from_json("[{")
+
+
 SPEC = ToolSpecification(name="weather", parameters={
     "type": "object",
     "properties": {

@@ -14,6 +14,7 @@ document; its name one providers accept; no name twice.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -30,7 +31,13 @@ _REFERENCE_KEYWORDS = ("$ref", "$dynamicRef")
 
 
 def tool_entries(data: Any) -> list[Any]:
-    """The tool objects of `data`, one per tool, in order (see the module)."""
+    """The tool objects of `data` (parsed JSON, or JSON text), one per tool, in order
+    (see the module)."""
+    if isinstance(data, str | bytes):
+        try:
+            data = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise ToolDefinitionError([("(document)", f"not JSON: {exc}")]) from exc
     if isinstance(data, list):
         return list(data)
     if isinstance(data, Mapping) and "tools" in data and "name" not in data:
@@ -42,7 +49,8 @@ def tool_entries(data: Any) -> list[Any]:
 
 
 def tools_from_json(data: Any) -> list[ToolSpecification]:
-    """The specifications of every tool in `data` (parsed JSON; see the module), or a
+    """The specifications of every tool in `data` (parsed JSON or JSON text; see the
+    module), or a
     ToolDefinitionError listing every tool that cannot be used, with its reason."""
     entries = tool_entries(data)
     if not entries:
