@@ -75,6 +75,9 @@ async def test_a_path_argument_is_one_encoded_segment(server: Server) -> None:
         await run({"url": server.url + "/users/{id}"}, {"id": ".."})
     with pytest.raises(ToolArgumentsError, match="needs the argument 'id'"):
         await run({"url": server.url + "/users/{id}"}, {})
+    with pytest.raises(ToolArgumentsError, match="do not make a valid URL: URL too long"):
+        await run({"url": server.url + "/users/{id}"}, {"id": "a" * 70_000})
+    assert server.seen[-1].target == "/users/a%2Fb"  # none of these was sent
 
 
 async def test_the_whole_arguments_as_body(server: Server) -> None:

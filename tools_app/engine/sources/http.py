@@ -230,7 +230,12 @@ class HttpToolExecutor:
             raise ToolArgumentsError(
                 f"HTTP tool '{request.name}': {str(dots)!r} cannot be a part of the URL's "
                 "path", tool_name=request.name) from dots
-        return httpx.URL(filled).copy_merge_params(query)
+        try:
+            return httpx.URL(filled).copy_merge_params(query)
+        except httpx.InvalidURL as exc:  # e.g. a value too long for a URL
+            raise ToolArgumentsError(
+                f"HTTP tool '{request.name}': the arguments do not make a valid URL: {exc}",
+                tool_name=request.name) from exc
 
     def _body(self, arguments: dict[str, Any]) -> Any:
         body = self.config.body
