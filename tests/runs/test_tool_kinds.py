@@ -84,7 +84,7 @@ def test_a_mock_tool_runs_end_to_end(make_endpoint: Any, policy: ErrorPolicy) ->
 
 
 def test_schema_violations_go_through_the_arguments_policy(
-        make_endpoint: Any, policy: ErrorPolicy) -> None:
+        make_endpoint: Any, policy: ErrorPolicy, alice_client: Client) -> None:
     policy.arguments_error = "to_model"
     policy.save()
     tool = registration("forecast", "mock", {"result": "never"})
@@ -96,6 +96,8 @@ def test_schema_violations_go_through_the_arguments_policy(
     assert call.state == ToolCallState.ARGUMENTS_ERROR
     assert "/city: 'city' is a required property" in call.error_message
     assert "(root): Additional properties are not allowed" in call.error_message
+    page = alice_client.get(reverse("run_detail", args=[run.pk])).content.decode()
+    assert "<li>/city: &#x27;city&#x27; is a required property</li>" in page
 
 
 def test_a_mock_error_is_an_execution_error_the_model_sees(
