@@ -13,6 +13,7 @@ import aiohttp
 import pydantic
 import pytest
 
+from tests.providers.loopback import hanging_after, serving
 from tools_app.engine import ToolArgumentsError, ToolExecutionError, ToolExecutionRequest
 from tools_app.engine.outbound import OutboundPolicy
 from tools_app.engine.sources import HttpConfig, HttpToolExecutor
@@ -256,3 +257,11 @@ async def test_credentials_do_not_follow_a_redirect_to_another_origin(server: Se
                          policy=policy, secrets={"TOKEN": SECRET})
     assert "authorization" not in json.loads(text)
     assert first.seen[0].headers["authorization"] == SECRET
+
+
+async def test_a_server_that_never_answers_runs_into_the_tools_timeout() -> None:
+    async with serving(hanging_after(), path="/slow") as (url, accepted):
+        with pytest.raises(ToolExecutionError,
+                           match=r"no complete answer from 127\.0\.0\.1 within 0\.2 s"):
+            await run({"url": url, "timeout_seconds": 0.2})
+    assert len(accepted) == 1

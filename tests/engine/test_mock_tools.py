@@ -114,3 +114,15 @@ async def test_schema_violations_reach_the_arguments_error_policy() -> None:
         ScriptStep(tool_calls=[ScriptedCall(name="weather", arguments={"town": "Oslo"})])])
     with pytest.raises(ToolArgumentsError, match="/city: 'city' is a required property"):
         await service.chat(model, [UserMessage(text="weather?")])
+
+
+async def test_a_latency_longer_than_the_tools_timeout_times_out() -> None:
+    spec = ToolSpecification(name="slow", parameters={"type": "object", "properties": {}})
+    service = ToolService()
+    service.tool(spec, MockToolExecutor({"latency_seconds": 3600, "result": "late"}),
+                 timeout=0.05)
+    model = ScriptedChatModel([ScriptStep(tool_calls=[ScriptedCall(name="slow")]),
+                               ScriptStep(text="{last_result}")])
+    result = await service.chat(model, [UserMessage(text="go")])
+    assert [e.result_text for e in result.tool_executions] == [
+        "Tool 'slow' timed out after 0.05 s"]
