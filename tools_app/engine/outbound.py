@@ -10,7 +10,8 @@ connects with checks every address it returns (so a name that resolves to a priv
 address, or one that changes between two lookups, is caught), and a literal IP in the
 URL is checked before the request. An IPv4 address hidden in an IPv6 one (mapped,
 6to4, Teredo) is judged as that IPv4 address; a host written in an odd notation
-(2130706433, 0x7f.1) is resolved like any name, and its address judged.
+(2130706433, 0x7f.1) is resolved like any name, and its address judged; HTTP tools
+refuse such notations outright (`unusual_address_notation`).
 """
 
 from __future__ import annotations

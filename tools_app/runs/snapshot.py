@@ -9,7 +9,6 @@ worker process, reading the API key from the environment at that moment.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -217,8 +216,8 @@ def _registered_tool(tool: dict[str, Any]) -> tuple[RegisteredTool, tuple[str, .
         name=tool["name"], description=tool["description"], parameters=tool["json_schema"],
         strict=tool["strict"] or None,
     )
-    context = ToolContext(read_secret=functools.partial(_tool_secret, tool),
-                          outbound=outbound_policy(), clients=PROVIDER_CLIENTS)
+    context = ToolContext(read_secret=_tool_secret, outbound=outbound_policy(),
+                          clients=PROVIDER_CLIENTS)
     built = build_executor(tool, spec, context)
     registered = RegisteredTool(
         specification=spec,
@@ -231,7 +230,7 @@ def _registered_tool(tool: dict[str, Any]) -> tuple[RegisteredTool, tuple[str, .
     return registered, built.secrets
 
 
-def _tool_secret(tool: dict[str, Any], name: str) -> str:
+def _tool_secret(name: str) -> str:
     """A credential a tool's configuration names, read now from the environment, under
     the same rule as endpoints' (AGENTFORGE_SECRET_ENV_ALLOW)."""
     if problem := secret_variable_problem(name):
