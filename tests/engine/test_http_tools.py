@@ -138,6 +138,7 @@ async def test_a_missing_secret_is_a_clear_error(server: Server) -> None:
     ({"url": "http://example.com/", "body": "arguments"}, "a GET request has no body"),
     ({"url": "http://example.com/", "response": "data"}, "JSON pointer"),
     ({"url": "http://example.com/", "headers": {"Bad Name": "x"}}, "not a header name"),
+    ({"url": "http://example.com/", "headers": {"X-A": "a\r\nX-B: b"}}, "control char"),
     ({"url": "http://example.com/", "timeout_seconds": 0}, "greater than 0"),
     ({}, "url"),
 ])

@@ -115,6 +115,8 @@ class HttpConfig(BaseModel):
         for name, value in headers.items():
             if not name or any(c.isspace() or c in ':"(),/;<=>?@[\\]{}' for c in name):
                 raise ValueError(f"{name!r} is not a header name")
+            if any(ord(c) < 32 or ord(c) == 127 for c in value):
+                raise ValueError(f"{name}: a header value cannot hold control characters")
             if value.startswith(ENV_PREFIX) and not value[len(ENV_PREFIX):]:
                 raise ValueError(f"{name}: name the environment variable after env:")
         return headers
