@@ -14,16 +14,19 @@ from urllib.parse import urlsplit
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Model
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 from pydantic import ValidationError as PydanticValidationError
 
+from .engine.definitions import schema_problems
 from .engine.providers.scripted import ScriptStep
 from .models import (
     ApiToken,
@@ -42,6 +45,8 @@ from .models import (
 from .runs.policy import template_problem
 from .runs.selectors import format_ms
 from .runs.snapshot import secret_variable_problem
+from .tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
+from .tools.kinds import config_help, config_problems
 from .tools.registry import compute_version_hash, record_version, resolve_tool_function
 from .web.api_tokens import assign_new_secret
 
@@ -223,10 +228,15 @@ class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
         fields = ("name", "kind", "python_path", "description", "json_schema", "config",
                   "return_behavior", "strict", "timeout_seconds", "requires_approval",
                   "idempotent", "enabled")
+        # The admin renders help text as HTML: each line escaped, then joined by <br>.
+        help_texts = {"config": format_html_join(SafeString("<br>"), "{}", (
+            (line,) for line in config_help().splitlines()))}
 
     def clean_json_schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = self.cleaned_data["json_schema"]
-        if problems := json_schema_problems(schema):
+        # Also what schema-only tools are validated with: the Draft 2020-12 meta-schema,
+        # and no $ref out of the document.
+        if problems := json_schema_problems(schema) or schema_problems(schema):
             raise ValidationError(problems)
         return schema
 
@@ -243,6 +253,10 @@ class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
                     self.add_error("python_path", str(exc))
         elif path:
             self.add_error("python_path", "Only Python tools have a Python path.")
+        kind = cleaned.get("kind")
+        if kind and "config" in cleaned:
+            for problem in config_problems(kind, cleaned["config"], secret_variable_problem):
+                self.add_error("config", problem)
         return cleaned
 
     def save(self, commit: bool = True) -> ToolRegistration:
@@ -252,9 +266,77 @@ class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
         return registration
 
 
+class ToolImportForm(forms.Form):
+    """Paste or upload a JSON tools array; every tool becomes a mock or HTTP tool."""
+
+    definitions = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 14, "cols": 100}),
+        help_text="An OpenAI (Chat Completions or Responses), Anthropic or MCP tools array, "
+        "or one tool. A tool may carry its own configuration under x-agentforge-config.")
+    file = forms.FileField(required=False, help_text="Or upload the JSON file.")
+    kind = forms.ChoiceField(choices=[(k.value, k.label) for k in IMPORTABLE_KINDS])
+    config = forms.JSONField(
+        required=False, initial=dict, widget=forms.Textarea(attrs={"rows": 4, "cols": 100}),
+        help_text="The configuration of tools that carry none. " + config_help())
+
+    MAX_UPLOAD_BYTES = 2_000_000
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        upload = cleaned.get("file")
+        text = cleaned.get("definitions") or ""
+        if upload is not None:
+            if upload.size > self.MAX_UPLOAD_BYTES:
+                raise ValidationError(f"The file is larger than {self.MAX_UPLOAD_BYTES} bytes.")
+            try:
+                text = upload.read().decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValidationError("The file is not UTF-8 text.") from exc
+        if not text.strip():
+            raise ValidationError("Paste the tools JSON or upload a file.")
+        try:
+            cleaned["data"] = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValidationError(f"Not JSON: {exc}") from exc
+        config = cleaned.get("config")
+        if config is not None and not isinstance(config, dict):
+            self.add_error("config", "Give a JSON object.")
+        return cleaned
+
+
 @admin.register(ToolRegistration)
 class ToolRegistrationAdmin(admin.ModelAdmin[ToolRegistration]):
     form = ToolRegistrationForm
+    change_list_template = "admin/tools_app/toolregistration/change_list.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.import_view)
+        return [path("import/", view, name="tools_app_toolregistration_import"),
+                *super().get_urls()]
+
+    def import_view(self, request: HttpRequest) -> HttpResponse:
+        """Import definitions as new tools: all of them, or (listing every problem) none."""
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        form = ToolImportForm(request.POST or None, request.FILES or None)
+        problems: list[tuple[str, str]] = []
+        if request.method == "POST" and form.is_valid():
+            try:
+                created = import_tools(
+                    form.cleaned_data["data"], kind=form.cleaned_data["kind"],
+                    default_config=form.cleaned_data.get("config") or {},
+                    secret_problem=secret_variable_problem)
+            except ToolImportError as exc:
+                problems = exc.problems
+            else:
+                self.message_user(request, f"Imported {len(created)} tools: "
+                                  + ", ".join(t.name for t in created), messages.SUCCESS)
+                return redirect("admin:tools_app_toolregistration_changelist")
+        context = {**self.admin_site.each_context(request), "form": form,
+                   "problems": problems, "title": "Import tools",
+                   "opts": self.model._meta}
+        return TemplateResponse(request, "admin/tools_app/toolregistration/import.html",
+                                context)
     list_display = ("name", "kind", "enabled", "return_behavior", "timeout_seconds",
                     "requires_approval", "idempotent", "short_hash", "updated_at")
     list_filter = ("kind", "enabled", "return_behavior", "requires_approval", "idempotent",

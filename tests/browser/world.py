@@ -24,6 +24,9 @@ XSS_ENDPOINT = "Browser: XSS <img src=x onerror=alert(1)> {{7*7}}"
 XSS_FAILING_ENDPOINT = "Browser: XSS stops <script>alert(1)</script>"
 XSS_POLICY = "Browser: XSS <b>policy</b>"
 XSS_TOOLS = ("xss_echo", "xss_fails")
+KINDS_ENDPOINT = "Browser: mock and HTTP tools"
+# Imported by tests/browser/test_tool_kinds.py through the admin's import page.
+KINDS_TOOLS = ("kinds_forecast", "kinds_lookup", "kinds_metadata")
 
 
 def slow_script(rounds: int = SLOW_ROUNDS) -> list[dict[str, Any]]:
@@ -62,12 +65,26 @@ def xss_failing_script() -> list[dict[str, Any]]:
     return [{"tool_calls": [{"name": "<img src=x onerror=alert(1)>", "arguments": {}}]}]
 
 
+def kinds_script() -> list[dict[str, Any]]:
+    """One call to each imported tool: a mock, an HTTP tool on a loopback server, and an
+    HTTP tool aimed at the cloud metadata address (refused)."""
+    return [
+        {"tool_calls": [
+            {"name": "kinds_forecast", "arguments": {"city": "Oslo"}},
+            {"name": "kinds_lookup", "arguments": {"id": "42"}},
+            {"name": "kinds_metadata", "arguments": {}},
+        ]},
+        {"text": "Results: {last_results}"},
+    ]
+
+
 def setup() -> None:
     from tools_app.models import ErrorPolicy, ModelEndpoint, ProviderKind, ToolRegistration
 
     endpoints = ((SLOW_ENDPOINT, slow_script()), (LONG_ENDPOINT, slow_script(LONG_ROUNDS)),
                  (XSS_ENDPOINT, xss_script()),
-                 (XSS_FAILING_ENDPOINT, xss_failing_script()))
+                 (XSS_FAILING_ENDPOINT, xss_failing_script()),
+                 (KINDS_ENDPOINT, kinds_script()))
     for name, script in endpoints:
         # Streamed: the timeline also gets the ephemeral text / tool-call fragments.
         ModelEndpoint.objects.update_or_create(

@@ -3,6 +3,7 @@
 Import the public names from here; the module split is an implementation detail.
 """
 
+from .definitions import tool_entries, tool_from_json, tools_from_json
 from .errors import (
     AgentForgeError,
     Approver,
@@ -10,6 +11,7 @@ from .errors import (
     MaxRoundTripsExceededError,
     ProviderError,
     ToolArgumentsError,
+    ToolDefinitionError,
     ToolError,
     ToolErrorContext,
     ToolErrorHandlerResult,
@@ -27,6 +29,7 @@ from .events import EngineEvent, emit
 from .execution import (
     CallableToolExecutor,
     FunctionToolExecutor,
+    SchemaValidatingExecutor,
     ToolExecution,
     ToolExecutionResult,
     ToolExecutor,
@@ -90,6 +93,7 @@ __all__ = [
     "RegisteredTool",
     "ResumeState",
     "ReturnBehavior",
+    "SchemaValidatingExecutor",
     "ScriptStep",
     "ScriptedCall",
     "ScriptedChatModel",
@@ -98,6 +102,7 @@ __all__ = [
     "ToolArgumentsError",
     "ToolChatResult",
     "ToolChoice",
+    "ToolDefinitionError",
     "ToolError",
     "ToolErrorContext",
     "ToolErrorHandlerResult",
@@ -124,7 +129,10 @@ __all__ = [
     "tell_model_available_tools",
     "throw_on_hallucinated_tool",
     "tool",
+    "tool_entries",
+    "tool_from_json",
     "tool_specification_from",
     "tool_specifications_from",
+    "tools_from_json",
     "validate_specifications",
 ]

@@ -8,6 +8,7 @@
     │   │   ├── ToolTimeoutError        the tool ran past its timeout
     │   │   └── ToolUnknownOutcomeError the worker died while the call was in flight
     │   └── HallucinatedToolError       the model named a tool that is not registered
+    ├── ToolDefinitionError             tool definitions (JSON) that cannot be used
     ├── ToolLoopError                   the loop itself stopped
     │   └── MaxRoundTripsExceededError  more tool-calling round trips than allowed
     └── ProviderError                   a model provider failed; `retryable` decides retries
@@ -21,47 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+# The base of the tree lives apart, so modules the messages depend on (spec, through
+# argument validation) can raise these without an import cycle.
+from .base_errors import AgentForgeError as AgentForgeError
+from .base_errors import ToolArgumentsError as ToolArgumentsError
+from .base_errors import ToolError as ToolError
+from .base_errors import ToolExecutionError as ToolExecutionError
 
 if TYPE_CHECKING:
     from .messages import ToolExecutionRequest, ToolExecutionResultMessage
-
-
-class AgentForgeError(Exception):
-    """Base of every error the engine raises on purpose."""
-
-
-class ToolError(AgentForgeError):
-    def __init__(self, message: str, *, tool_name: str | None = None) -> None:
-        super().__init__(message)
-        self.tool_name = tool_name
-
-
-class ToolArgumentsError(ToolError):
-    """The arguments of a tool call could not be parsed or did not validate.
-
-    `errors` keeps pydantic's structured errors (loc, msg, type) when there are some.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        tool_name: str | None = None,
-        errors: list[dict[str, Any]] | None = None,
-    ) -> None:
-        super().__init__(message, tool_name=tool_name)
-        self.errors = errors or []
-
-
-class ToolExecutionError(ToolError):
-    """The tool itself raised; the original exception is `__cause__` and `.cause`."""
-
-    def __init__(
-        self, message: str, *, tool_name: str | None = None, cause: BaseException | None = None
-    ) -> None:
-        super().__init__(message, tool_name=tool_name)
-        self.cause = cause
 
 
 class ToolTimeoutError(ToolExecutionError):
@@ -89,6 +60,18 @@ class HallucinatedToolError(ToolError):
             tool_name=tool_name,
         )
         self.available = available
+
+
+class ToolDefinitionError(AgentForgeError, ValueError):
+    """Tool definitions that cannot be registered. `problems` holds one (tool, reason)
+    pair per problem, every bad tool listed, so a whole file is fixed in one pass."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        lines = "\n".join(f"- {tool}: {reason}" for tool, reason in problems)
+        count = len(problems)
+        super().__init__(f"{count} problem{'s' if count != 1 else ''} in the tool "
+                         f"definitions:\n{lines}")
+        self.problems = problems
 
 
 class ToolLoopError(AgentForgeError):

@@ -26,9 +26,16 @@ from typing import Any, Protocol, runtime_checkable
 import pydantic_core
 from pydantic import BaseModel, ValidationError
 
+from .arguments import parse_arguments
 from .errors import ToolArgumentsError, ToolExecutionError
 from .messages import ToolExecutionRequest
-from .spec import ArgumentsModel, arguments_model_for, tool_name_from, tool_options
+from .spec import (
+    ArgumentsModel,
+    ToolSpecification,
+    arguments_model_for,
+    tool_name_from,
+    tool_options,
+)
 
 
 @dataclass(frozen=True)
@@ -80,49 +87,7 @@ class ToolExecutor(Protocol):
 
 def arguments_as_map(request: ToolExecutionRequest) -> dict[str, Any]:
     """Parse the raw arguments JSON into an object (seed: ToolExecutionRequestUtil)."""
-    raw = (request.arguments or "").strip()
-    if raw in ("", "{}", "null"):
-        # "null" is what some OpenAI-compatible servers send for a no-argument call.
-        return {}
-    try:
-        parsed = _ARGUMENTS_DECODER.decode(raw)
-    except json.JSONDecodeError as exc:
-        raise ToolArgumentsError(
-            f"Arguments of tool '{request.name}' are not valid JSON: {exc.msg} "
-            f"at line {exc.lineno} column {exc.colno}",
-            tool_name=request.name,
-        ) from exc
-    except _NotJson as exc:
-        raise ToolArgumentsError(
-            f"Arguments of tool '{request.name}' are not valid JSON: {exc}",
-            tool_name=request.name,
-        ) from exc
-    except RecursionError as exc:
-        raise ToolArgumentsError(
-            f"Arguments of tool '{request.name}' are nested too deeply to parse",
-            tool_name=request.name,
-        ) from exc
-    if not isinstance(parsed, dict):
-        raise ToolArgumentsError(
-            f"Arguments of tool '{request.name}' must be a JSON object, "
-            f"got {type(parsed).__name__}",
-            tool_name=request.name,
-        )
-    return parsed
-
-
-class _NotJson(ValueError):
-    pass
-
-
-def _reject_constant(name: str) -> Any:
-    # Python's json module accepts NaN and Infinity; JSON does not, and neither can a
-    # database's JSON column hold them.
-    raise _NotJson(f"{name} is not allowed")
-
-
-# Made once: json.loads() with any option builds a new decoder on every call.
-_ARGUMENTS_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+    return parse_arguments(request.arguments, request.name)
 
 
 def result_text(result: Any) -> str:
@@ -304,3 +269,19 @@ def _describe_validation_error(tool_name: str, exc: ValidationError) -> str:
         for err in exc.errors(include_url=False)
     )
     return f"Invalid arguments for tool '{tool_name}': {problems}"
+
+
+class SchemaValidatingExecutor:
+    """Runs `inner` only for arguments that satisfy the specification's JSON schema.
+
+    Tools that have no Python signature (mock, HTTP, MCP) are validated this way before
+    they run; a violation is a ToolArgumentsError listing every problem with its JSON
+    pointer, handled by the arguments-error policy exactly as for a Python tool."""
+
+    def __init__(self, specification: ToolSpecification, inner: ToolExecutor) -> None:
+        self.specification = specification
+        self.inner = inner
+
+    async def execute_with_result(self, request: ToolExecutionRequest) -> ToolExecutionResult:
+        self.specification.validate_arguments(request.arguments)
+        return await self.inner.execute_with_result(request)

@@ -10,12 +10,14 @@ connects with checks every address it returns (so a name that resolves to a priv
 address, or one that changes between two lookups, is caught), and a literal IP in the
 URL is checked before the request. An IPv4 address hidden in an IPv6 one (mapped,
 6to4, Teredo) is judged as that IPv4 address; a host written in an odd notation
-(2130706433, 0x7f.1) is resolved like any name, and its address judged.
+(2130706433, 0x7f.1) is resolved like any name, and its address judged; HTTP tools
+refuse such notations outright (`unusual_address_notation`).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -85,6 +87,24 @@ def is_ip_literal(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+_NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
+
+
+def unusual_address_notation(host: str) -> bool:
+    """Whether `host` spells an IPv4 address in a notation other than four decimal
+    numbers (2130706433, 0x7f.1, 127.1, 0177.0.0.1): resolvers accept these and reach
+    the address they spell, and nobody writes them but someone getting round a filter.
+    A trailing dot does not make a canonical address unusual."""
+    bare = host.strip().rstrip(".")
+    labels = bare.split(".")
+    if not bare or not all(_NUMERIC_LABEL.match(label) for label in labels):
+        return False  # a name (or an IPv6 literal)
+    try:
+        return str(ipaddress.IPv4Address(bare)) != bare
+    except ValueError:
+        return True
 
 
 def _split(allow: Iterable[str]) -> tuple[frozenset[str], tuple[IPNetwork, ...]]:

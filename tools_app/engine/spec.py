@@ -13,12 +13,14 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from .arguments import parse_arguments, schema_validator, validate_against_schema
 
 TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _MARKER = "__agentforge_tool__"
@@ -42,6 +44,17 @@ class ToolSpecification(BaseModel):
     )
     strict: bool | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def validate_arguments(self, arguments: str | Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments (raw JSON or already parsed) as a dict, if they satisfy
+        `parameters` (JSON Schema Draft 2020-12); else a ToolArgumentsError listing every
+        violation with its JSON pointer. The validator is compiled once per distinct
+        schema and kept (arguments.schema_validator), not per call."""
+        if isinstance(arguments, Mapping):
+            parsed = dict(arguments)
+        else:
+            parsed = parse_arguments(arguments, self.name)
+        return validate_against_schema(schema_validator(self.parameters), parsed, self.name)
 
     def __hash__(self) -> int:
         # Hashable despite its dict fields, so a {specification: executor} mapping works

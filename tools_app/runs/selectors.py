@@ -196,7 +196,11 @@ def _failing_paths(details: Any) -> list[str]:
     paths = []
     for item in details:
         if isinstance(item, dict):
-            loc = ".".join(str(p) for p in item.get("loc", [])) or "(arguments)"
+            # Schema-validated tools name the value by its JSON pointer; Python tools by
+            # pydantic's location.
+            pointer = item.get("pointer")
+            loc = (pointer if isinstance(pointer, str) else
+                   ".".join(str(p) for p in item.get("loc", []))) or "(arguments)"
             paths.append(f"{loc}: {item.get('msg', '')}")
     return paths
 

@@ -9,10 +9,9 @@ worker process, reading the API key from the environment at that moment.
 from __future__ import annotations
 
 import fnmatch
-import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,7 +24,6 @@ from ..engine import (
     ChatMessage,
     ChatModel,
     ChatRequestParameters,
-    FunctionToolExecutor,
     RegisteredTool,
     ReturnBehavior,
     ScriptedChatModel,
@@ -44,6 +42,8 @@ from ..engine.outbound import OutboundPolicy
 from ..models import ErrorPolicy, ModelEndpoint, ToolRegistration
 from .provider_clients import PROVIDER_CLIENTS
 from .storage import clean_json
+from .tool_executors import ToolContext, build_executor
+from .tool_executors import import_tool_function as import_tool_function
 
 SNAPSHOT_VERSION = 1
 _messages_adapter: TypeAdapter[list[ChatMessage]] = TypeAdapter(list[ChatMessage])
@@ -115,9 +115,12 @@ def engine_for_snapshot(snapshot: dict[str, Any]) -> RunEngine:
             else throw_on_hallucinated_tool
         ),
     )
+    tool_secrets: list[str] = []
     for tool in snapshot["tools"]:
-        service.register(_registered_tool(tool))
-    return RunEngine(model=model, service=service, secrets=secrets)
+        registered, used = _registered_tool(tool)
+        service.register(registered)
+        tool_secrets += used
+    return RunEngine(model=model, service=service, secrets=(*secrets, *tool_secrets))
 
 
 def chat_model_for(
@@ -207,34 +210,36 @@ def _header_value(endpoint: dict[str, Any], value: str) -> str:
     return str(value)
 
 
-def _registered_tool(tool: dict[str, Any]) -> RegisteredTool:
-    if tool["kind"] != "python":
-        raise ImproperlyConfigured(
-            f"Tool {tool['name']!r} is of kind {tool['kind']!r}, which this version cannot run"
-        )
+def _registered_tool(tool: dict[str, Any]) -> tuple[RegisteredTool, tuple[str, ...]]:
+    """The tool as the engine registers it, and the secret values its executor uses."""
     spec = ToolSpecification(
         name=tool["name"], description=tool["description"], parameters=tool["json_schema"],
         strict=tool["strict"] or None,
     )
-    return RegisteredTool(
+    context = ToolContext(read_secret=_tool_secret, outbound=outbound_policy(),
+                          clients=PROVIDER_CLIENTS)
+    built = build_executor(tool, spec, context)
+    registered = RegisteredTool(
         specification=spec,
-        executor=FunctionToolExecutor(import_tool_function(tool["python_path"])),
+        executor=built.executor,
         return_behavior=ReturnBehavior(tool["return_behavior"]),
         timeout=tool["timeout_seconds"],
         idempotent=tool["idempotent"],
         requires_approval=tool["requires_approval"],
     )
+    return registered, built.secrets
 
 
-def import_tool_function(path: str) -> Callable[..., Any]:
-    module_name, _, attr = path.rpartition(".")
-    try:
-        func = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ImproperlyConfigured(f"Cannot import tool function {path!r}: {exc}") from exc
-    if not callable(func):
-        raise ImproperlyConfigured(f"{path!r} is not callable")
-    return func  # type: ignore[no-any-return]
+def _tool_secret(name: str) -> str:
+    """A credential a tool's configuration names, read now from the environment, under
+    the same rule as endpoints' (AGENTFORGE_SECRET_ENV_ALLOW)."""
+    if problem := secret_variable_problem(name):
+        raise ValueError(problem)
+    value = os.environ.get(name)
+    if not value:
+        raise ValueError(f"the environment variable {name} is not set in the worker's "
+                         "environment")
+    return value
 
 
 def _format(template: str, request_name: str, error: Exception, arguments: str) -> str:

@@ -72,6 +72,9 @@ class EndpointConfig:
     verify: Verify = True
     outbound: OutboundPolicy | None = None
     """Where connections may go (outbound.py); None: anywhere."""
+    environment_proxy: bool = True
+    """False: never the environment's proxy (HTTP tools connect directly, so the
+    outbound policy judges the address actually connected to)."""
 
     @classmethod
     def of(cls, base_url: str, *, proxy: str | None = None,
@@ -133,7 +136,8 @@ def new_client(config: EndpointConfig,
                transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
     """A client for `config` on aiohttp's pool (or on `transport`, for tests)."""
     if transport is None:
-        proxy = config.proxy or environment_proxy(config.base_url)
+        proxy = config.proxy or (
+            environment_proxy(config.base_url) if config.environment_proxy else None)
         verify = _default_ssl_context() if config.verify is True else config.verify
         limits = config.limits
 
