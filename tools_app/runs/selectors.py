@@ -13,6 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from ..engine.conversation import to_openai_messages
 from ..models import (
     ErrorPolicy,
     ModelEndpoint,
@@ -23,6 +24,7 @@ from ..models import (
     ToolCallState,
     ToolRegistration,
 )
+from .snapshot import snapshot_messages
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -85,6 +87,25 @@ def policies() -> QuerySet[ErrorPolicy]:
 
 def default_policy() -> ErrorPolicy | None:
     return policies().first()
+
+
+def starting_conversation(run: Run) -> list[dict[str, Any]]:
+    """The conversation the run started from, as OpenAI-format dicts (role, content,
+    tool calls with their arguments pretty-printed when they are JSON)."""
+    shown = []
+    for message in to_openai_messages(snapshot_messages(run.snapshot)):
+        calls = [{"id": c["id"], "name": c["function"]["name"],
+                  "arguments": _pretty_arguments(c["function"]["arguments"])}
+                 for c in message.get("tool_calls", [])]
+        shown.append(message | {"calls": calls})
+    return shown
+
+
+def _pretty_arguments(raw: str) -> str:
+    try:
+        return _pretty(json.loads(raw))
+    except ValueError:
+        return raw
 
 
 def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[dict[str, Any]]:

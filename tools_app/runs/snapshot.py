@@ -101,8 +101,10 @@ class RunEngine:
 
 def engine_for_snapshot(snapshot: dict[str, Any]) -> RunEngine:
     policy = snapshot["policy"]
+    prelude = sum(1 for m in snapshot["messages"] if m["type"] == "ai")
     model, secrets = chat_model_for(snapshot["endpoint"],
-                                    max_retries=policy["provider_max_retries"])
+                                    max_retries=policy["provider_max_retries"],
+                                    prelude_ai_messages=prelude)
     service = ToolService(
         max_tool_calling_round_trips=policy["max_round_trips"],
         parallel=policy["parallel"],
@@ -121,12 +123,15 @@ def engine_for_snapshot(snapshot: dict[str, Any]) -> RunEngine:
 
 
 def chat_model_for(
-    endpoint: dict[str, Any], *, max_retries: int
+    endpoint: dict[str, Any], *, max_retries: int, prelude_ai_messages: int = 0,
 ) -> tuple[ChatModel, tuple[str, ...]]:
-    """The ChatModel of an endpoint config, and the secret values it uses (to redact)."""
+    """The ChatModel of an endpoint config, and the secret values it uses (to redact).
+    `prelude_ai_messages`: assistant messages of the starting conversation (a script
+    plays its steps after them)."""
     if endpoint["kind"] == "scripted":
         return ScriptedChatModel(endpoint["script"], stream=endpoint["stream"],
-                                 model_name=endpoint["model"] or "scripted"), ()
+                                 model_name=endpoint["model"] or "scripted",
+                                 prelude_ai_messages=prelude_ai_messages), ()
     from ..engine.providers.registry import build_chat_model
 
     api_key = _api_key(endpoint)

@@ -21,7 +21,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 from pydantic import ValidationError
 
-from ..engine import ChatRequestParameters, SystemMessage, UserMessage
+from ..engine import ChatMessage, ChatRequestParameters
+from ..engine.conversation import ConversationError, parse_conversation
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from ..runs import rerun, selectors, services
 from ..runs.filters import FilterError, filtered_runs
@@ -227,20 +228,12 @@ def _tools(names: list[str]) -> list[ToolRegistration]:
     return [found[n] for n in names]
 
 
-def _messages(raw: Any) -> list[Any]:
-    if not isinstance(raw, list):
-        raise ApiError(400, "invalid_field", "messages must be a list", field="messages")
-    messages: list[Any] = []
-    for i, item in enumerate(raw):
-        role = item.get("role") if isinstance(item, dict) else None
-        content = item.get("content") if isinstance(item, dict) else None
-        if role not in ("system", "user") or not isinstance(content, str):
-            raise ApiError(400, "invalid_field",
-                           f"messages[{i}] must be {{'role': 'system'|'user', 'content': str}}",
-                           field=f"messages[{i}]")
-        messages.append(SystemMessage(text=content) if role == "system"
-                        else UserMessage(text=content))
-    return messages
+def _messages(raw: Any) -> list[ChatMessage]:
+    """Every message kind, in the OpenAI Chat Completions format (engine.conversation)."""
+    try:
+        return parse_conversation(raw)
+    except ConversationError as exc:
+        raise ApiError(400, "invalid_field", str(exc), field=exc.field) from exc
 
 
 def _parameters(raw: Any) -> ChatRequestParameters:

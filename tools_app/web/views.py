@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 from django_ratelimit.core import is_ratelimited
 
-from ..engine import ChatRequestParameters, NamedToolChoice
+from ..engine import ChatMessage, ChatRequestParameters, NamedToolChoice
 from ..models import ModelEndpoint, PlaygroundState, Round, Run, RunStatus, ToolCall
 from ..runs import rerun, selectors, services
 from ..runs.filters import FilterError, Page, filtered_runs
@@ -77,8 +77,7 @@ def _start_from_form(request: AuthenticatedHttpRequest, form: PlaygroundForm) ->
         run = services.run_create(
             user=request.user, endpoint=data["endpoint"], tools=list(data["tools"]),
             policy=data["policy"],
-            messages=services.conversation(system_prompt=data["system_prompt"],
-                                           user_message=data["user_message"]),
+            messages=_messages_of(data),
             parameters=ChatRequestParameters(tool_choice=choice if data["tools"] else None),
             policy_overrides={"parallel": data["parallel"],
                               "max_round_trips": data["max_round_trips"]},
@@ -91,12 +90,21 @@ def _start_from_form(request: AuthenticatedHttpRequest, form: PlaygroundForm) ->
     return run
 
 
+def _messages_of(data: dict[str, Any]) -> list[ChatMessage]:
+    """The starting conversation: pasted whole, or a system prompt and a user message."""
+    if data["input_mode"] == "conversation":
+        return list(data["messages"])
+    return services.conversation(system_prompt=data["system_prompt"],
+                                 user_message=data["user_message"])
+
+
 def _remembered(request: AuthenticatedHttpRequest) -> dict[str, Any]:
     state = PlaygroundState.objects.filter(user_id=request.user.pk).first()
     if state is not None:
         return dict(state.data)
     policy = selectors.default_policy()
     return {"policy": policy.pk if policy else None, "parallel": True, "tool_choice": "auto",
+            "input_mode": "simple",
             "user_message": "What's the weather in Hangzhou and in Paris?"}
 
 
@@ -110,8 +118,12 @@ def run_url(run: Run) -> str:
 @login_required
 def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = _run_for_user(request, run_id)
+    conversation = selectors.starting_conversation(run)
     return render(request, "tools_app/run_detail.html",
-                  {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq})
+                  {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq,
+                   "conversation": conversation,
+                   "whole_conversation": any(m["role"] in ("assistant", "tool")
+                                             for m in conversation)})
 
 
 @require_POST
