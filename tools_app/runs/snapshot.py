@@ -40,7 +40,13 @@ from ..engine import (
     tell_model_available_tools,
     throw_on_hallucinated_tool,
 )
+from ..engine.execution import ToolExecutor
 from ..engine.outbound import OutboundPolicy
+from ..engine.providers.recorded import (
+    RecordedChatModel,
+    RecordedRound,
+    RecordedToolExecutor,
+)
 from ..models import ErrorPolicy, ModelEndpoint, ToolRegistration
 from .provider_clients import PROVIDER_CLIENTS
 from .storage import clean_json
@@ -100,11 +106,11 @@ class RunEngine:
 
 
 def engine_for_snapshot(snapshot: dict[str, Any]) -> RunEngine:
+    """The engine a run uses. A snapshot with a "replay" section (a rerun replaying a
+    recording, or `manage.py replay_fixture`) answers from its recording where it says
+    so (see `replay_model` and `_executor`)."""
     policy = snapshot["policy"]
-    prelude = sum(1 for m in snapshot["messages"] if m["type"] == "ai")
-    model, secrets = chat_model_for(snapshot["endpoint"],
-                                    max_retries=policy["provider_max_retries"],
-                                    prelude_ai_messages=prelude)
+    model, secrets = _model_of(snapshot)
     service = ToolService(
         max_tool_calling_round_trips=policy["max_round_trips"],
         parallel=policy["parallel"],
@@ -117,9 +123,44 @@ def engine_for_snapshot(snapshot: dict[str, Any]) -> RunEngine:
             else throw_on_hallucinated_tool
         ),
     )
+    replay = snapshot.get("replay")
     for tool in snapshot["tools"]:
-        service.register(_registered_tool(tool))
+        service.register(_registered_tool(tool, replay))
     return RunEngine(model=model, service=service, secrets=secrets)
+
+
+def _model_of(snapshot: dict[str, Any]) -> tuple[ChatModel, tuple[str, ...]]:
+    replay = snapshot.get("replay")
+    if replay is not None and replay["model"] == "recorded":
+        return replay_model(snapshot, replay)
+    prelude = sum(1 for m in snapshot["messages"] if m["type"] == "ai")
+    return chat_model_for(snapshot["endpoint"],
+                          max_retries=snapshot["policy"]["provider_max_retries"],
+                          prelude_ai_messages=prelude)
+
+
+def replay_model(snapshot: dict[str, Any],
+                 replay: dict[str, Any]) -> tuple[ChatModel, tuple[str, ...]]:
+    """The recorded model; with on_divergence "live", the endpoint's model behind it."""
+    live: ChatModel | None = None
+    secrets: tuple[str, ...] = ()
+    if replay["on_divergence"] == "live":
+        prelude = sum(1 for m in snapshot["messages"] if m["type"] == "ai")
+        live, secrets = chat_model_for(
+            snapshot["endpoint"], max_retries=snapshot["policy"]["provider_max_retries"],
+            prelude_ai_messages=prelude)
+    model = RecordedChatModel(recorded_rounds(replay["rounds"]),
+                              prelude_messages=len(snapshot["messages"]), live=live)
+    return model, secrets
+
+
+_rounds_adapter: TypeAdapter[list[RecordedRound]] = TypeAdapter(list[RecordedRound])
+
+
+def recorded_rounds(rounds: list[dict[str, Any]]) -> list[RecordedRound]:
+    """The recording's rounds as the engine's replay reads them (the export format's
+    rounds: extra fields are ignored)."""
+    return _rounds_adapter.validate_python(rounds)
 
 
 def chat_model_for(
@@ -212,7 +253,21 @@ def _header_value(endpoint: dict[str, Any], value: str) -> str:
     return str(value)
 
 
-def _registered_tool(tool: dict[str, Any]) -> RegisteredTool:
+def _executor(tool: dict[str, Any], replay: dict[str, Any] | None) -> ToolExecutor:
+    """The tool's own code, or the recording (live code behind it only if a divergence
+    goes on live): recorded and mock tools never import the tool's code."""
+    mode = "live" if replay is None else replay["tools"]
+    if mode == "live":
+        return FunctionToolExecutor(import_tool_function(tool["python_path"]))
+    live = None
+    if mode == "recorded" and replay is not None and replay["on_divergence"] == "live":
+        live = FunctionToolExecutor(import_tool_function(tool["python_path"]))
+    rounds = recorded_rounds(replay["rounds"]) if replay is not None else []
+    return RecordedToolExecutor(rounds, mode="mock" if mode == "mock" else "recorded",
+                                live=live)
+
+
+def _registered_tool(tool: dict[str, Any], replay: dict[str, Any] | None) -> RegisteredTool:
     if tool["kind"] != "python":
         raise ImproperlyConfigured(
             f"Tool {tool['name']!r} is of kind {tool['kind']!r}, which this version cannot run"
@@ -223,7 +278,7 @@ def _registered_tool(tool: dict[str, Any]) -> RegisteredTool:
     )
     return RegisteredTool(
         specification=spec,
-        executor=FunctionToolExecutor(import_tool_function(tool["python_path"])),
+        executor=_executor(tool, replay),
         return_behavior=ReturnBehavior(tool["return_behavior"]),
         timeout=tool["timeout_seconds"],
         idempotent=tool["idempotent"],

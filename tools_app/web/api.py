@@ -3,6 +3,8 @@
 POST /api/runs                       start a run -> {"id": ..., "url": ...}
 GET  /api/runs/<id>                  status, rounds, tool calls, final answer
 GET  /api/runs/<id>/events?after=N   the run's events after seq N
+GET  /api/runs/<id>/export           the run as a regression fixture (docs/run-fixtures.md)
+POST /api/runs/<id>/rerun            rerun it (as it was / current, replay modes)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pydantic import ValidationError
 from ..engine import ChatMessage, ChatRequestParameters
 from ..engine.conversation import ConversationError, parse_conversation
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import rerun, selectors, services
+from ..runs import fixtures, rerun, selectors, services
 from ..runs.filters import FilterError, filtered_runs
 from .api_tokens import user_for_token
 from .export import export_response
@@ -287,6 +289,17 @@ def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
     return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
                          "differences": new.snapshot["rerun"]["differences"],
                          "url": f"/runs/{new.pk}/"}, status=201)
+
+
+@csrf_exempt  # token-authenticated, like runs()
+@require_GET
+@token_required
+def run_export(request: HttpRequest, run_id: Any) -> HttpResponseBase:
+    """The run as a regression fixture (docs/run-fixtures.md)."""
+    run = _visible(request, run_id)
+    response = JsonResponse(fixtures.export_run(run), json_dumps_params={"ensure_ascii": False})
+    response["Content-Disposition"] = f'attachment; filename="{fixtures.export_filename(run)}"'
+    return response
 
 
 @csrf_exempt  # token-authenticated, like runs(): a POST gets 405, not a CSRF page

@@ -10,6 +10,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<uuid:run_id>/rerun/", views.run_rerun, name="run_rerun"),
+    path("runs/<uuid:run_id>/export.json", views.run_export, name="run_export"),
     path("runs/<uuid:run_id>/calls/<int:call_id>/result.txt", views.call_result,
          name="call_result"),
     path("runs/<uuid:run_id>/rounds/<int:index>/<str:which>.json", views.round_wire,
@@ -21,4 +22,5 @@ urlpatterns = [
     path("api/runs/<uuid:run_id>", api.run_detail, name="api_run_detail"),
     path("api/runs/<uuid:run_id>/events", api.run_events, name="api_run_events"),
     path("api/runs/<uuid:run_id>/rerun", api.run_rerun, name="api_run_rerun"),
+    path("api/runs/<uuid:run_id>/export", api.run_export, name="api_run_export"),
 ]

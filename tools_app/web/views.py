@@ -20,7 +20,7 @@ from django_ratelimit.core import is_ratelimited
 
 from ..engine import ChatMessage, ChatRequestParameters, NamedToolChoice
 from ..models import ModelEndpoint, PlaygroundState, Round, Run, RunStatus, ToolCall
-from ..runs import rerun, selectors, services
+from ..runs import fixtures, rerun, selectors, services
 from ..runs.filters import FilterError, Page, filtered_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
@@ -146,6 +146,22 @@ def run_rerun(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
         messages.error(request, f"Cannot rerun: {exc}")
         return redirect("run_detail", run_id=run.pk)
     return redirect("run_detail", run_id=new.pk)
+
+
+@require_GET
+@login_required
+def run_export(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
+    """The run as a regression fixture (docs/run-fixtures.md), downloaded."""
+    return fixture_response(_run_for_user(request, run_id))
+
+
+def fixture_response(run: Run) -> HttpResponse:
+    """A fixture download: JSON, never rendered (its content is untrusted text)."""
+    response = HttpResponse(json.dumps(fixtures.export_run(run), indent=2, ensure_ascii=False),
+                            content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{fixtures.export_filename(run)}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 @require_GET
