@@ -117,6 +117,12 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def recording_of(run: Run) -> list[dict[str, Any]]:
+    """The run's rounds as a replay reads them (a snapshot's "replay" rounds)."""
+    return [{"index": r["index"], "response": r["response"], "calls": r["calls"]}
+            for r in export_run(run)["rounds"]]
+
+
 def export_filename(run: Run) -> str:
     return f"run-{run.pk}.agentforge.json"
 

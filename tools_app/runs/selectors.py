@@ -89,6 +89,13 @@ def default_policy() -> ErrorPolicy | None:
     return policies().first()
 
 
+def replay_divergences(run: Run) -> list[str]:
+    """What a replaying run said where it left its recording and went on live."""
+    payloads = RunEvent.objects.filter(run=run, kind="replay_diverged").order_by("seq")
+    return [str(p.get("detail", "")) for p in payloads.values_list("payload", flat=True)
+            if isinstance(p, dict)]
+
+
 def starting_conversation(run: Run) -> list[dict[str, Any]]:
     """The conversation the run started from, as OpenAI-format dicts (role, content,
     tool calls with their arguments pretty-printed when they are JSON)."""

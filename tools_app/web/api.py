@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from ..engine import ChatMessage, ChatRequestParameters
 from ..engine.conversation import ConversationError, parse_conversation
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import fixtures, rerun, selectors, services
+from ..runs import fixtures, replay, rerun, selectors, services
 from ..runs.filters import FilterError, filtered_runs
 from .api_tokens import user_for_token
 from .export import export_response
@@ -274,21 +274,42 @@ def runs_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
 @require_http_methods(["POST"])
 @token_required
 def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
-    """`{"mode": "as_it_was" | "current"}` (default as_it_was): a new run repeating this
-    one; 201 with its id."""
+    """`{"snapshot": "same" | "current", "model": "recorded" | "live", "tools": "recorded" |
+    "live" | "mock", "on_divergence": "stop" | "live"}`, every field optional (same, live,
+    live, stop; `"mode": "as_it_was" | "current"` is the older spelling of `snapshot`): a
+    new run repeating this one; 201 with its id."""
     run = _visible(request, run_id)
     body = _json_body(request) if request.body else {}
-    mode = body.get("mode", "as_it_was")
-    if mode not in rerun.RERUN_MODES:
-        raise ApiError(400, "invalid_field",
-                       f"mode must be one of {', '.join(rerun.RERUN_MODES)}", field="mode")
+    mode = _rerun_mode(body)
+    options = rerun.ReplayOptions(
+        model=_choice(body, "model", replay.MODEL_MODES, "live"),
+        tools=_choice(body, "tools", replay.TOOLS_MODES, "live"),
+        on_divergence=_choice(body, "on_divergence", replay.DIVERGENCE_MODES, "stop"))
     try:
-        new = rerun.run_rerun(run=run, user=request.user, mode=mode)
+        new = rerun.run_rerun(run=run, user=request.user, mode=mode, replay=options)
     except rerun.RerunError as exc:
         raise ApiError(409, "cannot_rerun", str(exc)) from exc
     return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
                          "differences": new.snapshot["rerun"]["differences"],
+                         "replay": new.snapshot["rerun"].get("replay"),
                          "url": f"/runs/{new.pk}/"}, status=201)
+
+
+SNAPSHOT_CHOICES = {"same": "as_it_was", "current": "current"}
+
+
+def _rerun_mode(body: dict[str, Any]) -> Any:
+    if "snapshot" in body:
+        return SNAPSHOT_CHOICES[_choice(body, "snapshot", tuple(SNAPSHOT_CHOICES), "same")]
+    return _choice(body, "mode", rerun.RERUN_MODES, "as_it_was")
+
+
+def _choice(body: dict[str, Any], field: str, allowed: tuple[str, ...], default: str) -> Any:
+    value = body.get(field, default)
+    if value not in allowed:
+        raise ApiError(400, "invalid_field", f"{field} must be one of {', '.join(allowed)}",
+                       field=field)
+    return value
 
 
 @csrf_exempt  # token-authenticated, like runs()

@@ -122,6 +122,7 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     return render(request, "tools_app/run_detail.html",
                   {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq,
                    "conversation": conversation,
+                   "divergences": selectors.replay_divergences(run),
                    "whole_conversation": any(m["role"] in ("assistant", "tool")
                                              for m in conversation)})
 
@@ -139,9 +140,15 @@ def run_cancel(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
 def run_rerun(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = _run_for_user(request, run_id)
     mode = request.POST.get("mode", "as_it_was")
+    options = rerun.ReplayOptions(
+        model=request.POST.get("model", "live"),  # type: ignore[arg-type]  # checked inside
+        tools=request.POST.get("tools", "live"),  # type: ignore[arg-type]
+        on_divergence=request.POST.get("on_divergence", "stop"),  # type: ignore[arg-type]
+    )
     try:
         new = rerun.run_rerun(run=run, user=request.user,
-                              mode=mode)  # type: ignore[arg-type]  # checked inside
+                              mode=mode,  # type: ignore[arg-type]  # checked inside
+                              replay=options)
     except rerun.RerunError as exc:
         messages.error(request, f"Cannot rerun: {exc}")
         return redirect("run_detail", run_id=run.pk)
