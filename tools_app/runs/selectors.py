@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import pydantic_core
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -50,7 +51,7 @@ def run_get_for_user(run_id: str | uuid.UUID, user: User) -> Run | None:
         return None
     try:
         return run_list_for_user(user).filter(pk=run_id).first()
-    except (ValueError, TypeError):  # not a UUID
+    except (ValueError, TypeError, ValidationError):  # not a UUID (a query string's id)
         return None
 
 

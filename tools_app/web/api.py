@@ -3,6 +3,7 @@
 POST /api/runs                       start a run -> {"id": ..., "url": ...}
 GET  /api/runs/<id>                  status, rounds, tool calls, final answer
 GET  /api/runs/<id>/events?after=N   the run's events after seq N
+GET  /api/runs/compare?a=<id>&b=<id> two runs aligned by round and call, with deltas
 GET  /api/runs/<id>/export           the run as a regression fixture (docs/run-fixtures.md)
 POST /api/runs/<id>/rerun            rerun it (as it was / current, replay modes)
 """
@@ -26,7 +27,7 @@ from pydantic import ValidationError
 from ..engine import ChatMessage, ChatRequestParameters
 from ..engine.conversation import ConversationError, parse_conversation
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import fixtures, replay, rerun, selectors, services
+from ..runs import compare, fixtures, replay, rerun, selectors, services
 from ..runs.filters import FilterError, filtered_runs
 from .api_tokens import user_for_token
 from .export import export_response
@@ -310,6 +311,22 @@ def _choice(body: dict[str, Any], field: str, allowed: tuple[str, ...], default:
         raise ApiError(400, "invalid_field", f"{field} must be one of {', '.join(allowed)}",
                        field=field)
     return value
+
+
+@csrf_exempt  # token-authenticated, like runs()
+@require_GET
+@token_required
+def run_compare(request: HttpRequest) -> JsonResponse:
+    """`?a=<run id>&b=<run id>`: the two runs aligned round by round and call by call."""
+    ids = {}
+    for field in ("a", "b"):
+        value = request.GET.get(field, "").strip()
+        if not value:
+            raise ApiError(400, "missing_field", f"'{field}' is required: ?a=<run id>&b=<run id>",
+                           field=field)
+        ids[field] = value
+    return JsonResponse(compare.compare_runs(_visible(request, ids["a"]),
+                                             _visible(request, ids["b"])))
 
 
 @csrf_exempt  # token-authenticated, like runs()
