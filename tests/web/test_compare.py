@@ -76,7 +76,9 @@ def test_the_api_aligns_rounds_and_calls(bob: AbstractUser, pair: tuple[Run, Run
     totals = {t["name"]: t for t in body["totals"]}
     assert (totals["tool calls"]["a"], totals["tool calls"]["b"],
             totals["tool calls"]["delta"]) == (3, 4, 1)
+    assert totals["tool calls"]["delta_text"] == "+1"
     assert totals["errors"]["delta"] == 0
+    assert totals["wall time"]["a_text"].endswith(("ms", " s"))
     assert totals["total tokens"]["delta"] == b.total_tokens - a.total_tokens
     assert body["final_text"]["same"] is False
 

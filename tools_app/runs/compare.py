@@ -14,6 +14,7 @@ from typing import Any
 
 from ..engine.providers.recorded import canonical_arguments
 from ..models import Round, Run, ToolCall
+from .selectors import format_ms
 
 TOTALS = (("wall_ms", "wall time (ms)"), ("rounds_count", "rounds"),
           ("tool_calls_count", "tool calls"), ("errors_count", "errors"),
@@ -56,9 +57,18 @@ def _rounds(run: Run) -> dict[int, dict[str, Any]]:
 
 
 def _delta(label: str, a: float | None, b: float | None) -> dict[str, Any]:
+    """Both values and B - A, with the display strings (durations as people read them)."""
     delta = b - a if a is not None and b is not None else None
-    return {"name": label, "a": a, "b": b,
-            "delta": round(delta, 1) if isinstance(delta, float) else delta}
+    shown = format_ms if "(ms)" in label else _count
+    sign = "+" if delta is not None and delta > 0 else ("-" if delta and delta < 0 else "")
+    return {"name": label.replace(" (ms)", ""), "a": a, "b": b,
+            "delta": round(delta, 3) if isinstance(delta, float) else delta,
+            "a_text": shown(a), "b_text": shown(b),
+            "delta_text": "-" if delta is None else sign + shown(abs(delta))}
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def _text_pair(a: str | None, b: str | None) -> dict[str, Any]:
