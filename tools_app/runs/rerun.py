@@ -69,14 +69,17 @@ LIVE = ReplayOptions()
 
 
 def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
-              mode: RerunMode, replay: ReplayOptions = LIVE) -> Run:
-    """A new queued run repeating `run`, enqueued after commit."""
+              mode: RerunMode, replay: ReplayOptions = LIVE,
+              snapshot_changes: dict[str, Any] | None = None) -> Run:
+    """A new queued run repeating `run`, enqueued after commit. `snapshot_changes`
+    replaces sections of the new snapshot (a fork's conversation: runs/fork.py)."""
     if mode not in RERUN_MODES:
         raise RerunError(f"mode must be one of {', '.join(RERUN_MODES)}, not {mode!r}")
     replay.check()
     if mode == "as_it_was":
         snapshot = copy.deepcopy(run.snapshot)
-        # An imported run's mark stays: a rerun of its rerun is as untrusted.
+        # An imported run's mark stays: a rerun of its rerun is as untrusted. A fork's
+        # stays too: its conversation holds the rounds it inherited.
         for section in ("rerun", "replay"):
             snapshot.pop(section, None)
         differences: list[str] = []
@@ -88,7 +91,10 @@ def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
     if replay.replays:
         snapshot["replay"] = replay_section(recording_of(run), source=str(run.pk),
                                             **replay.as_dict())  # type: ignore[arg-type]
+    snapshot |= snapshot_changes or {}
     snapshot["rerun"] = {"of": str(run.pk), "mode": mode, "differences": differences}
+    if snapshot_changes and "fork" in snapshot_changes:
+        snapshot["rerun"]["fork_round"] = snapshot_changes["fork"]["round"]
     if replay.replays:
         snapshot["rerun"]["replay"] = replay.as_dict()
     with transaction.atomic():
@@ -135,10 +141,13 @@ def _current_snapshot(run: Run) -> dict[str, Any]:
     policy = run.policy or default_policy()
     if policy is None:
         raise RerunError("the run's error policy no longer exists and there is no default")
-    return build_snapshot(
+    snapshot = build_snapshot(
         endpoint=run.endpoint, tools=[found[name] for name in names], policy=policy,
         messages=snapshot_messages(old),
         parameters=ChatRequestParameters.model_validate(old["parameters"]))
+    if "fork" in old:  # the conversation holds the rounds a fork inherited
+        snapshot["fork"] = old["fork"]
+    return snapshot
 
 
 def snapshot_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -88,6 +88,12 @@ def _fields(obj: object, names: Sequence[str]) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in names}
 
 
+def dump_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as a snapshot stores them (NUL-escaped, never truncated)."""
+    return clean_json(  # type: ignore[no-any-return]
+        _messages_adapter.dump_python(list(messages), mode="json"), limit=sys.maxsize)
+
+
 def snapshot_messages(snapshot: dict[str, Any]) -> list[ChatMessage]:
     return _messages_adapter.validate_python(snapshot["messages"])
 
@@ -133,10 +139,16 @@ def _model_of(snapshot: dict[str, Any]) -> tuple[ChatModel, tuple[str, ...]]:
     replay = snapshot.get("replay")
     if replay is not None and replay["model"] == "recorded":
         return replay_model(snapshot, replay)
-    prelude = sum(1 for m in snapshot["messages"] if m["type"] == "ai")
     return chat_model_for(snapshot["endpoint"],
                           max_retries=snapshot["policy"]["provider_max_retries"],
-                          prelude_ai_messages=prelude)
+                          prelude_ai_messages=_prelude(snapshot))
+
+
+def _prelude(snapshot: dict[str, Any]) -> int:
+    """The starting conversation's assistant messages that are not the endpoint's own:
+    a fork's inherited rounds are (a script plays on after them)."""
+    own = int((snapshot.get("fork") or {}).get("inherited_rounds", 0))
+    return sum(1 for m in snapshot["messages"] if m["type"] == "ai") - own
 
 
 def replay_model(snapshot: dict[str, Any],
@@ -145,10 +157,9 @@ def replay_model(snapshot: dict[str, Any],
     live: ChatModel | None = None
     secrets: tuple[str, ...] = ()
     if replay["on_divergence"] == "live":
-        prelude = sum(1 for m in snapshot["messages"] if m["type"] == "ai")
         live, secrets = chat_model_for(
             snapshot["endpoint"], max_retries=snapshot["policy"]["provider_max_retries"],
-            prelude_ai_messages=prelude)
+            prelude_ai_messages=_prelude(snapshot))
     model = RecordedChatModel(recorded_rounds(replay["rounds"]),
                               prelude_messages=len(snapshot["messages"]), live=live)
     return model, secrets

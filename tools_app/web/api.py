@@ -6,6 +6,7 @@ GET  /api/runs/<id>/events?after=N   the run's events after seq N
 GET  /api/runs/compare?a=<id>&b=<id> two runs aligned by round and call, with deltas
 GET  /api/runs/<id>/export           the run as a regression fixture (docs/run-fixtures.md)
 POST /api/runs/<id>/rerun            rerun it (as it was / current, replay modes)
+POST /api/runs/<id>/fork             a new run from its conversation at round N, plus messages
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pydantic import ValidationError
 from ..engine import ChatMessage, ChatRequestParameters
 from ..engine.conversation import ConversationError, parse_conversation
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import compare, fixtures, replay, rerun, selectors, services
+from ..runs import compare, fixtures, fork, replay, rerun, selectors, services
 from ..runs.filters import FilterError, filtered_runs
 from .api_tokens import user_for_token
 from .export import export_response
@@ -296,7 +297,29 @@ def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
                          "url": f"/runs/{new.pk}/"}, status=201)
 
 
-SNAPSHOT_CHOICES = {"same": "as_it_was", "current": "current"}
+SNAPSHOT_CHOICES: dict[str, rerun.RerunMode] = {"same": "as_it_was", "current": "current"}
+
+
+@csrf_exempt  # token-authenticated, like runs()
+@require_http_methods(["POST"])
+@token_required
+def run_fork(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """`{"round": N, "messages": [...], "snapshot": "same" | "current"}`: a new run starting
+    from this run's conversation as the model saw it at round N (inherited), plus
+    `messages` (OpenAI format, optional); 201 with its id."""
+    run = _visible(request, run_id)
+    body = _json_body(request)
+    mode = SNAPSHOT_CHOICES[_choice(body, "snapshot", tuple(SNAPSHOT_CHOICES), "same")]
+    try:
+        new = fork.run_fork(run=run, user=request.user, round_number=_required(body, "round"),
+                            messages=body.get("messages"), mode=mode)
+    except fork.ForkError as exc:
+        if exc.field is None:
+            raise ApiError(409, "cannot_fork", str(exc)) from exc
+        raise ApiError(400, "invalid_field", str(exc), field=exc.field) from exc
+    return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
+                         "fork": new.snapshot["fork"], "url": f"/runs/{new.pk}/"},
+                        status=201)
 
 
 def _rerun_mode(body: dict[str, Any]) -> Any:

@@ -25,4 +25,5 @@ urlpatterns = [
     path("api/runs/<uuid:run_id>/events", api.run_events, name="api_run_events"),
     path("api/runs/<uuid:run_id>/rerun", api.run_rerun, name="api_run_rerun"),
     path("api/runs/<uuid:run_id>/export", api.run_export, name="api_run_export"),
+    path("api/runs/<uuid:run_id>/fork", api.run_fork, name="api_run_fork"),
 ]

@@ -119,9 +119,12 @@ def run_url(run: Run) -> str:
 def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = _run_for_user(request, run_id)
     conversation = selectors.starting_conversation(run)
+    fork = run.snapshot.get("fork")
+    for index, message in enumerate(conversation):
+        message["inherited"] = bool(fork) and index < fork["inherited"]
     return render(request, "tools_app/run_detail.html",
                   {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq,
-                   "conversation": conversation,
+                   "conversation": conversation, "fork": fork,
                    "divergences": selectors.replay_divergences(run),
                    "whole_conversation": any(m["role"] in ("assistant", "tool")
                                              for m in conversation)})
