@@ -198,3 +198,25 @@ def test_import_refuses_an_unusable_file(tmp_path: Path, db: None) -> None:
         call_command("import_run", write(tmp_path, {"format": "agentforge-run",
                                                     "version": 7}))
     assert not Run.objects.exists()
+
+
+def test_a_snapshot_the_engine_refuses_exits_2(recorded: Run, tmp_path: Path) -> None:
+    fixture = export_run(recorded)
+    fixture["snapshot"]["parameters"] = {"temperature": "hot"}
+
+    code, _, err = replay(write(tmp_path, fixture), "--tools", "recorded")
+
+    assert code == 2
+    assert "snapshot: " in err
+    assert "temperature" in err
+
+
+def test_a_live_model_this_server_cannot_reach_exits_2(recorded: Run, tmp_path: Path) -> None:
+    fixture = export_run(recorded)
+    fixture["snapshot"]["endpoint"] |= {"kind": "openai", "api_key_env": "NO_SUCH_KEY_VAR"}
+
+    code, _, err = replay(write(tmp_path, fixture), "--model", "live", "--tools", "recorded")
+
+    assert code == 2
+    assert "cannot replay: Endpoint " in err
+    assert "NO_SUCH_KEY_VAR" in err

@@ -21,7 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..engine import ChatResponse
 from ..models import Round, Run, RunEvent, RunStatus, ToolCall, ToolRegistration
-from .snapshot import POLICY_FIELDS, TOOL_FIELDS, recorded_rounds, snapshot_messages
+from .snapshot import (
+    POLICY_FIELDS,
+    TOOL_FIELDS,
+    recorded_rounds,
+    snapshot_messages,
+    snapshot_parameters,
+)
 from .storage import clean_json, clean_text, fit_column
 
 FORMAT = "agentforge-run"
@@ -243,8 +249,9 @@ def _check_snapshot(fixture: RunFixture) -> None:
         raise FixtureError("snapshot.parameters: must be an object")
     try:
         snapshot_messages(snapshot)
+        snapshot_parameters(snapshot)
         recorded_rounds(fixture.recording())
-    except (ValidationError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError) as exc:  # pydantic's ValidationError included
         raise FixtureError(f"snapshot: {exc}") from exc
     indexes = [r.index for r in fixture.rounds]
     if indexes != list(range(len(indexes))):

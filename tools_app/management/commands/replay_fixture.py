@@ -15,7 +15,12 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandParser
 
-from tools_app.runs.fixtures import FixtureError, RunFixture, load_fixture, unregistered_tool_code
+from tools_app.runs.fixtures import (
+    FixtureError,
+    RunFixture,
+    load_fixture,
+    unregistered_tool_code,
+)
 from tools_app.runs.replay import MODEL_MODES, TOOLS_MODES, describe, replay_fixture
 
 MATCHES, DIVERGES, UNUSABLE = 0, 1, 2
@@ -39,7 +44,9 @@ class Command(BaseCommand):
         fixture = self._fixture(options["file"], options["tools"])
         try:
             outcome = replay_fixture(fixture, model=options["model"], tools=options["tools"])
-        except (ImproperlyConfigured, FixtureError) as exc:  # a tool or key is missing here
+        except (ImproperlyConfigured, ValueError, KeyError, TypeError) as exc:
+            # Building the engine failed (a tool or key missing here, a value the engine
+            # refuses): the run's own failures are part of the report instead.
             self._exit(UNUSABLE, f"{options['file']}: cannot replay: {exc}")
         report = describe(outcome, [f"model {options['model']}", f"tools {options['tools']}"])
         self.stdout.write(report)
