@@ -125,3 +125,37 @@ def test_a_bad_fork_is_refused_naming_the_field(bob_api: Api, original: Run,
 def test_only_a_visible_run_is_forked(original: Run, charlie: AbstractUser) -> None:
     api = Api(create_token(charlie, "ci")[1])
     assert error_of(fork(api, original, {"round": 1}), 404)["code"] == "not_found"
+
+
+def test_the_run_page_forks(bob_client: Client, original: Run) -> None:
+    tree = Tree(bob_client.get(f"/runs/{original.pk}/").content.decode())
+    assert tree.by_id("fork-form").attrs["action"] == f"/runs/{original.pk}/fork/"
+
+    response = bob_client.post(f"/runs/{original.pk}/fork/", {
+        "round": "3", "messages": '[{"role": "user", "content": "Again?"}]'})
+
+    new = Run.objects.get(parent=original)
+    assert response["Location"] == f"/runs/{new.pk}/"
+    assert new.snapshot["fork"]["round"] == 3
+    assert new.snapshot["messages"][-1] == {"type": "user", "text": "Again?"}
+
+
+@pytest.mark.parametrize(("form", "words"), [
+    ({"round": "two"}, "Cannot fork: round must be a round number"),
+    ({"round": "9"}, "Cannot fork: round must be a round of the run: 1 to 3"),
+    ({"round": "2", "messages": "[{"}, "Cannot fork: messages are not valid JSON"),
+    ({"round": "2", "messages": '[{"role": "tool", "tool_call_id": "x", "content": "?"}]'},
+     "Cannot fork: messages[0]: tool_call_id &#x27;x&#x27; answers no earlier tool call"),
+])
+def test_a_bad_fork_from_the_page_says_why(bob_client: Client, original: Run,
+                                           form: dict[str, str], words: str) -> None:
+    response = bob_client.post(f"/runs/{original.pk}/fork/", form, follow=True)
+
+    assert words in response.content.decode()
+    assert not Run.objects.filter(parent=original).exists()
+
+
+def test_another_user_cannot_fork_from_the_page(original: Run, charlie: AbstractUser) -> None:
+    other = Client()
+    other.force_login(charlie)
+    assert other.post(f"/runs/{original.pk}/fork/", {"round": "1"}).status_code == 404

@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<uuid:run_id>/rerun/", views.run_rerun, name="run_rerun"),
     path("runs/<uuid:run_id>/export.json", views.run_export, name="run_export"),
+    path("runs/<uuid:run_id>/fork/", views.run_fork, name="run_fork"),
     path("runs/<uuid:run_id>/calls/<int:call_id>/result.txt", views.call_result,
          name="call_result"),
     path("runs/<uuid:run_id>/rounds/<int:index>/<str:which>.json", views.round_wire,

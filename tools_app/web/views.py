@@ -20,7 +20,7 @@ from django_ratelimit.core import is_ratelimited
 
 from ..engine import ChatMessage, ChatRequestParameters, NamedToolChoice
 from ..models import ModelEndpoint, PlaygroundState, Round, Run, RunStatus, ToolCall
-from ..runs import compare, fixtures, rerun, selectors, services
+from ..runs import compare, fixtures, fork, rerun, selectors, services
 from ..runs.filters import FilterError, Page, filtered_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
@@ -156,6 +156,37 @@ def run_rerun(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
         messages.error(request, f"Cannot rerun: {exc}")
         return redirect("run_detail", run_id=run.pk)
     return redirect("run_detail", run_id=new.pk)
+
+
+@require_POST
+@login_required
+def run_fork(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
+    """The run page's fork form: a round number and, optionally, messages to add (a JSON
+    list in the OpenAI format)."""
+    run = _run_for_user(request, run_id)
+    try:
+        new = fork.run_fork(run=run, user=request.user,
+                            round_number=_form_round(request.POST.get("round", "")),
+                            messages=_form_messages(request.POST.get("messages", "")))
+    except fork.ForkError as exc:
+        messages.error(request, f"Cannot fork: {exc}")
+        return redirect("run_detail", run_id=run.pk)
+    return redirect("run_detail", run_id=new.pk)
+
+
+def _form_round(text: str) -> int:
+    if not (text.strip().isascii() and text.strip().isdigit()) or len(text.strip()) > 6:
+        raise fork.ForkError("round must be a round number", field="round")
+    return int(text)
+
+
+def _form_messages(text: str) -> Any:
+    if not text.strip():
+        return []
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise fork.ForkError(f"messages are not valid JSON: {exc}", field="messages") from exc
 
 
 @require_GET
