@@ -220,3 +220,26 @@ def test_a_live_model_this_server_cannot_reach_exits_2(recorded: Run, tmp_path: 
     assert code == 2
     assert "cannot replay: Endpoint " in err
     assert "NO_SUCH_KEY_VAR" in err
+
+
+def test_a_tool_named_by_anything_but_text_is_unusable(recorded: Run, tmp_path: Path) -> None:
+    fixture = export_run(recorded)
+    fixture["snapshot"]["tools"][0]["name"] = {"not": "text"}
+
+    code, _, err = replay(write(tmp_path, fixture))
+
+    assert code == 2
+    assert "snapshot.tools[0].name: must be a string" in err
+
+
+def test_an_import_keeps_only_a_fork_section_this_app_wrote(recorded: Run,
+                                                            tmp_path: Path) -> None:
+    fixture = export_run(recorded)
+    fixture["snapshot"]["fork"] = {"inherited": "<b>many</b>"}
+    fixture["snapshot"]["rerun"] = {"of": "elsewhere", "mode": "current"}
+
+    call_command("import_run", write(tmp_path, fixture), stdout=io.StringIO())
+
+    imported = Run.objects.exclude(pk=recorded.pk).get()
+    assert "fork" not in imported.snapshot
+    assert "rerun" not in imported.snapshot

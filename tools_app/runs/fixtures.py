@@ -258,12 +258,18 @@ def _check_snapshot(fixture: RunFixture) -> None:
         raise FixtureError(f"rounds: the indexes must be 0, 1, 2, ... in order, not {indexes}")
 
 
+TEXT_KEYS = ("name", "kind", "python_path", "model", "api_key_env")
+
+
 def _check_keys(where: str, value: Any, keys: tuple[str, ...]) -> None:
     if not isinstance(value, dict):
         raise FixtureError(f"{where}: must be an object")
     missing = [k for k in keys if k not in value]
     if missing:
         raise FixtureError(f"{where}: missing {', '.join(missing)}")
+    for key in TEXT_KEYS:
+        if key in value and not isinstance(value[key], str):
+            raise FixtureError(f"{where}.{key}: must be a string")
 
 
 def unregistered_tool_code(snapshot: dict[str, Any]) -> list[str]:
@@ -283,6 +289,9 @@ def import_fixture(fixture: RunFixture, *,
     timeline shows it. Its events: the import and its final status."""
     status = fixture.run.status if fixture.run.status in _TERMINAL else RunStatus.FAILED
     snapshot = clean_json(exportable_snapshot(fixture.snapshot))
+    snapshot.pop("rerun", None)  # the imported run has no parent here
+    if not _valid_fork(snapshot.get("fork")):
+        snapshot.pop("fork", None)
     snapshot["imported"] = {"from": clean_text(fixture.run.id),
                             "exported_at": clean_text(fixture.exported_at)}
     owner: Any = user if user is not None and user.is_authenticated else None
@@ -299,6 +308,25 @@ def import_fixture(fixture: RunFixture, *,
         _totals(run)
         _events(run, fixture, status)
     return run
+
+
+class _Fork(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    of: str
+    round: int = Field(ge=1)
+    inherited: int = Field(ge=0)
+    inherited_rounds: int = Field(ge=0)
+
+
+def _valid_fork(value: Any) -> bool:
+    """Whether a fixture's "fork" section is one this app wrote (the run page and the
+    scripted model read its numbers)."""
+    try:
+        _Fork.model_validate(value)
+    except ValidationError:
+        return False
+    return True
 
 
 _TERMINAL = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
