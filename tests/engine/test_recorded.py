@@ -10,6 +10,7 @@ import pytest
 
 from tools_app.engine import (
     ChatRequest,
+    ProviderError,
     RegisteredTool,
     ReplayDivergence,
     ScriptedChatModel,
@@ -154,3 +155,20 @@ async def test_a_recorded_error_is_raised_again_for_the_policy_to_word() -> None
             update={"call_id": "call_0_0"}),)})]),
         arguments_error_handler=to_model).chat(model, [UserMessage(text="go")])
     assert result.final_response.ai_message.text == "fix: text is missing"
+
+
+async def test_a_model_call_that_never_answered_fails_the_same_way() -> None:
+    rounds = [RecordedRound(index=0, response=None)]
+
+    with pytest.raises(ProviderError, match="round 1: the recorded model call did not answer"):
+        await RecordedChatModel(rounds, prelude_messages=1).chat(
+            ChatRequest(messages=(UserMessage(text="go"),)))
+
+
+async def test_a_call_that_never_finished_is_not_served() -> None:
+    rounds = [RecordedRound(index=0, response=None, calls=(RecordedCall(
+        call_index=0, call_id="c", tool_name="echo", arguments="{}", state="started"),))]
+
+    with pytest.raises(ReplayDivergence, match="the recording has no call of echo"):
+        await RecordedToolExecutor(rounds).execute_with_result(
+            ToolExecutionRequest(id="c", name="echo", arguments="{}"))

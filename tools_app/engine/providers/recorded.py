@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import ReplayDivergence, ToolArgumentsError, ToolExecutionError
+from ..errors import ProviderError, ReplayDivergence, ToolArgumentsError, ToolExecutionError
 from ..events import ReplayDiverged, current_round, emit, observed
 from ..execution import ToolExecutionResult, ToolExecutor
 from ..messages import (
@@ -39,6 +39,8 @@ from ..messages import (
 from .base import ChatModel
 
 ARGUMENTS_ERROR_STATES = frozenset({"arguments_error"})
+# Calls that never finished in the recording: there is nothing to serve.
+UNFINISHED_STATES = frozenset({"proposed", "started", "cancelled"})
 MOCK_RESULT = "mock result: the recording has no call of {tool} with these arguments"
 
 
@@ -123,8 +125,13 @@ class RecordedChatModel:
         divergence = self.divergence(conversation)
         if divergence is None:
             asked = sum(1 for m in conversation if isinstance(m, AiMessage))
-            recorded = self.rounds[asked].response if asked < len(self.rounds) else None
-            if recorded is not None:
+            if asked < len(self.rounds):
+                recorded = self.rounds[asked].response
+                if recorded is None:
+                    # The recorded call never answered (the provider failed, or the run
+                    # was stopped while it waited): the replay ends the same way.
+                    raise ProviderError(f"round {asked + 1}: the recorded model call did "
+                                        "not answer", provider=self.provider)
                 return recorded
             divergence = Divergence(round_index=asked, detail=(
                 f"the recording has {self._answered()} model answers and the run asks "
@@ -236,8 +243,8 @@ class RecordedToolExecutor:
         if recorded is None:
             return None
         wanted = (request.name, canonical_arguments(request.arguments))
-        same = [c for c in recorded.calls
-                if (c.tool_name, canonical_arguments(c.arguments)) == wanted]
+        same = [c for c in recorded.calls if c.state not in UNFINISHED_STATES
+                and (c.tool_name, canonical_arguments(c.arguments)) == wanted]
         return next((c for c in same if c.call_id == request.id), same[0] if same else None)
 
     def _call_index(self, round_index: int, request: ToolExecutionRequest) -> int | None:
