@@ -170,6 +170,9 @@ async def fill_playground(page: Any, *, endpoint: str, tools: list[str],
         await box.uncheck()
     for name in tools:
         await tool_box(page, name).check()
+    if message is not None or system_prompt is not None:
+        # The playground remembers a pasted conversation's mode: back to the simple one.
+        await page.check("input[name=input_mode][value=simple]")
     if message is not None:
         await page.fill("textarea[name=user_message]", message)
     if system_prompt is not None:

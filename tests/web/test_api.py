@@ -308,7 +308,7 @@ def test_a_body_that_is_no_json_object(bob_api: Api, raw: str | bytes, code: str
     ({"messages": []}, 400, "missing_field", "messages", "'messages' is required"),
     ({"messages": "hello"}, 400, "invalid_field", "messages", "must be a list"),
     ({"messages": [{"role": "assistant", "content": "hi"}]}, 400, "invalid_field",
-     "messages[0]", "'system'|'user'"),
+     "messages[0]", "ends with an assistant message"),
     ({"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]}, 400,
      "invalid_field", "messages[1]", "messages[1]"),
     ({"messages": [{"role": "user", "content": 5}]}, 400, "invalid_field", "messages[0]",

@@ -11,7 +11,9 @@
     ├── ToolDefinitionError             tool definitions (JSON) that cannot be used
     ├── ToolLoopError                   the loop itself stopped
     │   └── MaxRoundTripsExceededError  more tool-calling round trips than allowed
-    └── ProviderError                   a model provider failed; `retryable` decides retries
+    ├── ProviderError                   a model provider failed; `retryable` decides retries
+    └── ReplayDivergence                a replayed run left its recording (and was told
+                                        to stop there)
 
 Handlers receive the error and a ToolErrorContext. They return
 `ToolErrorHandlerResult.text(...)` (the text goes to the model as the tool result, with
@@ -185,3 +187,15 @@ def tell_model_available_tools(
         text=f"Error: unknown tool '{request.name}'. Available tools: {names}",
         is_error=True,
     )
+
+
+class ReplayDivergence(AgentForgeError):
+    """A replay left its recording: the model or a tool was asked something the recording
+    has no answer for. `round_index` (0-based) and `call_index` say where; the message
+    says it in words. It stops the run: the loop never hands it to an error handler."""
+
+    def __init__(self, message: str, *, round_index: int,
+                 call_index: int | None = None) -> None:
+        super().__init__(message)
+        self.round_index = round_index
+        self.call_index = call_index

@@ -159,6 +159,16 @@ class ToolCallFinished(_Event):
     duration_ms: float | None = None
 
 
+class ReplayDiverged(_ProviderEvent):
+    """A replay left its recording at this round (and call, for a tool) and went on
+    live, as it was told to: `detail` says what differed."""
+
+    kind: Literal["replay_diverged"] = "replay_diverged"
+    call_index: int | None = None
+    tool_name: str | None = None
+    detail: str
+
+
 class ChatFinished(_Event):
     kind: Literal["chat_finished"] = "chat_finished"
     final_text: str | None
@@ -188,6 +198,7 @@ EngineEvent = Annotated[
     | ToolCallProposed
     | ToolCallStarted
     | ToolCallFinished
+    | ReplayDiverged
     | ChatFinished
     | ChatFailed,
     Field(discriminator="kind"),
@@ -227,6 +238,11 @@ def bind_round(round_index: int | None) -> Any:
     """Set the round that provider events emitted in this context belong to; returns
     the token for `reset_round`."""
     return _current_round.set(round_index)
+
+
+def current_round() -> int | None:
+    """The round the loop running in this context is in (None outside a loop)."""
+    return _current_round.get()
 
 
 def reset_round(token: Any) -> None:

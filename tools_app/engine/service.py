@@ -26,6 +26,7 @@ from .errors import (
     Approver,
     HallucinatedToolStrategy,
     MaxRoundTripsExceededError,
+    ReplayDivergence,
     ToolArgumentsError,
     ToolArgumentsErrorHandler,
     ToolErrorContext,
@@ -481,6 +482,9 @@ class _ChatRun:
         self, ai_message: AiMessage, resume: ResumeState | None
     ) -> list[_CallOutcome]:
         requests = list(ai_message.tool_execution_requests)
+        # The calls' tasks see the round (`events.current_round`), a resumed round too,
+        # whose model call (which binds it otherwise) was not made again.
+        bind_round(self.round_index)
         for index, request in enumerate(requests):
             if self.observed:
                 await self._emit(
@@ -555,6 +559,13 @@ class _ChatRun:
                 await self._emit(self._finished(request, started, "cancelled", None,
                                                 error=None, handled_by=None))
             raise
+        except ReplayDivergence as error:
+            # A replay told to stop where it leaves its recording: no handler decides.
+            if self.observed:
+                await self._emit(self._finished(request, started, "execution_error", None,
+                                                error=error, handled_by="replay",
+                                                stopped_run=True))
+            raise
         except ToolArgumentsError as error:
             return await self._handle(registered, request, started, error, "arguments_error")
         except ToolExecutionError as error:
@@ -596,7 +607,8 @@ class _ChatRun:
                 raise ToolExecutionError(f"TimeoutError: {exc}", tool_name=request.name,
                                          cause=exc) from exc
             raise ToolTimeoutError(request.name, timeout) from exc
-        except (ToolArgumentsError, ToolExecutionError, asyncio.CancelledError):
+        except (ToolArgumentsError, ToolExecutionError, ReplayDivergence,
+                asyncio.CancelledError):
             raise
         except Exception as exc:
             # A custom executor that raised something else still counts as the tool failing.

@@ -1,11 +1,17 @@
 """Rerunning a run: as it was (its frozen snapshot again) or with the current
 configuration (its endpoint, tools and policy as they are now, the differences from
 the snapshot listed on the new run). The conversation and request parameters are the
-original's; the new run's parent is the original."""
+original's; the new run's parent is the original.
+
+Replay modes: the model and/or the tools may answer from the original's recording
+(`ReplayOptions`; the recording is copied into the new snapshot's "replay" section, see
+runs/replay.py). Where a recorded answer no longer fits, the new run stops there
+(failed, saying at which round and call) or goes on live, as asked."""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -13,7 +19,17 @@ from django.db import transaction
 
 from ..engine import ChatRequestParameters
 from ..models import Run, ToolRegistration
+from .fixtures import recording_of, unregistered_tool_code
 from .lifecycle import create_queued
+from .replay import (
+    DIVERGENCE_MODES,
+    MODEL_MODES,
+    TOOLS_MODES,
+    ModelMode,
+    OnDivergence,
+    ToolsMode,
+    replay_section,
+)
 from .selectors import default_policy
 from .snapshot import ENDPOINT_FIELDS, build_snapshot, snapshot_messages
 from .tasks import enqueue_run
@@ -26,19 +42,61 @@ class RerunError(ValueError):
     """The run cannot be rerun as asked; the message says why."""
 
 
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Which parts of a rerun answer from the original's recording."""
+
+    model: ModelMode = "live"
+    tools: ToolsMode = "live"
+    on_divergence: OnDivergence = "stop"
+
+    @property
+    def replays(self) -> bool:
+        return self.model != "live" or self.tools != "live"
+
+    def check(self) -> None:
+        for name, value, allowed in (("model", self.model, MODEL_MODES),
+                                     ("tools", self.tools, TOOLS_MODES),
+                                     ("on_divergence", self.on_divergence, DIVERGENCE_MODES)):
+            if value not in allowed:
+                raise RerunError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+
+    def as_dict(self) -> dict[str, str]:
+        return {"model": self.model, "tools": self.tools, "on_divergence": self.on_divergence}
+
+
+LIVE = ReplayOptions()
+
+
 def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
-              mode: RerunMode) -> Run:
-    """A new queued run repeating `run`, enqueued after commit."""
+              mode: RerunMode, replay: ReplayOptions = LIVE,
+              snapshot_changes: dict[str, Any] | None = None) -> Run:
+    """A new queued run repeating `run`, enqueued after commit. `snapshot_changes`
+    replaces sections of the new snapshot (a fork's conversation: runs/fork.py)."""
     if mode not in RERUN_MODES:
         raise RerunError(f"mode must be one of {', '.join(RERUN_MODES)}, not {mode!r}")
+    replay.check()
     if mode == "as_it_was":
         snapshot = copy.deepcopy(run.snapshot)
-        snapshot.pop("rerun", None)
+        # An imported run's mark stays: a rerun of its rerun is as untrusted. A fork's
+        # stays too: its conversation holds the rounds it inherited.
+        for section in ("rerun", "replay"):
+            snapshot.pop(section, None)
         differences: list[str] = []
     else:
         snapshot = _current_snapshot(run)
         differences = snapshot_differences(run.snapshot, snapshot)
+    if "imported" in run.snapshot:
+        _check_imported(run.snapshot, mode, replay)
+    if replay.replays:
+        snapshot["replay"] = replay_section(recording_of(run), source=str(run.pk),
+                                            **replay.as_dict())  # type: ignore[arg-type]
+    snapshot |= snapshot_changes or {}
     snapshot["rerun"] = {"of": str(run.pk), "mode": mode, "differences": differences}
+    if snapshot_changes and "fork" in snapshot_changes:
+        snapshot["rerun"]["fork_round"] = snapshot_changes["fork"]["round"]
+    if replay.replays:
+        snapshot["rerun"]["replay"] = replay.as_dict()
     with transaction.atomic():
         new = create_queued(
             created_by=user if user is not None and user.is_authenticated else None,
@@ -47,6 +105,24 @@ def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
         )
         transaction.on_commit(lambda: enqueue_run(str(new.pk)))
     return new
+
+
+def _check_imported(snapshot: dict[str, Any], mode: RerunMode,
+                    replay: ReplayOptions) -> None:
+    """An imported run's snapshot came from a file: its tools' import paths and its
+    endpoint are not this server's. Its code runs only if registered here; its endpoint
+    (where a key would be sent) is only asked if it is the scripted model."""
+    if mode == "current":
+        return  # the current configuration is this server's own
+    live_code = replay.tools == "live" or (replay.tools == "recorded"
+                                           and replay.on_divergence == "live")
+    if live_code and (foreign := unregistered_tool_code(snapshot)):
+        raise RerunError(f"this run was imported and its tools {', '.join(foreign)} are not "
+                         "registered here: rerun it with recorded or mock tools")
+    live_model = replay.model == "live" or replay.on_divergence == "live"
+    if live_model and snapshot["endpoint"].get("kind") != "scripted":
+        raise RerunError("this run was imported and its endpoint is not this server's: "
+                         "rerun it with the recorded model, stopping where it diverges")
 
 
 def _current_snapshot(run: Run) -> dict[str, Any]:
@@ -65,10 +141,13 @@ def _current_snapshot(run: Run) -> dict[str, Any]:
     policy = run.policy or default_policy()
     if policy is None:
         raise RerunError("the run's error policy no longer exists and there is no default")
-    return build_snapshot(
+    snapshot = build_snapshot(
         endpoint=run.endpoint, tools=[found[name] for name in names], policy=policy,
         messages=snapshot_messages(old),
         parameters=ChatRequestParameters.model_validate(old["parameters"]))
+    if "fork" in old:  # the conversation holds the rounds a fork inherited
+        snapshot["fork"] = old["fork"]
+    return snapshot
 
 
 def snapshot_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

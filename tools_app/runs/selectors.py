@@ -10,9 +10,11 @@ from typing import Any, NamedTuple
 import pydantic_core
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from ..engine.conversation import to_openai_messages
 from ..models import (
     ErrorPolicy,
     ModelEndpoint,
@@ -23,6 +25,7 @@ from ..models import (
     ToolCallState,
     ToolRegistration,
 )
+from .snapshot import snapshot_messages
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -48,7 +51,7 @@ def run_get_for_user(run_id: str | uuid.UUID, user: User) -> Run | None:
         return None
     try:
         return run_list_for_user(user).filter(pk=run_id).first()
-    except (ValueError, TypeError):  # not a UUID
+    except (ValueError, TypeError, ValidationError):  # not a UUID (a query string's id)
         return None
 
 
@@ -85,6 +88,32 @@ def policies() -> QuerySet[ErrorPolicy]:
 
 def default_policy() -> ErrorPolicy | None:
     return policies().first()
+
+
+def replay_divergences(run: Run) -> list[str]:
+    """What a replaying run said where it left its recording and went on live."""
+    payloads = RunEvent.objects.filter(run=run, kind="replay_diverged").order_by("seq")
+    return [str(p.get("detail", "")) for p in payloads.values_list("payload", flat=True)
+            if isinstance(p, dict)]
+
+
+def starting_conversation(run: Run) -> list[dict[str, Any]]:
+    """The conversation the run started from, as OpenAI-format dicts (role, content,
+    tool calls with their arguments pretty-printed when they are JSON)."""
+    shown = []
+    for message in to_openai_messages(snapshot_messages(run.snapshot)):
+        calls = [{"id": c["id"], "name": c["function"]["name"],
+                  "arguments": _pretty_arguments(c["function"]["arguments"])}
+                 for c in message.get("tool_calls", [])]
+        shown.append(message | {"calls": calls})
+    return shown
+
+
+def _pretty_arguments(raw: str) -> str:
+    try:
+        return _pretty(json.loads(raw))
+    except ValueError:
+        return raw
 
 
 def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[dict[str, Any]]:

@@ -38,11 +38,17 @@ from ..engine import (
     tell_model_available_tools,
     throw_on_hallucinated_tool,
 )
+from ..engine.execution import ToolExecutor
 from ..engine.outbound import OutboundPolicy
+from ..engine.providers.recorded import (
+    RecordedChatModel,
+    RecordedRound,
+    RecordedToolExecutor,
+)
 from ..models import ErrorPolicy, ModelEndpoint, ToolRegistration
 from .provider_clients import PROVIDER_CLIENTS
 from .storage import clean_json
-from .tool_executors import ToolContext, build_executor
+from .tool_executors import BuiltExecutor, ToolContext, build_executor
 from .tool_executors import import_tool_function as import_tool_function
 
 SNAPSHOT_VERSION = 1
@@ -82,6 +88,12 @@ def _fields(obj: object, names: Sequence[str]) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in names}
 
 
+def dump_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as a snapshot stores them (NUL-escaped, never truncated)."""
+    return clean_json(  # type: ignore[no-any-return]
+        _messages_adapter.dump_python(list(messages), mode="json"), limit=sys.maxsize)
+
+
 def snapshot_messages(snapshot: dict[str, Any]) -> list[ChatMessage]:
     return _messages_adapter.validate_python(snapshot["messages"])
 
@@ -100,9 +112,11 @@ class RunEngine:
 
 
 def engine_for_snapshot(snapshot: dict[str, Any]) -> RunEngine:
+    """The engine a run uses. A snapshot with a "replay" section (a rerun replaying a
+    recording, or `manage.py replay_fixture`) answers from its recording where it says
+    so (see `replay_model` and `_executor`)."""
     policy = snapshot["policy"]
-    model, secrets = chat_model_for(snapshot["endpoint"],
-                                    max_retries=policy["provider_max_retries"])
+    model, secrets = _model_of(snapshot)
     service = ToolService(
         max_tool_calling_round_trips=policy["max_round_trips"],
         parallel=policy["parallel"],
@@ -115,21 +129,64 @@ def engine_for_snapshot(snapshot: dict[str, Any]) -> RunEngine:
             else throw_on_hallucinated_tool
         ),
     )
+    replay = snapshot.get("replay")
     tool_secrets: list[str] = []
     for tool in snapshot["tools"]:
-        registered, used = _registered_tool(tool)
+        registered, used = _registered_tool(tool, replay)
         service.register(registered)
         tool_secrets += used
     return RunEngine(model=model, service=service, secrets=(*secrets, *tool_secrets))
 
 
+def _model_of(snapshot: dict[str, Any]) -> tuple[ChatModel, tuple[str, ...]]:
+    replay = snapshot.get("replay")
+    if replay is not None and replay["model"] == "recorded":
+        return replay_model(snapshot, replay)
+    return chat_model_for(snapshot["endpoint"],
+                          max_retries=snapshot["policy"]["provider_max_retries"],
+                          prelude_ai_messages=_prelude(snapshot))
+
+
+def _prelude(snapshot: dict[str, Any]) -> int:
+    """The starting conversation's assistant messages that are not the endpoint's own:
+    a fork's inherited rounds are (a script plays on after them)."""
+    own = int((snapshot.get("fork") or {}).get("inherited_rounds", 0))
+    return sum(1 for m in snapshot["messages"] if m["type"] == "ai") - own
+
+
+def replay_model(snapshot: dict[str, Any],
+                 replay: dict[str, Any]) -> tuple[ChatModel, tuple[str, ...]]:
+    """The recorded model; with on_divergence "live", the endpoint's model behind it."""
+    live: ChatModel | None = None
+    secrets: tuple[str, ...] = ()
+    if replay["on_divergence"] == "live":
+        live, secrets = chat_model_for(
+            snapshot["endpoint"], max_retries=snapshot["policy"]["provider_max_retries"],
+            prelude_ai_messages=_prelude(snapshot))
+    model = RecordedChatModel(recorded_rounds(replay["rounds"]),
+                              prelude_messages=len(snapshot["messages"]), live=live)
+    return model, secrets
+
+
+_rounds_adapter: TypeAdapter[list[RecordedRound]] = TypeAdapter(list[RecordedRound])
+
+
+def recorded_rounds(rounds: list[dict[str, Any]]) -> list[RecordedRound]:
+    """The recording's rounds as the engine's replay reads them (the export format's
+    rounds: extra fields are ignored)."""
+    return _rounds_adapter.validate_python(rounds)
+
+
 def chat_model_for(
-    endpoint: dict[str, Any], *, max_retries: int
+    endpoint: dict[str, Any], *, max_retries: int, prelude_ai_messages: int = 0,
 ) -> tuple[ChatModel, tuple[str, ...]]:
-    """The ChatModel of an endpoint config, and the secret values it uses (to redact)."""
+    """The ChatModel of an endpoint config, and the secret values it uses (to redact).
+    `prelude_ai_messages`: assistant messages of the starting conversation (a script
+    plays its steps after them)."""
     if endpoint["kind"] == "scripted":
         return ScriptedChatModel(endpoint["script"], stream=endpoint["stream"],
-                                 model_name=endpoint["model"] or "scripted"), ()
+                                 model_name=endpoint["model"] or "scripted",
+                                 prelude_ai_messages=prelude_ai_messages), ()
     from ..engine.providers.registry import build_chat_model
 
     api_key = _api_key(endpoint)
@@ -210,24 +267,49 @@ def _header_value(endpoint: dict[str, Any], value: str) -> str:
     return str(value)
 
 
-def _registered_tool(tool: dict[str, Any]) -> tuple[RegisteredTool, tuple[str, ...]]:
+def _registered_tool(tool: dict[str, Any],
+                     replay: dict[str, Any] | None) -> tuple[RegisteredTool, tuple[str, ...]]:
     """The tool as the engine registers it, and the secret values its executor uses."""
     spec = ToolSpecification(
         name=tool["name"], description=tool["description"], parameters=tool["json_schema"],
         strict=tool["strict"] or None,
     )
-    context = ToolContext(read_secret=_tool_secret, outbound=outbound_policy(),
-                          clients=PROVIDER_CLIENTS)
-    built = build_executor(tool, spec, context)
+    executor, secrets = _executor(tool, spec, replay)
     registered = RegisteredTool(
         specification=spec,
-        executor=built.executor,
+        executor=executor,
         return_behavior=ReturnBehavior(tool["return_behavior"]),
         timeout=tool["timeout_seconds"],
         idempotent=tool["idempotent"],
         requires_approval=tool["requires_approval"],
     )
-    return registered, built.secrets
+    return registered, secrets
+
+
+def _executor(tool: dict[str, Any], spec: ToolSpecification,
+              replay: dict[str, Any] | None) -> tuple[ToolExecutor, tuple[str, ...]]:
+    """The tool's own executor (any kind), or the recording, with the live executor
+    behind it only if a divergence goes on live: recorded and mock tools never build
+    (so never import) the tool's code."""
+    mode = "live" if replay is None else replay["tools"]
+    if mode == "live":
+        built = _live_executor(tool, spec)
+        return built.executor, built.secrets
+    assert replay is not None
+    live: ToolExecutor | None = None
+    secrets: tuple[str, ...] = ()
+    if mode == "recorded" and replay["on_divergence"] == "live":
+        built = _live_executor(tool, spec)
+        live, secrets = built.executor, built.secrets
+    recorded = RecordedToolExecutor(recorded_rounds(replay["rounds"]),
+                                    mode="mock" if mode == "mock" else "recorded", live=live)
+    return recorded, secrets
+
+
+def _live_executor(tool: dict[str, Any], spec: ToolSpecification) -> BuiltExecutor:
+    context = ToolContext(read_secret=_tool_secret, outbound=outbound_policy(),
+                          clients=PROVIDER_CLIENTS)
+    return build_executor(tool, spec, context)
 
 
 def _tool_secret(name: str) -> str:

@@ -3,6 +3,10 @@
 POST /api/runs                       start a run -> {"id": ..., "url": ...}
 GET  /api/runs/<id>                  status, rounds, tool calls, final answer
 GET  /api/runs/<id>/events?after=N   the run's events after seq N
+GET  /api/runs/compare?a=<id>&b=<id> two runs aligned by round and call, with deltas
+GET  /api/runs/<id>/export           the run as a regression fixture (docs/run-fixtures.md)
+POST /api/runs/<id>/rerun            rerun it (as it was / current, replay modes)
+POST /api/runs/<id>/fork             a new run from its conversation at round N, plus messages
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 from pydantic import ValidationError
 
-from ..engine import ChatRequestParameters, SystemMessage, UserMessage
+from ..engine import ChatMessage, ChatRequestParameters
+from ..engine.conversation import ConversationError, parse_conversation
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import rerun, selectors, services
+from ..runs import compare, fixtures, fork, replay, rerun, selectors, services
 from ..runs.filters import FilterError, filtered_runs
 from .api_tokens import user_for_token
 from .export import export_response
@@ -227,20 +232,12 @@ def _tools(names: list[str]) -> list[ToolRegistration]:
     return [found[n] for n in names]
 
 
-def _messages(raw: Any) -> list[Any]:
-    if not isinstance(raw, list):
-        raise ApiError(400, "invalid_field", "messages must be a list", field="messages")
-    messages: list[Any] = []
-    for i, item in enumerate(raw):
-        role = item.get("role") if isinstance(item, dict) else None
-        content = item.get("content") if isinstance(item, dict) else None
-        if role not in ("system", "user") or not isinstance(content, str):
-            raise ApiError(400, "invalid_field",
-                           f"messages[{i}] must be {{'role': 'system'|'user', 'content': str}}",
-                           field=f"messages[{i}]")
-        messages.append(SystemMessage(text=content) if role == "system"
-                        else UserMessage(text=content))
-    return messages
+def _messages(raw: Any) -> list[ChatMessage]:
+    """Every message kind, in the OpenAI Chat Completions format (engine.conversation)."""
+    try:
+        return parse_conversation(raw)
+    except ConversationError as exc:
+        raise ApiError(400, "invalid_field", str(exc), field=exc.field) from exc
 
 
 def _parameters(raw: Any) -> ChatRequestParameters:
@@ -279,21 +276,91 @@ def runs_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
 @require_http_methods(["POST"])
 @token_required
 def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
-    """`{"mode": "as_it_was" | "current"}` (default as_it_was): a new run repeating this
-    one; 201 with its id."""
+    """`{"snapshot": "same" | "current", "model": "recorded" | "live", "tools": "recorded" |
+    "live" | "mock", "on_divergence": "stop" | "live"}`, every field optional (same, live,
+    live, stop; `"mode": "as_it_was" | "current"` is the older spelling of `snapshot`): a
+    new run repeating this one; 201 with its id."""
     run = _visible(request, run_id)
     body = _json_body(request) if request.body else {}
-    mode = body.get("mode", "as_it_was")
-    if mode not in rerun.RERUN_MODES:
-        raise ApiError(400, "invalid_field",
-                       f"mode must be one of {', '.join(rerun.RERUN_MODES)}", field="mode")
+    mode = _rerun_mode(body)
+    options = rerun.ReplayOptions(
+        model=_choice(body, "model", replay.MODEL_MODES, "live"),
+        tools=_choice(body, "tools", replay.TOOLS_MODES, "live"),
+        on_divergence=_choice(body, "on_divergence", replay.DIVERGENCE_MODES, "stop"))
     try:
-        new = rerun.run_rerun(run=run, user=request.user, mode=mode)
+        new = rerun.run_rerun(run=run, user=request.user, mode=mode, replay=options)
     except rerun.RerunError as exc:
         raise ApiError(409, "cannot_rerun", str(exc)) from exc
     return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
                          "differences": new.snapshot["rerun"]["differences"],
+                         "replay": new.snapshot["rerun"].get("replay"),
                          "url": f"/runs/{new.pk}/"}, status=201)
+
+
+SNAPSHOT_CHOICES: dict[str, rerun.RerunMode] = {"same": "as_it_was", "current": "current"}
+
+
+@csrf_exempt  # token-authenticated, like runs()
+@require_http_methods(["POST"])
+@token_required
+def run_fork(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """`{"round": N, "messages": [...], "snapshot": "same" | "current"}`: a new run starting
+    from this run's conversation as the model saw it at round N (inherited), plus
+    `messages` (OpenAI format, optional); 201 with its id."""
+    run = _visible(request, run_id)
+    body = _json_body(request)
+    mode = SNAPSHOT_CHOICES[_choice(body, "snapshot", tuple(SNAPSHOT_CHOICES), "same")]
+    try:
+        new = fork.run_fork(run=run, user=request.user, round_number=_required(body, "round"),
+                            messages=body.get("messages"), mode=mode)
+    except fork.ForkError as exc:
+        if exc.field is None:
+            raise ApiError(409, "cannot_fork", str(exc)) from exc
+        raise ApiError(400, "invalid_field", str(exc), field=exc.field) from exc
+    return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
+                         "fork": new.snapshot["fork"], "url": f"/runs/{new.pk}/"},
+                        status=201)
+
+
+def _rerun_mode(body: dict[str, Any]) -> Any:
+    if "snapshot" in body:
+        return SNAPSHOT_CHOICES[_choice(body, "snapshot", tuple(SNAPSHOT_CHOICES), "same")]
+    return _choice(body, "mode", rerun.RERUN_MODES, "as_it_was")
+
+
+def _choice(body: dict[str, Any], field: str, allowed: tuple[str, ...], default: str) -> Any:
+    value = body.get(field, default)
+    if value not in allowed:
+        raise ApiError(400, "invalid_field", f"{field} must be one of {', '.join(allowed)}",
+                       field=field)
+    return value
+
+
+@csrf_exempt  # token-authenticated, like runs()
+@require_GET
+@token_required
+def run_compare(request: HttpRequest) -> JsonResponse:
+    """`?a=<run id>&b=<run id>`: the two runs aligned round by round and call by call."""
+    ids = {}
+    for field in ("a", "b"):
+        value = request.GET.get(field, "").strip()
+        if not value:
+            raise ApiError(400, "missing_field", f"'{field}' is required: ?a=<run id>&b=<run id>",
+                           field=field)
+        ids[field] = value
+    return JsonResponse(compare.compare_runs(_visible(request, ids["a"]),
+                                             _visible(request, ids["b"])))
+
+
+@csrf_exempt  # token-authenticated, like runs()
+@require_GET
+@token_required
+def run_export(request: HttpRequest, run_id: Any) -> HttpResponseBase:
+    """The run as a regression fixture (docs/run-fixtures.md)."""
+    run = _visible(request, run_id)
+    response = JsonResponse(fixtures.export_run(run), json_dumps_params={"ensure_ascii": False})
+    response["Content-Disposition"] = f'attachment; filename="{fixtures.export_filename(run)}"'
+    return response
 
 
 @csrf_exempt  # token-authenticated, like runs(): a POST gets 405, not a CSRF page

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
 
+from ..engine import ChatMessage
+from ..engine.conversation import ConversationError, parse_conversation
 from ..models import ErrorPolicy, ModelEndpoint, ToolRegistration
 
+INPUT_MODES = [("simple", "System prompt + user message"),
+               ("conversation", "Conversation (JSON)")]
+CONVERSATION_HELP = (
+    "A JSON list of messages in the OpenAI Chat Completions format: role system or user "
+    "with content; role assistant with content and/or tool_calls (id, type \"function\", "
+    "function name and arguments as JSON text); role tool with tool_call_id and content.")
 TOOL_CHOICE_MODES = [("auto", "auto"), ("required", "required"), ("none", "none"),
                      ("named", "a named tool")]
 
@@ -23,7 +32,14 @@ class PlaygroundForm(forms.Form):
                                     empty_label=None)
     system_prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
                                     max_length=20_000)
-    user_message = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=50_000)
+    # Not required: a form posted by an older page (or a script) means the simple mode.
+    input_mode = forms.ChoiceField(choices=INPUT_MODES, initial="simple", required=False,
+                                   widget=forms.RadioSelect)
+    user_message = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=50_000,
+                                   required=False)
+    conversation_json = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}), required=False,
+        max_length=500_000, help_text=CONVERSATION_HELP)
     tool_choice = forms.ChoiceField(choices=TOOL_CHOICE_MODES, initial="auto")
     tool_choice_name = forms.CharField(required=False, max_length=64,
                                        help_text="The tool to force when tool choice is named.")
@@ -34,6 +50,11 @@ class PlaygroundForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        data["input_mode"] = data.get("input_mode") or "simple"
+        if data["input_mode"] == "conversation":
+            data["messages"] = self._conversation(data.get("conversation_json") or "")
+        elif not (data.get("user_message") or "").strip():
+            self.add_error("user_message", "This field is required.")
         if data.get("tool_choice") == "named":
             name = (data.get("tool_choice_name") or "").strip()
             chosen = {t.name for t in data.get("tools") or []}
@@ -43,6 +64,19 @@ class PlaygroundForm(forms.Form):
                 self.add_error("tool_choice_name", f"'{name}' is not among the selected tools.")
         return data
 
+    def _conversation(self, text: str) -> list[ChatMessage] | None:
+        """The pasted conversation as engine messages; None (and a field error) if it
+        is not usable."""
+        if not text.strip():
+            self.add_error("conversation_json", "Paste the conversation as a JSON list.")
+            return None
+        try:
+            return parse_conversation(json.loads(text))
+        except ValueError as exc:  # ConversationError, or JSON that does not parse
+            prefix = "" if isinstance(exc, ConversationError) else "Not valid JSON: "
+            self.add_error("conversation_json", f"{prefix}{exc}")
+            return None
+
     def remembered(self) -> dict[str, Any]:
         """What to pre-fill next time (ids and plain values only)."""
         data = self.cleaned_data
@@ -50,6 +84,7 @@ class PlaygroundForm(forms.Form):
             "endpoint": str(data["endpoint"].pk), "policy": data["policy"].pk,
             "tools": [str(t.pk) for t in data["tools"]],
             "system_prompt": data["system_prompt"], "user_message": data["user_message"],
+            "input_mode": data["input_mode"], "conversation_json": data["conversation_json"],
             "tool_choice": data["tool_choice"], "tool_choice_name": data["tool_choice_name"],
             "parallel": data["parallel"], "max_round_trips": data["max_round_trips"],
         }

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 from django_ratelimit.core import is_ratelimited
 
-from ..engine import ChatRequestParameters, NamedToolChoice
+from ..engine import ChatMessage, ChatRequestParameters, NamedToolChoice
 from ..models import (
     TERMINAL_STATUSES,
     ModelEndpoint,
@@ -28,7 +28,7 @@ from ..models import (
     RunStatus,
     ToolCall,
 )
-from ..runs import rerun, selectors, services
+from ..runs import compare, fixtures, fork, rerun, selectors, services
 from ..runs.filters import FilterError, Page, filtered_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
@@ -85,8 +85,7 @@ def _start_from_form(request: AuthenticatedHttpRequest, form: PlaygroundForm) ->
         run = services.run_create(
             user=request.user, endpoint=data["endpoint"], tools=list(data["tools"]),
             policy=data["policy"],
-            messages=services.conversation(system_prompt=data["system_prompt"],
-                                           user_message=data["user_message"]),
+            messages=_messages_of(data),
             parameters=ChatRequestParameters(tool_choice=choice if data["tools"] else None),
             policy_overrides={"parallel": data["parallel"],
                               "max_round_trips": data["max_round_trips"]},
@@ -99,12 +98,21 @@ def _start_from_form(request: AuthenticatedHttpRequest, form: PlaygroundForm) ->
     return run
 
 
+def _messages_of(data: dict[str, Any]) -> list[ChatMessage]:
+    """The starting conversation: pasted whole, or a system prompt and a user message."""
+    if data["input_mode"] == "conversation":
+        return list(data["messages"])
+    return services.conversation(system_prompt=data["system_prompt"],
+                                 user_message=data["user_message"])
+
+
 def _remembered(request: AuthenticatedHttpRequest) -> dict[str, Any]:
     state = PlaygroundState.objects.filter(user_id=request.user.pk).first()
     if state is not None:
         return dict(state.data)
     policy = selectors.default_policy()
     return {"policy": policy.pk if policy else None, "parallel": True, "tool_choice": "auto",
+            "input_mode": "simple",
             "user_message": "What's the weather in Hangzhou and in Paris?"}
 
 
@@ -118,8 +126,16 @@ def run_url(run: Run) -> str:
 @login_required
 def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = _run_for_user(request, run_id)
+    conversation = selectors.starting_conversation(run)
+    fork = run.snapshot.get("fork")
+    for index, message in enumerate(conversation):
+        message["inherited"] = bool(fork) and index < fork["inherited"]
     return render(request, "tools_app/run_detail.html",
-                  {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq})
+                  {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq,
+                   "conversation": conversation, "fork": fork,
+                   "divergences": selectors.replay_divergences(run),
+                   "whole_conversation": any(m["role"] in ("assistant", "tool")
+                                             for m in conversation)})
 
 
 @require_POST
@@ -135,13 +151,81 @@ def run_cancel(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
 def run_rerun(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = _run_for_user(request, run_id)
     mode = request.POST.get("mode", "as_it_was")
+    options = rerun.ReplayOptions(
+        model=request.POST.get("model", "live"),  # type: ignore[arg-type]  # checked inside
+        tools=request.POST.get("tools", "live"),  # type: ignore[arg-type]
+        on_divergence=request.POST.get("on_divergence", "stop"),  # type: ignore[arg-type]
+    )
     try:
         new = rerun.run_rerun(run=run, user=request.user,
-                              mode=mode)  # type: ignore[arg-type]  # checked inside
+                              mode=mode,  # type: ignore[arg-type]  # checked inside
+                              replay=options)
     except rerun.RerunError as exc:
         messages.error(request, f"Cannot rerun: {exc}")
         return redirect("run_detail", run_id=run.pk)
     return redirect("run_detail", run_id=new.pk)
+
+
+@require_POST
+@login_required
+def run_fork(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
+    """The run page's fork form: a round number and, optionally, messages to add (a JSON
+    list in the OpenAI format)."""
+    run = _run_for_user(request, run_id)
+    try:
+        new = fork.run_fork(run=run, user=request.user,
+                            round_number=_form_round(request.POST.get("round", "")),
+                            messages=_form_messages(request.POST.get("messages", "")))
+    except fork.ForkError as exc:
+        messages.error(request, f"Cannot fork: {exc}")
+        return redirect("run_detail", run_id=run.pk)
+    return redirect("run_detail", run_id=new.pk)
+
+
+def _form_round(text: str) -> int:
+    if not (text.strip().isascii() and text.strip().isdigit()) or len(text.strip()) > 6:
+        raise fork.ForkError("round must be a round number", field="round")
+    return int(text)
+
+
+def _form_messages(text: str) -> Any:
+    if not text.strip():
+        return []
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise fork.ForkError(f"messages are not valid JSON: {exc}", field="messages") from exc
+
+
+@require_GET
+@login_required
+def run_compare(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Two runs side by side: `?a=<run id>&b=<run id>`, both visible to the user."""
+    missing = [k for k in ("a", "b") if not request.GET.get(k, "").strip()]
+    if missing:
+        return HttpResponseBadRequest(
+            f"Name the two runs to compare: ?a=<run id>&b=<run id> ({' and '.join(missing)} "
+            "missing)", content_type="text/plain; charset=utf-8")
+    a = _run_for_user(request, request.GET["a"].strip())
+    b = _run_for_user(request, request.GET["b"].strip())
+    return render(request, "tools_app/run_compare.html",
+                  {"comparison": compare.compare_runs(a, b), "run_a": a, "run_b": b})
+
+
+@require_GET
+@login_required
+def run_export(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
+    """The run as a regression fixture (docs/run-fixtures.md), downloaded."""
+    return fixture_response(_run_for_user(request, run_id))
+
+
+def fixture_response(run: Run) -> HttpResponse:
+    """A fixture download: JSON, never rendered (its content is untrusted text)."""
+    response = HttpResponse(json.dumps(fixtures.export_run(run), indent=2, ensure_ascii=False),
+                            content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{fixtures.export_filename(run)}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 @require_GET

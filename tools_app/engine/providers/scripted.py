@@ -69,7 +69,11 @@ class ScriptedChatModel:
         latency: float = 0.0,
         stream: bool = False,
         model_name: str = "scripted",
+        prelude_ai_messages: int = 0,
     ) -> None:
+        # A run may start from a whole conversation that already holds assistant
+        # messages: those are not the script's, so the step count starts after them.
+        self.prelude_ai_messages = prelude_ai_messages
         self.steps = [s if isinstance(s, ScriptStep) else ScriptStep.model_validate(s)
                       for s in steps]
         self.latency = latency
@@ -78,6 +82,7 @@ class ScriptedChatModel:
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
         index = sum(1 for m in request.messages if isinstance(m, AiMessage))
+        index -= self.prelude_ai_messages
         if index >= len(self.steps):
             raise ProviderError(
                 f"The scripted model has {len(self.steps)} steps and was asked for step "

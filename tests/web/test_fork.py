@@ -1,0 +1,161 @@
+"""Forking a run at round N: the new run starts from the original's conversation as
+the model saw it at round N (inherited, marked so on its page) plus added messages in
+the OpenAI format, and goes on live from there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import AbstractUser
+from django.test import Client
+
+from tools_app.models import ErrorPolicy, Run, ToolCall, ToolRegistration
+from tools_app.runs import tasks
+from tools_app.runs.rerun import run_rerun
+from tools_app.web.api_tokens import create_token
+
+from .support import Tree, start_run
+from .test_api import Api, error_of
+
+pytestmark = pytest.mark.django_db
+
+SCRIPT = [
+    {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]},
+    {"tool_calls": [{"name": "calculator", "arguments": {"expression": "2*3"}}]},
+    {"text": "last: {last_result}"},
+]
+
+
+def execute(run: Run) -> Run:
+    async_to_sync(tasks.execute_run.acall)(str(run.pk))
+    run.refresh_from_db()
+    return run
+
+
+@pytest.fixture
+def original(bob: AbstractUser, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+             policy: ErrorPolicy) -> Run:
+    endpoint = make_endpoint(SCRIPT, name="calc")
+    return execute(start_run(bob, endpoint, [demo_tools["calculator"]], policy, "Compute"))
+
+
+@pytest.fixture
+def bob_api(bob: AbstractUser) -> Api:
+    return Api(create_token(bob, "ci")[1])
+
+
+def fork(api: Api, run: Run, body: dict[str, Any]) -> Any:
+    return api.post(f"/api/runs/{run.pk}/fork", body)
+
+
+def test_a_fork_inherits_the_rounds_before_n_and_goes_on_from_there(
+    bob_api: Api, original: Run,
+) -> None:
+    made = fork(bob_api, original, {"round": 2})
+
+    assert made.status_code == 201, made.content
+    assert made.json()["fork"] == {"of": str(original.pk), "round": 2, "inherited": 3,
+                                   "inherited_rounds": 1}
+    new = execute(Run.objects.get(pk=made.json()["id"]))
+    assert new.parent_id == original.pk
+    assert [m["type"] for m in new.snapshot["messages"]] == ["user", "ai", "tool_result"]
+    assert new.snapshot["messages"][2]["text"] == "2"
+    assert new.status == "succeeded"
+    # Round 2 of the script again, then its final text: the same ending as the original.
+    assert [c.arguments for c in ToolCall.objects.filter(run=new)] == [{"expression": "2*3"}]
+    assert new.final_text == original.final_text == "last: 6"
+
+
+def test_added_messages_follow_the_inherited_ones(bob_api: Api, original: Run,
+                                                  bob_client: Client) -> None:
+    made = fork(bob_api, original, {"round": 3, "messages": [
+        {"role": "user", "content": "<i>Summarise</i>, please."}]})
+
+    new = execute(Run.objects.get(pk=made.json()["id"]))
+    assert [m["type"] for m in new.snapshot["messages"]] == [
+        "user", "ai", "tool_result", "ai", "tool_result", "user"]
+    assert new.rounds_count == 1  # the script's final step answers at once
+    assert new.final_text == "last: 6"
+    page = bob_client.get(f"/runs/{new.pk}/").content.decode()
+    tree = Tree(page)
+    inherited = [e for e in tree.tags("li") if e.attrs.get("data-inherited") == "true"]
+    assert len(inherited) == 5
+    assert tree.by_id("fork-added").tag == "li"
+    assert "Fork at round 3 (as it was) of" in page
+    assert "The first 5 messages are inherited from the parent run" in page
+    assert "&lt;i&gt;Summarise&lt;/i&gt;" in page
+    assert tree.by_id("compare-parent").attrs["href"] == (
+        f"/runs/compare?a={original.pk}&b={new.pk}")
+
+
+def test_a_rerun_of_a_fork_plays_on_from_the_same_round(bob_api: Api, original: Run) -> None:
+    forked = execute(Run.objects.get(pk=fork(bob_api, original, {"round": 2}).json()["id"]))
+
+    again = execute(run_rerun(run=forked, user=None, mode="current"))
+
+    assert again.snapshot["fork"] == forked.snapshot["fork"]
+    assert again.final_text == forked.final_text == "last: 6"
+
+
+@pytest.mark.parametrize(("body", "field", "words"), [
+    ({}, "round", "'round' is required"),
+    ({"round": 0}, "round", "round must be a round of the run: 1 to 3"),
+    ({"round": 4}, "round", "round must be a round of the run: 1 to 3"),
+    ({"round": "2"}, "round", "round must be a round of the run"),
+    ({"round": 2, "messages": {"role": "user"}}, "messages", "messages must be a list"),
+    ({"round": 2, "messages": [{"role": "tool", "tool_call_id": "x", "content": "?"}]},
+     "messages[0]", "messages[0]: tool_call_id 'x' answers no earlier tool call"),
+    ({"round": 2, "messages": [{"role": "user", "content": "a"},
+                               {"role": "assistant", "content": "b"}]},
+     "messages[1]", "messages[1]: the conversation ends with an assistant message"),
+    ({"round": 2, "snapshot": "tomorrow"}, "snapshot", "snapshot must be one of same, current"),
+])
+def test_a_bad_fork_is_refused_naming_the_field(bob_api: Api, original: Run,
+                                                body: dict[str, Any], field: str,
+                                                words: str) -> None:
+    error = error_of(fork(bob_api, original, body), 400)
+
+    assert error["field"] == field
+    assert words in error["message"]
+    assert not Run.objects.filter(parent=original).exists()
+
+
+def test_only_a_visible_run_is_forked(original: Run, charlie: AbstractUser) -> None:
+    api = Api(create_token(charlie, "ci")[1])
+    assert error_of(fork(api, original, {"round": 1}), 404)["code"] == "not_found"
+
+
+def test_the_run_page_forks(bob_client: Client, original: Run) -> None:
+    tree = Tree(bob_client.get(f"/runs/{original.pk}/").content.decode())
+    assert tree.by_id("fork-form").attrs["action"] == f"/runs/{original.pk}/fork/"
+
+    response = bob_client.post(f"/runs/{original.pk}/fork/", {
+        "round": "3", "messages": '[{"role": "user", "content": "Again?"}]'})
+
+    new = Run.objects.get(parent=original)
+    assert response["Location"] == f"/runs/{new.pk}/"
+    assert new.snapshot["fork"]["round"] == 3
+    assert new.snapshot["messages"][-1] == {"type": "user", "text": "Again?"}
+
+
+@pytest.mark.parametrize(("form", "words"), [
+    ({"round": "two"}, "Cannot fork: round must be a round number"),
+    ({"round": "9"}, "Cannot fork: round must be a round of the run: 1 to 3"),
+    ({"round": "2", "messages": "[{"}, "Cannot fork: messages are not valid JSON"),
+    ({"round": "2", "messages": '[{"role": "tool", "tool_call_id": "x", "content": "?"}]'},
+     "Cannot fork: messages[0]: tool_call_id &#x27;x&#x27; answers no earlier tool call"),
+])
+def test_a_bad_fork_from_the_page_says_why(bob_client: Client, original: Run,
+                                           form: dict[str, str], words: str) -> None:
+    response = bob_client.post(f"/runs/{original.pk}/fork/", form, follow=True)
+
+    assert words in response.content.decode()
+    assert not Run.objects.filter(parent=original).exists()
+
+
+def test_another_user_cannot_fork_from_the_page(original: Run, charlie: AbstractUser) -> None:
+    other = Client()
+    other.force_login(charlie)
+    assert other.post(f"/runs/{original.pk}/fork/", {"round": "1"}).status_code == 404
