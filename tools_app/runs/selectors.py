@@ -100,6 +100,8 @@ def replay_divergences(run: Run) -> list[str]:
 def starting_conversation(run: Run) -> list[dict[str, Any]]:
     """The conversation the run started from, as OpenAI-format dicts (role, content,
     tool calls with their arguments pretty-printed when they are JSON)."""
+    if "messages" not in run.snapshot:
+        return []  # a row made outside the run services (tests, imports of old data)
     shown = []
     for message in to_openai_messages(snapshot_messages(run.snapshot)):
         calls = [{"id": c["id"], "name": c["function"]["name"],
