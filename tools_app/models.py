@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.utils import timezone
 
 tool_name_validator = RegexValidator(
     r"^[a-zA-Z0-9_-]{1,64}$",
@@ -131,8 +132,8 @@ class ToolRegistration(models.Model):
     )
     requires_approval = models.BooleanField(
         default=False,
-        help_text="Calls never run without a person's approval. Runs cannot ask for one "
-        "yet, so such calls are refused (recorded as rejected; the model is told).")
+        help_text="Calls never run without a person's approval: the run waits on the "
+        "timeline for an approve, edit or reject decision (see AGENTFORGE_APPROVAL_TIMEOUT).")
     idempotent = models.BooleanField(
         default=False, help_text="Safe to run again if a worker died while it ran."
     )
@@ -276,6 +277,9 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
     resume_count = models.PositiveIntegerField(default=0)
     cancel_requested = models.BooleanField(default=False)
+    # Set while the run waits for decisions (status waiting); AGENTFORGE_APPROVAL_TIMEOUT
+    # counts from here.
+    waiting_since = models.DateTimeField(null=True, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -367,6 +371,37 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.state})"
+
+
+class DecisionKind(models.TextChoices):
+    APPROVE = "approve", "Approved"
+    REJECT = "reject", "Rejected"
+    EDIT = "edit", "Approved with edited arguments"
+
+
+class CallDecision(models.Model):
+    """A person's (or the approval timeout's) decision on a call that needed approval.
+    One per call: deciding again changes nothing."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="decisions")
+    tool_call = models.OneToOneField(ToolCall, on_delete=models.CASCADE,
+                                     related_name="decision")
+    decision = models.CharField(max_length=16, choices=DecisionKind.choices)
+    arguments = models.JSONField(null=True, blank=True,
+                                 help_text="The edited arguments the call ran with (edit).")
+    message = models.TextField(blank=True, help_text="Why it was rejected (the model sees it).")
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="call_decisions")
+    decided_by_label = models.CharField(
+        max_length=200, help_text="Who decided, kept if the user is deleted: a username, "
+        "or 'approval timeout'.")
+    decided_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["decided_at"]
+
+    def __str__(self) -> str:
+        return f"{self.decision} by {self.decided_by_label}"
 
 
 class RunEvent(models.Model):

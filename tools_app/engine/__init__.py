@@ -5,10 +5,12 @@ Import the public names from here; the module split is an implementation detail.
 
 from .errors import (
     AgentForgeError,
+    ApprovalPending,
     Approver,
     HallucinatedToolError,
     MaxRoundTripsExceededError,
     ProviderError,
+    ToolApprovalPending,
     ToolArgumentsError,
     ToolError,
     ToolErrorContext,
@@ -71,6 +73,7 @@ from .spec import (
 __all__ = [
     "AgentForgeError",
     "AiMessage",
+    "ApprovalPending",
     "Approver",
     "CallableToolExecutor",
     "ChatMessage",
@@ -95,6 +98,7 @@ __all__ = [
     "ScriptedChatModel",
     "SystemMessage",
     "TokenUsage",
+    "ToolApprovalPending",
     "ToolArgumentsError",
     "ToolChatResult",
     "ToolChoice",

@@ -6,10 +6,13 @@
     │   │                               ill-typed values (default handler: rethrow)
     │   ├── ToolExecutionError          the tool raised (default handler: text to the model)
     │   │   ├── ToolTimeoutError        the tool ran past its timeout
-    │   │   └── ToolUnknownOutcomeError the worker died while the call was in flight
+    │   │   ├── ToolUnknownOutcomeError the worker died while the call was in flight
+    │   │   └── ToolRejectedError       a flagged call was not approved: never executed
     │   └── HallucinatedToolError       the model named a tool that is not registered
     ├── ToolLoopError                   the loop itself stopped
-    │   └── MaxRoundTripsExceededError  more tool-calling round trips than allowed
+    │   ├── MaxRoundTripsExceededError  more tool-calling round trips than allowed
+    │   └── ToolApprovalPending         paused: calls of a round await a decision
+    ├── ApprovalPending                 an approver's "not decided yet" (pauses the loop)
     └── ProviderError                   a model provider failed; `retryable` decides retries
 
 Handlers receive the error and a ToolErrorContext. They return
@@ -80,6 +83,12 @@ class ToolRejectedError(ToolExecutionError):
     handler, like any failure of the tool."""
 
 
+class ApprovalPending(AgentForgeError):
+    """Raised by an approver that has no decision yet for a call: the call must wait for
+    one. The loop asks about every flagged call of a round before any call of it starts,
+    so a pause never leaves a call of the round half done."""
+
+
 class HallucinatedToolError(ToolError):
     def __init__(self, tool_name: str, available: list[str]) -> None:
         names = ", ".join(available) or "(none)"
@@ -102,6 +111,17 @@ class MaxRoundTripsExceededError(ToolLoopError):
             f"(max_tool_calling_round_trips={limit})"
         )
         self.limit = limit
+
+
+class ToolApprovalPending(ToolLoopError):
+    """The chat stopped before executing a round because calls await a person's
+    decision (`call_ids`); nothing of that round ran. Resume it (ResumeState with the
+    pending response) once they are decided."""
+
+    def __init__(self, call_ids: list[str], round_index: int) -> None:
+        super().__init__(f"{len(call_ids)} tool call(s) of round {round_index + 1} await "
+                         "a person's decision")
+        self.call_ids, self.round_index = call_ids, round_index
 
 
 class ProviderError(AgentForgeError):
@@ -157,10 +177,12 @@ HandlerReturn = ToolErrorHandlerResult | Awaitable[ToolErrorHandlerResult]
 ToolArgumentsErrorHandler = Callable[[ToolArgumentsError, ToolErrorContext], HandlerReturn]
 ToolExecutionErrorHandler = Callable[[ToolExecutionError, ToolErrorContext], HandlerReturn]
 Approver = Callable[
-    ["ToolExecutionRequest", ToolErrorContext], "bool | str | Awaitable[bool | str]"
+    ["ToolExecutionRequest", ToolErrorContext],
+    "bool | str | ToolExecutionRequest | Awaitable[bool | str | ToolExecutionRequest]",
 ]
 """Asked before a tool that requires approval runs: True to run it, False or a reason
-(a non-empty str) to refuse it; may be async."""
+(a non-empty str) to refuse it, or a request (same id and tool, edited arguments) to run
+instead; may be async. Raising `ApprovalPending` pauses the chat (`ToolApprovalPending`)."""
 
 HallucinatedToolStrategy = Callable[
     ["ToolExecutionRequest", list[str]],

@@ -175,6 +175,14 @@ class ChatFailed(_Event):
     cancelled: bool = False
 
 
+class ChatPaused(_Event):
+    """The loop stopped before executing round `round_index`: `call_ids` await a
+    person's decision (ToolApprovalPending). Nothing of that round ran."""
+
+    kind: Literal["chat_paused"] = "chat_paused"
+    call_ids: list[str]
+
+
 EngineEvent = Annotated[
     ChatStarted
     | RoundStarted
@@ -189,7 +197,8 @@ EngineEvent = Annotated[
     | ToolCallStarted
     | ToolCallFinished
     | ChatFinished
-    | ChatFailed,
+    | ChatFailed
+    | ChatPaused,
     Field(discriminator="kind"),
 ]
 

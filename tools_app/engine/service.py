@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .errors import (
+    ApprovalPending,
     Approver,
     HallucinatedToolStrategy,
     MaxRoundTripsExceededError,
+    ToolApprovalPending,
     ToolArgumentsError,
     ToolArgumentsErrorHandler,
     ToolErrorContext,
@@ -42,6 +44,7 @@ from .errors import (
 from .events import (
     ChatFailed,
     ChatFinished,
+    ChatPaused,
     ChatStarted,
     ModelRequestSent,
     ModelResponseReceived,
@@ -98,6 +101,10 @@ class RegisteredTool:
     timeout: float | None = None
     idempotent: bool = False
     requires_approval: bool = False
+
+
+_Verdict = ToolRejectedError | ToolExecutionRequest | None
+"""An approver's answer for one call: run it (None), run an edited request, or refuse."""
 
 
 @dataclass(frozen=True)
@@ -379,6 +386,11 @@ class _ChatRun:
                     )
                 )
             return await self._loop(resume)
+        except ToolApprovalPending as paused:
+            if self.observed:
+                await self._emit(ChatPaused(call_ids=paused.call_ids,
+                                            round_index=paused.round_index))
+            raise
         except asyncio.CancelledError:
             if self.observed:
                 await self._emit(ChatFailed(error_type="CancelledError",
@@ -493,11 +505,13 @@ class _ChatRun:
                 )
         done = dict(resume.completed_results) if resume else {}
         unknown = resume.unknown_outcome_ids if resume else frozenset()
+        verdicts = await self._approvals([r for r in requests if r.id not in done])
 
         async def run_one(request: ToolExecutionRequest) -> _CallOutcome:
             if request.id in done:
                 return self._replayed(request, done[request.id])
-            return await self._execute_call(request, in_doubt=request.id in unknown)
+            return await self._execute_call(request, in_doubt=request.id in unknown,
+                                            verdict=verdicts.get(request.id))
 
         if not self.service.parallel or len(requests) == 1:
             outcomes = [await run_one(request) for request in requests]
@@ -530,14 +544,33 @@ class _ChatRun:
         return _CallOutcome(message=message, behavior=behavior, is_error=message.is_error,
                             execution=None)
 
-    async def _execute_call(self, request: ToolExecutionRequest, *, in_doubt: bool) -> _CallOutcome:
+    async def _approvals(self, requests: list[ToolExecutionRequest]) -> dict[str, _Verdict]:
+        """Ask about every flagged call of the round before any call of it starts: a call
+        still undecided pauses the whole round (ToolApprovalPending), so a pause never
+        interrupts a call that is running."""
+        verdicts: dict[str, _Verdict] = {}
+        waiting: list[str] = []
+        for request in requests:
+            registered = self.service.registered_tools.get(request.name)
+            if registered is None or not registered.requires_approval:
+                continue
+            try:
+                verdicts[request.id] = await self._approval(request)
+            except ApprovalPending:
+                waiting.append(request.id)
+        if waiting:
+            raise ToolApprovalPending(waiting, self.round_index)
+        return verdicts
+
+    async def _execute_call(self, request: ToolExecutionRequest, *, in_doubt: bool,
+                            verdict: _Verdict | None = None) -> _CallOutcome:
         registered = self.service.registered_tools.get(request.name)
         if registered is None:
             return await self._hallucinated(request)
-        if registered.requires_approval:
-            refusal = await self._approval_refused(request)
-            if refusal is not None:
-                return await self._handle(registered, request, time.time(), refusal, "rejected")
+        if isinstance(verdict, ToolRejectedError):
+            return await self._handle(registered, request, time.time(), verdict, "rejected")
+        if isinstance(verdict, ToolExecutionRequest):
+            request = verdict  # edited arguments; same id and tool
         if self.observed:
             await self._emit(ToolCallStarted(round_index=self.round_index, call_id=request.id,
                                              tool_name=request.name))
@@ -567,8 +600,9 @@ class _ChatRun:
                                              text=result.text, is_error=result.is_error)
         return _CallOutcome(message, registered.return_behavior, result.is_error, execution)
 
-    async def _approval_refused(self, request: ToolExecutionRequest) -> ToolRejectedError | None:
-        """None if the call may run; else why not (it is then never executed)."""
+    async def _approval(self, request: ToolExecutionRequest) -> _Verdict:
+        """None if the call may run as it is; the request to run instead (edited
+        arguments); else why not (the call is then never executed)."""
         approver = self.service.approver
         if approver is None:
             return ToolRejectedError(
@@ -578,6 +612,10 @@ class _ChatRun:
         decision = await _maybe_await(approver(request, context))
         if decision is True:
             return None
+        if isinstance(decision, ToolExecutionRequest):
+            if (decision.id, decision.name) != (request.id, request.name):
+                raise ValueError("an approver may edit a call's arguments, not its id or tool")
+            return decision
         reason = decision if isinstance(decision, str) and decision else "not approved"
         return ToolRejectedError(f"Tool '{request.name}' was not executed: {reason}",
                                  tool_name=request.name)

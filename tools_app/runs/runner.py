@@ -23,15 +23,17 @@ from ..engine import (
     ChatMessage,
     ChatResponse,
     ResumeState,
+    ToolApprovalPending,
     ToolChatResult,
     ToolExecutionRequest,
     ToolExecutionResultMessage,
 )
 from ..models import Round, Run, RunStatus, ToolCall, ToolCallState
+from .approver import RunApprover
 from .db import drop_broken_connections
 from .eventlog import LeaseLost, notify
 from .leases import cancel_requested, claim, new_worker_id, renew
-from .lifecycle import finish
+from .lifecycle import finish, wait
 from .recorder import RunRecorder
 from .snapshot import engine_for_snapshot, snapshot_messages, snapshot_parameters
 from .storage import clean_text, redact
@@ -75,7 +77,8 @@ async def execute_run(run_id: str) -> str | None:
     except LeaseLost:
         logger.warning("run %s: lease lost, leaving it to its new owner", run_id)
         return None
-    fields["wall_ms"] = await sync_to_async(_wall_ms)(run_id, started)
+    if status != RunStatus.WAITING:
+        fields["wall_ms"] = await sync_to_async(_wall_ms)(run_id, started)
     try:
         seq = await sync_to_async(_finish)(run_id, token, status, fields)
     except LeaseLost:
@@ -91,6 +94,8 @@ async def _drive(run_id: str, token: int) -> tuple[RunStatus, dict[str, Any]]:
         messages, resume = await sync_to_async(load_history)(run)
     except Exception as exc:  # a broken snapshot (missing key, tool gone) fails the run
         return RunStatus.FAILED, {"error_type": type(exc).__name__, "error_message": str(exc)}
+    # Flagged calls wait for a stored decision (runs.approvals), never run without one.
+    engine.service.approver = RunApprover(run_id)
     recorder = RunRecorder(run_id, token, engine.secrets)
     recorder.before_round = _checkpoint
     stop = _Stop()
@@ -110,6 +115,11 @@ async def _drive(run_id: str, token: int) -> tuple[RunStatus, dict[str, Any]]:
         raise
     except WorkerShutdown:
         return RunStatus.INTERRUPTED, {}
+    except ToolApprovalPending as paused:
+        # Nothing of the round ran: the run waits, holding no worker or lease, until
+        # the decisions are in (runs.approvals queues it again).
+        return RunStatus.WAITING, {"reason": "approval", "round_index": paused.round_index,
+                                   "calls": paused.call_ids}
     except LeaseLost:
         raise
     except (OperationalError, InterfaceError) as exc:
@@ -179,6 +189,8 @@ def _wall_ms(run_id: str, started: float) -> float:
 
 def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any]) -> int:
     with transaction.atomic():
+        if status == RunStatus.WAITING:
+            return wait(run_id, token, fields)
         return finish(run_id, token, status, fields)
 
 

@@ -114,6 +114,8 @@ def run_cancel(*, run: Run) -> Run:
             return locked
         if locked.status in (RunStatus.QUEUED, RunStatus.INTERRUPTED):
             cancel_now(locked, "Cancelled by the user before it ran")
+        elif locked.status == RunStatus.WAITING:  # no worker holds it: end it here
+            cancel_now(locked, "Cancelled by the user while it waited for a decision")
         else:
             Run.objects.filter(pk=run.pk).update(cancel_requested=True)
     run.refresh_from_db()
