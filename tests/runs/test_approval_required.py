@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AbstractUser
 
 from tools_app.models import CallDecision, ErrorPolicy, Run, RunStatus, ToolRegistration
 from tools_app.runs import approvals
@@ -25,11 +25,6 @@ SCRIPT = [{"tool_calls": [{"name": "lookup", "arguments": {"key": "k"}},
           {"text": "model saw: {last_results}"}]
 
 
-@pytest.fixture
-def alice(db: None) -> User:
-    return User.objects.create_user("alice", password="pw-alice-123")
-
-
 def waiting_run(make_endpoint: Any, tools: dict[str, ToolRegistration],
                 policy: ErrorPolicy, script: list[dict[str, Any]] | None = None) -> Run:
     policy.parallel = False
@@ -41,7 +36,7 @@ def waiting_run(make_endpoint: Any, tools: dict[str, ToolRegistration],
     return run
 
 
-def decide_as(user: User | None, run: Run, call_id: str, decision: str,
+def decide_as(user: AbstractUser | None, run: Run, call_id: str, decision: str,
               **fields: Any) -> CallDecision:
     stored, _ = decide(run=run, user=user,
                        request=DecisionRequest(call_id, decision, **fields))
@@ -82,7 +77,8 @@ def test_a_flagged_tool_never_executes_without_a_decision(
 
 
 def test_approve_resumes_and_runs_the_call_once(
-    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy, alice: User,
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    alice: AbstractUser,
 ) -> None:
     run = waiting_run(make_endpoint, tools, policy)
 
@@ -100,7 +96,8 @@ def test_approve_resumes_and_runs_the_call_once(
 
 
 def test_reject_tells_the_model_through_the_policy_and_never_runs_the_call(
-    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy, alice: User,
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    alice: AbstractUser,
 ) -> None:
     run = waiting_run(make_endpoint, tools, policy)
 
@@ -116,7 +113,8 @@ def test_reject_tells_the_model_through_the_policy_and_never_runs_the_call(
 
 
 def test_edit_runs_the_call_with_the_edited_arguments(
-    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy, alice: User,
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    alice: AbstractUser,
 ) -> None:
     run = waiting_run(make_endpoint, tools, policy)
 
@@ -129,7 +127,8 @@ def test_edit_runs_the_call_with_the_edited_arguments(
 
 
 def test_edited_arguments_are_checked_against_the_schema_by_argument(
-    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy, alice: User,
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    alice: AbstractUser,
 ) -> None:
     run = waiting_run(make_endpoint, tools, policy)
 
@@ -150,7 +149,8 @@ def test_edited_arguments_are_checked_against_the_schema_by_argument(
 
 
 def test_a_decision_sent_twice_changes_nothing_and_a_different_one_is_refused(
-    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy, alice: User,
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    alice: AbstractUser,
 ) -> None:
     run = waiting_run(make_endpoint, tools, policy)
     call_id = flagged_call_id(run)
@@ -169,7 +169,8 @@ def test_a_decision_sent_twice_changes_nothing_and_a_different_one_is_refused(
 
 
 def test_decisions_for_unknown_unflagged_or_finished_things_are_refused(
-    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy, alice: User,
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    alice: AbstractUser,
 ) -> None:
     run = waiting_run(make_endpoint, tools, policy)
     lookup_id = calls(run)[0].call_id
@@ -207,7 +208,8 @@ def test_cancel_ends_a_waiting_run_at_once(
 
 
 def test_approve_all_decides_every_waiting_call_of_the_round(
-    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy, alice: User,
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    alice: AbstractUser,
 ) -> None:
     script = [{"tool_calls": [{"name": "delete_everything", "arguments": {"scope": "a"}},
                               {"name": "delete_everything", "arguments": {"scope": "b"}}]},
@@ -226,7 +228,8 @@ def test_approve_all_decides_every_waiting_call_of_the_round(
 
 
 def test_a_worker_dying_after_a_decision_keeps_it_and_runs_the_call_once(
-    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy, alice: User,
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    alice: AbstractUser,
 ) -> None:
     run = waiting_run(make_endpoint, tools, policy)
     decide_as(alice, run, flagged_call_id(run), "edit", arguments={"scope": "tmp"})

@@ -14,11 +14,14 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from ..models import (
+    CallDecision,
+    DecisionKind,
     ErrorPolicy,
     ModelEndpoint,
     Round,
     Run,
     RunEvent,
+    RunStatus,
     ToolCall,
     ToolCallState,
     ToolRegistration,
@@ -101,10 +104,37 @@ def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[dict[str
         rounds = rounds.filter(index__in=wanted)
         calls = calls.filter(round__index__in=wanted)
     by_round: dict[int, list[dict[str, Any]]] = {}
+    approval = _approval_state(run)
     for call in calls.values("pk", "round_id", *CALL_FIELDS):
-        by_round.setdefault(call["round_id"], []).append(call)
+        by_round.setdefault(call["round_id"], []).append(approval(call))
     return [_round_view(r, by_round.get(r["id"], []))
             for r in rounds.values("id", *ROUND_FIELDS)]
+
+
+def _approval_state(run: Run) -> Any:
+    """Adds to a call's dict its decision (if any) and whether it awaits one now."""
+    flagged = frozenset(t["name"] for t in run.snapshot["tools"] if t.get("requires_approval"))
+    decisions: dict[int, dict[str, Any]] = {}
+    if flagged:
+        rows = CallDecision.objects.filter(run=run).values(
+            "tool_call_id", "decision", "arguments", "message", "decided_by_label",
+            "decided_at")
+        decisions = {row["tool_call_id"]: row for row in rows}
+    labels = dict(DecisionKind.choices)
+    waiting = run.status == RunStatus.WAITING
+
+    def add(call: dict[str, Any]) -> dict[str, Any]:
+        decision = decisions.get(call["pk"])
+        if decision is not None:
+            decision = decision | {
+                "label": labels.get(decision["decision"], decision["decision"]),
+                "arguments_text": (_pretty(decision["arguments"])
+                                   if decision["arguments"] is not None else None)}
+        awaiting = (waiting and decision is None and call["tool_name"] in flagged
+                    and call["state"] == ToolCallState.PROPOSED)
+        return call | {"decision": decision, "awaiting_decision": awaiting}
+
+    return add
 
 
 ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_token_ms",
@@ -119,6 +149,7 @@ CALL_FIELDS = ("call_id", "tool_name", "state", "duration_ms", "attempts", "argu
 def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
     view = {name: round_[name] for name in ROUND_FIELDS}
     view["calls"] = _call_views(calls)
+    view["awaiting_decisions"] = sum(1 for c in calls if c["awaiting_decision"])
     view["has_wire"] = round_["request_json"] is not None or round_["response_json"] is not None
     view["wire"] = [_wire_view("request", round_["request_json"]),
                     _wire_view("response", round_["response_json"])]

@@ -3,6 +3,8 @@
 POST /api/runs                       start a run -> {"id": ..., "url": ...}
 GET  /api/runs/<id>                  status, rounds, tool calls, final answer
 GET  /api/runs/<id>/events?after=N   the run's events after seq N
+POST /api/runs/<id>/decisions        decide a call awaiting approval:
+     {"call_id", "decision": "approve"|"reject"|"edit", "arguments"?, "message"?}
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pydantic import ValidationError
 
 from ..engine import ChatRequestParameters, SystemMessage, UserMessage
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import rerun, selectors, services
+from ..runs import approvals, rerun, selectors, services
 from ..runs.filters import FilterError, filtered_runs
 from .api_tokens import user_for_token
 from .export import export_response
@@ -296,6 +298,42 @@ def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
                          "url": f"/runs/{new.pk}/"}, status=201)
 
 
+@csrf_exempt  # token-authenticated, like runs()
+@require_http_methods(["POST"])
+@token_required
+def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """A decision on a call awaiting approval: 201 when stored, 200 when the same
+    decision was already stored (nothing changes), 409 when it cannot be taken now."""
+    run = _visible(request, run_id)
+    body = _json_body(request)
+    decision = body.get("decision")
+    arguments = body.get("arguments")
+    message = body.get("message", "")
+    if not isinstance(decision, str):
+        raise ApiError(400, "missing_field", "'decision' is required: approve, reject or edit",
+                       field="decision")
+    if not isinstance(message, str):
+        raise ApiError(400, "invalid_field", "message must be a string", field="message")
+    if decision == "edit" and arguments is None:
+        raise ApiError(400, "missing_field", "an edit needs 'arguments' (a JSON object)",
+                       field="arguments")
+    try:
+        stored, created = approvals.decide(run=run, user=request.user,
+                                           request=approvals.DecisionRequest(
+                                               body.get("call_id"), decision,
+                                               arguments=arguments, message=message))
+    except approvals.DecisionError as exc:
+        extra = {"problems": exc.problems} if exc.problems else {}
+        raise ApiError(exc.status, exc.code, str(exc), **extra) from exc
+    run.refresh_from_db()
+    return JsonResponse({"call_id": stored.tool_call.call_id, "decision": stored.decision,
+                         "arguments": stored.arguments, "message": stored.message,
+                         "decided_by": stored.decided_by_label,
+                         "decided_at": stored.decided_at.isoformat(),
+                         "created": created, "run_status": run.status},
+                        status=201 if created else 200)
+
+
 @csrf_exempt  # token-authenticated, like runs(): a POST gets 405, not a CSRF page
 @require_GET
 @token_required
@@ -346,5 +384,15 @@ def _round_json(view: dict[str, Any]) -> dict[str, Any]:
             "state": c["state"], "result": c["result_text"], "is_error": c["is_error"],
             "error_type": c["error_type"] or None, "error_message": c["error_message"] or None,
             "handled_by": c["handled_by"] or None, "duration_ms": c["duration_ms"],
+            "awaiting_decision": c["awaiting_decision"], "decision": _decision_json(c),
         } for c in view["calls"]],
     }
+
+
+def _decision_json(call: dict[str, Any]) -> dict[str, Any] | None:
+    decision = call["decision"]
+    if decision is None:
+        return None
+    return {"decision": decision["decision"], "arguments": decision["arguments"],
+            "message": decision["message"], "decided_by": decision["decided_by_label"],
+            "decided_at": decision["decided_at"].isoformat()}

@@ -21,4 +21,5 @@ urlpatterns = [
     path("api/runs/<uuid:run_id>", api.run_detail, name="api_run_detail"),
     path("api/runs/<uuid:run_id>/events", api.run_events, name="api_run_events"),
     path("api/runs/<uuid:run_id>/rerun", api.run_rerun, name="api_run_rerun"),
+    path("api/runs/<uuid:run_id>/decisions", api.run_decisions, name="api_run_decisions"),
 ]
