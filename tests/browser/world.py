@@ -21,6 +21,15 @@ XSS_ENDPOINT = "Browser: XSS <img src=x onerror=alert(1)> {{7*7}}"
 XSS_FAILING_ENDPOINT = "Browser: XSS stops <script>alert(1)</script>"
 XSS_POLICY = "Browser: XSS <b>policy</b>"
 XSS_TOOLS = ("xss_echo", "xss_fails")
+APPROVAL_ENDPOINT = "Browser: approvals"
+APPROVAL_SCRIPT = [
+    {"text": "Sending two emails.",
+     "tool_calls": [{"name": "send_email", "arguments": {"to": "ann@example.com",
+                                                        "subject": "Hello"}},
+                    {"name": "send_email", "arguments": {"to": "eve@example.com",
+                                                        "subject": "<b>Secrets</b>"}}]},
+    {"text": "Done: {last_results}"},
+]
 
 
 def slow_script() -> list[dict[str, Any]]:
@@ -63,7 +72,8 @@ def setup() -> None:
     from tools_app.models import ErrorPolicy, ModelEndpoint, ProviderKind, ToolRegistration
 
     endpoints = ((SLOW_ENDPOINT, slow_script()), (XSS_ENDPOINT, xss_script()),
-                 (XSS_FAILING_ENDPOINT, xss_failing_script()))
+                 (XSS_FAILING_ENDPOINT, xss_failing_script()),
+                 (APPROVAL_ENDPOINT, APPROVAL_SCRIPT))
     for name, script in endpoints:
         # Streamed: the timeline also gets the ephemeral text / tool-call fragments.
         ModelEndpoint.objects.update_or_create(

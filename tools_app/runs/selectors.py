@@ -119,7 +119,7 @@ def _approval_state(run: Run) -> Any:
         rows = CallDecision.objects.filter(run=run).values(
             "tool_call_id", "decision", "arguments", "message", "decided_by_label",
             "decided_at")
-        decisions = {row["tool_call_id"]: row for row in rows}
+        decisions = {row["tool_call_id"]: dict(row) for row in rows}
     labels = dict(DecisionKind.choices)
     waiting = run.status == RunStatus.WAITING
 
@@ -132,7 +132,8 @@ def _approval_state(run: Run) -> Any:
                                    if decision["arguments"] is not None else None)}
         awaiting = (waiting and decision is None and call["tool_name"] in flagged
                     and call["state"] == ToolCallState.PROPOSED)
-        return call | {"decision": decision, "awaiting_decision": awaiting}
+        extra = {"state_label": "Awaiting approval"} if awaiting else {}
+        return call | {"decision": decision, "awaiting_decision": awaiting} | extra
 
     return add
 
@@ -191,7 +192,7 @@ def _call_view(call: dict[str, Any], origin: Any, span: float, labels: dict[str,
         raw_result = _pretty(call["result_json"])
     arguments = call["arguments"]
     return call | {
-        "state_label": labels.get(call["state"], call["state"]),
+        "state_label": call.get("state_label") or labels.get(call["state"], call["state"]),
         # Strings, not numbers: the template then has nothing to localize per call.
         "duration_text": format_ms(call["duration_ms"]), "bar_x": str(x), "bar_width": str(width),
         "args_text": _pretty(arguments) if arguments is not None else call["arguments_raw"],

@@ -306,6 +306,10 @@ def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
     decision was already stored (nothing changes), 409 when it cannot be taken now."""
     run = _visible(request, run_id)
     body = _json_body(request)
+    call_id = body.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise ApiError(400, "missing_field", "'call_id' (a tool call's id) is required",
+                       field="call_id")
     decision = body.get("decision")
     arguments = body.get("arguments")
     message = body.get("message", "")
@@ -320,7 +324,7 @@ def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
     try:
         stored, created = approvals.decide(run=run, user=request.user,
                                            request=approvals.DecisionRequest(
-                                               body.get("call_id"), decision,
+                                               call_id, decision,
                                                arguments=arguments, message=message))
     except approvals.DecisionError as exc:
         extra = {"problems": exc.problems} if exc.problems else {}

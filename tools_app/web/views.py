@@ -11,7 +11,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    JsonResponse,
+)
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -20,7 +26,7 @@ from django_ratelimit.core import is_ratelimited
 
 from ..engine import ChatRequestParameters, NamedToolChoice
 from ..models import ModelEndpoint, PlaygroundState, Round, Run, RunStatus, ToolCall
-from ..runs import rerun, selectors, services
+from ..runs import approvals, rerun, selectors, services
 from ..runs.filters import FilterError, Page, filtered_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
@@ -134,6 +140,61 @@ def run_rerun(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
         messages.error(request, f"Cannot rerun: {exc}")
         return redirect("run_detail", run_id=run.pk)
     return redirect("run_detail", run_id=new.pk)
+
+
+@require_POST
+@login_required
+def run_decide(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
+    """The timeline's decision buttons (`decide` = "<approve|edit|reject>:<call pk>" or
+    "approve_round:<round index>"); a refusal is shown as a message on the run page."""
+    run = _run_for_user(request, run_id)
+    kind, _, target = request.POST.get("decide", "").partition(":")
+    if not target.isascii() or not target.isdigit() or len(target) > 18:
+        return HttpResponseBadRequest("decide must be <decision>:<number>")
+    try:
+        if kind == "approve_round":
+            approvals.decide_round(run=run, user=request.user, round_index=int(target))
+        else:
+            call = get_object_or_404(ToolCall, run=run, pk=int(target))
+            approvals.decide(run=run, user=request.user,
+                             request=_decision_from_form(request, kind, call))
+    except approvals.DecisionError as exc:
+        messages.error(request, _refusal_text(exc))
+    return redirect("run_detail", run_id=run.pk)
+
+
+def _decision_from_form(request: HttpRequest, kind: str,
+                        call: ToolCall) -> approvals.DecisionRequest:
+    arguments = None
+    if kind == "edit":
+        arguments = approvals.parse_arguments(request.POST.get(f"arguments-{call.pk}", ""))
+    return approvals.DecisionRequest(call.call_id, kind, arguments=arguments,
+                                     message=request.POST.get(f"message-{call.pk}", ""))
+
+
+def _refusal_text(error: approvals.DecisionError) -> str:
+    problems = "; ".join(f"{where or 'arguments'}: {what}"
+                         for where, what in error.problems.items())
+    return f"Decision not recorded: {error}" + (f" ({problems})" if problems else "")
+
+
+@require_POST
+@login_required
+def call_check_arguments(request: AuthenticatedHttpRequest, run_id: Any,
+                         call_id: int) -> JsonResponse:
+    """Edited arguments checked as the user types: the body is the JSON text; the answer
+    maps each argument ("" for the whole object) to what is wrong with it."""
+    run = _run_for_user(request, run_id)
+    call = get_object_or_404(ToolCall, run=run, pk=call_id)
+    try:
+        text = request.body.decode("utf-8")
+        problems = approvals.argument_problems(run, call.tool_name,
+                                               approvals.parse_arguments(text))
+    except UnicodeDecodeError:
+        problems = {"": "the arguments are not UTF-8 text"}
+    except approvals.DecisionError as exc:
+        problems = exc.problems
+    return JsonResponse({"ok": not problems, "problems": problems})
 
 
 @require_GET
