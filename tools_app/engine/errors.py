@@ -11,7 +11,8 @@
     │   └── HallucinatedToolError       the model named a tool that is not registered
     ├── ToolLoopError                   the loop itself stopped
     │   ├── MaxRoundTripsExceededError  more tool-calling round trips than allowed
-    │   └── ToolApprovalPending         paused: calls of a round await a decision
+    │   └── RunPaused                   paused where it can resume (a breakpoint)
+    │       └── ToolApprovalPending     calls of a round await a decision
     ├── ApprovalPending                 an approver's "not decided yet" (pauses the loop)
     └── ProviderError                   a model provider failed; `retryable` decides retries
 
@@ -113,15 +114,27 @@ class MaxRoundTripsExceededError(ToolLoopError):
         self.limit = limit
 
 
-class ToolApprovalPending(ToolLoopError):
+class RunPaused(ToolLoopError):
+    """The chat stopped at a point it can be resumed from (a ResumeState built from what
+    was stored): before round `round_index`'s model call (`call_ids` empty), or before
+    `call_ids` of that round executed (calls of the round not held may have run).
+    `reason` says why: "approval" or "breakpoint"."""
+
+    def __init__(self, message: str, *, call_ids: list[str], round_index: int,
+                 reason: str) -> None:
+        super().__init__(message)
+        self.call_ids, self.round_index, self.reason = call_ids, round_index, reason
+
+
+class ToolApprovalPending(RunPaused):
     """The chat stopped before executing a round because calls await a person's
     decision (`call_ids`); nothing of that round ran. Resume it (ResumeState with the
     pending response) once they are decided."""
 
     def __init__(self, call_ids: list[str], round_index: int) -> None:
         super().__init__(f"{len(call_ids)} tool call(s) of round {round_index + 1} await "
-                         "a person's decision")
-        self.call_ids, self.round_index = call_ids, round_index
+                         "a person's decision", call_ids=call_ids, round_index=round_index,
+                         reason="approval")
 
 
 class ProviderError(AgentForgeError):

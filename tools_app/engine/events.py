@@ -176,11 +176,12 @@ class ChatFailed(_Event):
 
 
 class ChatPaused(_Event):
-    """The loop stopped before executing round `round_index`: `call_ids` await a
-    person's decision (ToolApprovalPending). Nothing of that round ran."""
+    """The loop paused in round `round_index` (RunPaused): before its model call
+    (`call_ids` empty) or before `call_ids` ran; `reason`: "approval" or "breakpoint"."""
 
     kind: Literal["chat_paused"] = "chat_paused"
     call_ids: list[str]
+    reason: str = "approval"
 
 
 EngineEvent = Annotated[

@@ -18,7 +18,7 @@ import inspect
 import time
 import traceback
 import types
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -27,6 +27,7 @@ from .errors import (
     Approver,
     HallucinatedToolStrategy,
     MaxRoundTripsExceededError,
+    RunPaused,
     ToolApprovalPending,
     ToolArgumentsError,
     ToolArgumentsErrorHandler,
@@ -108,6 +109,26 @@ _Verdict = ToolRejectedError | ToolExecutionRequest | None
 
 
 @dataclass(frozen=True)
+class GateAnswer:
+    """A call gate's answer for the calls of a round still to run: `hold` them (the
+    chat pauses with RunPaused once the others finished), and/or run some with `edited`
+    arguments (same id and tool)."""
+
+    hold: frozenset[str] = frozenset()
+    edited: Mapping[str, ToolExecutionRequest] = field(default_factory=dict)
+    reason: str = "breakpoint"
+
+
+CallGate = Callable[[list[ToolExecutionRequest], int], "GateAnswer | Awaitable[GateAnswer]"]
+"""Asked once per round, after approvals, with the calls still to run and the round."""
+
+ModelCallHook = Callable[[int, list[ChatMessage]],
+                         "Sequence[ChatMessage] | Awaitable[Sequence[ChatMessage]]"]
+"""Asked before each model call with the round and the history: returns messages to
+append first (none: an empty list), or raises RunPaused to pause before the call."""
+
+
+@dataclass(frozen=True)
 class ToolChatResult:
     final_response: ChatResponse
     tool_executions: list[ToolExecution]
@@ -173,6 +194,8 @@ class ToolService:
         hallucinated_tool_strategy: HallucinatedToolStrategy = throw_on_hallucinated_tool,
         observers: Iterable[Observer] = (),
         approver: Approver | None = None,
+        call_gate: CallGate | None = None,
+        before_model_call: ModelCallHook | None = None,
     ) -> None:
         if max_tool_calling_round_trips < 1:
             raise ValueError("max_tool_calling_round_trips must be at least 1")
@@ -191,6 +214,10 @@ class ToolService:
         """Asked before any call of a tool registered with requires_approval executes:
         True runs it; False or a message refuses it. Without one, such calls are refused:
         a safety flag is never silently ignored."""
+        self.call_gate = call_gate
+        """Breakpoints on calls: may hold calls of a round (a pause) or edit them."""
+        self.before_model_call = before_model_call
+        """Breakpoints on model calls: may pause before one, or add messages to it."""
 
     # -- registration ------------------------------------------------------------------
 
@@ -386,9 +413,9 @@ class _ChatRun:
                     )
                 )
             return await self._loop(resume)
-        except ToolApprovalPending as paused:
+        except RunPaused as paused:
             if self.observed:
-                await self._emit(ChatPaused(call_ids=paused.call_ids,
+                await self._emit(ChatPaused(call_ids=paused.call_ids, reason=paused.reason,
                                             round_index=paused.round_index))
             raise
         except asyncio.CancelledError:
@@ -433,6 +460,10 @@ class _ChatRun:
             self.round_index += 1
 
     async def _call_model(self) -> ChatResponse:
+        hook = self.service.before_model_call
+        if hook is not None:  # may raise RunPaused: nothing of this round has happened
+            self.messages.extend(await _maybe_await(hook(self.round_index,
+                                                         list(self.messages))))
         # Built from the loop's own validated messages: validating the whole history
         # again every round would cost O(history) per round for nothing.
         request = ChatRequest.model_construct(messages=tuple(self.messages),
@@ -505,7 +536,9 @@ class _ChatRun:
                 )
         done = dict(resume.completed_results) if resume else {}
         unknown = resume.unknown_outcome_ids if resume else frozenset()
-        verdicts = await self._approvals([r for r in requests if r.id not in done])
+        to_run = [r for r in requests if r.id not in done]
+        verdicts = await self._approvals(to_run)
+        answer = await self._gate(to_run, verdicts)
 
         async def run_one(request: ToolExecutionRequest) -> _CallOutcome:
             if request.id in done:
@@ -513,12 +546,34 @@ class _ChatRun:
             return await self._execute_call(request, in_doubt=request.id in unknown,
                                             verdict=verdicts.get(request.id))
 
-        if not self.service.parallel or len(requests) == 1:
-            outcomes = [await run_one(request) for request in requests]
+        now = [r for r in requests if r.id not in answer.hold]
+        if not self.service.parallel or len(now) == 1:
+            outcomes = [await run_one(request) for request in now]
         else:
-            outcomes = await self._run_concurrently(requests, run_one)
+            outcomes = await self._run_concurrently(now, run_one)
+        if answer.hold:  # the calls that ran are stored: a resume replays them
+            held = [r.id for r in requests if r.id in answer.hold]
+            raise RunPaused(f"paused before {len(held)} tool call(s) of round "
+                            f"{self.round_index + 1}", call_ids=held,
+                            round_index=self.round_index, reason=answer.reason)
         self.executions.extend(o.execution for o in outcomes if o.execution is not None)
         return outcomes
+
+    async def _gate(self, requests: list[ToolExecutionRequest],
+                    verdicts: dict[str, _Verdict]) -> GateAnswer:
+        """The call gate's answer; its edits join the verdicts (a refusal stands)."""
+        gate = self.service.call_gate
+        if gate is None or not requests:
+            return GateAnswer()
+        answer: GateAnswer = await _maybe_await(gate(requests, self.round_index))
+        by_id = {r.id: r for r in requests}
+        for call_id, edited in answer.edited.items():
+            original = by_id.get(call_id)
+            if original is None or (edited.id, edited.name) != (original.id, original.name):
+                raise ValueError("a call gate may edit a call's arguments, not its id or tool")
+            if not isinstance(verdicts.get(call_id), ToolRejectedError):
+                verdicts[call_id] = edited
+        return answer
 
     async def _run_concurrently(
         self,
