@@ -294,6 +294,13 @@ class Run(models.Model):
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
 
+    @property
+    def open_pause(self) -> RunPause | None:
+        """The breakpoint the run waits at, if it does (the timeline's header shows it)."""
+        if self.status != RunStatus.WAITING:
+            return None
+        return self.pauses.filter(resolved_at__isnull=True).first()
+
 
 class Round(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rounds")
@@ -402,6 +409,44 @@ class CallDecision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.decision} by {self.decided_by_label}"
+
+
+class PauseResolution(models.TextChoices):
+    RUN = "run", "Continued"
+    CALL = "call", "Stepped one call"
+    ROUND = "round", "Stepped one round"
+    ABORT = "abort", "Aborted"
+
+
+class RunPause(models.Model):
+    """A run stopped at a breakpoint: before round `round_index`'s model call
+    (`before` = "model") or before `call_ids` of that round ran ("calls"), and how a
+    person let it go on. At most one is open (unresolved) per run."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="pauses")
+    round_index = models.PositiveIntegerField()
+    before = models.CharField(max_length=8, choices=[("model", "model call"),
+                                                     ("calls", "tool calls")])
+    call_ids = models.JSONField(default=list, blank=True)
+    reason = models.CharField(max_length=300)
+    created_at = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=8, choices=PauseResolution.choices, blank=True)
+    released = models.JSONField(default=list, blank=True,
+                                help_text="The held calls the resolution let run.")
+    edited_arguments = models.JSONField(default=dict, blank=True,
+                                        help_text="Call id -> the arguments it runs with.")
+    message = models.TextField(blank=True, help_text="Added to the conversation before "
+                               "the model call (a pause before one).")
+    resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                    on_delete=models.SET_NULL, related_name="run_pauses")
+    resolved_by_label = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"paused: {self.reason}"
 
 
 class RunEvent(models.Model):

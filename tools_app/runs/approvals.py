@@ -25,7 +25,15 @@ from django.db import transaction
 from django.utils import timezone
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
-from ..models import CallDecision, DecisionKind, Run, RunStatus, ToolCall, ToolCallState
+from ..models import (
+    CallDecision,
+    DecisionKind,
+    Run,
+    RunPause,
+    RunStatus,
+    ToolCall,
+    ToolCallState,
+)
 from .eventlog import append_event, notify_after_commit
 from .lifecycle import move_locked
 from .storage import clean_json, clean_text
@@ -196,7 +204,7 @@ def _store(run: Run, call: ToolCall, kind: DecisionKind, request: DecisionReques
 
 
 def _resume_if_decided(run: Run) -> None:
-    if pending_calls(run):
+    if pending_calls(run) or RunPause.objects.filter(run=run, resolved_at__isnull=True).exists():
         return
     move_locked(run, RunStatus.QUEUED, {"message": "decided; resuming"}, waiting_since=None)
     run_id = str(run.pk)

@@ -5,6 +5,8 @@ GET  /api/runs/<id>                  status, rounds, tool calls, final answer
 GET  /api/runs/<id>/events?after=N   the run's events after seq N
 POST /api/runs/<id>/decisions        decide a call awaiting approval:
      {"call_id", "decision": "approve"|"reject"|"edit", "arguments"?, "message"?}
+POST /api/runs/<id>/continue         go on from a breakpoint:
+     {"step": "run"|"call"|"round"|"abort", "arguments"?: {call_id: {...}}, "message"?}
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pydantic import ValidationError
 
 from ..engine import ChatRequestParameters, SystemMessage, UserMessage
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import approvals, rerun, selectors, services
+from ..runs import approvals, breakpoints, rerun, selectors, services
 from ..runs.filters import FilterError, filtered_runs
 from .api_tokens import user_for_token
 from .export import export_response
@@ -173,7 +175,7 @@ def _start_run(request: HttpRequest, body: dict[str, Any]) -> Run:
             user=request.user, endpoint=endpoint, tools=tools, policy=policy,
             messages=_messages(_required(body, "messages")),
             parameters=_parameters(body.get("parameters") or {}),
-            policy_overrides=overrides,
+            policy_overrides=overrides, breakpoints=body.get("breakpoints"),
         )
     except services.RunRequestError as exc:
         if exc.field is None:
@@ -338,6 +340,40 @@ def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
                         status=201 if created else 200)
 
 
+@csrf_exempt  # token-authenticated, like runs()
+@require_http_methods(["POST"])
+@token_required
+def run_continue(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """Go on from the breakpoint the run is paused at: run on, step one call or one
+    round, or abort; optionally with edited arguments for the held calls (call id ->
+    object) or a message added before the model call."""
+    run = _visible(request, run_id)
+    body = _json_body(request)
+    step = body.get("step", "run")
+    message = body.get("message", "")
+    if not isinstance(step, str):
+        raise ApiError(400, "invalid_field", "step must be run, call, round or abort",
+                       field="step")
+    if not isinstance(message, str):
+        raise ApiError(400, "invalid_field", "message must be a string", field="message")
+    try:
+        pause = breakpoints.continue_run(run=run, user=request.user, step=step,
+                                         arguments=body.get("arguments"), message=message)
+    except approvals.DecisionError as exc:
+        extra = {"problems": exc.problems} if exc.problems else {}
+        raise ApiError(exc.status, exc.code, str(exc), **extra) from exc
+    run.refresh_from_db()
+    return JsonResponse({"pause": _pause_json(pause), "run_status": run.status})
+
+
+def _pause_json(pause: Any) -> dict[str, Any] | None:
+    if pause is None:
+        return None
+    return {"round": pause.round_index + 1, "before": pause.before, "calls": pause.call_ids,
+            "reason": pause.reason, "resolution": pause.resolution or None,
+            "resolved_by": pause.resolved_by_label or None}
+
+
 @csrf_exempt  # token-authenticated, like runs(): a POST gets 405, not a CSRF page
 @require_GET
 @token_required
@@ -347,6 +383,8 @@ def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
     return JsonResponse(_run_summary(run) | {
         "final_answer": run.final_text,
         "error": {"type": run.error_type, "message": run.error_message} if run.error_type else None,
+        "breakpoints": run.snapshot.get("breakpoints", []),
+        "paused": _pause_json(run.open_pause),
         "rounds": [_round_json(r) for r in rounds],
     })
 

@@ -25,4 +25,5 @@ urlpatterns = [
     path("api/runs/<uuid:run_id>/events", api.run_events, name="api_run_events"),
     path("api/runs/<uuid:run_id>/rerun", api.run_rerun, name="api_run_rerun"),
     path("api/runs/<uuid:run_id>/decisions", api.run_decisions, name="api_run_decisions"),
+    path("api/runs/<uuid:run_id>/continue", api.run_continue, name="api_run_continue"),
 ]
