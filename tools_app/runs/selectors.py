@@ -21,6 +21,7 @@ from ..models import (
     Round,
     Run,
     RunEvent,
+    RunPause,
     RunStatus,
     ToolCall,
     ToolCallState,
@@ -107,8 +108,21 @@ def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[dict[str
     approval = _approval_state(run)
     for call in calls.values("pk", "round_id", *CALL_FIELDS):
         by_round.setdefault(call["round_id"], []).append(approval(call))
-    return [_round_view(r, by_round.get(r["id"], []))
-            for r in rounds.values("id", *ROUND_FIELDS)]
+    added = _added_messages(run)
+    return [_round_view(r, by_round.get(r["id"], [])) | {"added_messages": added.get(
+        r["index"], [])} for r in rounds.values("id", *ROUND_FIELDS)]
+
+
+def _added_messages(run: Run) -> dict[int, list[dict[str, Any]]]:
+    """Round index -> the messages people added at a breakpoint before its model call."""
+    if not run.snapshot.get("breakpoints"):
+        return {}
+    added: dict[int, list[dict[str, Any]]] = {}
+    rows = RunPause.objects.filter(run=run, before="model", resolved_at__isnull=False).exclude(
+        message="").values("round_index", "message", "resolved_by_label")
+    for row in rows:
+        added.setdefault(row["round_index"], []).append(dict(row))
+    return added
 
 
 def _approval_state(run: Run) -> Any:
@@ -122,6 +136,8 @@ def _approval_state(run: Run) -> Any:
         decisions = {row["tool_call_id"]: dict(row) for row in rows}
     labels = dict(DecisionKind.choices)
     waiting = run.status == RunStatus.WAITING
+    pause = run.open_pause if waiting else None
+    held = frozenset(pause.call_ids) if pause is not None else frozenset()
 
     def add(call: dict[str, Any]) -> dict[str, Any]:
         decision = decisions.get(call["pk"])
@@ -133,7 +149,10 @@ def _approval_state(run: Run) -> Any:
         awaiting = (waiting and decision is None and call["tool_name"] in flagged
                     and call["state"] == ToolCallState.PROPOSED)
         extra = {"state_label": "Awaiting approval"} if awaiting else {}
-        return call | {"decision": decision, "awaiting_decision": awaiting} | extra
+        if call["call_id"] in held and call["state"] == ToolCallState.PROPOSED:
+            extra = {"state_label": "Held at a breakpoint"}
+        return call | {"decision": decision, "awaiting_decision": awaiting,
+                       "held_at_breakpoint": call["call_id"] in held} | extra
 
     return add
 

@@ -11,6 +11,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<uuid:run_id>/rerun/", views.run_rerun, name="run_rerun"),
     path("runs/<uuid:run_id>/decide/", views.run_decide, name="run_decide"),
+    path("runs/<uuid:run_id>/continue/", views.run_continue, name="run_continue"),
     path("runs/<uuid:run_id>/calls/<int:call_id>/check-arguments", views.call_check_arguments,
          name="call_check_arguments"),
     path("runs/<uuid:run_id>/calls/<int:call_id>/result.txt", views.call_result,

@@ -26,7 +26,7 @@ from django_ratelimit.core import is_ratelimited
 
 from ..engine import ChatRequestParameters, NamedToolChoice
 from ..models import ModelEndpoint, PlaygroundState, Round, Run, RunStatus, ToolCall
-from ..runs import approvals, rerun, selectors, services
+from ..runs import approvals, breakpoints, rerun, selectors, services
 from ..runs.filters import FilterError, Page, filtered_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
@@ -88,6 +88,7 @@ def _start_from_form(request: AuthenticatedHttpRequest, form: PlaygroundForm) ->
             parameters=ChatRequestParameters(tool_choice=choice if data["tools"] else None),
             policy_overrides={"parallel": data["parallel"],
                               "max_round_trips": data["max_round_trips"]},
+            breakpoints=form.breakpoints(),
         )
     except services.RunRequestError as exc:
         form.add_error(None, str(exc))
@@ -172,10 +173,41 @@ def _decision_from_form(request: HttpRequest, kind: str,
                                      message=request.POST.get(f"message-{call.pk}", ""))
 
 
-def _refusal_text(error: approvals.DecisionError) -> str:
+def _refusal_text(error: approvals.DecisionError, prefix: str = "Decision not recorded") -> str:
     problems = "; ".join(f"{where or 'arguments'}: {what}"
                          for where, what in error.problems.items())
-    return f"Decision not recorded: {error}" + (f" ({problems})" if problems else "")
+    return f"{prefix}: {error}" + (f" ({problems})" if problems else "")
+
+
+@require_POST
+@login_required
+def run_continue(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
+    """The paused run's buttons (`step`: run, call, round, abort), with the held calls'
+    arguments as edited (`arguments-<call pk>`) and a message before the model call."""
+    run = _run_for_user(request, run_id)
+    try:
+        breakpoints.continue_run(run=run, user=request.user,
+                                 step=request.POST.get("step", ""),
+                                 arguments=_edited_held_calls(request, run),
+                                 message=request.POST.get("message", "").strip())
+    except approvals.DecisionError as exc:
+        messages.error(request, _refusal_text(exc, "Could not continue"))
+    return redirect("run_detail", run_id=run.pk)
+
+
+def _edited_held_calls(request: HttpRequest, run: Run) -> dict[str, Any]:
+    """Call id -> the arguments typed for it, for the held calls whose text changed."""
+    edited: dict[str, Any] = {}
+    pause = run.open_pause
+    held = pause.call_ids if pause is not None else []
+    for call in ToolCall.objects.filter(run=run, call_id__in=held):
+        text = request.POST.get(f"arguments-{call.pk}")
+        if text is None:
+            continue
+        value = approvals.parse_arguments(text)
+        if value != call.arguments:
+            edited[call.call_id] = value
+    return edited
 
 
 @require_POST
