@@ -183,7 +183,7 @@ def test_step_one_round_pauses_before_the_next_model_call(
     assert execute(run) == "waiting"  # before round 2: no breakpoint there, a step
     pause = open_pause(run)
     assert (pause.before, pause.round_index) == ("model", 1)
-    assert "stepped one round" in pause.reason
+    assert pause.reason == "before round 2, after stepping one round"
     assert STATE.calls == [("lookup", "a"), ("transfer", "mallory")]
     go_on(run, alice, "run")
     assert execute(run) == "succeeded"

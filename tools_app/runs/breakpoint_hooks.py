@@ -81,7 +81,7 @@ class RunBreakpoints:
 
     def _model_reason(self, round_index: int) -> str | None:
         if last_step(self.run_id) == PauseResolution.ROUND:
-            return f"before round {round_index + 1} (stepped one round)"
+            return f"before round {round_index + 1}, after stepping one round"
         for breakpoint in self.breakpoints:
             if breakpoint["kind"] == "before_round" and breakpoint["round"] == round_index + 1:
                 return describe(breakpoint)
@@ -116,7 +116,7 @@ class RunBreakpoints:
         if opened is not None:  # a pause made before a crash: it still stands
             return [c[0] for c in candidates if c[0] in opened.call_ids], opened.reason
         if candidates and last_step(self.run_id) == PauseResolution.CALL:
-            return [c[0] for c in candidates], "stepped one call"
+            return [c[0] for c in candidates], "after stepping one call"
         hold: list[str] = []
         reasons: list[str] = []
         for call_id, name, arguments in candidates:

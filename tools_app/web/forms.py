@@ -9,8 +9,6 @@ from django import forms
 
 from ..models import ErrorPolicy, ModelEndpoint, ToolRegistration
 
-BREAKPOINT_FIELDS = ("break_before_round", "break_before_tool", "break_on_tool_error",
-                     "break_if_tool", "break_if_pointer", "break_if_value")
 TOOL_CHOICE_MODES = [("auto", "auto"), ("required", "required"), ("none", "none"),
                      ("named", "a named tool")]
 
@@ -97,5 +95,4 @@ class PlaygroundForm(forms.Form):
             "system_prompt": data["system_prompt"], "user_message": data["user_message"],
             "tool_choice": data["tool_choice"], "tool_choice_name": data["tool_choice_name"],
             "parallel": data["parallel"], "max_round_trips": data["max_round_trips"],
-            **{name: data.get(name) for name in BREAKPOINT_FIELDS},
-        }
+        }  # not the breakpoints: a forgotten one would pause the next run by surprise
