@@ -268,3 +268,21 @@ def test_bad_breakpoints_are_refused_naming_the_problem(
         run_with(make_endpoint, tools, policy, breakpoints)
     assert refused.value.field == "breakpoints"
     assert not Run.objects.exists()
+
+
+def test_a_pause_stored_before_its_worker_died_still_stands(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    alice: AbstractUser,
+) -> None:
+    """The hook stores the pause, then the run moves to waiting: a worker dying in
+    between leaves an open pause on a running run; the next worker stops there again."""
+    run = run_with(make_endpoint, tools, policy, [{"kind": "before_round", "round": 3}])
+    RunPause.objects.create(run=run, round_index=0, before="model", reason="before round 1")
+
+    assert execute(run) == "waiting"
+    assert open_pause(run).reason == "before round 1"
+    assert RunPause.objects.count() == 1
+    assert STATE.calls == []
+    go_on(run, alice)
+    assert execute(run) == "waiting"  # at round 3's breakpoint now
+    assert open_pause(run).round_index == 2
