@@ -12,7 +12,7 @@ from django.contrib.auth.models import AbstractUser
 
 from tools_app.engine import ChatRequest, ChatResponse, ScriptedChatModel, UserMessage
 from tools_app.models import ErrorPolicy, Run, RunPause, ToolRegistration
-from tools_app.runs.approvals import DecisionError, DecisionRequest, decide
+from tools_app.runs.approvals import DecisionError, DecisionRequest, decide, expire_waiting_runs
 from tools_app.runs.breakpoints import continue_run
 from tools_app.runs.runner import load_history
 from tools_app.runs.services import RunRequestError
@@ -286,3 +286,16 @@ def test_a_pause_stored_before_its_worker_died_still_stands(
     go_on(run, alice)
     assert execute(run) == "waiting"  # at round 3's breakpoint now
     assert open_pause(run).round_index == 2
+
+
+def test_the_approval_timeout_leaves_a_run_at_a_breakpoint_waiting(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    settings: Any,
+) -> None:
+    settings.AGENTFORGE_APPROVAL_TIMEOUT = 1
+    run = run_with(make_endpoint, tools, policy, [{"kind": "before_round", "round": 2}])
+    execute(run)
+    Run.objects.filter(pk=run.pk).update(waiting_since=run.created_at.replace(year=2000))
+
+    assert expire_waiting_runs() == []
+    assert Run.objects.get(pk=run.pk).status == "waiting"

@@ -36,7 +36,7 @@ from ..models import (
 )
 from .eventlog import append_event, notify_after_commit
 from .lifecycle import move_locked
-from .storage import clean_json, clean_text
+from .storage import clean_json, clean_text, fit_column
 from .tasks import enqueue_run
 
 logger = logging.getLogger(__name__)
@@ -155,8 +155,8 @@ def _call_of(run: Run, call_id: str) -> ToolCall:
     if not isinstance(call_id, str) or not call_id:
         raise DecisionError("missing_field", "'call_id' is required", status=400)
     # The latest round first: call ids are the model's, and a model may reuse one.
-    call = ToolCall.objects.filter(run=run, call_id=call_id[:200]).order_by(
-        "-round__index").first()
+    stored_id = fit_column(ToolCall, "call_id", call_id)
+    call = ToolCall.objects.filter(run=run, call_id=stored_id).order_by("-round__index").first()
     if call is None:
         raise DecisionError("unknown_call", f"The run has no tool call {call_id!r}", status=404)
     return call
@@ -235,12 +235,15 @@ def expire_waiting_runs() -> list[str]:
     expired = Run.objects.filter(status=RunStatus.WAITING, waiting_since__lt=cutoff)
     message = f"no decision within {timeout:g} s (AGENTFORGE_APPROVAL_TIMEOUT)"
     done: list[str] = []
-    for run in expired:
+    for run in expired:  # a run waiting at a breakpoint has no pending call: left alone
+        rejected = False
         for call in pending_calls(run):
             try:
                 decide(run=run, user=None,
                        request=DecisionRequest(call.call_id, "reject", message=message))
             except DecisionError:  # decided or cancelled meanwhile: nothing left to do
                 continue
-        done.append(str(run.pk))
+            rejected = True
+        if rejected:
+            done.append(str(run.pk))
     return done

@@ -7,7 +7,8 @@ import json
 from asgiref.sync import sync_to_async
 
 from ..engine import ApprovalPending, ToolErrorContext, ToolExecutionRequest
-from ..models import CallDecision, DecisionKind
+from ..models import CallDecision, DecisionKind, ToolCall
+from .storage import fit_column
 
 
 class RunApprover:
@@ -31,7 +32,7 @@ class RunApprover:
     def _stored(self, call_id: str, round_index: int) -> CallDecision | None:
         return CallDecision.objects.filter(
             run_id=self.run_id, tool_call__round__index=round_index,
-            tool_call__call_id=call_id[:200],
+            tool_call__call_id=fit_column(ToolCall, "call_id", call_id),
         ).first()
 
 

@@ -34,7 +34,7 @@ from .approvals import DecisionError, argument_problems, pending_calls
 from .eventlog import append_event, notify_after_commit
 from .leases import cancel_now
 from .lifecycle import move_locked
-from .storage import clean_json, clean_text
+from .storage import clean_json, clean_text, fit_column
 from .tasks import enqueue_run
 
 __all__ = ["BreakpointError", "checked_breakpoints", "continue_run"]
@@ -139,7 +139,7 @@ def _checked_edits(run: Run, pause: RunPause, arguments: Any) -> dict[str, Any]:
         if call_id not in pause.call_ids:
             raise DecisionError("not_pending", f"Call {call_id!r} is not held at this pause",
                                 status=400)
-        call = ToolCall.objects.filter(run=run, call_id=call_id[:200],
+        call = ToolCall.objects.filter(run=run, call_id=fit_column(ToolCall, "call_id", call_id),
                                        round__index=pause.round_index).first()
         problems = argument_problems(run, call.tool_name if call else "", value)
         if problems:
