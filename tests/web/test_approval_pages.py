@@ -109,3 +109,12 @@ def test_the_arguments_check_answers_problems_by_argument(
     stranger = Client()
     stranger.force_login(charlie)
     assert stranger.post(url, "{}", content_type="text/plain").status_code == 404
+
+
+def test_the_runs_page_filters_waiting_runs(bob_client: Client, waiting: Run) -> None:
+    listed = bob_client.get("/runs/?status=waiting").content.decode()
+    running = bob_client.get("/runs/?status=running").content.decode()
+
+    assert f"/runs/{waiting.pk}/" in listed
+    assert 'class="badge status-waiting"' in listed
+    assert f"/runs/{waiting.pk}/" not in running
