@@ -239,6 +239,12 @@ AGENTFORGE_SHUTDOWN_GRACE_SECONDS = envfloat("AGENTFORGE_SHUTDOWN_GRACE_SECONDS"
 if AGENTFORGE_SHUTDOWN_GRACE_SECONDS < 0:
     raise ImproperlyConfigured("AGENTFORGE_SHUTDOWN_GRACE_SECONDS must be 0 or more, got "
                                f"{AGENTFORGE_SHUTDOWN_GRACE_SECONDS:g}")
+# How long (seconds) a run waits for approval decisions before its waiting calls are
+# rejected (the model is told, through the run's policy); the reapers check it. 0: no limit.
+AGENTFORGE_APPROVAL_TIMEOUT = envfloat("AGENTFORGE_APPROVAL_TIMEOUT", 0.0)
+if AGENTFORGE_APPROVAL_TIMEOUT < 0:
+    raise ImproperlyConfigured("AGENTFORGE_APPROVAL_TIMEOUT must be 0 or more, got "
+                               f"{AGENTFORGE_APPROVAL_TIMEOUT:g}")
 
 LOGGING = {
     "version": 1,

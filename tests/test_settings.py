@@ -113,6 +113,8 @@ def test_an_unreadable_secret_key_file_is_refused(tmp_path: Path) -> None:
         ("AGENTFORGE_WORKER_CONCURRENCY", "many"),
         ("AGENTFORGE_SHUTDOWN_GRACE_SECONDS", "-1"),
         ("AGENTFORGE_SHUTDOWN_GRACE_SECONDS", "soon"),
+        ("AGENTFORGE_APPROVAL_TIMEOUT", "-5"),
+        ("AGENTFORGE_APPROVAL_TIMEOUT", "never"),
         ("AGENTFORGE_OUTBOUND_ALLOW", "10.0.0.0/33"),
         ("AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK", "sometimes"),
         ("AGENTFORGE_PROBE_RATE", "ten an hour"),

@@ -132,8 +132,8 @@ class ToolRegistration(models.Model):
     )
     requires_approval = models.BooleanField(
         default=False,
-        help_text="Calls never run without a person's approval. Runs cannot ask for one "
-        "yet, so such calls are refused (recorded as rejected; the model is told).")
+        help_text="Calls never run without a person's approval: the run waits on the "
+        "timeline for an approve, edit or reject decision (see AGENTFORGE_APPROVAL_TIMEOUT).")
     idempotent = models.BooleanField(
         default=False, help_text="Safe to run again if a worker died while it ran."
     )
@@ -300,6 +300,9 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
     resume_count = models.PositiveIntegerField(default=0)
     cancel_requested = models.BooleanField(default=False)
+    # Set while the run waits for decisions (status waiting); AGENTFORGE_APPROVAL_TIMEOUT
+    # counts from here.
+    waiting_since = models.DateTimeField(null=True, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -313,6 +316,13 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def open_pause(self) -> RunPause | None:
+        """The breakpoint the run waits at, if it does (the timeline's header shows it)."""
+        if self.status != RunStatus.WAITING:
+            return None
+        return self.pauses.filter(resolved_at__isnull=True).first()
 
 
 class Round(models.Model):
@@ -391,6 +401,75 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.state})"
+
+
+class DecisionKind(models.TextChoices):
+    APPROVE = "approve", "Approved"
+    REJECT = "reject", "Rejected"
+    EDIT = "edit", "Approved with edited arguments"
+
+
+class CallDecision(models.Model):
+    """A person's (or the approval timeout's) decision on a call that needed approval.
+    One per call: deciding again changes nothing."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="decisions")
+    tool_call = models.OneToOneField(ToolCall, on_delete=models.CASCADE,
+                                     related_name="decision")
+    decision = models.CharField(max_length=16, choices=DecisionKind.choices)
+    arguments = models.JSONField(null=True, blank=True,
+                                 help_text="The edited arguments the call ran with (edit).")
+    message = models.TextField(blank=True, help_text="Why it was rejected (the model sees it).")
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="call_decisions")
+    decided_by_label = models.CharField(
+        max_length=200, help_text="Who decided, kept if the user is deleted: a username, "
+        "or 'approval timeout'.")
+    decided_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["decided_at"]
+
+    def __str__(self) -> str:
+        return f"{self.decision} by {self.decided_by_label}"
+
+
+class PauseResolution(models.TextChoices):
+    RUN = "run", "Continued"
+    CALL = "call", "Stepped one call"
+    ROUND = "round", "Stepped one round"
+    ABORT = "abort", "Aborted"
+
+
+class RunPause(models.Model):
+    """A run stopped at a breakpoint: before round `round_index`'s model call
+    (`before` = "model") or before `call_ids` of that round ran ("calls"), and how a
+    person let it go on. At most one is open (unresolved) per run."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="pauses")
+    round_index = models.PositiveIntegerField()
+    before = models.CharField(max_length=8, choices=[("model", "model call"),
+                                                     ("calls", "tool calls")])
+    call_ids = models.JSONField(default=list, blank=True)
+    reason = models.CharField(max_length=300)
+    created_at = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=8, choices=PauseResolution.choices, blank=True)
+    released = models.JSONField(default=list, blank=True,
+                                help_text="The held calls the resolution let run.")
+    edited_arguments = models.JSONField(default=dict, blank=True,
+                                        help_text="Call id -> the arguments it runs with.")
+    message = models.TextField(blank=True, help_text="Added to the conversation before "
+                               "the model call (a pause before one).")
+    resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                    on_delete=models.SET_NULL, related_name="run_pauses")
+    resolved_by_label = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"paused: {self.reason}"
 
 
 class RunEvent(models.Model):

@@ -27,6 +27,15 @@ XSS_TOOLS = ("xss_echo", "xss_fails")
 KINDS_ENDPOINT = "Browser: mock and HTTP tools"
 # Imported by tests/browser/test_tool_kinds.py through the admin's import page.
 KINDS_TOOLS = ("kinds_forecast", "kinds_lookup", "kinds_metadata")
+APPROVAL_ENDPOINT = "Browser: approvals"
+APPROVAL_SCRIPT = [
+    {"text": "Sending two emails.",
+     "tool_calls": [{"name": "send_email", "arguments": {"to": "ann@example.com",
+                                                        "subject": "Hello"}},
+                    {"name": "send_email", "arguments": {"to": "eve@example.com",
+                                                        "subject": "<b>Secrets</b>"}}]},
+    {"text": "Done: {last_results}"},
+]
 
 
 def slow_script(rounds: int = SLOW_ROUNDS) -> list[dict[str, Any]]:
@@ -84,7 +93,8 @@ def setup() -> None:
     endpoints = ((SLOW_ENDPOINT, slow_script()), (LONG_ENDPOINT, slow_script(LONG_ROUNDS)),
                  (XSS_ENDPOINT, xss_script()),
                  (XSS_FAILING_ENDPOINT, xss_failing_script()),
-                 (KINDS_ENDPOINT, kinds_script()))
+                 (KINDS_ENDPOINT, kinds_script()),
+                 (APPROVAL_ENDPOINT, APPROVAL_SCRIPT))
     for name, script in endpoints:
         # Streamed: the timeline also gets the ephemeral text / tool-call fragments.
         ModelEndpoint.objects.update_or_create(

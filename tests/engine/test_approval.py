@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from tools_app.engine import (
+    ApprovalPending,
+    ToolApprovalPending,
     ToolErrorContext,
     ToolExecutionRequest,
     ToolRejectedError,
@@ -95,3 +97,50 @@ async def test_a_refusal_goes_through_the_execution_error_handler() -> None:
         await service.chat(scripted(calls(call("wire_money", {"amount": 1})), final()),
                            [user()])
     assert RAN == []
+
+
+async def test_an_approver_may_run_the_call_with_edited_arguments() -> None:
+    async def approver(request: ToolExecutionRequest, context: ToolErrorContext) -> Any:
+        return request.model_copy(update={"arguments": '{"amount": 5}'})
+
+    service = ToolService(approver=approver).tools([wire_money, look_up])
+    result = await service.chat(model(), [user()])
+
+    assert RAN == ["wire 5", "look k"]
+    assert result.tool_executions[0].result.text == "sent 5"
+
+
+async def test_an_approver_may_not_change_which_call_runs() -> None:
+    def approver(request: ToolExecutionRequest, context: ToolErrorContext) -> Any:
+        return request.model_copy(update={"name": "look_up"})
+
+    service = ToolService(approver=approver).tools([wire_money, look_up])
+
+    with pytest.raises(ValueError, match="not its id or tool"):
+        await service.chat(model(), [user()])
+    assert RAN == []
+
+
+async def test_an_undecided_call_pauses_the_round_before_any_call_of_it_runs() -> None:
+    events: list[Any] = []
+    asked: list[str] = []
+
+    def approver(request: ToolExecutionRequest, context: ToolErrorContext) -> bool:
+        asked.append(request.id)
+        raise ApprovalPending(request.id)
+
+    two_flagged = scripted(calls(call("look_up", {"key": "k"}), call("wire_money", {"amount": 1}),
+                                 call("wire_money", {"amount": 2})), final())
+    service = ToolService(approver=approver, observers=[events.append]).tools(
+        [wire_money, look_up])
+
+    with pytest.raises(ToolApprovalPending) as paused:
+        await service.chat(two_flagged, [user()])
+
+    assert RAN == []  # not even the call that needs no approval
+    assert len(asked) == 2  # every flagged call of the round was asked about
+    assert paused.value.call_ids == asked
+    assert paused.value.round_index == 0
+    assert events[-1].kind == "chat_paused"
+    assert events[-1].call_ids == asked
+    assert not [e for e in events if e.kind in ("tool_call_started", "chat_failed")]

@@ -6,11 +6,15 @@
     │   │                               ill-typed values (default handler: rethrow)
     │   ├── ToolExecutionError          the tool raised (default handler: text to the model)
     │   │   ├── ToolTimeoutError        the tool ran past its timeout
-    │   │   └── ToolUnknownOutcomeError the worker died while the call was in flight
+    │   │   ├── ToolUnknownOutcomeError the worker died while the call was in flight
+    │   │   └── ToolRejectedError       a flagged call was not approved: never executed
     │   └── HallucinatedToolError       the model named a tool that is not registered
     ├── ToolDefinitionError             tool definitions (JSON) that cannot be used
     ├── ToolLoopError                   the loop itself stopped
-    │   └── MaxRoundTripsExceededError  more tool-calling round trips than allowed
+    │   ├── MaxRoundTripsExceededError  more tool-calling round trips than allowed
+    │   └── RunPaused                   paused where it can resume (a breakpoint)
+    │       └── ToolApprovalPending     calls of a round await a decision
+    ├── ApprovalPending                 an approver's "not decided yet" (pauses the loop)
     ├── ProviderError                   a model provider failed; `retryable` decides retries
     └── ReplayDivergence                a replayed run left its recording (and was told
                                         to stop there)
@@ -53,6 +57,12 @@ class ToolRejectedError(ToolExecutionError):
     handler, like any failure of the tool."""
 
 
+class ApprovalPending(AgentForgeError):
+    """Raised by an approver that has no decision yet for a call: the call must wait for
+    one. The loop asks about every flagged call of a round before any call of it starts,
+    so a pause never leaves a call of the round half done."""
+
+
 class HallucinatedToolError(ToolError):
     def __init__(self, tool_name: str, available: list[str]) -> None:
         names = ", ".join(available) or "(none)"
@@ -87,6 +97,29 @@ class MaxRoundTripsExceededError(ToolLoopError):
             f"(max_tool_calling_round_trips={limit})"
         )
         self.limit = limit
+
+
+class RunPaused(ToolLoopError):
+    """The chat stopped at a point it can be resumed from (a ResumeState built from what
+    was stored): before round `round_index`'s model call (`call_ids` empty), or before
+    `call_ids` of that round executed (calls of the round not held may have run).
+    `reason` says why: "approval" or "breakpoint"."""
+
+    def __init__(self, message: str, *, call_ids: list[str], round_index: int,
+                 reason: str) -> None:
+        super().__init__(message)
+        self.call_ids, self.round_index, self.reason = call_ids, round_index, reason
+
+
+class ToolApprovalPending(RunPaused):
+    """The chat stopped before executing a round because calls await a person's
+    decision (`call_ids`); nothing of that round ran. Resume it (ResumeState with the
+    pending response) once they are decided."""
+
+    def __init__(self, call_ids: list[str], round_index: int) -> None:
+        super().__init__(f"{len(call_ids)} tool call(s) of round {round_index + 1} await "
+                         "a person's decision", call_ids=call_ids, round_index=round_index,
+                         reason="approval")
 
 
 class ProviderError(AgentForgeError):
@@ -142,10 +175,12 @@ HandlerReturn = ToolErrorHandlerResult | Awaitable[ToolErrorHandlerResult]
 ToolArgumentsErrorHandler = Callable[[ToolArgumentsError, ToolErrorContext], HandlerReturn]
 ToolExecutionErrorHandler = Callable[[ToolExecutionError, ToolErrorContext], HandlerReturn]
 Approver = Callable[
-    ["ToolExecutionRequest", ToolErrorContext], "bool | str | Awaitable[bool | str]"
+    ["ToolExecutionRequest", ToolErrorContext],
+    "bool | str | ToolExecutionRequest | Awaitable[bool | str | ToolExecutionRequest]",
 ]
 """Asked before a tool that requires approval runs: True to run it, False or a reason
-(a non-empty str) to refuse it; may be async."""
+(a non-empty str) to refuse it, or a request (same id and tool, edited arguments) to run
+instead; may be async. Raising `ApprovalPending` pauses the chat (`ToolApprovalPending`)."""
 
 HallucinatedToolStrategy = Callable[
     ["ToolExecutionRequest", list[str]],

@@ -185,6 +185,15 @@ class ChatFailed(_Event):
     cancelled: bool = False
 
 
+class ChatPaused(_Event):
+    """The loop paused in round `round_index` (RunPaused): before its model call
+    (`call_ids` empty) or before `call_ids` ran; `reason`: "approval" or "breakpoint"."""
+
+    kind: Literal["chat_paused"] = "chat_paused"
+    call_ids: list[str]
+    reason: str = "approval"
+
+
 EngineEvent = Annotated[
     ChatStarted
     | RoundStarted
@@ -200,7 +209,8 @@ EngineEvent = Annotated[
     | ToolCallFinished
     | ReplayDiverged
     | ChatFinished
-    | ChatFailed,
+    | ChatFailed
+    | ChatPaused,
     Field(discriminator="kind"),
 ]
 

@@ -18,15 +18,18 @@ import inspect
 import time
 import traceback
 import types
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .errors import (
+    ApprovalPending,
     Approver,
     HallucinatedToolStrategy,
     MaxRoundTripsExceededError,
     ReplayDivergence,
+    RunPaused,
+    ToolApprovalPending,
     ToolArgumentsError,
     ToolArgumentsErrorHandler,
     ToolErrorContext,
@@ -43,6 +46,7 @@ from .errors import (
 from .events import (
     ChatFailed,
     ChatFinished,
+    ChatPaused,
     ChatStarted,
     ModelRequestSent,
     ModelResponseReceived,
@@ -99,6 +103,30 @@ class RegisteredTool:
     timeout: float | None = None
     idempotent: bool = False
     requires_approval: bool = False
+
+
+_Verdict = ToolRejectedError | ToolExecutionRequest | None
+"""An approver's answer for one call: run it (None), run an edited request, or refuse."""
+
+
+@dataclass(frozen=True)
+class GateAnswer:
+    """A call gate's answer for the calls of a round still to run: `hold` them (the
+    chat pauses with RunPaused once the others finished), and/or run some with `edited`
+    arguments (same id and tool)."""
+
+    hold: frozenset[str] = frozenset()
+    edited: Mapping[str, ToolExecutionRequest] = field(default_factory=dict)
+    reason: str = "breakpoint"
+
+
+CallGate = Callable[[list[ToolExecutionRequest], int], "GateAnswer | Awaitable[GateAnswer]"]
+"""Asked once per round, after approvals, with the calls still to run and the round."""
+
+ModelCallHook = Callable[[int, list[ChatMessage]],
+                         "Sequence[ChatMessage] | Awaitable[Sequence[ChatMessage]]"]
+"""Asked before each model call with the round and the history: returns messages to
+append first (none: an empty list), or raises RunPaused to pause before the call."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +195,8 @@ class ToolService:
         hallucinated_tool_strategy: HallucinatedToolStrategy = throw_on_hallucinated_tool,
         observers: Iterable[Observer] = (),
         approver: Approver | None = None,
+        call_gate: CallGate | None = None,
+        before_model_call: ModelCallHook | None = None,
     ) -> None:
         if max_tool_calling_round_trips < 1:
             raise ValueError("max_tool_calling_round_trips must be at least 1")
@@ -185,6 +215,10 @@ class ToolService:
         """Asked before any call of a tool registered with requires_approval executes:
         True runs it; False or a message refuses it. Without one, such calls are refused:
         a safety flag is never silently ignored."""
+        self.call_gate = call_gate
+        """Breakpoints on calls: may hold calls of a round (a pause) or edit them."""
+        self.before_model_call = before_model_call
+        """Breakpoints on model calls: may pause before one, or add messages to it."""
 
     # -- registration ------------------------------------------------------------------
 
@@ -380,6 +414,11 @@ class _ChatRun:
                     )
                 )
             return await self._loop(resume)
+        except RunPaused as paused:
+            if self.observed:
+                await self._emit(ChatPaused(call_ids=paused.call_ids, reason=paused.reason,
+                                            round_index=paused.round_index))
+            raise
         except asyncio.CancelledError:
             if self.observed:
                 await self._emit(ChatFailed(error_type="CancelledError",
@@ -422,6 +461,10 @@ class _ChatRun:
             self.round_index += 1
 
     async def _call_model(self) -> ChatResponse:
+        hook = self.service.before_model_call
+        if hook is not None:  # may raise RunPaused: nothing of this round has happened
+            self.messages.extend(await _maybe_await(hook(self.round_index,
+                                                         list(self.messages))))
         # Built from the loop's own validated messages: validating the whole history
         # again every round would cost O(history) per round for nothing.
         request = ChatRequest.model_construct(messages=tuple(self.messages),
@@ -497,18 +540,44 @@ class _ChatRun:
                 )
         done = dict(resume.completed_results) if resume else {}
         unknown = resume.unknown_outcome_ids if resume else frozenset()
+        to_run = [r for r in requests if r.id not in done]
+        verdicts = await self._approvals(to_run)
+        answer = await self._gate(to_run, verdicts)
 
         async def run_one(request: ToolExecutionRequest) -> _CallOutcome:
             if request.id in done:
                 return self._replayed(request, done[request.id])
-            return await self._execute_call(request, in_doubt=request.id in unknown)
+            return await self._execute_call(request, in_doubt=request.id in unknown,
+                                            verdict=verdicts.get(request.id))
 
-        if not self.service.parallel or len(requests) == 1:
-            outcomes = [await run_one(request) for request in requests]
+        now = [r for r in requests if r.id not in answer.hold]
+        if not self.service.parallel or len(now) == 1:
+            outcomes = [await run_one(request) for request in now]
         else:
-            outcomes = await self._run_concurrently(requests, run_one)
+            outcomes = await self._run_concurrently(now, run_one)
+        if answer.hold:  # the calls that ran are stored: a resume replays them
+            held = [r.id for r in requests if r.id in answer.hold]
+            raise RunPaused(f"paused before {len(held)} tool call(s) of round "
+                            f"{self.round_index + 1}", call_ids=held,
+                            round_index=self.round_index, reason=answer.reason)
         self.executions.extend(o.execution for o in outcomes if o.execution is not None)
         return outcomes
+
+    async def _gate(self, requests: list[ToolExecutionRequest],
+                    verdicts: dict[str, _Verdict]) -> GateAnswer:
+        """The call gate's answer; its edits join the verdicts (a refusal stands)."""
+        gate = self.service.call_gate
+        if gate is None or not requests:
+            return GateAnswer()
+        answer: GateAnswer = await _maybe_await(gate(requests, self.round_index))
+        by_id = {r.id: r for r in requests}
+        for call_id, edited in answer.edited.items():
+            original = by_id.get(call_id)
+            if original is None or (edited.id, edited.name) != (original.id, original.name):
+                raise ValueError("a call gate may edit a call's arguments, not its id or tool")
+            if not isinstance(verdicts.get(call_id), ToolRejectedError):
+                verdicts[call_id] = edited
+        return answer
 
     async def _run_concurrently(
         self,
@@ -534,14 +603,33 @@ class _ChatRun:
         return _CallOutcome(message=message, behavior=behavior, is_error=message.is_error,
                             execution=None)
 
-    async def _execute_call(self, request: ToolExecutionRequest, *, in_doubt: bool) -> _CallOutcome:
+    async def _approvals(self, requests: list[ToolExecutionRequest]) -> dict[str, _Verdict]:
+        """Ask about every flagged call of the round before any call of it starts: a call
+        still undecided pauses the whole round (ToolApprovalPending), so a pause never
+        interrupts a call that is running."""
+        verdicts: dict[str, _Verdict] = {}
+        waiting: list[str] = []
+        for request in requests:
+            registered = self.service.registered_tools.get(request.name)
+            if registered is None or not registered.requires_approval:
+                continue
+            try:
+                verdicts[request.id] = await self._approval(request)
+            except ApprovalPending:
+                waiting.append(request.id)
+        if waiting:
+            raise ToolApprovalPending(waiting, self.round_index)
+        return verdicts
+
+    async def _execute_call(self, request: ToolExecutionRequest, *, in_doubt: bool,
+                            verdict: _Verdict | None = None) -> _CallOutcome:
         registered = self.service.registered_tools.get(request.name)
         if registered is None:
             return await self._hallucinated(request)
-        if registered.requires_approval:
-            refusal = await self._approval_refused(request)
-            if refusal is not None:
-                return await self._handle(registered, request, time.time(), refusal, "rejected")
+        if isinstance(verdict, ToolRejectedError):
+            return await self._handle(registered, request, time.time(), verdict, "rejected")
+        if isinstance(verdict, ToolExecutionRequest):
+            request = verdict  # edited arguments; same id and tool
         if self.observed:
             await self._emit(ToolCallStarted(round_index=self.round_index, call_id=request.id,
                                              tool_name=request.name))
@@ -578,8 +666,9 @@ class _ChatRun:
                                              text=result.text, is_error=result.is_error)
         return _CallOutcome(message, registered.return_behavior, result.is_error, execution)
 
-    async def _approval_refused(self, request: ToolExecutionRequest) -> ToolRejectedError | None:
-        """None if the call may run; else why not (it is then never executed)."""
+    async def _approval(self, request: ToolExecutionRequest) -> _Verdict:
+        """None if the call may run as it is; the request to run instead (edited
+        arguments); else why not (the call is then never executed)."""
         approver = self.service.approver
         if approver is None:
             return ToolRejectedError(
@@ -589,6 +678,10 @@ class _ChatRun:
         decision = await _maybe_await(approver(request, context))
         if decision is True:
             return None
+        if isinstance(decision, ToolExecutionRequest):
+            if (decision.id, decision.name) != (request.id, request.name):
+                raise ValueError("an approver may edit a call's arguments, not its id or tool")
+            return decision
         reason = decision if isinstance(decision, str) and decision else "not approved"
         return ToolRejectedError(f"Tool '{request.name}' was not executed: {reason}",
                                  tool_name=request.name)

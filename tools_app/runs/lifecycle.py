@@ -1,10 +1,11 @@
 """The one owner of a run's status: the allowed moves, and the event each one writes.
 
     queued ──claim──> running ──finish──> succeeded | failed | cancelled
-      │                │  ▲ └──wait───> waiting ──resume──> running
-      │                │  └─(an expired lease taken over by another worker)
-      │                └──interrupt (lost worker, hand-back, shutdown)──> interrupted
-      └──cancel──> cancelled            interrupted ──claim──> running
+      ▲ │                │  ▲ └──wait───> waiting (no worker, no lease)
+      │ │                │  └─(an expired lease taken over by another worker)
+      │ │                └──interrupt (lost worker, hand-back, shutdown)──> interrupted
+      │ └──cancel──> cancelled          interrupted ──claim──> running
+      └──decided (every waiting call has a decision)── waiting
                                         interrupted | waiting ──cancel | fail──> ...
 
 Every move but a claim appends a `run_status` event `{"status": <new>, ...}` in the same
@@ -35,7 +36,8 @@ ALLOWED_MOVES: Mapping[RunStatus, frozenset[RunStatus]] = {
     RunStatus.QUEUED: frozenset({RUNNING, CANCELLED, FAILED}),
     # running -> running: another worker takes over a lease that expired.
     RUNNING: frozenset({RUNNING, WAITING, INTERRUPTED, SUCCEEDED, FAILED, CANCELLED}),
-    WAITING: frozenset({RUNNING, INTERRUPTED, FAILED, CANCELLED}),
+    # waiting -> queued: the decisions it waited for are in; a worker claims it again.
+    WAITING: frozenset({RUNNING, RunStatus.QUEUED, INTERRUPTED, FAILED, CANCELLED}),
     INTERRUPTED: frozenset({RUNNING, FAILED, CANCELLED}),
     SUCCEEDED: frozenset(),
     FAILED: frozenset(),
@@ -99,6 +101,19 @@ def move_locked(run: Run, to: RunStatus, event: Mapping[str, Any] | None = None,
     seq = append_event(str(run.pk), token, "run_status", {"status": to, **(event or {})})
     if notify:
         notify_after_commit(str(run.pk), seq)
+    return seq
+
+
+def wait(run_id: str, token: int, event: Mapping[str, Any]) -> int:
+    """The worker's move of its running run to waiting (inside the caller's transaction),
+    fenced by its lease token: the lease is released, so a waiting run holds no worker,
+    and `waiting_since` starts the approval timeout. Returns the event's seq."""
+    check_move(RUNNING, WAITING)
+    seq = append_event(run_id, token, "run_status", {"status": WAITING, **event})
+    moved = Run.objects.filter(pk=run_id, lease_token=token, status=RUNNING).update(
+        status=WAITING, lease_owner="", lease_expires_at=None, waiting_since=timezone.now())
+    if moved != 1:
+        raise LeaseLost(f"run {run_id}: it is no longer running under token {token}")
     return seq
 
 

@@ -23,15 +23,19 @@ from ..engine import (
     ChatMessage,
     ChatResponse,
     ResumeState,
+    RunPaused,
     ToolChatResult,
     ToolExecutionRequest,
     ToolExecutionResultMessage,
+    UserMessage,
 )
 from ..models import Round, Run, RunStatus, ToolCall, ToolCallState
+from .approver import RunApprover
+from .breakpoint_hooks import RunBreakpoints, added_messages
 from .db import drop_broken_connections
 from .eventlog import LeaseLost, notify
 from .leases import cancel_requested, claim, new_worker_id, renew
-from .lifecycle import finish
+from .lifecycle import finish, wait
 from .recorder import RunRecorder
 from .snapshot import engine_for_snapshot, snapshot_messages, snapshot_parameters
 from .storage import clean_text, redact
@@ -75,7 +79,8 @@ async def execute_run(run_id: str) -> str | None:
     except LeaseLost:
         logger.warning("run %s: lease lost, leaving it to its new owner", run_id)
         return None
-    fields["wall_ms"] = await sync_to_async(_wall_ms)(run_id, started)
+    if status != RunStatus.WAITING:
+        fields["wall_ms"] = await sync_to_async(_wall_ms)(run_id, started)
     try:
         seq = await sync_to_async(_finish)(run_id, token, status, fields)
     except LeaseLost:
@@ -91,6 +96,12 @@ async def _drive(run_id: str, token: int) -> tuple[RunStatus, dict[str, Any]]:
         messages, resume = await sync_to_async(load_history)(run)
     except Exception as exc:  # a broken snapshot (missing key, tool gone) fails the run
         return RunStatus.FAILED, {"error_type": type(exc).__name__, "error_message": str(exc)}
+    # Flagged calls wait for a stored decision (runs.approvals), never run without one.
+    engine.service.approver = RunApprover(run_id)
+    if run.snapshot.get("breakpoints"):
+        hooks = RunBreakpoints(run_id, run.snapshot["breakpoints"])
+        engine.service.call_gate = hooks.call_gate
+        engine.service.before_model_call = hooks.before_model_call
     recorder = RunRecorder(run_id, token, engine.secrets)
     recorder.before_round = _checkpoint
     stop = _Stop()
@@ -110,6 +121,12 @@ async def _drive(run_id: str, token: int) -> tuple[RunStatus, dict[str, Any]]:
         raise
     except WorkerShutdown:
         return RunStatus.INTERRUPTED, {}
+    except RunPaused as paused:
+        # Approvals or a breakpoint: the run waits, holding no worker or lease, until a
+        # person decides (runs.approvals / runs.breakpoints queue it again); it then
+        # resumes from what was stored.
+        return RunStatus.WAITING, {"reason": paused.reason, "round_index": paused.round_index,
+                                   "calls": paused.call_ids}
     except LeaseLost:
         raise
     except (OperationalError, InterfaceError) as exc:
@@ -179,6 +196,8 @@ def _wall_ms(run_id: str, started: float) -> float:
 
 def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any]) -> int:
     with transaction.atomic():
+        if status == RunStatus.WAITING:
+            return wait(run_id, token, fields)
         return finish(run_id, token, status, fields)
 
 
@@ -192,12 +211,16 @@ def load_history(run: Run) -> tuple[list[ChatMessage], ResumeState | None]:
     if not rounds:
         return messages, None
     idempotent = {t["name"]: t["idempotent"] for t in run.snapshot["tools"]}
+    added = added_messages(str(run.pk)) if run.snapshot.get("breakpoints") else {}
     round_trips = 0
     for round_ in rounds:
         response = _stored_response(round_)
         if response is None:
-            # The model call never completed: ask again (cost only, no side effects).
+            # The model call never completed: ask again (cost only, no side effects);
+            # the breakpoint hook adds this round's added messages again itself.
             return messages, ResumeState(round_index=round_.index, round_trips_done=round_trips)
+        # Messages people added at a breakpoint before this model call, as it saw them.
+        messages.extend(UserMessage(text=text) for text in added.get(round_.index, []))
         calls = sorted(round_.tool_calls.all(), key=lambda c: c.call_index)
         requests = response.ai_message.tool_execution_requests
         if requests and len(calls) == len(requests) and all(_finished(c) for c in calls):

@@ -16,11 +16,15 @@ from django.utils import timezone
 
 from ..engine.conversation import to_openai_messages
 from ..models import (
+    CallDecision,
+    DecisionKind,
     ErrorPolicy,
     ModelEndpoint,
     Round,
     Run,
     RunEvent,
+    RunPause,
+    RunStatus,
     ToolCall,
     ToolCallState,
     ToolRegistration,
@@ -132,10 +136,56 @@ def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[dict[str
         rounds = rounds.filter(index__in=wanted)
         calls = calls.filter(round__index__in=wanted)
     by_round: dict[int, list[dict[str, Any]]] = {}
+    approval = _approval_state(run)
     for call in calls.values("pk", "round_id", *CALL_FIELDS):
-        by_round.setdefault(call["round_id"], []).append(call)
-    return [_round_view(r, by_round.get(r["id"], []))
-            for r in rounds.values("id", *ROUND_FIELDS)]
+        by_round.setdefault(call["round_id"], []).append(approval(call))
+    added = _added_messages(run)
+    return [_round_view(r, by_round.get(r["id"], [])) | {"added_messages": added.get(
+        r["index"], [])} for r in rounds.values("id", *ROUND_FIELDS)]
+
+
+def _added_messages(run: Run) -> dict[int, list[dict[str, Any]]]:
+    """Round index -> the messages people added at a breakpoint before its model call."""
+    if not run.snapshot.get("breakpoints"):
+        return {}
+    added: dict[int, list[dict[str, Any]]] = {}
+    rows = RunPause.objects.filter(run=run, before="model", resolved_at__isnull=False).exclude(
+        message="").values("round_index", "message", "resolved_by_label")
+    for row in rows:
+        added.setdefault(row["round_index"], []).append(dict(row))
+    return added
+
+
+def _approval_state(run: Run) -> Any:
+    """Adds to a call's dict its decision (if any) and whether it awaits one now."""
+    flagged = frozenset(t["name"] for t in run.snapshot["tools"] if t.get("requires_approval"))
+    decisions: dict[int, dict[str, Any]] = {}
+    if flagged:
+        rows = CallDecision.objects.filter(run=run).values(
+            "tool_call_id", "decision", "arguments", "message", "decided_by_label",
+            "decided_at")
+        decisions = {row["tool_call_id"]: dict(row) for row in rows}
+    labels = dict(DecisionKind.choices)
+    waiting = run.status == RunStatus.WAITING
+    pause = run.open_pause if waiting else None
+    held = frozenset(pause.call_ids) if pause is not None else frozenset()
+
+    def add(call: dict[str, Any]) -> dict[str, Any]:
+        decision = decisions.get(call["pk"])
+        if decision is not None:
+            decision = decision | {
+                "label": labels.get(decision["decision"], decision["decision"]),
+                "arguments_text": (_pretty(decision["arguments"])
+                                   if decision["arguments"] is not None else None)}
+        awaiting = (waiting and decision is None and call["tool_name"] in flagged
+                    and call["state"] == ToolCallState.PROPOSED)
+        extra = {"state_label": "Awaiting approval"} if awaiting else {}
+        if call["call_id"] in held and call["state"] == ToolCallState.PROPOSED:
+            extra = {"state_label": "Held at a breakpoint"}
+        return call | {"decision": decision, "awaiting_decision": awaiting,
+                       "held_at_breakpoint": call["call_id"] in held} | extra
+
+    return add
 
 
 ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_token_ms",
@@ -150,6 +200,7 @@ CALL_FIELDS = ("call_id", "tool_name", "state", "duration_ms", "attempts", "argu
 def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
     view = {name: round_[name] for name in ROUND_FIELDS}
     view["calls"] = _call_views(calls)
+    view["awaiting_decisions"] = sum(1 for c in calls if c["awaiting_decision"])
     view["has_wire"] = round_["request_json"] is not None or round_["response_json"] is not None
     view["wire"] = [_wire_view("request", round_["request_json"]),
                     _wire_view("response", round_["response_json"])]
@@ -191,7 +242,7 @@ def _call_view(call: dict[str, Any], origin: Any, span: float, labels: dict[str,
         raw_result = _pretty(call["result_json"])
     arguments = call["arguments"]
     return call | {
-        "state_label": labels.get(call["state"], call["state"]),
+        "state_label": call.get("state_label") or labels.get(call["state"], call["state"]),
         # Strings, not numbers: the template then has nothing to localize per call.
         "duration_text": format_ms(call["duration_ms"]), "bar_x": str(x), "bar_width": str(width),
         "args_text": _pretty(arguments) if arguments is not None else call["arguments_raw"],

@@ -23,6 +23,7 @@ from ..models import (
     RunStatus,
     ToolRegistration,
 )
+from .breakpoints import BreakpointError, checked_breakpoints
 from .leases import cancel_now
 from .lifecycle import create_queued
 from .policy import PolicyOverrideError, checked_overrides
@@ -52,6 +53,7 @@ def run_create(
     parameters: ChatRequestParameters | None = None,
     parent: Run | None = None,
     policy_overrides: dict[str, Any] | None = None,
+    breakpoints: Any = None,
 ) -> Run:
     """Freeze everything the run uses, store it queued, and enqueue it after commit.
 
@@ -67,6 +69,10 @@ def run_create(
     except PolicyOverrideError as exc:
         raise RunRequestError(str(exc), field="policy_overrides",
                               problems=exc.problems) from exc
+    try:  # where the run will pause (runs.breakpoints); frozen with the rest
+        snapshot["breakpoints"] = checked_breakpoints(breakpoints, [t.name for t in tools])
+    except BreakpointError as exc:
+        raise RunRequestError(str(exc), field="breakpoints") from exc
     with transaction.atomic():
         run = create_queued(
             created_by=user if user is not None and user.is_authenticated else None,
@@ -114,6 +120,8 @@ def run_cancel(*, run: Run) -> Run:
             return locked
         if locked.status in (RunStatus.QUEUED, RunStatus.INTERRUPTED):
             cancel_now(locked, "Cancelled by the user before it ran")
+        elif locked.status == RunStatus.WAITING:  # no worker holds it: end it here
+            cancel_now(locked, "Cancelled by the user while it waited for a decision")
         else:
             Run.objects.filter(pk=run.pk).update(cancel_requested=True)
     run.refresh_from_db()

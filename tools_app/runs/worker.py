@@ -11,6 +11,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 
+from .approvals import expire_waiting_runs
 from .leases import reap_expired_runs, release_this_process_runs, runs_to_recover_at_start
 from .provider_clients import close_at_exit
 from .tasks import enqueue_run
@@ -24,6 +25,12 @@ def reap_interval() -> float:
 
 
 def reap_and_enqueue() -> list[str]:
+    # Runs past AGENTFORGE_APPROVAL_TIMEOUT get their waiting calls rejected (which
+    # queues and enqueues them); a failure there must not stop the reaping below.
+    try:
+        expire_waiting_runs()
+    except Exception:
+        logger.exception("expiring waiting runs failed; retrying at the next sweep")
     ids = reap_expired_runs()
     for run_id in ids:
         enqueue_run(run_id)

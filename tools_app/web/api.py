@@ -7,6 +7,10 @@ GET  /api/runs/compare?a=<id>&b=<id> two runs aligned by round and call, with de
 GET  /api/runs/<id>/export           the run as a regression fixture (docs/run-fixtures.md)
 POST /api/runs/<id>/rerun            rerun it (as it was / current, replay modes)
 POST /api/runs/<id>/fork             a new run from its conversation at round N, plus messages
+POST /api/runs/<id>/decisions        decide a call awaiting approval:
+     {"call_id", "decision": "approve"|"reject"|"edit", "arguments"?, "message"?}
+POST /api/runs/<id>/continue         go on from a breakpoint:
+     {"step": "run"|"call"|"round"|"abort", "arguments"?: {call_id: {...}}, "message"?}
 """
 
 from __future__ import annotations
@@ -28,7 +32,17 @@ from pydantic import ValidationError
 from ..engine import ChatMessage, ChatRequestParameters
 from ..engine.conversation import ConversationError, parse_conversation
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import compare, fixtures, fork, replay, rerun, selectors, services
+from ..runs import (
+    approvals,
+    breakpoints,
+    compare,
+    fixtures,
+    fork,
+    replay,
+    rerun,
+    selectors,
+    services,
+)
 from ..runs.filters import FilterError, filtered_runs
 from .api_tokens import user_for_token
 from .export import export_response
@@ -176,7 +190,7 @@ def _start_run(request: HttpRequest, body: dict[str, Any]) -> Run:
             user=request.user, endpoint=endpoint, tools=tools, policy=policy,
             messages=_messages(_required(body, "messages")),
             parameters=_parameters(body.get("parameters") or {}),
-            policy_overrides=overrides,
+            policy_overrides=overrides, breakpoints=body.get("breakpoints"),
         )
     except services.RunRequestError as exc:
         if exc.field is None:
@@ -298,6 +312,44 @@ def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
 
 
 SNAPSHOT_CHOICES: dict[str, rerun.RerunMode] = {"same": "as_it_was", "current": "current"}
+@csrf_exempt  # token-authenticated, like runs()
+@require_http_methods(["POST"])
+@token_required
+def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """A decision on a call awaiting approval: 201 when stored, 200 when the same
+    decision was already stored (nothing changes), 409 when it cannot be taken now."""
+    run = _visible(request, run_id)
+    body = _json_body(request)
+    call_id = body.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise ApiError(400, "missing_field", "'call_id' (a tool call's id) is required",
+                       field="call_id")
+    decision = body.get("decision")
+    arguments = body.get("arguments")
+    message = body.get("message", "")
+    if not isinstance(decision, str):
+        raise ApiError(400, "missing_field", "'decision' is required: approve, reject or edit",
+                       field="decision")
+    if not isinstance(message, str):
+        raise ApiError(400, "invalid_field", "message must be a string", field="message")
+    if decision == "edit" and arguments is None:
+        raise ApiError(400, "missing_field", "an edit needs 'arguments' (a JSON object)",
+                       field="arguments")
+    try:
+        stored, created = approvals.decide(run=run, user=request.user,
+                                           request=approvals.DecisionRequest(
+                                               call_id, decision,
+                                               arguments=arguments, message=message))
+    except approvals.DecisionError as exc:
+        extra = {"problems": exc.problems} if exc.problems else {}
+        raise ApiError(exc.status, exc.code, str(exc), **extra) from exc
+    run.refresh_from_db()
+    return JsonResponse({"call_id": stored.tool_call.call_id, "decision": stored.decision,
+                         "arguments": stored.arguments, "message": stored.message,
+                         "decided_by": stored.decided_by_label,
+                         "decided_at": stored.decided_at.isoformat(),
+                         "created": created, "run_status": run.status},
+                        status=201 if created else 200)
 
 
 @csrf_exempt  # token-authenticated, like runs()
@@ -363,6 +415,40 @@ def run_export(request: HttpRequest, run_id: Any) -> HttpResponseBase:
     return response
 
 
+@csrf_exempt  # token-authenticated, like runs()
+@require_http_methods(["POST"])
+@token_required
+def run_continue(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """Go on from the breakpoint the run is paused at: run on, step one call or one
+    round, or abort; optionally with edited arguments for the held calls (call id ->
+    object) or a message added before the model call."""
+    run = _visible(request, run_id)
+    body = _json_body(request)
+    step = body.get("step", "run")
+    message = body.get("message", "")
+    if not isinstance(step, str):
+        raise ApiError(400, "invalid_field", "step must be run, call, round or abort",
+                       field="step")
+    if not isinstance(message, str):
+        raise ApiError(400, "invalid_field", "message must be a string", field="message")
+    try:
+        pause = breakpoints.continue_run(run=run, user=request.user, step=step,
+                                         arguments=body.get("arguments"), message=message)
+    except approvals.DecisionError as exc:
+        extra = {"problems": exc.problems} if exc.problems else {}
+        raise ApiError(exc.status, exc.code, str(exc), **extra) from exc
+    run.refresh_from_db()
+    return JsonResponse({"pause": _pause_json(pause), "run_status": run.status})
+
+
+def _pause_json(pause: Any) -> dict[str, Any] | None:
+    if pause is None:
+        return None
+    return {"round": pause.round_index + 1, "before": pause.before, "calls": pause.call_ids,
+            "reason": pause.reason, "resolution": pause.resolution or None,
+            "resolved_by": pause.resolved_by_label or None}
+
+
 @csrf_exempt  # token-authenticated, like runs(): a POST gets 405, not a CSRF page
 @require_GET
 @token_required
@@ -372,6 +458,8 @@ def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
     return JsonResponse(_run_summary(run) | {
         "final_answer": run.final_text,
         "error": {"type": run.error_type, "message": run.error_message} if run.error_type else None,
+        "breakpoints": run.snapshot.get("breakpoints", []),
+        "paused": _pause_json(run.open_pause),
         "rounds": [_round_json(r) for r in rounds],
     })
 
@@ -413,5 +501,15 @@ def _round_json(view: dict[str, Any]) -> dict[str, Any]:
             "state": c["state"], "result": c["result_text"], "is_error": c["is_error"],
             "error_type": c["error_type"] or None, "error_message": c["error_message"] or None,
             "handled_by": c["handled_by"] or None, "duration_ms": c["duration_ms"],
+            "awaiting_decision": c["awaiting_decision"], "decision": _decision_json(c),
         } for c in view["calls"]],
     }
+
+
+def _decision_json(call: dict[str, Any]) -> dict[str, Any] | None:
+    decision = call["decision"]
+    if decision is None:
+        return None
+    return {"decision": decision["decision"], "arguments": decision["arguments"],
+            "message": decision["message"], "decided_by": decision["decided_by_label"],
+            "decided_at": decision["decided_at"].isoformat()}

@@ -47,6 +47,14 @@ class PlaygroundForm(forms.Form):
                                   help_text="Run one round's calls concurrently.")
     max_round_trips = forms.IntegerField(min_value=1, max_value=1000, required=False,
                                          help_text="Empty: the policy's value.")
+    # Breakpoints (runs.breakpoints): where the run pauses for a person.
+    break_before_round = forms.IntegerField(min_value=1, max_value=10_000, required=False)
+    break_before_tool = forms.CharField(required=False, max_length=200)
+    break_on_tool_error = forms.BooleanField(required=False)
+    break_if_tool = forms.CharField(required=False, max_length=200)
+    break_if_pointer = forms.CharField(required=False, max_length=500)
+    break_if_value = forms.CharField(required=False, max_length=5_000,
+                                     help_text="A JSON value, e.g. \"Paris\" or 3.")
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -62,6 +70,7 @@ class PlaygroundForm(forms.Form):
                 self.add_error("tool_choice_name", "Name the tool the model must call.")
             elif name not in chosen:
                 self.add_error("tool_choice_name", f"'{name}' is not among the selected tools.")
+        self._clean_condition(data)
         return data
 
     def _conversation(self, text: str) -> list[ChatMessage] | None:
@@ -76,6 +85,38 @@ class PlaygroundForm(forms.Form):
             prefix = "" if isinstance(exc, ConversationError) else "Not valid JSON: "
             self.add_error("conversation_json", f"{prefix}{exc}")
             return None
+    def _clean_condition(self, data: dict[str, Any]) -> None:
+        """The condition breakpoint needs all three parts, the value as JSON."""
+        parts = [data.get(f"break_if_{p}") or "" for p in ("tool", "pointer", "value")]
+        if not any(parts):
+            data["break_if"] = None
+            return
+        if not all(parts):
+            self.add_error("break_if_value", "A condition needs a tool, a JSON pointer and "
+                           "a value.")
+            return
+        try:
+            value = json.loads(parts[2])
+        except ValueError:
+            self.add_error("break_if_value", 'The value must be JSON (a string in quotes: '
+                           '"Paris").')
+            return
+        data["break_if"] = {"kind": "condition", "tool": parts[0].strip(),
+                            "pointer": parts[1].strip(), "value": value}
+
+    def breakpoints(self) -> list[dict[str, Any]]:
+        """The breakpoints as runs.breakpoints takes them (it checks them)."""
+        data = self.cleaned_data
+        found: list[dict[str, Any]] = []
+        if data.get("break_before_round"):
+            found.append({"kind": "before_round", "round": data["break_before_round"]})
+        if (data.get("break_before_tool") or "").strip():
+            found.append({"kind": "before_tool", "tool": data["break_before_tool"].strip()})
+        if data.get("break_on_tool_error"):
+            found.append({"kind": "tool_error"})
+        if data.get("break_if"):
+            found.append(data["break_if"])
+        return found
 
     def remembered(self) -> dict[str, Any]:
         """What to pre-fill next time (ids and plain values only)."""
@@ -87,4 +128,4 @@ class PlaygroundForm(forms.Form):
             "input_mode": data["input_mode"], "conversation_json": data["conversation_json"],
             "tool_choice": data["tool_choice"], "tool_choice_name": data["tool_choice_name"],
             "parallel": data["parallel"], "max_round_trips": data["max_round_trips"],
-        }
+        }  # not the breakpoints: a forgotten one would pause the next run by surprise

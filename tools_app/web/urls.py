@@ -14,6 +14,10 @@ urlpatterns = [
     path("runs/<uuid:run_id>/rerun/", views.run_rerun, name="run_rerun"),
     path("runs/<uuid:run_id>/export.json", views.run_export, name="run_export"),
     path("runs/<uuid:run_id>/fork/", views.run_fork, name="run_fork"),
+    path("runs/<uuid:run_id>/decide/", views.run_decide, name="run_decide"),
+    path("runs/<uuid:run_id>/continue/", views.run_continue, name="run_continue"),
+    path("runs/<uuid:run_id>/calls/<int:call_id>/check-arguments", views.call_check_arguments,
+         name="call_check_arguments"),
     path("runs/<uuid:run_id>/calls/<int:call_id>/result.txt", views.call_result,
          name="call_result"),
     path("runs/<uuid:run_id>/rounds/<int:index>/<str:which>.json", views.round_wire,
@@ -37,4 +41,6 @@ urlpatterns = [
     path("api/runs/<uuid:run_id>/rerun", api.run_rerun, name="api_run_rerun"),
     path("api/runs/<uuid:run_id>/export", api.run_export, name="api_run_export"),
     path("api/runs/<uuid:run_id>/fork", api.run_fork, name="api_run_fork"),
+    path("api/runs/<uuid:run_id>/decisions", api.run_decisions, name="api_run_decisions"),
+    path("api/runs/<uuid:run_id>/continue", api.run_continue, name="api_run_continue"),
 ]

@@ -11,7 +11,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    JsonResponse,
+)
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -28,7 +34,7 @@ from ..models import (
     RunStatus,
     ToolCall,
 )
-from ..runs import compare, fixtures, fork, rerun, selectors, services
+from ..runs import approvals, breakpoints, compare, fixtures, fork, rerun, selectors, services
 from ..runs.filters import FilterError, Page, filtered_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
@@ -89,6 +95,7 @@ def _start_from_form(request: AuthenticatedHttpRequest, form: PlaygroundForm) ->
             parameters=ChatRequestParameters(tool_choice=choice if data["tools"] else None),
             policy_overrides={"parallel": data["parallel"],
                               "max_round_trips": data["max_round_trips"]},
+            breakpoints=form.breakpoints(),
         )
     except services.RunRequestError as exc:
         form.add_error(None, str(exc))
@@ -226,6 +233,92 @@ def fixture_response(run: Run) -> HttpResponse:
     response["Content-Disposition"] = f'attachment; filename="{fixtures.export_filename(run)}"'
     response["X-Content-Type-Options"] = "nosniff"
     return response
+
+
+@require_POST
+@login_required
+def run_decide(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
+    """The timeline's decision buttons (`decide` = "<approve|edit|reject>:<call pk>" or
+    "approve_round:<round index>"); a refusal is shown as a message on the run page."""
+    run = _run_for_user(request, run_id)
+    kind, _, target = request.POST.get("decide", "").partition(":")
+    if not target.isascii() or not target.isdigit() or len(target) > 18:
+        return HttpResponseBadRequest("decide must be <decision>:<number>")
+    try:
+        if kind == "approve_round":
+            approvals.decide_round(run=run, user=request.user, round_index=int(target))
+        else:
+            call = get_object_or_404(ToolCall, run=run, pk=int(target))
+            approvals.decide(run=run, user=request.user,
+                             request=_decision_from_form(request, kind, call))
+    except approvals.DecisionError as exc:
+        messages.error(request, _refusal_text(exc))
+    return redirect("run_detail", run_id=run.pk)
+
+
+def _decision_from_form(request: HttpRequest, kind: str,
+                        call: ToolCall) -> approvals.DecisionRequest:
+    arguments = None
+    if kind == "edit":
+        arguments = approvals.parse_arguments(request.POST.get(f"arguments-{call.pk}", ""))
+    return approvals.DecisionRequest(call.call_id, kind, arguments=arguments,
+                                     message=request.POST.get(f"message-{call.pk}", ""))
+
+
+def _refusal_text(error: approvals.DecisionError, prefix: str = "Decision not recorded") -> str:
+    problems = "; ".join(f"{where or 'arguments'}: {what}"
+                         for where, what in error.problems.items())
+    return f"{prefix}: {error}" + (f" ({problems})" if problems else "")
+
+
+@require_POST
+@login_required
+def run_continue(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
+    """The paused run's buttons (`step`: run, call, round, abort), with the held calls'
+    arguments as edited (`arguments-<call pk>`) and a message before the model call."""
+    run = _run_for_user(request, run_id)
+    try:
+        breakpoints.continue_run(run=run, user=request.user,
+                                 step=request.POST.get("step", ""),
+                                 arguments=_edited_held_calls(request, run),
+                                 message=request.POST.get("message", "").strip())
+    except approvals.DecisionError as exc:
+        messages.error(request, _refusal_text(exc, "Could not continue"))
+    return redirect("run_detail", run_id=run.pk)
+
+
+def _edited_held_calls(request: HttpRequest, run: Run) -> dict[str, Any]:
+    """Call id -> the arguments typed for it, for the held calls whose text changed."""
+    edited: dict[str, Any] = {}
+    pause = run.open_pause
+    held = pause.call_ids if pause is not None else []
+    for call in ToolCall.objects.filter(run=run, call_id__in=held):
+        text = request.POST.get(f"arguments-{call.pk}")
+        if text is None:
+            continue
+        value = approvals.parse_arguments(text)
+        if value != call.arguments:
+            edited[call.call_id] = value
+    return edited
+
+
+@require_POST
+@login_required
+def call_check_arguments(request: AuthenticatedHttpRequest, run_id: Any,
+                         call_id: int) -> JsonResponse:
+    """Edited arguments checked as the user types: the body is the JSON text; the answer
+    maps each argument ("" for the whole object) to what is wrong with it."""
+    run = _run_for_user(request, run_id)
+    call = get_object_or_404(ToolCall, run=run, pk=call_id)
+    try:
+        text = request.body.decode("utf-8")
+        problems = approvals.argument_problems(run, call.tool_name,
+                                               approvals.parse_arguments(text))
+    except UnicodeDecodeError:
+        problems = {"": "the arguments are not UTF-8 text"}
+    except approvals.DecisionError as exc:
+        problems = exc.problems
+    return JsonResponse({"ok": not problems, "problems": problems})
 
 
 @require_GET
