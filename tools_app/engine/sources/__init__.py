@@ -1,0 +1,1 @@
+"""Tool executors for tools that are not Python functions of this process (MCP servers)."""
