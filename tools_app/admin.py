@@ -39,9 +39,9 @@ from .models import (
     ToolRegistration,
     env_var_validator,
 )
+from .runs.access import secret_variable_problem
 from .runs.policy import template_problem
 from .runs.selectors import format_ms
-from .runs.snapshot import secret_variable_problem
 from .tools.registry import compute_version_hash, resolve_tool_function
 from .web.api_tokens import assign_new_secret
 

@@ -40,8 +40,16 @@ from ..execution import ToolExecutionResult, arguments_as_map
 from ..messages import ToolExecutionRequest
 from .mcp_sessions import MCP_SESSIONS, McpCallError, McpServerConfig, McpSessions
 
-__all__ = ["McpServerConfig", "McpToolExecutor", "McpToolDefinition", "McpCallError",
-           "McpSessions", "MCP_SESSIONS", "convert_result", "tool_definitions"]
+__all__ = [
+    "MCP_SESSIONS",
+    "McpCallError",
+    "McpServerConfig",
+    "McpSessions",
+    "McpToolDefinition",
+    "McpToolExecutor",
+    "convert_result",
+    "tool_definitions",
+]
 
 DEFAULT_MAX_TEXT_BYTES = 256 * 1024
 ANNOTATION_HINTS = ("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint")
