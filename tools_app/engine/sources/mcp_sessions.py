@@ -32,7 +32,7 @@ import math
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -110,6 +110,31 @@ async def open_client(config: McpServerConfig,
         client = Client(server, cache=None, client_info=CLIENT_INFO,
                         message_handler=_fault_listener(on_fault))
         yield await stack.enter_async_context(client)
+
+
+class _CallerCancelled(Exception):
+    pass
+
+
+class _Cancel:
+    """A caller's cancellation, delivered on the sessions' loop to the anyio scope the
+    work is in (and to the scopes it enters later)."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._scopes: list[anyio.CancelScope] = []
+
+    def scope(self) -> anyio.CancelScope:
+        scope = anyio.CancelScope()
+        if self.cancelled:
+            scope.cancel()
+        self._scopes.append(scope)
+        return scope
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        for scope in self._scopes:
+            scope.cancel()
 
 
 def _fault_listener(on_fault: FaultHandler | None) -> Any:
@@ -206,22 +231,27 @@ class McpSessions:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._connections: dict[str, _Connection] = {}  # touched on the sessions' loop only
+        # Touched on the sessions' loop only: the live sessions, and the retired ones
+        # still shutting down (waited for at close, or their processes would outlive us).
+        self._connections: dict[str, _Connection] = {}
+        self._closing: set[_Connection] = set()
 
     # -- callable from any thread or loop ------------------------------------------
 
     async def call_tool(self, config: McpServerConfig, tool: str,
                         arguments: dict[str, Any]) -> CallToolResult:
         """Call `tool` on the server's session; McpCallError if it failed."""
-        return await self._submit(self._call_tool(config, tool, arguments))
+        return await self._submit(
+            lambda cancel: self._call_tool(config, tool, arguments, cancel))
 
     async def list_tools(self, config: McpServerConfig) -> list[Tool]:
         """The server's tools, through a session of its own, closed afterwards."""
-        return await self._submit(self._list_tools(config))
+        return await self._submit(lambda cancel: self._list_tools(config, cancel))
 
     def list_tools_blocking(self, config: McpServerConfig) -> list[Tool]:
         """`list_tools` for synchronous callers (the admin, management commands)."""
-        future = asyncio.run_coroutine_threadsafe(self._list_tools(config), self._start())
+        future = asyncio.run_coroutine_threadsafe(self._list_tools(config, _Cancel()),
+                                                  self._start())
         try:
             return future.result(config.startup_timeout + config.call_timeout
                                  + SHUTDOWN_GRACE)
@@ -264,17 +294,27 @@ class McpSessions:
                 self._loop, self._thread = loop, thread
             return self._loop
 
-    async def _submit(self, coroutine: Coroutine[Any, Any, T]) -> T:
+    async def _submit(self, work: Callable[[_Cancel], Coroutine[Any, Any, T]]) -> T:
+        """Run `work` on the sessions' loop and wait for it. A caller cancelled (a tool
+        timeout, a cancelled run) cancels the work through an anyio scope, never with
+        a native `task.cancel()` inside the SDK, and waits (bounded) for it to wind
+        down, so the session it retires is gone before the caller's next call."""
         loop = self._start()
-        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
-        # Cancelling the caller (a tool timeout, a cancelled run) cancels the call on
-        # the sessions' loop too.
-        return await asyncio.wrap_future(future)
+        cancel = _Cancel()
+        future = asyncio.run_coroutine_threadsafe(work(cancel), loop)
+        waiting = asyncio.wrap_future(future)
+        try:
+            return await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            loop.call_soon_threadsafe(cancel.cancel)
+            with suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(waiting), SHUTDOWN_GRACE)
+            raise
 
     async def _connection(self, config: McpServerConfig) -> tuple[_Connection, Client]:
         current = self._connections.get(config.name)
         if current is not None and (current.retired or current.config != config):
-            current.retire()
+            self._retire(current)
             current = None
         if current is None:
             current = self._connections[config.name] = _Connection(config)
@@ -285,17 +325,23 @@ class McpSessions:
             raise
 
     def _forget(self, connection: _Connection) -> None:
-        connection.retire()
+        self._retire(connection)
         if self._connections.get(connection.config.name) is connection:
             del self._connections[connection.config.name]
 
     async def _call_tool(self, config: McpServerConfig, tool: str,
-                         arguments: dict[str, Any]) -> CallToolResult:
-        connection, client = await self._connection(config)
+                         arguments: dict[str, Any], cancel: _Cancel) -> CallToolResult:
         name = config.name
+        with cancel.scope():
+            connection, client = await self._connection(config)
+        if cancel.cancelled:
+            raise McpCallError(f"the call to MCP server {name!r} was cancelled")
         try:
-            with anyio.fail_after(config.call_timeout):
-                return await client.call_tool(tool, arguments)
+            with cancel.scope(), anyio.fail_after(config.call_timeout):
+                result = await client.call_tool(tool, arguments)
+            if cancel.cancelled:
+                raise _CallerCancelled
+            return result
         except TimeoutError:
             self._forget(connection)
             raise McpCallError(f"MCP server {name!r} did not answer within "
@@ -308,28 +354,34 @@ class McpSessions:
             why = connection.fault or f"it closed the connection: {describe(exc)}"
             raise McpCallError(f"MCP server {name!r} failed during the call, "
                                f"{why} (session restarted)") from exc
-        except asyncio.CancelledError:
+        except _CallerCancelled:
             self._forget(connection)  # the server may still be busy with it
-            raise
+            raise McpCallError(f"the call to MCP server {name!r} was cancelled "
+                               "(session restarted)") from None
         except Exception as exc:
             self._forget(connection)
             why = connection.fault or describe(exc)
             raise McpCallError(f"MCP server {name!r} failed during the call, {why} "
                                f"(session restarted)") from exc
 
-    async def _list_tools(self, config: McpServerConfig) -> list[Tool]:
+    async def _list_tools(self, config: McpServerConfig, cancel: _Cancel) -> list[Tool]:
         connection = _Connection(config)
         try:
-            client = await asyncio.shield(connection.ready)
+            with cancel.scope():
+                client = await asyncio.shield(connection.ready)
+            if cancel.cancelled:
+                raise McpCallError(f"listing the tools of {config.name!r} was cancelled")
             tools: list[Tool] = []
             cursor: str | None = None
-            with anyio.fail_after(config.call_timeout):
+            with cancel.scope(), anyio.fail_after(config.call_timeout):
                 for _ in range(LIST_PAGES_CAP):
                     page = await client.list_tools(cursor=cursor)
                     tools.extend(page.tools)
                     cursor = page.next_cursor
                     if cursor is None:
                         break
+            if cancel.cancelled:
+                raise McpCallError(f"listing the tools of {config.name!r} was cancelled")
             return tools
         except TimeoutError:
             raise McpCallError(f"MCP server {config.name!r} did not list its tools within "
@@ -341,14 +393,20 @@ class McpSessions:
             connection.retire()
             await _bounded(connection.task)
 
+    def _retire(self, connection: _Connection) -> None:
+        connection.retire()
+        if not connection.task.done():
+            self._closing.add(connection)
+            connection.task.add_done_callback(lambda _: self._closing.discard(connection))
+
     async def _count(self) -> int:
         return sum(1 for c in self._connections.values() if not c.retired)
 
     async def _close_all(self) -> None:
-        connections = list(self._connections.values())
+        connections = [*self._connections.values(), *self._closing]
         self._connections.clear()
         for connection in connections:
-            connection.retire()
+            self._retire(connection)
         await asyncio.gather(*(_bounded(c.task) for c in connections))
 
 
