@@ -91,6 +91,12 @@ def environment(name: str) -> str:
     return os.environ.get(name, "(unset)")
 
 
+@server.tool()
+def has_environment(name: str) -> str:
+    """Whether one of this server's environment variables is set (never its value)."""
+    return "set" if os.environ.get(name) else "unset"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--start-delay", type=float, default=0.0)
