@@ -126,14 +126,16 @@ def test_a_crash_mid_call_is_a_tool_error_and_the_session_restarts(
     before, error, after = run(_fails_then_recovers(sessions, misbehaving(), "crash"))
     assert "'bad'" in error
     assert "closed the connection" in error
-    assert "session restarted" in error
+    assert error.endswith("; the session was restarted")
     assert before != after
 
 
 def test_garbage_on_stdout_is_a_tool_error_and_the_session_restarts(
         sessions: McpSessions) -> None:
     before, error, after = run(_fails_then_recovers(sessions, misbehaving(), "garbage"))
-    assert "not a JSON-RPC message" in error
+    assert error == ("MCP server 'bad' broke the protocol during the call: it wrote output "
+                     "that is not a JSON-RPC message (ValidationError); the session was "
+                     "restarted")
     assert "<script>" not in error  # what it wrote is not repeated
     assert before != after
 
@@ -141,7 +143,7 @@ def test_garbage_on_stdout_is_a_tool_error_and_the_session_restarts(
 def test_a_hung_server_times_out_and_the_session_restarts(sessions: McpSessions) -> None:
     config = misbehaving(call_timeout=1.0)
     before, error, after = run(_fails_then_recovers(sessions, config, "hang"))
-    assert error == ("MCP server 'bad' did not answer within 1 s (session restarted)")
+    assert error == "MCP server 'bad' did not answer within 1 s; the session was restarted"
     assert before != after
 
 

@@ -149,11 +149,12 @@ def test_failures_are_recorded_and_the_next_call_works(
 
     crash, garbage, hang, fail, echo = calls(run)
     assert crash.state == "execution_error"
-    assert "closed the connection" in crash.error_message
+    assert "closed the connection during the call" in crash.error_message
     assert garbage.state == "execution_error"
     assert "not a JSON-RPC message" in garbage.error_message
     assert hang.state == "execution_error"
-    assert hang.error_message == "MCP server 'bad' did not answer within 2 s (session restarted)"
+    assert hang.error_message == ("MCP server 'bad' did not answer within 2 s; the session "
+                                  "was restarted")
     assert fail.state == "execution_error"
     assert "the <b>fail</b> tool failed on purpose" in fail.error_message
     assert echo.state == "succeeded"

@@ -112,6 +112,19 @@ async def open_client(config: McpServerConfig,
         yield await stack.enter_async_context(client)
 
 
+RESTARTED = "the session was restarted"
+
+
+def _broken(name: str, fault: str | None, exc: BaseException | None = None) -> str:
+    """What went wrong with a session that broke during a call."""
+    if fault is not None:
+        return f"MCP server {name!r} broke the protocol during the call: {fault}; {RESTARTED}"
+    if exc is None:
+        return (f"MCP server {name!r} closed the connection during the call (it may have "
+                f"crashed); {RESTARTED}")
+    return f"MCP server {name!r} failed during the call: {describe(exc)}; {RESTARTED}"
+
+
 class _CallerCancelled(Exception):
     pass
 
@@ -345,24 +358,20 @@ class McpSessions:
         except TimeoutError:
             self._forget(connection)
             raise McpCallError(f"MCP server {name!r} did not answer within "
-                               f"{config.call_timeout:g} s (session restarted)") from None
+                               f"{config.call_timeout:g} s; {RESTARTED}") from None
         except MCPError as exc:
             if exc.code != CONNECTION_CLOSED:
                 raise McpCallError(f"MCP server {name!r} refused the call: "
                                    f"{describe(exc)}") from exc
             self._forget(connection)
-            why = connection.fault or f"it closed the connection: {describe(exc)}"
-            raise McpCallError(f"MCP server {name!r} failed during the call, "
-                               f"{why} (session restarted)") from exc
+            raise McpCallError(_broken(name, connection.fault)) from exc
         except _CallerCancelled:
             self._forget(connection)  # the server may still be busy with it
-            raise McpCallError(f"the call to MCP server {name!r} was cancelled "
-                               "(session restarted)") from None
+            raise McpCallError(f"the call to MCP server {name!r} was cancelled; "
+                               f"{RESTARTED}") from None
         except Exception as exc:
             self._forget(connection)
-            why = connection.fault or describe(exc)
-            raise McpCallError(f"MCP server {name!r} failed during the call, {why} "
-                               f"(session restarted)") from exc
+            raise McpCallError(_broken(name, connection.fault, exc)) from exc
 
     async def _list_tools(self, config: McpServerConfig, cancel: _Cancel) -> list[Tool]:
         connection = _Connection(config)
