@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ImageContent, TextContent, ToolAnnotations
 
@@ -95,6 +95,13 @@ def environment(name: str) -> str:
 def has_environment(name: str) -> str:
     """Whether one of this server's environment variables is set (never its value)."""
     return "set" if os.environ.get(name) else "unset"
+
+
+@server.tool()
+def has_header(name: str, ctx: Context) -> str:
+    """Whether the HTTP request carried a header (never its value)."""
+    headers = ctx.headers or {}
+    return "set" if headers.get(name.lower()) else "unset"
 
 
 def main() -> None:

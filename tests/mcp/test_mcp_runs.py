@@ -19,6 +19,7 @@ from tools_app.runs.mcp_tools import McpSyncError, mcp_config_problems, sync_ser
 from tools_app.runs.snapshot import engine_for_snapshot
 
 from ..runs.support import calls, events, execute, start, stored_strings
+from .servers import http_server
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "mcp-canary-5d1e9b7a3c"
@@ -247,3 +248,46 @@ def test_building_the_engine_touches_no_database(
         engine = engine_for_snapshot(snapshot)
     assert list(engine.service.registered_tools) == ["get_current_time"]
     assert ModelEndpoint.objects.count() == 1
+
+
+# -- streamable HTTP -------------------------------------------------------------------------
+
+def test_a_run_calls_an_http_server_with_a_header_from_the_environment(
+        make_endpoint: Any, policy: ErrorPolicy, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("MCP_CANARY_TOKEN", CANARY)
+    with http_server() as url:
+        server = McpServer.objects.create(
+            name="web", transport="http", url=url,
+            headers={"Authorization": "env:MCP_CANARY_TOKEN"})
+        sync_server(server)
+        script = [{"tool_calls": [{"name": "has_header",
+                                   "arguments": {"name": "Authorization"}}]},
+                  {"text": "{last_results}"}]
+        run = start(make_endpoint(script), [tools_of(server)["has_header"]], policy)
+
+        assert execute(run) == "succeeded"
+
+    assert run.final_text == "set"
+    assert [s for s in stored_strings(run) if CANARY in s] == []
+    assert CANARY not in caplog.text
+
+
+def test_an_http_server_the_outbound_policy_refuses_is_a_recorded_tool_error(
+        make_endpoint: Any, policy: ErrorPolicy, settings: Any) -> None:
+    settings.AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK = False
+    McpServer.objects.create(name="inside", transport="http", url="http://127.0.0.1:9/mcp")
+    tool = ToolRegistration.objects.create(
+        name="inside_tool", kind="mcp", config={"server": "inside", "tool": "echo"},
+        json_schema={"type": "object", "properties": {}}, version_hash="x")
+    script = [{"tool_calls": [{"name": "inside_tool", "arguments": {}}]},
+              {"text": "{last_results}"}]
+    run = start(make_endpoint(script), [tool], policy)
+
+    assert execute(run) == "succeeded"
+
+    [call] = calls(run)
+    assert call.state == "execution_error"
+    assert call.error_message.startswith("MCP server 'inside' could not be started: ")
+    assert "refused to connect to 127.0.0.1 (127.0.0.1: loopback)" in call.error_message
