@@ -13,6 +13,7 @@ import argparse
 import base64
 import os
 import sys
+import threading
 import time
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -49,6 +50,13 @@ async def hang() -> str:
 def crash() -> str:
     """Exit in the middle of the call."""
     os._exit(3)
+
+
+@server.tool()
+def exit_soon() -> str:
+    """Answer, then exit a moment later (a server that dies between calls)."""
+    threading.Timer(0.2, os._exit, args=(5,)).start()
+    return str(os.getpid())
 
 
 @server.tool()

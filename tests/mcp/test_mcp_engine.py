@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import Coroutine, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -31,7 +32,7 @@ from tools_app.engine.sources.mcp import (
     tool_definitions,
 )
 
-from .servers import LOOPBACK, http_server, misbehaving, time_server
+from .servers import CALL_BOUND, LOOPBACK, http_server, misbehaving, time_server
 
 
 @pytest.fixture
@@ -138,6 +139,19 @@ def test_garbage_on_stdout_is_a_tool_error_and_the_session_restarts(
                      "restarted")
     assert "<script>" not in error  # what it wrote is not repeated
     assert before != after
+
+
+def test_a_server_that_died_between_calls_is_replaced_before_the_next_call(
+        sessions: McpSessions) -> None:
+    config = misbehaving()
+    first = run(call(sessions, config, "exit_soon"))
+    # Its exit reaches the session as the end of its stream: the session is retired.
+    deadline = time.monotonic() + CALL_BOUND
+    while sessions.session_count():
+        assert time.monotonic() < deadline, "the session never saw the server exit"
+        time.sleep(0.02)
+    second = run(call(sessions, config, "pid"))  # no error: a new session
+    assert second != first
 
 
 def test_a_hung_server_times_out_and_the_session_restarts(sessions: McpSessions) -> None:

@@ -87,11 +87,12 @@ FaultHandler = Callable[[Exception], None]
 
 
 @asynccontextmanager
-async def open_client(config: McpServerConfig,
-                      on_fault: FaultHandler | None = None) -> AsyncIterator[Client]:
+async def open_client(config: McpServerConfig, on_fault: FaultHandler | None = None,
+                      on_end: Callable[[], None] | None = None) -> AsyncIterator[Client]:
     """A connected, initialised MCP client for `config` (no response cache: a sync
     must see the server's current tools). `on_fault` hears of transport faults, such
-    as a stdout line that is not JSON-RPC."""
+    as a stdout line that is not JSON-RPC; `on_end`, of the server's side ending (its
+    process exited, say)."""
     async with AsyncExitStack() as stack:
         server: Any
         if config.transport == "stdio":
@@ -107,7 +108,7 @@ async def open_client(config: McpServerConfig,
             http = await stack.enter_async_context(guarded_http_client(
                 config.outbound, dict(config.headers), read_timeout=config.call_timeout))
             server = streamable_http_client(config.url, http_client=http)
-        client = Client(server, cache=None, client_info=CLIENT_INFO,
+        client = Client(_watch_end(server, on_end), cache=None, client_info=CLIENT_INFO,
                         message_handler=_fault_listener(on_fault))
         yield await stack.enter_async_context(client)
 
@@ -150,6 +151,48 @@ class _Cancel:
             scope.cancel()
 
 
+@asynccontextmanager
+async def _watch_end(transport: Any, on_end: Callable[[], None] | None) -> AsyncIterator[Any]:
+    """`transport`, with its read stream telling `on_end` when it ends."""
+    async with transport as (read_stream, write_stream):
+        yield (_EndWatcher(read_stream, on_end) if on_end else read_stream), write_stream
+
+
+class _EndWatcher:
+    """A transport's read stream (the SDK's ReadStream protocol) that reports its end:
+    a server that died between calls is then replaced before the next call, instead of
+    failing it."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _EndWatcher:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _EndWatcher:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
 def _fault_listener(on_fault: FaultHandler | None) -> Any:
     async def listen(message: Any) -> None:
         if isinstance(message, Exception) and on_fault is not None:
@@ -173,10 +216,15 @@ class _Connection:
 
     async def _own(self) -> None:
         name = self.config.name
+        if self._stop.is_set():  # retired before it began
+            self.retired = True
+            self._fail(McpCallError(f"MCP server {name!r}: the session was retired"))
+            return
         try:
             with anyio.move_on_after(self.config.startup_timeout) as scope:
                 self._scope = scope
-                async with open_client(self.config, self._on_fault) as client:
+                async with open_client(self.config, self._on_fault,
+                                       self._on_end) as client:
                     scope.deadline = math.inf  # started: from now on only retire() ends it
                     self.ready.set_result(client)
                     await self._stop.wait()
@@ -185,10 +233,10 @@ class _Connection:
                     f"MCP server {name!r} did not start within "
                     f"{self.config.startup_timeout:g} s"))
         except Exception as exc:
+            if self.ready.done():  # it ran, then broke (the server died, say)
+                logger.info("MCP server %r: session ended: %s", name, describe(exc))
             self._fail(McpCallError(f"MCP server {name!r} could not be started: "
                                     f"{describe(exc)}"))
-            if self.ready.done():
-                logger.info("MCP server %r: session ended: %s", name, describe(exc))
         finally:
             self.retired = True
             self._fail(McpCallError(f"MCP server {name!r}: the session ended"))
@@ -207,6 +255,14 @@ class _Connection:
                           f"({type(exc).__name__})")
             logger.warning("MCP server %r: %s; restarting it", self.config.name, self.fault)
         self.retire()
+
+    def _on_end(self) -> None:
+        # The server's side ended (its process exited, its HTTP session closed): no
+        # call can reach it any more. Calls in flight fail (CONNECTION_CLOSED); the
+        # next call starts a new session.
+        if not self.retired:
+            logger.info("MCP server %r: the connection ended", self.config.name)
+            self.retire()
 
     def _fail(self, error: McpCallError) -> None:
         if not self.ready.done():
@@ -290,7 +346,7 @@ class McpSessions:
         future = asyncio.run_coroutine_threadsafe(self._close_all(), loop)
         try:
             future.result(timeout)
-        except (concurrent.futures.TimeoutError, Exception):
+        except Exception:  # a timeout, or the loop already gone
             logger.warning("MCP sessions were not all closed within %g s", timeout)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout)
