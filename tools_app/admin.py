@@ -42,7 +42,12 @@ from .models import (
     env_var_validator,
 )
 from .runs.access import secret_variable_problem
-from .runs.mcp_tools import McpSyncError, mcp_config_problems, sync_server
+from .runs.mcp_tools import (
+    McpSyncError,
+    annotation_words,
+    mcp_config_problems,
+    sync_server,
+)
 from .runs.policy import template_problem
 from .runs.selectors import format_ms
 from .tools.registry import compute_version_hash, resolve_tool_function
@@ -349,7 +354,7 @@ class McpServerAdmin(admin.ModelAdmin[McpServer]):
         words are untrusted)."""
         rows = [(reverse("admin:tools_app_toolregistration_change", args=[tool.pk]),
                  tool.name, "" if tool.enabled else " (disabled)",
-                 ", ".join(mcp_hints(tool.config)) or "no hints")
+                 ", ".join(annotation_words(tool.config)) or "no hints")
                 for tool in _mcp_tools_of(obj)]
         if not rows:
             return format_html("{}", "None yet: select the server and run \"Sync tools\".")
@@ -370,17 +375,6 @@ class McpServerAdmin(admin.ModelAdmin[McpServer]):
 
 def _mcp_tools_of(server: McpServer) -> QuerySet[ToolRegistration]:
     return ToolRegistration.objects.filter(kind=ToolKind.MCP, config__server=server.name)
-
-
-def mcp_hints(config: Any) -> list[str]:
-    """The annotations of an MCP tool as words: read-only, destructive, idempotent,
-    open-world (a hint the server set false reads "not ...")."""
-    annotations = config.get("annotations", {}) if isinstance(config, dict) else {}
-    words = {"read_only_hint": "read-only", "destructive_hint": "destructive",
-             "idempotent_hint": "idempotent", "open_world_hint": "open-world"}
-    return [word if annotations[key] else f"not {word}"
-            for key, word in words.items()
-            if isinstance(annotations, dict) and isinstance(annotations.get(key), bool)]
 
 
 # -- error policies --------------------------------------------------------------------

@@ -15,7 +15,12 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from tools_app.models import ErrorPolicy, McpServer, ModelEndpoint, Run, ToolRegistration
-from tools_app.runs.mcp_tools import McpSyncError, mcp_config_problems, sync_server
+from tools_app.runs.mcp_tools import (
+    McpSyncError,
+    annotation_words,
+    mcp_config_problems,
+    sync_server,
+)
 from tools_app.runs.snapshot import engine_for_snapshot
 
 from ..runs.support import calls, events, execute, start, stored_strings
@@ -291,3 +296,11 @@ def test_an_http_server_the_outbound_policy_refuses_is_a_recorded_tool_error(
     assert call.state == "execution_error"
     assert call.error_message.startswith("MCP server 'inside' could not be started: ")
     assert "refused to connect to 127.0.0.1 (127.0.0.1: loopback)" in call.error_message
+
+
+def test_annotations_read_as_words() -> None:
+    assert annotation_words({"annotations": {"read_only_hint": True,
+                                             "destructive_hint": False}}) == [
+        "read-only", "not destructive"]
+    assert annotation_words({"annotations": "junk"}) == []
+    assert annotation_words(None) == []

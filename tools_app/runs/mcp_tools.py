@@ -61,6 +61,19 @@ def mcp_config_problems(config: Any) -> list[str]:
     return problems
 
 
+def annotation_words(config: Any) -> list[str]:
+    """The annotations of an MCP tool's `config` as words for pages: read-only,
+    destructive, idempotent, open-world ("not ..." for a hint the server set false;
+    nothing for one it did not give)."""
+    annotations = config.get("annotations") if isinstance(config, dict) else None
+    if not isinstance(annotations, dict):
+        return []
+    words = {"read_only_hint": "read-only", "destructive_hint": "destructive",
+             "idempotent_hint": "idempotent", "open_world_hint": "open-world"}
+    return [word if annotations[key] else f"not {word}"
+            for key, word in words.items() if isinstance(annotations.get(key), bool)]
+
+
 # -- snapshot and engine ---------------------------------------------------------------
 
 def server_snapshot(tool: ToolRegistration) -> dict[str, Any]:
