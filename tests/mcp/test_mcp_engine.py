@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpcore2
 import pytest
 
 from tools_app.engine import (
@@ -31,6 +32,7 @@ from tools_app.engine.sources.mcp import (
     McpToolExecutor,
     tool_definitions,
 )
+from tools_app.engine.sources.mcp_http import GuardedBackend
 
 from .servers import CALL_BOUND, LOOPBACK, http_server, misbehaving, time_server
 
@@ -295,3 +297,11 @@ def process_exists(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return not Path(f"/proc/{pid}/status").read_text().count("State:\tZ")
+
+
+def test_the_guard_checks_the_addresses_a_name_resolves_to() -> None:
+    backend = GuardedBackend(OutboundPolicy())
+    with pytest.raises(httpcore2.ConnectError, match=r"refused to connect to localhost \("):
+        run(backend.checked_address("localhost", 80))
+    allowed = GuardedBackend(OutboundPolicy(allow_loopback=True))
+    assert run(allowed.checked_address("localhost", 80)) in ("127.0.0.1", "::1")
