@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
+from tools_app.engine.sources.mcp import MCP_SESSIONS
 from tools_app.models import ErrorPolicy, McpServer, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs.mcp_tools import (
     McpSyncError,
@@ -304,3 +305,20 @@ def test_annotations_read_as_words() -> None:
         "read-only", "not destructive"]
     assert annotation_words({"annotations": "junk"}) == []
     assert annotation_words(None) == []
+
+
+def test_runs_on_their_own_event_loops_share_the_servers_session(
+        bad_server: McpServer, make_endpoint: Any, policy: ErrorPolicy) -> None:
+    sync_server(bad_server)
+    script = [{"tool_calls": [{"name": "bad_pid", "arguments": {}}]},
+              {"text": "{last_results}"}]
+    endpoint = make_endpoint(script)
+    first = start(endpoint, [tools_of(bad_server)["bad_pid"]], policy)
+    second = start(endpoint, [tools_of(bad_server)["bad_pid"]], policy)
+
+    # Each execute() runs the task in an event loop of its own, as db_worker does.
+    assert execute(first) == "succeeded"
+    assert execute(second) == "succeeded"
+
+    assert first.final_text == second.final_text  # the same server process
+    assert MCP_SESSIONS.session_count() == 1
