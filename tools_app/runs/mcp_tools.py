@@ -13,6 +13,7 @@ shown or exported.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from ..engine.sources.mcp import (
 from ..models import McpServer, ToolKind, ToolRegistration, tool_name_validator
 from ..tools.registry import compute_version_hash
 from .access import outbound_policy, secret_variable_problem
-from .storage import max_value_bytes
+from .storage import clean_json, clean_text, max_value_bytes
 
 SERVER_FIELDS = ("name", "transport", "command", "args", "env", "url", "headers",
                  "startup_timeout", "call_timeout", "enabled")
@@ -231,8 +232,10 @@ def registration_name(server: McpServer, remote: str) -> str:
 def _fill(row: ToolRegistration, server: McpServer, definition: McpToolDefinition,
           name: str) -> None:
     row.name = name
-    row.description = definition.description
-    row.json_schema = definition.input_schema
+    # The server's words are untrusted: NULs escaped (PostgreSQL refuses them), the
+    # description capped like any stored value.
+    row.description = clean_text(definition.description)
+    row.json_schema = clean_json(definition.input_schema, limit=sys.maxsize)
     row.config = {"server": server.name, "tool": definition.name,
                   "annotations": definition.annotations}
     if definition.title:
