@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Model
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -31,6 +31,8 @@ from .engine.providers.scripted import ScriptStep
 from .models import (
     ApiToken,
     ErrorPolicy,
+    McpServer,
+    McpTransport,
     ModelEndpoint,
     PolicyRevision,
     ProviderKind,
@@ -42,9 +44,15 @@ from .models import (
     ToolRegistration,
     env_var_validator,
 )
+from .runs.access import secret_variable_problem
+from .runs.mcp_tools import (
+    McpSyncError,
+    annotation_words,
+    mcp_config_problems,
+    sync_server,
+)
 from .runs.policy import template_problem
 from .runs.selectors import format_ms
-from .runs.snapshot import secret_variable_problem
 from .tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
 from .tools.kinds import config_help, config_problems
 from .tools.registry import compute_version_hash, record_version, resolve_tool_function
@@ -254,9 +262,14 @@ class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
         elif path:
             self.add_error("python_path", "Only Python tools have a Python path.")
         kind = cleaned.get("kind")
-        if kind and "config" in cleaned:
-            for problem in config_problems(kind, cleaned["config"], secret_variable_problem):
-                self.add_error("config", problem)
+        if kind == ToolKind.MCP:
+            problems = mcp_config_problems(cleaned.get("config"))
+        elif kind and "config" in cleaned:
+            problems = config_problems(kind, cleaned["config"], secret_variable_problem)
+        else:
+            problems = []
+        for problem in problems:
+            self.add_error("config", problem)
         return cleaned
 
     def save(self, commit: bool = True) -> ToolRegistration:
@@ -361,6 +374,105 @@ class ToolRegistrationAdmin(admin.ModelAdmin[ToolRegistration]):
                    change: bool) -> None:
         super().save_model(request, obj, form, change)
         record_version(obj)  # a new registration, or an edit that changed the hash
+
+
+# -- MCP servers -----------------------------------------------------------------------
+
+class McpServerForm(forms.ModelForm[McpServer]):
+    class Meta:
+        model = McpServer
+        fields = ("name", "transport", "command", "args", "env", "url", "headers",
+                  "tool_prefix", "startup_timeout", "call_timeout", "enabled")
+
+    def clean_env(self) -> dict[str, str]:
+        env: dict[str, str] = self.cleaned_data["env"]
+        if isinstance(env, dict):
+            for name, value in env.items():
+                if isinstance(value, str) and value.startswith("env:"):
+                    self._check_passed_on(name, value[4:])
+        return env
+
+    def clean_headers(self) -> dict[str, str]:
+        headers: dict[str, str] = self.cleaned_data["headers"]
+        if not isinstance(headers, dict):
+            return headers  # the model's clean says what a header map looks like
+        for name, value in headers.items():
+            if not isinstance(value, str):
+                continue
+            if any(word in name.lower() for word in _SECRET_HEADER_WORDS) and not (
+                    value.startswith("env:") and len(value) > 4):
+                raise ValidationError(
+                    f"{name} carries a credential: write env:VARIABLE_NAME so the value is "
+                    "read from the environment and never stored.")
+            if value.startswith("env:"):
+                self._check_passed_on(name, value[4:])
+        return headers
+
+    @staticmethod
+    def _check_passed_on(key: str, variable: str) -> None:
+        """A variable an MCP server gets must be one credentials may come from, and never
+        a model endpoint's API key: provider keys are not handed to tool servers."""
+        if problem := secret_variable_problem(variable):
+            raise ValidationError(f"{key}: {problem}.")
+        if ModelEndpoint.objects.filter(api_key_env=variable).exists():
+            raise ValidationError(f"{key}: {variable} holds a model endpoint's API key, "
+                                  "which is never passed on to an MCP server.")
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin[McpServer]):
+    form = McpServerForm
+    list_display = ("name", "transport", "target", "enabled", "tool_count", "last_synced_at")
+    list_filter = ("transport", "enabled")
+    search_fields = ("name", "command", "url")
+    readonly_fields = ("synced_tools", "last_synced_at", "created_at", "updated_at")
+    actions = ("sync_tools",)
+    fieldsets = (
+        (None, {"fields": ("name", "transport", "enabled", "tool_prefix")}),
+        ("stdio", {"fields": ("command", "args", "env")}),
+        ("Streamable HTTP", {"fields": ("url", "headers")}),
+        ("Timeouts", {"fields": ("startup_timeout", "call_timeout")}),
+        ("Tools", {"fields": ("synced_tools", "last_synced_at")}),
+        ("Dates", {"fields": ("created_at", "updated_at")}),
+    )
+
+    @admin.display(description="command or URL")
+    def target(self, obj: McpServer) -> str:
+        if obj.transport == McpTransport.STDIO:
+            return " ".join([obj.command, *obj.args])
+        return obj.url
+
+    @admin.display(description="tools")
+    def tool_count(self, obj: McpServer) -> int:
+        return _mcp_tools_of(obj).filter(enabled=True).count()
+
+    @admin.display(description="registered tools")
+    def synced_tools(self, obj: McpServer) -> SafeString:
+        """Each registration with the hints the server gave (escaped: the server's
+        words are untrusted)."""
+        rows = [(reverse("admin:tools_app_toolregistration_change", args=[tool.pk]),
+                 tool.name, "" if tool.enabled else " (disabled)",
+                 ", ".join(annotation_words(tool.config)) or "no hints")
+                for tool in _mcp_tools_of(obj)]
+        if not rows:
+            return format_html("{}", "None yet: select the server and run \"Sync tools\".")
+        return format_html("<ul>{}</ul>", format_html_join(
+            "", '<li><a href="{}">{}</a>{}: {}</li>', rows))
+
+    @admin.action(description="Sync tools (list each server's tools into registrations)")
+    def sync_tools(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
+        for server in queryset:
+            try:
+                report = sync_server(server)
+            except McpSyncError as exc:
+                self.message_user(request, f"{server.name}: sync failed: {exc}",
+                                  messages.ERROR)
+            else:
+                self.message_user(request, report.summary(), messages.SUCCESS)
+
+
+def _mcp_tools_of(server: McpServer) -> QuerySet[ToolRegistration]:
+    return ToolRegistration.objects.filter(kind=ToolKind.MCP, config__server=server.name)
 
 
 # -- error policies --------------------------------------------------------------------

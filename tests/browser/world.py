@@ -2,6 +2,7 @@
 
     python -m tests.browser.world setup      # endpoints and policies the tests use
     python -m tests.browser.world enable-xss # enable the XSS tools (kept off until then)
+    python -m tests.browser.world mcp        # MCP servers (time, misbehaving), synced
 
 The subprocess has the server's environment (its DATABASE_URL and tool modules).
 """
@@ -36,6 +37,8 @@ APPROVAL_SCRIPT = [
                                                         "subject": "<b>Secrets</b>"}}]},
     {"text": "Done: {last_results}"},
 ]
+MCP_ENDPOINT = "Browser: MCP time"
+MCP_TOOLS = ("get_current_time", "bad_markup", "bad_crash")
 
 
 def slow_script(rounds: int = SLOW_ROUNDS) -> list[dict[str, Any]]:
@@ -115,10 +118,39 @@ def enable_xss() -> None:
     ToolRegistration.objects.filter(name__in=XSS_TOOLS).update(enabled=True)
 
 
+def mcp_script() -> list[dict[str, Any]]:
+    return [
+        {"tool_calls": [{"name": "get_current_time", "arguments": {"timezone": "UTC"}}]},
+        # One at a time: a crash ends the session the calls in flight beside it share.
+        {"tool_calls": [{"name": "bad_markup", "arguments": {}}]},
+        {"tool_calls": [{"name": "bad_crash", "arguments": {}}]},
+        {"text": "Checked the time: {last_results}"},
+    ]
+
+
+def mcp() -> None:
+    """The real time server and the tests' misbehaving one, synced; an endpoint that
+    calls the time, then a tool returning markup and one that crashes mid-call."""
+    from tools_app.models import McpServer, ModelEndpoint, ProviderKind
+    from tools_app.runs.mcp_tools import sync_server
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    time_server, _ = McpServer.objects.update_or_create(name="time", defaults={
+        "command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]})
+    bad_server, _ = McpServer.objects.update_or_create(name="bad", defaults={
+        "command": sys.executable, "args": ["-m", "tests.mcp.misbehaving_server"],
+        "env": {"PYTHONPATH": root}, "tool_prefix": "bad_"})
+    sync_server(time_server)
+    sync_server(bad_server)
+    ModelEndpoint.objects.update_or_create(
+        name=MCP_ENDPOINT, defaults={"kind": ProviderKind.SCRIPTED, "model": "scripted",
+                                     "script": mcp_script()})
+
+
 def main(argv: list[str]) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentforge_web.settings")
     django.setup()
-    {"setup": setup, "enable-xss": enable_xss}[argv[0]]()
+    {"setup": setup, "enable-xss": enable_xss, "mcp": mcp}[argv[0]]()
 
 
 if __name__ == "__main__":

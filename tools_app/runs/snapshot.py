@@ -8,7 +8,6 @@ worker process, reading the API key from the environment at that moment.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import sys
 from collections.abc import Sequence
@@ -16,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from pydantic import TypeAdapter
 
@@ -39,13 +37,17 @@ from ..engine import (
     throw_on_hallucinated_tool,
 )
 from ..engine.execution import ToolExecutor
-from ..engine.outbound import OutboundPolicy
 from ..engine.providers.recorded import (
     RecordedChatModel,
     RecordedRound,
     RecordedToolExecutor,
 )
-from ..models import ErrorPolicy, ModelEndpoint, ToolRegistration
+from ..models import ErrorPolicy, ModelEndpoint, ToolKind, ToolRegistration
+
+# Re-exported: they lived here before access.py, and other modules import them from here.
+from .access import outbound_policy as outbound_policy
+from .access import secret_variable_problem as secret_variable_problem
+from .mcp_tools import server_snapshot
 from .provider_clients import PROVIDER_CLIENTS
 from .storage import clean_json
 from .tool_executors import BuiltExecutor, ToolContext, build_executor
@@ -77,11 +79,18 @@ def build_snapshot(
     return clean_json({  # type: ignore[no-any-return]
         "version": SNAPSHOT_VERSION,
         "endpoint": {"id": str(endpoint.pk)} | _fields(endpoint, ENDPOINT_FIELDS),
-        "tools": [{"id": str(t.pk)} | _fields(t, TOOL_FIELDS) for t in tools],
+        "tools": [_tool_snapshot(t) for t in tools],
         "policy": {"id": policy.pk} | _fields(policy, POLICY_FIELDS),
         "messages": _messages_adapter.dump_python(list(messages), mode="json"),
         "parameters": parameters.model_dump(mode="json", exclude_none=True, exclude={"tools"}),
     }, limit=sys.maxsize)
+
+
+def _tool_snapshot(tool: ToolRegistration) -> dict[str, Any]:
+    entry = {"id": str(tool.pk)} | _fields(tool, TOOL_FIELDS)
+    if tool.kind == ToolKind.MCP:
+        entry |= server_snapshot(tool)  # the server's configuration, frozen too
+    return entry
 
 
 def _fields(obj: object, names: Sequence[str]) -> dict[str, Any]:
@@ -208,22 +217,6 @@ def chat_model_for(
     proxy_secrets = (proxy, urlsplit(proxy).password) if proxy else ()
     secrets = tuple(s for s in (api_key, *headers.values(), *proxy_secrets) if s)
     return model, secrets
-
-
-def outbound_policy() -> OutboundPolicy:
-    """Where this server's provider calls may connect (settings AGENTFORGE_OUTBOUND_*)."""
-    return OutboundPolicy(allow=tuple(settings.AGENTFORGE_OUTBOUND_ALLOW),
-                          allow_loopback=settings.AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK)
-
-
-def secret_variable_problem(name: str) -> str | None:
-    """Why an endpoint may not read a credential from the environment variable `name`
-    (None if it may): only names AGENTFORGE_SECRET_ENV_ALLOW matches."""
-    patterns = settings.AGENTFORGE_SECRET_ENV_ALLOW
-    if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
-        return None
-    return (f"the environment variable {name} is not one endpoints may read credentials "
-            f"from: AGENTFORGE_SECRET_ENV_ALLOW allows {', '.join(patterns) or 'none'}")
 
 
 def _secret_from_environment(endpoint: dict[str, Any], name: str) -> str | None:

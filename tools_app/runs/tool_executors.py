@@ -26,6 +26,7 @@ from ..engine import FunctionToolExecutor, SchemaValidatingExecutor, ToolExecuto
 from ..engine.outbound import OutboundPolicy
 from ..engine.providers.clients import SharedHttpClients
 from ..engine.sources import HttpConfig, HttpToolExecutor, MockConfig, MockToolExecutor
+from .mcp_tools import mcp_executor
 
 SecretReader = Callable[[str], str]
 """An environment variable's NAME -> its value; ValueError saying why it cannot be read."""
@@ -117,8 +118,14 @@ def _http(tool: dict[str, Any], context: ToolContext) -> BuiltExecutor:
     return BuiltExecutor(executor, tuple(values.values()))
 
 
+def _mcp(tool: dict[str, Any], context: ToolContext) -> BuiltExecutor:
+    executor, secrets = mcp_executor(tool)
+    return BuiltExecutor(executor, secrets)
+
+
 EXECUTOR_BUILDERS: dict[str, ExecutorBuilder] = {
     "python": _python,
     "mock": _mock,
     "http": _http,
+    "mcp": _mcp,
 }
