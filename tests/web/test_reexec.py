@@ -265,14 +265,14 @@ def test_the_lane_re_executes_and_shows_the_result_and_its_diff_escaped(
     assert made.status_code == 200
     pending = Tree(made.content.decode()).by_id(f"reexec-{call.pk}-1")
     assert pending.attrs["data-state"] == "pending"
-    assert pending.attrs["hx-trigger"] == "every 1s"
+    assert pending.attrs["data-poll-url"] == f"/runs/{run.pk}/calls/{call.pk}/executions/1/"
     execution = CallReexecution.objects.get()
     perform(execution.pk)
 
     shown = bob_client.get(f"/runs/{run.pk}/calls/{call.pk}/executions/1/").content.decode()
     item = Tree(shown).by_id(f"reexec-{call.pk}-1")
     assert item.attrs["data-state"] == "succeeded"
-    assert "hx-trigger" not in item.attrs
+    assert "data-poll-url" not in item.attrs
     assert "&lt;img src=x onerror=alert(1)&gt;" in shown
     assert HOSTILE not in shown
     assert "No weather data for" in shown
