@@ -81,8 +81,7 @@ def execution_view(row: dict[str, Any], original_arguments: Any,
         "arguments_diff": line_diff(_json_lines(original_arguments),
                                     _json_lines(row["arguments"])) if edited else [],
         "original_result": original_result, "same_result": same,
-        "result_diff": line_diff((original_result or "").splitlines(),
-                                 (row["result_text"] or "").splitlines())
+        "result_diff": line_diff(*_result_lines(original_result, row["result_text"]))
         if finished and not same else [],
     }
 
@@ -97,6 +96,23 @@ def execution_row(execution: CallReexecution) -> dict[str, Any]:
 def line_diff(a: list[str], b: list[str]) -> list[str]:
     """A unified diff, "original" against "re-executed"."""
     return list(difflib.unified_diff(a, b, "original", "re-executed", lineterm="", n=2))
+
+
+def _result_lines(a: str | None, b: str | None) -> tuple[list[str], list[str]]:
+    """Two results as lines to compare: indented JSON when both are JSON objects or
+    arrays (a one-line JSON result would otherwise differ as one line), else text."""
+    parsed = [_json_container(a), _json_container(b)]
+    if parsed[0] is not None and parsed[1] is not None:
+        return _json_lines(parsed[0]), _json_lines(parsed[1])
+    return (a or "").splitlines(), (b or "").splitlines()
+
+
+def _json_container(text: str | None) -> Any:
+    try:
+        value = json.loads(text or "")
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, (dict, list)) else None
 
 
 def _json_lines(value: Any) -> list[str]:

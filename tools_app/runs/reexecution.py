@@ -162,7 +162,9 @@ def splice(*, run: Run, execution: CallReexecution, user: User | None) -> Run:
             "execution": execution.number, "by": label,
             "original": {"arguments": call.arguments, "text": call.result_text,
                          "is_error": call.is_error},
-            "spliced": {"arguments": execution.arguments, "text": execution.result_text,
+            "spliced": {"arguments": execution.arguments,
+                        "arguments_text": json.dumps(execution.arguments, ensure_ascii=False),
+                        "text": execution.result_text,
                         "is_error": execution.is_error, "state": execution.state,
                         "tool_version_hash": execution.tool_version_hash},
         })
