@@ -154,3 +154,53 @@ def test_the_editor_of_a_tool_that_requires_approval_asks_for_it(
     assert (stored.approved, stored.requested_by_id, stored.requested_by_label) == (
         True, bob.pk, "bob")
     assert "approved by re-executing" in made.content.decode()
+
+
+class _Enqueued:
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+
+    def enqueue(self, pk: int) -> None:
+        self.ids.append(pk)
+
+
+def test_lost_re_executions_are_recovered(make_endpoint: Any, policy: ErrorPolicy,
+                                          demo_tools: dict[str, ToolRegistration],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pending one is enqueued again at a worker's start (its task may have died with
+    the previous process); a running one whose worker died is stored as failed once past
+    its timeout and a grace, never run again."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tools_app.runs import reexecution, worker
+
+    run = start(make_endpoint(calling("calculator", {"expression": "1+1"})),
+                [demo_tools["calculator"]], policy)
+    execute(run)
+    [call] = calls(run)
+    enqueued = _Enqueued()
+    monkeypatch.setattr(reexecution, "execute_reexecution", enqueued)
+    pending = request_reexecution(run=run, call=call, user=None,
+                                  request=ReexecutionRequest({"expression": "2"}))
+    running = request_reexecution(run=run, call=call, user=None,
+                                  request=ReexecutionRequest({"expression": "3"}))
+    recent = request_reexecution(run=run, call=call, user=None,
+                                 request=ReexecutionRequest({"expression": "4"}))
+    long_ago = timezone.now() - timedelta(
+        seconds=reexecution.DEFAULT_TIMEOUT_SECONDS + reexecution.LOST_GRACE_SECONDS + 5)
+    CallReexecution.objects.filter(pk=running.pk).update(state="running", started_at=long_ago)
+    CallReexecution.objects.filter(pk=recent.pk).update(state="running",
+                                                        started_at=timezone.now())
+
+    worker.recover_at_start()
+
+    assert enqueued.ids == [pending.pk]
+    running.refresh_from_db()
+    assert (running.state, running.error_type) == ("execution_error", "WorkerLost")
+    assert "outcome is unknown" in (running.result_text or "")
+    recent.refresh_from_db()
+    assert recent.state == "running"  # still within its timeout: left alone
+    worker.reap_and_enqueue()
+    assert enqueued.ids == [pending.pk]  # the periodic sweep never re-enqueues

@@ -71,6 +71,12 @@ def built(tool: dict[str, Any]) -> BuiltExecutor:
                                f"here any more: {exc}") from exc
 
 
+def timeout_of(run: Run, tool: dict[str, Any]) -> float:
+    """The tool's timeout, else the run's policy's default, else DEFAULT_TIMEOUT_SECONDS."""
+    return float(tool.get("timeout_seconds") or run.snapshot["policy"].get(
+        "default_tool_timeout") or DEFAULT_TIMEOUT_SECONDS)
+
+
 def event(execution: CallReexecution) -> None:
     """The run's history says who executed which call again and how it ended; viewers of
     a live run get the call's round again (its lane lists the re-executions)."""
@@ -122,12 +128,11 @@ async def _execute(execution: CallReexecution) -> _Outcome:
     except ReexecutionError as exc:  # changed since the request: a failure, said why
         return _Outcome(ReexecutionState.EXECUTION_ERROR, error=exc)
     registered = RegisteredTool(specification=specification(tool), executor=executor.executor,
-                                timeout=tool["timeout_seconds"])
+                                timeout=timeout_of(run, tool))
     request = ToolExecutionRequest(id=execution.tool_call.call_id, name=tool["name"],
                                    arguments=json.dumps(execution.arguments))
-    default = run.snapshot["policy"].get("default_tool_timeout") or DEFAULT_TIMEOUT_SECONDS
     try:
-        result = await invoke_tool(registered, request, default_timeout=default)
+        result = await invoke_tool(registered, request, default_timeout=None)
     except ToolArgumentsError as exc:
         return _Outcome(ReexecutionState.ARGUMENTS_ERROR, error=exc, secrets=executor.secrets)
     except ToolTimeoutError as exc:

@@ -17,25 +17,43 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.db.models import Max
+from django.utils import timezone
 
 from ..engine import ToolArgumentsError, ToolExecutionError, ToolExecutionResultMessage
 from ..engine.arguments import schema_validator, validate_against_schema
-from ..models import CallReexecution, Run, ToolCall, ToolRegistration
+from ..models import CallReexecution, ReexecutionState, Run, ToolCall, ToolRegistration
 from .fixtures import unregistered_tool_code
 from .fork import ForkError, run_splice
 from .reexec_reads import REEXECUTABLE_STATES
-from .reexec_runner import ReexecutionError, built, event, snapshot_tool
+from .reexec_runner import (
+    DEFAULT_TIMEOUT_SECONDS,
+    ReexecutionError,
+    built,
+    event,
+    snapshot_tool,
+    timeout_of,
+)
 from .storage import clean_json, fit_column
 from .tasks import execute_reexecution
 
-__all__ = ["ReexecutionError", "ReexecutionRequest", "argument_problems", "check_runnable",
-           "parse_arguments_text", "request_reexecution", "runnable_problem",
-           "snapshot_tool", "splice"]
+__all__ = [
+    "ReexecutionError",
+    "ReexecutionRequest",
+    "argument_problems",
+    "check_runnable",
+    "parse_arguments_text",
+    "recover_reexecutions",
+    "request_reexecution",
+    "runnable_problem",
+    "snapshot_tool",
+    "splice",
+]
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -170,3 +188,52 @@ def splice(*, run: Run, execution: CallReexecution, user: User | None) -> Run:
         })
     except ForkError as exc:
         raise ReexecutionError("cannot_splice", f"Cannot splice: {exc}") from exc
+
+
+# -- recovery --------------------------------------------------------------------------
+
+LOST_GRACE_SECONDS = 60.0
+"""How long past its timeout a running re-execution may go unfinished before it counts
+as lost with its worker (a task that ran it would have stored a timeout by then)."""
+LOST_MESSAGE = ("The worker executing it stopped before it finished: its outcome is "
+                "unknown (it was not run again)")
+
+
+def recover_reexecutions(*, enqueue_pending: bool) -> tuple[list[int], list[int]]:
+    """(pending ones enqueued again, running ones marked lost). At a worker's start, a
+    pending re-execution's task may have been lost with the previous process (the
+    in-process backend keeps none): it is enqueued again, which is safe (a second
+    delivery finds it taken and does nothing). A running one whose worker died never
+    finishes: past its timeout and a grace it is stored as failed, never re-run (the
+    tool may have had effects)."""
+    pending: list[int] = []
+    if enqueue_pending:
+        pending = list(CallReexecution.objects.filter(state=ReexecutionState.PENDING)
+                       .values_list("pk", flat=True))
+        for pk in pending:
+            execute_reexecution.enqueue(pk)
+    lost = [execution.pk for execution in CallReexecution.objects.filter(
+        state=ReexecutionState.RUNNING).select_related("run", "tool_call__round")
+        if _lost(execution) and _mark_lost(execution)]
+    return pending, lost
+
+
+def _lost(execution: CallReexecution) -> bool:
+    try:
+        limit = timeout_of(execution.run, snapshot_tool(execution.run, execution.tool_call))
+    except ReexecutionError:
+        limit = DEFAULT_TIMEOUT_SECONDS
+    started = execution.started_at or execution.requested_at
+    return started < timezone.now() - timedelta(seconds=limit + LOST_GRACE_SECONDS)
+
+
+def _mark_lost(execution: CallReexecution) -> bool:
+    with transaction.atomic():
+        marked = CallReexecution.objects.filter(
+            pk=execution.pk, state=ReexecutionState.RUNNING).update(
+            state=ReexecutionState.EXECUTION_ERROR, is_error=True, result_text=LOST_MESSAGE,
+            error_type="WorkerLost", error_message=LOST_MESSAGE, finished_at=timezone.now())
+        if marked:
+            execution.state = ReexecutionState.EXECUTION_ERROR
+            event(execution)
+    return bool(marked)
