@@ -70,6 +70,9 @@ async def test_a_call_re_executed_with_edited_arguments_shows_beside_the_origina
     problem = page.locator(f'#reexec-problems-{call} li[data-argument="/city"]')
     await problem.wait_for()
     assert await problem.inner_text() == "/city: 3 is not of type 'string'"
+    if SCREENSHOTS:
+        await page.locator(f"#call-{call}").screenshot(
+            path=screenshot_path(server, "reexecute-editor.png"))
     await box.fill('{"town": "Paris"}')
     await page.locator(f'#reexec-problems-{call} li[data-argument="/city"]').wait_for()
 

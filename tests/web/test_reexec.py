@@ -310,3 +310,36 @@ def test_splice_from_the_page_opens_the_new_run_showing_what_was_spliced(
     assert spliced.tag == "div"
     assert "Spliced result" in page
     assert "42" in page
+
+
+def test_the_lane_s_views_are_refused_to_users_who_may_not_see_the_run(
+    calc_run: Run, call: ToolCall, charlie: AbstractUser,
+) -> None:
+    client = Client()
+    client.force_login(charlie)
+    base = f"/runs/{calc_run.pk}/calls/{call.pk}"
+
+    assert client.get(f"{base}/reexecute/").status_code == 404
+    assert client.post(f"{base}/reexecute/", {"arguments": "{}"}).status_code == 404
+    assert client.post(f"{base}/reexecute/check", "{}", content_type="text/plain"
+                       ).status_code == 404
+    assert client.post(f"{base}/executions/1/splice/").status_code == 404
+    assert not CallReexecution.objects.exists()
+
+
+def test_a_long_result_is_shown_up_to_the_display_limit(
+    bob_client: Client, calc_run: Run, call: ToolCall, settings: Any,
+) -> None:
+    settings.AGENTFORGE_DISPLAY_LIMIT = 100
+    bob_client.post(f"/runs/{calc_run.pk}/calls/{call.pk}/reexecute/",
+                    {"arguments": '{"expression": "7**200"}'})
+    perform(CallReexecution.objects.get().pk)
+    full = CallReexecution.objects.get().result_text or ""
+    assert len(full) > 100
+
+    shown = bob_client.get(f"/runs/{calc_run.pk}/calls/{call.pk}/executions/1/"
+                           ).content.decode()
+
+    assert full[:100] in shown
+    assert full not in shown
+    assert f"… {len(full)} characters" in shown

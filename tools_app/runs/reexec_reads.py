@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pydantic_core
+from django.conf import settings
 
 from ..models import (
     REEXECUTION_FINISHED,
@@ -74,14 +75,20 @@ def execution_view(row: dict[str, Any], original_arguments: Any,
     finished = row["state"] in REEXECUTION_FINISHED
     edited = row["arguments"] != original_arguments
     same = finished and row["result_text"] == original_result
+    # Past the display limit only a head is shown and compared (the whole texts are in
+    # the API): a diff of two huge texts would cost more than a page may take.
+    limit = settings.AGENTFORGE_DISPLAY_LIMIT
+    original_result = original_result[:limit] if original_result is not None else None
+    result = row["result_text"][:limit] if row["result_text"] is not None else None
     return row | {
+        "result_head": result, "result_cut": len(row["result_text"] or "") > limit,
         "finished": finished, "state_label": _LABELS.get(row["state"], row["state"]),
         "version": (row["tool_version_hash"] or "")[:12],
         "arguments_text": _pretty(row["arguments"]), "arguments_edited": edited,
         "arguments_diff": line_diff(_json_lines(original_arguments),
                                     _json_lines(row["arguments"])) if edited else [],
         "original_result": original_result, "same_result": same,
-        "result_diff": line_diff(*_result_lines(original_result, row["result_text"]))
+        "result_diff": line_diff(*_result_lines(original_result, result))
         if finished and not same else [],
     }
 
