@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from .support import RUN_URL, Server, fill_playground, submit_run, wait_status
+from .support import RUN_URL, Server, fill_playground, start_run, submit_run, wait_status
 from .test_debugloop import no_dialogs, screenshot_path
+from .world import APPROVAL_ENDPOINT
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
@@ -127,3 +128,36 @@ async def test_splice_and_continue_opens_a_new_run_with_the_spliced_result(
     assert await page.locator('#rounds > [id^="round-"]').count() == 1
     if SCREENSHOTS:
         await spliced.screenshot(path=screenshot_path(server, "reexecute-spliced.png"))
+
+
+async def test_re_executing_a_tool_that_requires_approval_is_the_person_s_approval(
+    open_page: Any, server: Server,
+) -> None:
+    page = await open_page(user="bob")
+    await start_run(page, endpoint=APPROVAL_ENDPOINT, tools=["send_email"],
+                    message="Email ann and eve")
+    assert await wait_status(page, "waiting") == "waiting"
+    await page.locator("#round-0 .approve-all").click()
+    assert await wait_status(page) == "succeeded"
+    call = await first_lane(page)
+
+    await page.locator(f"#reexec-{call} button.reexec-open").click()
+    approve = page.locator(f"#reexec-{call} input[name=approve]")
+    assert "Re-executing it is your approval" in await page.locator(
+        f"#reexec-{call} .reexec-approve").inner_text()
+    await page.locator(f"#reexec-arguments-{call}").fill(
+        json.dumps({"to": "ann@example.com", "subject": "Again"}))
+    await page.locator(f"#reexec-{call} button.reexec-run").click()
+    # Not checked: the browser does not send the form (the box is required; the server
+    # refuses such a request too: tests/runs/test_reexecution_kinds.py).
+    assert await approve.evaluate("box => box.validity.valueMissing") is True
+
+    await approve.check()
+    await page.locator(f"#reexec-{call} button.reexec-run").click()
+
+    item = page.locator(f"#reexec-{call}-1")
+    await item.and_(page.locator('[data-state="succeeded"]')).wait_for()
+    assert "approved by re-executing" in await item.locator(".reexec-head").inner_text()
+    assert await item.locator(".reexec-new pre").inner_text() == \
+        "sent 'Again' to ann@example.com"
+    assert await page.locator(f"#reexecutions-{call} > li").count() == 1
