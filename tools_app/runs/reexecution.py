@@ -61,8 +61,8 @@ User = AbstractBaseUser | AnonymousUser
 
 
 def runnable_problem(run: Run, call: ToolCall) -> str | None:
-    """Why the call cannot be executed again now (None if it can), without building
-    anything: for pages (is there a Re-execute button?)."""
+    """Why the call cannot be executed again now (None if it can), without building its
+    executor: what the lane's editor says instead of offering to run it."""
     try:
         check_runnable(run, call, build=False)
     except ReexecutionError as exc:
@@ -144,22 +144,31 @@ def request_reexecution(*, run: Run, call: ToolCall, user: User | None,
         raise ReexecutionError("approval_required", f"Tool {tool['name']!r} requires "
                                "approval: re-executing it is your approval, so say so "
                                "(approve)", status=400)
-    label = user.get_username() if user is not None and user.is_authenticated else "(api)"
     with transaction.atomic():
-        # The call row locked: two requests at once never take the same number.
-        ToolCall.objects.select_for_update().filter(pk=call.pk).first()
-        number = (call.reexecutions.aggregate(n=Max("number"))["n"] or 0) + 1
-        execution = CallReexecution.objects.create(
-            run=run, tool_call=call, number=number, tool_name=fit_column(
-                CallReexecution, "tool_name", tool["name"]),
-            tool_kind=tool["kind"], tool_version_hash=tool.get("version_hash") or "",
-            arguments=clean_json(request.arguments), approved=approved,
-            requested_by_id=user.pk if user is not None and user.is_authenticated else None,
-            requested_by_label=fit_column(CallReexecution, "requested_by_label", label))
+        execution = _store(run, call, tool, request.arguments, approved, user)
         event(execution)
         pk = execution.pk
         transaction.on_commit(lambda: execute_reexecution.enqueue(pk))
     return execution
+
+
+def _store(run: Run, call: ToolCall, tool: dict[str, Any], arguments: Any, approved: bool,
+           user: User | None) -> CallReexecution:
+    """The pending row, numbered after the call's latest (inside the caller's
+    transaction, the call's row locked: two requests at once never take one number)."""
+    ToolCall.objects.select_for_update().filter(pk=call.pk).first()
+    number = (call.reexecutions.aggregate(n=Max("number"))["n"] or 0) + 1
+    return CallReexecution.objects.create(
+        run=run, tool_call=call, number=number,
+        tool_name=fit_column(CallReexecution, "tool_name", tool["name"]),
+        tool_kind=tool["kind"], tool_version_hash=tool.get("version_hash") or "",
+        arguments=clean_json(arguments), approved=approved,
+        requested_by_id=user.pk if user is not None and user.is_authenticated else None,
+        requested_by_label=fit_column(CallReexecution, "requested_by_label", _label(user)))
+
+
+def _label(user: User | None) -> str:
+    return user.get_username() if user is not None and user.is_authenticated else "(unknown)"
 
 
 def splice(*, run: Run, execution: CallReexecution, user: User | None) -> Run:
@@ -169,7 +178,6 @@ def splice(*, run: Run, execution: CallReexecution, user: User | None) -> Run:
         raise ReexecutionError("not_finished", f"Re-execution {execution.number} is "
                                f"{execution.state}: splice it once it has a result")
     call = execution.tool_call
-    label = user.get_username() if user is not None and user.is_authenticated else "(api)"
     result = ToolExecutionResultMessage(id=call.call_id, tool_name=call.tool_name,
                                         text=execution.result_text,
                                         is_error=execution.is_error)
@@ -177,7 +185,7 @@ def splice(*, run: Run, execution: CallReexecution, user: User | None) -> Run:
         return run_splice(run=run, user=user, call=call, result=result, splice={
             "of": str(run.pk), "call": call.pk, "call_id": call.call_id,
             "tool": call.tool_name, "round": call.round.index + 1,
-            "execution": execution.number, "by": label,
+            "execution": execution.number, "by": _label(user),
             "original": {"arguments": call.arguments, "text": call.result_text,
                          "is_error": call.is_error},
             "spliced": {"arguments": execution.arguments,
