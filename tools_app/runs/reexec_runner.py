@@ -104,6 +104,7 @@ async def perform(pk: int) -> str | None:
 
 
 def _claim(pk: int) -> CallReexecution | None:
+    """pending -> running, so a task delivered twice runs the tool once."""
     with transaction.atomic():
         taken = CallReexecution.objects.filter(pk=pk, state=ReexecutionState.PENDING).update(
             state=ReexecutionState.RUNNING, started_at=timezone.now())
@@ -121,6 +122,8 @@ class _Outcome:
 
 
 async def _execute(execution: CallReexecution) -> _Outcome:
+    """Run the snapshot's tool; every failure is an outcome (cancellation propagates:
+    the row stays running and the reaper's sweep stores it as lost)."""
     run = execution.run
     try:
         tool = await sync_to_async(snapshot_tool)(run, execution.tool_call)
@@ -158,9 +161,12 @@ def _finish(execution: CallReexecution, outcome: _Outcome, duration_ms: float) -
                                             type(error).__name__),
                    "error_message": clean_text(redact(message, secrets))}
     with transaction.atomic():
-        CallReexecution.objects.filter(pk=execution.pk).update(**values)
-        execution.state = outcome.state
-        event(execution)
+        # Still running: a sweep that took it for lost (runs/reexecution.py) has the
+        # last word, and says so in the run's history already.
+        if CallReexecution.objects.filter(pk=execution.pk,
+                                          state=ReexecutionState.RUNNING).update(**values):
+            execution.state = outcome.state
+            event(execution)
 
 
 def _raw_result(result: ToolExecutionResult, secrets: tuple[str, ...]) -> Any:
