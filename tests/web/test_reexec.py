@@ -343,3 +343,17 @@ def test_a_long_result_is_shown_up_to_the_display_limit(
     assert full[:100] in shown
     assert full not in shown
     assert f"… {len(full)} characters" in shown
+
+
+def test_a_rerun_of_a_spliced_run_keeps_what_was_spliced(bob_api: Api, calc_run: Run,
+                                                         call: ToolCall) -> None:
+    from tools_app.runs.rerun import run_rerun
+
+    made = bob_api.post(execute_url(calc_run, call), {"arguments": {"expression": "2+3"}})
+    perform(made.json()["id"])
+    spliced = Run.objects.get(pk=bob_api.post(made.json()["url"] + "/splice", {}).json()["id"])
+
+    for mode in ("as_it_was", "current"):
+        again = execute(run_rerun(run=spliced, user=None, mode=mode))  # type: ignore[arg-type]
+        assert again.snapshot["splice"] == spliced.snapshot["splice"]
+        assert again.final_text == "last: 5"
