@@ -10,22 +10,24 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from ..models import CallReexecution, Run, ToolCall
-from ..runs import reexecution
+from ..runs import reexecution, selectors
 from ..runs.reexec_reads import call_lane, execution_row
-from .views import AuthenticatedHttpRequest, _run_for_user
+from .views import AuthenticatedHttpRequest
 
 AREA = "tools_app/_reexec.html#area"
 EXECUTION = "tools_app/_reexec.html#execution"
 
 
 def _call_of(request: HttpRequest, run_id: Any, call_id: int) -> tuple[Run, ToolCall]:
-    run = _run_for_user(request, run_id)
+    run = selectors.run_get_for_user(run_id, request.user)
+    if run is None:  # not theirs (or no such run): the same answer either way
+        raise Http404("No such run")
     return run, get_object_or_404(ToolCall.objects.select_related("round"), run=run,
                                   pk=call_id)
 
