@@ -16,6 +16,7 @@ from django.urls import reverse
 from tools_app.admin import POLICY_FIELDS
 from tools_app.models import (
     ApiToken,
+    CallReexecution,
     ErrorPolicy,
     ModelEndpoint,
     PolicyRevision,
@@ -31,7 +32,7 @@ from tools_app.web.api_tokens import create_token, user_for_token
 pytestmark = pytest.mark.django_db
 
 EDITABLE: list[type[Model]] = [ModelEndpoint, ToolRegistration, ErrorPolicy, ApiToken]
-READ_ONLY: list[type[Model]] = [Run, Round, ToolCall, RunEvent, PolicyRevision]
+READ_ONLY: list[type[Model]] = [Run, Round, ToolCall, RunEvent, PolicyRevision, CallReexecution]
 KEY_VARIABLE = "AGENTFORGE_TEST_CANARY_API_KEY"
 
 
@@ -72,10 +73,14 @@ def world(alice: AbstractUser) -> dict[type[Model], Model]:
         arguments_raw='{"city": "Hangzhou"}', state="succeeded", result_text="rain",
     )
     event = RunEvent.objects.create(run=run, seq=1, kind="round_started", payload={"index": 0})
+    reexecution = CallReexecution.objects.create(
+        run=run, tool_call=call, number=1, tool_name="get_weather", tool_kind="python",
+        arguments={"city": "Paris"}, state="succeeded", result_text="sun",
+        requested_by=alice, requested_by_label="alice")
     token, _ = create_token(alice, "laptop")
     return {ModelEndpoint: endpoint, ToolRegistration: tool, ErrorPolicy: policy,
             PolicyRevision: revision, Run: run, Round: round_, ToolCall: call,
-            RunEvent: event, ApiToken: token}
+            RunEvent: event, CallReexecution: reexecution, ApiToken: token}
 
 
 # -- every page loads ------------------------------------------------------------------

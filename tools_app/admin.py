@@ -30,6 +30,7 @@ from .engine.definitions import schema_problems
 from .engine.providers.scripted import ScriptStep
 from .models import (
     ApiToken,
+    CallReexecution,
     ErrorPolicy,
     McpServer,
     McpTransport,
@@ -657,6 +658,26 @@ class ToolCallAdmin(ReadOnlyAdmin[ToolCall]):
     @admin.display(description="timeline")
     def timeline(self, obj: ToolCall) -> SafeString:
         return timeline_link(obj.run_id, f"call-{obj.pk}")
+
+
+@admin.register(CallReexecution)
+class CallReexecutionAdmin(ReadOnlyAdmin[CallReexecution]):
+    """Re-executions of tool calls by people (runs/reexecution.py): who ran what, how it
+    ended."""
+
+    list_display = ("id", "run", "tool_call", "number", "tool_name", "state", "approved",
+                    "requested_by_label", "requested_at", "duration", "timeline")
+    list_filter = ("state", "approved", "tool_name")
+    search_fields = ("tool_name", "requested_by_label", "error_type", "error_message")
+    list_select_related = ("run", "tool_call")
+
+    @admin.display(description="duration", ordering="duration_ms")
+    def duration(self, obj: CallReexecution) -> str:
+        return format_ms(obj.duration_ms)
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: CallReexecution) -> SafeString:
+        return timeline_link(obj.run_id, f"call-{obj.tool_call_id}")
 
 
 @admin.register(RunEvent)

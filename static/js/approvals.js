@@ -8,8 +8,10 @@
   var timers = {};
   var latest = {};
 
-  function csrfToken() {
-    var form = document.getElementById("decision-form");
+  // The token of the form the field belongs to (its own, or the one its `form`
+  // attribute names), else the page's decision form.
+  function csrfToken(area) {
+    var form = area.form || document.getElementById("decision-form");
     var input = form ? form.querySelector("input[name=csrfmiddlewaretoken]") : null;
     return input ? input.value : "";
   }
@@ -39,7 +41,7 @@
     }
     fetch(area.dataset.checkUrl, {
       method: "POST", body: area.value, credentials: "same-origin",
-      headers: { "X-CSRFToken": csrfToken(), "Content-Type": "text/plain" },
+      headers: { "X-CSRFToken": csrfToken(area), "Content-Type": "text/plain" },
     }).then(function (response) { return response.json(); }).then(function (answer) {
       if (latest[id] === ticket) { show(area, answer.problems || {}); }  // only the newest
     }).catch(function () {

@@ -689,24 +689,8 @@ class _ChatRun:
     async def _invoke(
         self, registered: RegisteredTool, request: ToolExecutionRequest
     ) -> ToolExecutionResult:
-        timeout = registered.timeout or self.service.default_timeout
-        call = registered.executor.execute_with_result(request)
-        try:
-            if timeout is None:
-                return await call
-            return await asyncio.wait_for(call, timeout)
-        except TimeoutError as exc:
-            if timeout is None:
-                raise ToolExecutionError(f"TimeoutError: {exc}", tool_name=request.name,
-                                         cause=exc) from exc
-            raise ToolTimeoutError(request.name, timeout) from exc
-        except (ToolArgumentsError, ToolExecutionError, ReplayDivergence,
-                asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            # A custom executor that raised something else still counts as the tool failing.
-            raise ToolExecutionError(f"{type(exc).__name__}: {exc}", tool_name=request.name,
-                                     cause=exc) from exc
+        return await invoke_tool(registered, request,
+                                 default_timeout=self.service.default_timeout)
 
     async def _handle(
         self,
@@ -793,6 +777,32 @@ class _ChatRun:
             finished_at=finished,
             duration_ms=(finished - started) * 1000,
         )
+
+
+async def invoke_tool(registered: RegisteredTool, request: ToolExecutionRequest, *,
+                      default_timeout: float | None) -> ToolExecutionResult:
+    """Run one call with the tool's (or the default) timeout: the loop's invocation,
+    also used alone to execute a recorded call again (runs/reexecution.py). Raises
+    ToolArgumentsError, ToolExecutionError (ToolTimeoutError for a timeout) or
+    ReplayDivergence; anything else a custom executor raises counts as the tool failing."""
+    timeout = registered.timeout or default_timeout
+    call = registered.executor.execute_with_result(request)
+    try:
+        if timeout is None:
+            return await call
+        return await asyncio.wait_for(call, timeout)
+    except TimeoutError as exc:
+        if timeout is None:
+            raise ToolExecutionError(f"TimeoutError: {exc}", tool_name=request.name,
+                                     cause=exc) from exc
+        raise ToolTimeoutError(request.name, timeout) from exc
+    except (ToolArgumentsError, ToolExecutionError, ReplayDivergence,
+            asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        # A custom executor that raised something else still counts as the tool failing.
+        raise ToolExecutionError(f"{type(exc).__name__}: {exc}", tool_name=request.name,
+                                 cause=exc) from exc
 
 
 async def _run_together[T](calls: list[Coroutine[Any, Any, T]]) -> list[T]:

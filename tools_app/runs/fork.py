@@ -23,7 +23,7 @@ from ..engine import (
     ToolExecutionResultMessage,
 )
 from ..engine.conversation import ConversationError, parse_conversation, to_openai_messages
-from ..models import Round, Run
+from ..models import Round, Run, ToolCall
 from .rerun import LIVE, RerunError, RerunMode, run_rerun
 from .runner import FINISHED_CALL_STATES
 from .snapshot import dump_messages, snapshot_messages
@@ -54,6 +54,30 @@ def run_fork(*, run: Run, user: AbstractBaseUser | AnonymousUser | None, round_n
     return fork
 
 
+def run_splice(*, run: Run, user: AbstractBaseUser | AnonymousUser | None, call: ToolCall,
+               result: ToolExecutionResultMessage, splice: dict[str, Any]) -> Run:
+    """A new queued run (parent: `run`) whose starting conversation is `run`'s through
+    the round of `call`, with `result` in place of that call's result; the loop goes on
+    from the next model call (a scripted model plays on, as in a fork). `splice` (which
+    call, old and new result, who) is kept in the snapshot for the new run's page."""
+    through = call.round.index
+    inherited: list[ChatMessage] = []
+    rounds = Round.objects.filter(run=run, index__lte=through).order_by("index")
+    for round_ in rounds.prefetch_related("tool_calls"):
+        inherited.extend(_round_messages(
+            round_, {call.pk: result} if round_.index == through else None))
+    prefix = snapshot_messages(run.snapshot) + inherited
+    try:
+        return run_rerun(run=run, user=user, mode="as_it_was", replay=LIVE, snapshot_changes={
+            "messages": dump_messages(prefix),
+            "fork": {"of": str(run.pk), "round": through + 2, "inherited": len(prefix),
+                     "inherited_rounds": through + 1},
+            "splice": splice,
+        })
+    except RerunError as exc:
+        raise ForkError(str(exc)) from exc
+
+
 def _rounds_before(run: Run, round_number: int) -> list[ChatMessage]:
     """The assistant messages and tool results of the rounds before `round_number`, each
     of which must have finished (an answer, and every call's result)."""
@@ -68,7 +92,11 @@ def _rounds_before(run: Run, round_number: int) -> list[ChatMessage]:
     return messages
 
 
-def _round_messages(round_: Round) -> list[ChatMessage]:
+def _round_messages(round_: Round,
+                    replaced: dict[int, ToolExecutionResultMessage] | None = None,
+                    ) -> list[ChatMessage]:
+    """The round's assistant message and its calls' results; `replaced`: call pk -> the
+    result to put in that call's place (a splice)."""
     if round_.status != "responded" or not round_.response:
         raise ForkError(f"round {round_.index + 1} has no answer: fork at or before it",
                         field="round")
@@ -77,6 +105,9 @@ def _round_messages(round_: Round) -> list[ChatMessage]:
     results: list[ChatMessage] = []
     for index, request in enumerate(ai_message.tool_execution_requests):
         call = calls.get(index)
+        if call is not None and call.pk in (replaced or {}):
+            results.append((replaced or {})[call.pk])
+            continue
         if call is None or call.state not in FINISHED_CALL_STATES or call.result_text is None:
             raise ForkError(f"round {round_.index + 1}, call {index + 1} has no result: fork "
                             "at or before that round", field="round")

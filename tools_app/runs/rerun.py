@@ -145,8 +145,9 @@ def _current_snapshot(run: Run) -> dict[str, Any]:
         endpoint=run.endpoint, tools=[found[name] for name in names], policy=policy,
         messages=snapshot_messages(old),
         parameters=ChatRequestParameters.model_validate(old["parameters"]))
-    if "fork" in old:  # the conversation holds the rounds a fork inherited
-        snapshot["fork"] = old["fork"]
+    for section in ("fork", "splice"):  # the conversation holds the inherited rounds
+        if section in old:                # (and a spliced result): still true
+            snapshot[section] = old[section]
     return snapshot
 
 

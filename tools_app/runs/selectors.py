@@ -29,6 +29,7 @@ from ..models import (
     ToolCallState,
     ToolRegistration,
 )
+from .reexec_reads import lane_adder as reexec_lanes
 from .snapshot import snapshot_messages
 
 User = AbstractBaseUser | AnonymousUser
@@ -137,8 +138,9 @@ def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[dict[str
         calls = calls.filter(round__index__in=wanted)
     by_round: dict[int, list[dict[str, Any]]] = {}
     approval = _approval_state(run)
+    reexecutions = reexec_lanes(run, indexes=wanted if indexes is not None else None)
     for call in calls.values("pk", "round_id", *CALL_FIELDS):
-        by_round.setdefault(call["round_id"], []).append(approval(call))
+        by_round.setdefault(call["round_id"], []).append(reexecutions(approval(call)))
     added = _added_messages(run)
     return [_round_view(r, by_round.get(r["id"], [])) | {"added_messages": added.get(
         r["index"], [])} for r in rounds.values("id", *ROUND_FIELDS)]

@@ -286,20 +286,20 @@ def _executor(tool: dict[str, Any], spec: ToolSpecification,
     (so never import) the tool's code."""
     mode = "live" if replay is None else replay["tools"]
     if mode == "live":
-        built = _live_executor(tool, spec)
+        built = live_executor(tool, spec)
         return built.executor, built.secrets
     assert replay is not None
     live: ToolExecutor | None = None
     secrets: tuple[str, ...] = ()
     if mode == "recorded" and replay["on_divergence"] == "live":
-        built = _live_executor(tool, spec)
+        built = live_executor(tool, spec)
         live, secrets = built.executor, built.secrets
     recorded = RecordedToolExecutor(recorded_rounds(replay["rounds"]),
                                     mode="mock" if mode == "mock" else "recorded", live=live)
     return recorded, secrets
 
 
-def _live_executor(tool: dict[str, Any], spec: ToolSpecification) -> BuiltExecutor:
+def live_executor(tool: dict[str, Any], spec: ToolSpecification) -> BuiltExecutor:
     context = ToolContext(read_secret=_tool_secret, outbound=outbound_policy(),
                           clients=PROVIDER_CLIENTS)
     return build_executor(tool, spec, context)

@@ -27,6 +27,17 @@ def enqueue_run(run_id: str) -> None:
 
 
 @task
+async def execute_reexecution(reexecution_id: int) -> str | None:
+    """A person's re-execution of one tool call (runs/reexecution.py)."""
+    from .reexec_runner import perform
+
+    try:
+        return await perform(reexecution_id)
+    finally:
+        await close_if_the_loop_ends()
+
+
+@task
 async def probe_endpoint(endpoint_id: str) -> str:
     from .probing import probe_and_store
 

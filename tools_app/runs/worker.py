@@ -14,6 +14,7 @@ from django.db import close_old_connections
 from .approvals import expire_waiting_runs
 from .leases import reap_expired_runs, release_this_process_runs, runs_to_recover_at_start
 from .provider_clients import close_at_exit
+from .reexecution import recover_reexecutions
 from .tasks import enqueue_run
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,10 @@ def reap_and_enqueue() -> list[str]:
         expire_waiting_runs()
     except Exception:
         logger.exception("expiring waiting runs failed; retrying at the next sweep")
+    try:
+        recover_reexecutions(enqueue_pending=False)
+    except Exception:
+        logger.exception("recovering lost re-executions failed; retrying at the next sweep")
     ids = reap_expired_runs()
     for run_id in ids:
         enqueue_run(run_id)
@@ -44,6 +49,7 @@ def recover_at_start() -> list[str]:
     ids = runs_to_recover_at_start()
     for run_id in ids:
         enqueue_run(run_id)
+    recover_reexecutions(enqueue_pending=True)
     return ids
 
 

@@ -11,6 +11,7 @@ POST /api/runs/<id>/decisions        decide a call awaiting approval:
      {"call_id", "decision": "approve"|"reject"|"edit", "arguments"?, "message"?}
 POST /api/runs/<id>/continue         go on from a breakpoint:
      {"step": "run"|"call"|"round"|"abort", "arguments"?: {call_id: {...}}, "message"?}
+Re-executing one tool call, and splicing the result into a new run: web/api_reexec.py.
 """
 
 from __future__ import annotations
@@ -460,7 +461,8 @@ def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
         "error": {"type": run.error_type, "message": run.error_message} if run.error_type else None,
         "breakpoints": run.snapshot.get("breakpoints", []),
         "paused": _pause_json(run.open_pause),
-        "rounds": [_round_json(r) for r in rounds],
+        "rounds": [_round_json(r, str(run.pk)) for r in rounds],
+        "splice": run.snapshot.get("splice"),
     })
 
 
@@ -492,7 +494,7 @@ def _run_summary(run: Run) -> dict[str, Any]:
     }
 
 
-def _round_json(view: dict[str, Any]) -> dict[str, Any]:
+def _round_json(view: dict[str, Any], run_id: str) -> dict[str, Any]:
     return {
         "index": view["index"], "status": view["status"], "text": view["ai_text"],
         "finish_reason": view["finish_reason"], "latency_ms": view["latency_ms"],
@@ -502,6 +504,8 @@ def _round_json(view: dict[str, Any]) -> dict[str, Any]:
             "error_type": c["error_type"] or None, "error_message": c["error_message"] or None,
             "handled_by": c["handled_by"] or None, "duration_ms": c["duration_ms"],
             "awaiting_decision": c["awaiting_decision"], "decision": _decision_json(c),
+            "row_id": c["pk"], "reexecutions": [reexecution_json(e, run_id)
+                                                for e in c["reexecutions"]],
         } for c in view["calls"]],
     }
 
@@ -513,3 +517,23 @@ def _decision_json(call: dict[str, Any]) -> dict[str, Any] | None:
     return {"decision": decision["decision"], "arguments": decision["arguments"],
             "message": decision["message"], "decided_by": decision["decided_by_label"],
             "decided_at": decision["decided_at"].isoformat()}
+
+
+def reexecution_json(view: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """A re-execution (its lane view) as the API shows it."""
+    def iso(value: Any) -> str | None:
+        return value.isoformat() if value is not None else None
+
+    return {
+        "id": view["pk"], "number": view["number"], "call": view["tool_call_id"],
+        "state": view["state"], "arguments": view["arguments"],
+        "result": view["result_text"], "is_error": view["is_error"],
+        "error_type": view["error_type"] or None, "error_message": view["error_message"] or None,
+        "requested_by": view["requested_by_label"], "requested_at": iso(view["requested_at"]),
+        "started_at": iso(view["started_at"]), "finished_at": iso(view["finished_at"]),
+        "duration_ms": view["duration_ms"], "approved": view["approved"],
+        "tool": {"name": view["tool_name"], "kind": view["tool_kind"],
+                 "version_hash": view["tool_version_hash"] or None},
+        "same_result": view["same_result"], "result_diff": view["result_diff"],
+        "url": f"/api/runs/{run_id}/calls/{view['tool_call_id']}/executions/{view['number']}",
+    }

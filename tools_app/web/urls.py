@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import api, api_calls, audit_views, views
+from . import api, api_calls, api_reexec, audit_views, reexec_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -20,6 +20,14 @@ urlpatterns = [
          name="call_check_arguments"),
     path("runs/<uuid:run_id>/calls/<int:call_id>/result.txt", views.call_result,
          name="call_result"),
+    path("runs/<uuid:run_id>/calls/<int:call_id>/reexecute/", reexec_views.call_reexecute,
+         name="call_reexecute"),
+    path("runs/<uuid:run_id>/calls/<int:call_id>/reexecute/check",
+         reexec_views.call_reexecute_check, name="call_reexecute_check"),
+    path("runs/<uuid:run_id>/calls/<int:call_id>/executions/<int:number>/",
+         reexec_views.call_execution, name="call_execution"),
+    path("runs/<uuid:run_id>/calls/<int:call_id>/executions/<int:number>/splice/",
+         reexec_views.call_splice, name="call_splice"),
     path("runs/<uuid:run_id>/rounds/<int:index>/<str:which>.json", views.round_wire,
          name="round_wire"),
     path("calls/", audit_views.call_list, name="call_list"),
@@ -43,4 +51,10 @@ urlpatterns = [
     path("api/runs/<uuid:run_id>/fork", api.run_fork, name="api_run_fork"),
     path("api/runs/<uuid:run_id>/decisions", api.run_decisions, name="api_run_decisions"),
     path("api/runs/<uuid:run_id>/continue", api.run_continue, name="api_run_continue"),
+    path("api/runs/<uuid:run_id>/calls/<int:call_id>/execute", api_reexec.execute,
+         name="api_call_execute"),
+    path("api/runs/<uuid:run_id>/calls/<int:call_id>/executions/<int:number>",
+         api_reexec.execution, name="api_call_execution"),
+    path("api/runs/<uuid:run_id>/calls/<int:call_id>/executions/<int:number>/splice",
+         api_reexec.splice, name="api_call_splice"),
 ]
