@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import api, api_calls, audit_views, views
+from . import api, api_calls, audit_views, tryit_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -26,6 +26,9 @@ urlpatterns = [
     re_path(r"^calls/export\.(?P<fmt>csv|jsonl)$", audit_views.calls_export, name="calls_export"),
     path("tools/", audit_views.tools_index, name="tool_index"),
     # A path converter: names models called (hallucinated ones) may hold any character.
+    path("tools/<path:name>/try/", tryit_views.tool_try, name="tool_try"),
+    path("tools/<path:name>/try/<uuid:run_id>/", tryit_views.tool_try_result,
+         name="tool_try_result"),
     path("tools/<path:name>/diff/", audit_views.tool_diff, name="tool_diff"),
     path("tools/<path:name>/", audit_views.tool_detail, name="tool_detail"),
     path("endpoints/", views.endpoint_list, name="endpoint_list"),
