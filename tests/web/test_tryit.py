@@ -15,12 +15,14 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall, ToolRegistration
-from tools_app.runs import tasks, tryit
+from tools_app.runs import rerun, tasks, tryit
 from tools_app.runs.audit import calls_for_user
 from tools_app.runs.tool_stats import tool_stats
 from tools_app.tools.registry import compute_version_hash
+from tools_app.web.api_tokens import create_token
 
 from .support import Tree, inside_hx_disable
+from .test_api import Api, error_of
 
 pytestmark = pytest.mark.django_db
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -227,3 +229,37 @@ def test_the_page_embeds_the_form_tree_or_says_why_there_is_none(
     assert "tryit-schema" not in other
     assert ("The form cannot show this tool's schema (/properties/v: anyOf has no "
             "form): edit the arguments as JSON.") in other
+
+
+def test_the_api_tries_a_tool_and_answers_with_the_run(
+        bob: AbstractUser, echo: ToolRegistration) -> None:
+    api = Api(create_token(bob, "ci")[1])
+    response = api.post("/api/tools/echo/try", {"arguments": {"city": "Oslo"}})
+    assert response.status_code == 201, response.content
+    run = Run.objects.get(pk=response.json()["id"])
+    assert (run.created_by, run.snapshot["tryit"]) == (bob, {"tool": "echo",
+                                                             "arguments": {"city": "Oslo"}})
+    assert response.json() == {"id": str(run.pk), "status": "queued",
+                               "url": f"/runs/{run.pk}/"}
+
+    error = error_of(api.post("/api/tools/echo/try", {"arguments": {"city": 1}}), 400)
+    assert error["code"] == "invalid_arguments"
+    assert error["problems"] == [{"pointer": "/city", "message": "1 is not of type 'string'"}]
+    assert error_of(api.post("/api/tools/echo/try", {"args": {}}), 400)["field"] == "args"
+    assert error_of(api.post("/api/tools/nothing/try", {"arguments": {}}), 404)
+    ToolRegistration.objects.filter(pk=echo.pk).update(enabled=False)
+    assert error_of(api.post("/api/tools/echo/try", {"arguments": {"city": "x"}}),
+                    409)["code"] == "conflict"
+    assert Api(None).post("/api/tools/echo/try", {"arguments": {}}).status_code == 401
+
+
+def test_a_try_it_run_is_marked_on_its_page_and_reruns_only_as_it_was(
+        bob: AbstractUser, bob_client: Client, echo: ToolRegistration) -> None:
+    run = tryit.tryit_create(user=bob, tool=echo, arguments={"city": "Oslo"})
+    page = bob_client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="tryit-mark"' in page
+    assert 'href="/tools/echo/"' in page
+    again = rerun.run_rerun(run=run, user=bob, mode="as_it_was")
+    assert again.snapshot["tryit"] == run.snapshot["tryit"]
+    with pytest.raises(rerun.RerunError, match="a try-it run has no endpoint"):
+        rerun.run_rerun(run=run, user=bob, mode="current")

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import api, api_calls, audit_views, tryit_views, views
+from . import api, api_calls, api_tryit, audit_views, tryit_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -38,6 +38,7 @@ urlpatterns = [
     path("api/calls", api_calls.calls, name="api_calls"),
     re_path(r"^api/calls/export\.(?P<fmt>csv|jsonl)$", api_calls.calls_export,
             name="api_calls_export"),
+    path("api/tools/<str:name>/try", api_tryit.tool_try, name="api_tool_try"),
     path("api/runs/compare", api.run_compare, name="api_run_compare"),
     path("api/runs/<uuid:run_id>", api.run_detail, name="api_run_detail"),
     path("api/runs/<uuid:run_id>/events", api.run_events, name="api_run_events"),
