@@ -302,6 +302,13 @@
         if (error) { error.hidden = true; field.removeAttribute("aria-invalid"); }
       });
       fields.addEventListener("change", changed);
+      // The fields belong to no form (only the JSON is posted): Enter submits as usual.
+      fields.addEventListener("keydown", function (evt) {
+        if (evt.key === "Enter" && evt.target.matches("input[type=text]")) {
+          evt.preventDefault();
+          document.getElementById("tryit-form").requestSubmit();
+        }
+      });
       area.addEventListener("input", syncFromJson);
       modes.addEventListener("click", function (evt) {
         var button = evt.target.closest("button.mode");

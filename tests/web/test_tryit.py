@@ -263,3 +263,18 @@ def test_a_try_it_run_is_marked_on_its_page_and_reruns_only_as_it_was(
     assert again.snapshot["tryit"] == run.snapshot["tryit"]
     with pytest.raises(rerun.RerunError, match="a try-it run has no endpoint"):
         rerun.run_rerun(run=run, user=bob, mode="current")
+
+
+def test_a_failing_tool_shows_its_error(bob_client: Client, demo_tools: dict[str, ToolRegistration],
+                                        policy: ErrorPolicy) -> None:
+    run = run_of(try_it(bob_client, "always_fails", {"reason": HOSTILE}, **HTMX))
+    assert execute(run.pk).status == RunStatus.SUCCEEDED  # the error went to the model
+    html = bob_client.get(f"/tools/always_fails/try/{run.pk}/").content.decode()
+    tree = Tree(html)
+    assert 'data-state="execution_error"' in html
+    error = tree.by_id("tryit-error")
+    assert inside_hx_disable(error)
+    assert HOSTILE not in html
+    assert "<code>ToolExecutionError</code>" in html
+    assert "<pre>RuntimeError: &lt;img src=x onerror=alert(1)&gt;</pre>" in html
+    assert 'id="tryit-output"' not in html
