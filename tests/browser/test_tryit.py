@@ -232,7 +232,14 @@ async def test_a_tool_that_requires_approval_waits_for_it(
     assert "requires approval" in await page.inner_text("#tryit-approval")
     await control(page, "/to").fill("ann@example.com")
     await control(page, "/subject").fill("Hello")
-    await run_and_wait(page, "waiting")
+    run_id = await run_and_wait(page, "waiting")
     assert "Waiting for approval" in await page.inner_text("#tryit-waiting")
-    await page.click("#tryit-waiting a")
-    await page.wait_for_selector("#round-0 article.lane[data-state=proposed]")
+    assert await page.inner_text("#tryit-state") == "Proposed"
+
+    # Approved on the run's timeline (here by its owner), the tool page shows the result.
+    timeline = await open_page(user="bob")
+    await timeline.goto(str(await page.get_attribute("#tryit-waiting a", "href")))
+    assert timeline.url.endswith(f"/runs/{run_id}/")
+    await timeline.locator("#round-0 article.lane button.approve").click()
+    await page.locator('#tryit-run[data-status="succeeded"]').wait_for()
+    assert await page.inner_text("#tryit-output") == "sent 'Hello' to ann@example.com"
