@@ -252,6 +252,7 @@
   // Form -> JSON, after every change in the form.
   function changed() {
     area.value = JSON.stringify(root.collect(), null, 2);
+    scheduleCheck();
   }
 
   // JSON -> form: redrawn whenever the JSON can be shown; the Form button waits otherwise.
@@ -262,26 +263,76 @@
     return !problem;
   }
 
+  // Problems at the fields: those of the last submit, except that a field the user has
+  // edited since shows what the latest check as they type says about it.
+  var submitted = {};
+  var live = {};
+  var touched = {};
+  var checkTimer = null;
+  var checkTicket = 0;
+
+  function render() {
+    fields.querySelectorAll(".tf").forEach(function (field) {
+      var pointer = field.dataset.pointer;
+      var message = touched[pointer] ? live[pointer] : submitted[pointer];
+      var error = field.querySelector(":scope > .tf-error");
+      error.textContent = message || "";
+      error.hidden = !message;
+      if (message) { field.setAttribute("aria-invalid", "true"); } else { field.removeAttribute("aria-invalid"); }
+    });
+  }
+
+  function byPointer(problems) {
+    var out = {};
+    problems.forEach(function (problem) {
+      out[problem.pointer] = out[problem.pointer] ? out[problem.pointer] + "; " + problem.message : problem.message;
+    });
+    return out;
+  }
+
+  // The JSON editor lists every problem the latest check found, as text.
+  function listLive(problems) {
+    var list = document.getElementById("tryit-live");
+    list.textContent = "";
+    problems.forEach(function (problem) {
+      var item = make("li", "", (problem.pointer || "(arguments)") + ": " + problem.message);
+      item.dataset.pointer = problem.pointer;
+      list.appendChild(item);
+    });
+  }
+
+  function check() {
+    var ticket = ++checkTicket;
+    var form = document.getElementById("tryit-form");
+    var csrf = form.querySelector("input[name=csrfmiddlewaretoken]");
+    fetch(form.dataset.checkUrl, {
+      method: "POST", body: area.value, credentials: "same-origin",
+      headers: { "X-CSRFToken": csrf ? csrf.value : "", "Content-Type": "text/plain" },
+    }).then(function (response) { return response.json(); }).then(function (answer) {
+      if (ticket !== checkTicket) { return; }  // only the newest answer counts
+      var problems = answer.problems || [];
+      live = byPointer(problems);
+      listLive(problems);
+      render();
+    }).catch(function () {
+      if (ticket === checkTicket) { listLive([{ pointer: "", message: "could not check the arguments now" }]); }
+    });
+  }
+
+  function scheduleCheck() {
+    clearTimeout(checkTimer);
+    checkTimer = setTimeout(check, 250);
+  }
+
   function showProblems(container) {
-    document.querySelectorAll("#tryit-fields .tf-error").forEach(function (error) {
-      error.textContent = "";
-      error.hidden = true;
-      error.parentNode.removeAttribute("aria-invalid");
-    });
+    var problems = [];
     container.querySelectorAll("li[data-pointer]").forEach(function (item) {
-      var pointer = item.dataset.pointer;
-      var target = null;
-      document.querySelectorAll("#tryit-fields .tf").forEach(function (field) {
-        if (field.dataset.pointer === pointer) { target = field; }
-      });
-      if (!target || !root) { return; }
-      var error = target.querySelector(":scope > .tf-error");
-      var message = item.textContent.replace(/^[^:]*:\s*/, "");
-      error.textContent = error.textContent ? error.textContent + "; " + message : message;
-      error.hidden = false;
-      target.setAttribute("aria-invalid", "true");
-      item.dataset.shown = "field";
+      problems.push({ pointer: item.dataset.pointer, message: item.textContent.replace(/^[^:]*:\s*/, "") });
     });
+    submitted = byPointer(problems);
+    touched = {};
+    live = {};
+    if (root) { render(); }
   }
 
   function start() {
@@ -295,13 +346,14 @@
     if (tree) {
       modes.hidden = false;
       setMode(syncFromJson() ? "form" : "json");
-      fields.addEventListener("input", function (evt) {
+      function edited(evt) {
+        var field = evt.target.closest ? evt.target.closest(".tf") : null;
+        if (field) { touched[field.dataset.pointer] = true; }
         changed();
-        var field = evt.target.closest(".tf");
-        var error = field ? field.querySelector(":scope > .tf-error") : null;
-        if (error) { error.hidden = true; field.removeAttribute("aria-invalid"); }
-      });
-      fields.addEventListener("change", changed);
+        render();
+      }
+      fields.addEventListener("input", edited);
+      fields.addEventListener("change", edited);
       // The fields belong to no form (only the JSON is posted): Enter submits as usual.
       fields.addEventListener("keydown", function (evt) {
         if (evt.key === "Enter" && evt.target.matches("input[type=text]")) {
@@ -309,7 +361,7 @@
           document.getElementById("tryit-form").requestSubmit();
         }
       });
-      area.addEventListener("input", syncFromJson);
+
       modes.addEventListener("click", function (evt) {
         var button = evt.target.closest("button.mode");
         if (!button) { return; }
@@ -317,11 +369,25 @@
         setMode(button.dataset.mode);
       });
     }
+    area.addEventListener("input", function () {
+      if (tree) {
+        syncFromJson();
+        render();
+      }
+      scheduleCheck();
+    });
     document.addEventListener("click", function (evt) {
       var button = evt.target.closest ? evt.target.closest("button.tryit-refill") : null;
       if (!button) { return; }
       area.value = button.dataset.arguments;
-      if (tree) { setMode(syncFromJson() ? "form" : "json"); }
+      submitted = {};
+      touched = {};
+      live = {};
+      listLive([]);
+      if (tree) {
+        setMode(syncFromJson() ? "form" : "json");
+        render();
+      }
       (tree && !fields.hidden ? fields : area).scrollIntoView({ block: "nearest" });
     });
     document.body.addEventListener("htmx:afterSettle", function (evt) {

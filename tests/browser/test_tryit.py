@@ -127,6 +127,13 @@ async def test_a_mock_tool_is_tried_from_its_form(open_page: Any, server: Server
     await control(page, "/city").fill("Oslo")
     assert await city_error.is_hidden()  # the field's problem goes as it is edited
     await control(page, "/where/lat").fill("59.9")
+    # Checked as the user types: an edited field shows its problem before any submit.
+    await control(page, "/days").fill("many")
+    days_error = field(page, "/days").locator(":scope > .tf-error")
+    await days_error.wait_for()
+    assert await days_error.inner_text() == "'many' is not of type 'integer'"
+    await control(page, "/days").fill("3")
+    await days_error.wait_for(state="hidden")
     await control(page, "/units").select_option('"imperial"')
     await control(page, "/detailed").check()
     await field(page, "/tags").locator("button.tf-add").click()
@@ -150,7 +157,13 @@ async def test_a_mock_tool_is_tried_from_its_form(open_page: Any, server: Server
     assert await control(page, "/units").input_value() == ""  # not given
     # Arguments the form cannot hold keep the JSON editor, saying why.
     await page.click('#tryit-modes button[data-mode="json"]')
+    # The JSON is checked as the user types too, every problem listed.
+    await page.fill("#tryit-json", '{"where": {"lat": 1}}')
+    missing = page.locator("#tryit-live li[data-pointer='/city']")
+    await missing.wait_for()
+    assert await missing.inner_text() == "/city: 'city' is a required property"
     await page.fill("#tryit-json", '{"city": "Bergen", "where": {"lat": 1}, "extra": 1}')
+    await missing.wait_for(state="detached")
     assert "cannot show these arguments" in await page.inner_text("#tryit-sync")
     assert await page.is_disabled('#tryit-modes button[data-mode="form"]')
     await page.fill("#tryit-json", json.dumps({"city": "Bergen", "where": {"lat": 60.4}}))

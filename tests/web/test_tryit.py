@@ -278,3 +278,24 @@ def test_a_failing_tool_shows_its_error(bob_client: Client, demo_tools: dict[str
     assert "<code>ToolExecutionError</code>" in html
     assert "<pre>RuntimeError: &lt;img src=x onerror=alert(1)&gt;</pre>" in html
     assert 'id="tryit-output"' not in html
+
+
+def test_arguments_are_checked_as_the_user_types(bob_client: Client,
+                                                 echo: ToolRegistration) -> None:
+    def check(body: bytes) -> Any:
+        response = bob_client.post("/tools/echo/check-arguments/", body,
+                                   content_type="text/plain")
+        assert response.status_code == 200
+        return response.json()
+
+    assert check(b'{"city": "Oslo"}') == {"ok": True, "problems": []}
+    assert check(b'{"where": {"lat": "x"}}')["problems"] == [
+        {"pointer": "/city", "message": "'city' is a required property"},
+        {"pointer": "/where/lat", "message": "'x' is not of type 'number'"}]
+    assert check(b'{"city": ')["problems"][0]["message"].startswith(
+        "not valid JSON: Expecting value")
+    assert check(b"\xff")["problems"] == [{"pointer": "",
+                                           "message": "the arguments are not UTF-8 text"}]
+    assert not Run.objects.exists()  # nothing is stored or run
+    assert bob_client.post("/tools/nothing/check-arguments/", b"{}",
+                           content_type="text/plain").status_code == 404

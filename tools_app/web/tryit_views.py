@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -15,6 +15,7 @@ from ..models import RunStatus, ToolRegistration
 from ..runs import selectors
 from ..runs.tryit import (
     TryItError,
+    checked_arguments,
     is_tryit_of,
     parse_arguments_text,
     tryit_create,
@@ -69,3 +70,20 @@ def tool_try_result(request: AuthenticatedHttpRequest, name: str, run_id: Any) -
         raise Http404("No such try-it run")
     return render(request, "tools_app/_tryit_result.html", {
         "name": name, "outcome": tryit_outcome(run), "waiting": RunStatus.WAITING})
+
+
+@require_POST
+@login_required
+def tool_check_arguments(request: AuthenticatedHttpRequest, name: str) -> JsonResponse:
+    """The arguments checked as the user types (the body is the JSON text): each problem
+    with its JSON pointer, as a try would report them. Nothing is stored or run."""
+    registration = _registration(name)
+    try:
+        text = request.body.decode("utf-8")
+        checked_arguments(registration, parse_arguments_text(text))
+        problems: list[dict[str, str]] = []
+    except UnicodeDecodeError:
+        problems = [{"pointer": "", "message": "the arguments are not UTF-8 text"}]
+    except TryItError as exc:
+        problems = exc.problems
+    return JsonResponse({"ok": not problems, "problems": problems})

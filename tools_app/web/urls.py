@@ -27,6 +27,8 @@ urlpatterns = [
     path("tools/", audit_views.tools_index, name="tool_index"),
     # A path converter: names models called (hallucinated ones) may hold any character.
     path("tools/<path:name>/try/", tryit_views.tool_try, name="tool_try"),
+    path("tools/<path:name>/check-arguments/", tryit_views.tool_check_arguments,
+         name="tool_check_arguments"),
     path("tools/<path:name>/try/<uuid:run_id>/", tryit_views.tool_try_result,
          name="tool_try_result"),
     path("tools/<path:name>/diff/", audit_views.tool_diff, name="tool_diff"),
