@@ -256,3 +256,26 @@ async def test_a_tool_that_requires_approval_waits_for_it(
     await timeline.locator("#round-0 article.lane button.approve").click()
     await page.locator('#tryit-run[data-status="succeeded"]').wait_for()
     assert await page.inner_text("#tryit-output") == "sent 'Hello' to ann@example.com"
+
+
+async def test_a_schema_the_form_cannot_express_is_tried_as_json(
+        open_page: Any, server: Server) -> None:
+    admin = await open_page(user="alice")
+    await import_tools(admin, [{"name": "tryit_either", "description": "Either", "input_schema": {
+        "type": "object", "required": ["value"],
+        "properties": {"value": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}}}],
+        "mock", json.dumps({"template": True, "result": "Got {value}"}))
+    page = await open_page(user="bob")
+    problems = Problems(page)
+    await page.goto("/tools/tryit_either/")
+    assert await page.inner_text("#tryit-no-form") == (
+        "The form cannot show this tool's schema (/properties/value: oneOf has no form): "
+        "edit the arguments as JSON.")
+    assert await page.is_hidden("#tryit-modes")
+    assert await page.is_visible("#tryit-json")
+    await page.fill("#tryit-json", '{"value": true}')
+    await page.locator("#tryit-live li[data-pointer='/value']").wait_for()
+    await page.fill("#tryit-json", '{"value": 7}')
+    await run_and_wait(page)
+    assert await page.inner_text("#tryit-output") == "Got 7"
+    assert problems.seen == []

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
+from django.utils import timezone
 
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall, ToolRegistration
 from tools_app.runs import rerun, tasks, tryit
@@ -190,20 +192,28 @@ def test_a_result_panel_is_only_for_the_users_own_try_it_runs_of_that_tool(
     assert bob_client.get(f"/tools/calculator/try/{run.pk}/").status_code == 404
 
 
+@pytest.mark.both  # JSON key lookups: SQLite's json_extract, PostgreSQL's jsonb
 def test_recent_inputs_are_the_users_own_distinct_argument_sets_newest_first(
         bob: AbstractUser, bob_client: Client, charlie: AbstractUser,
         echo: ToolRegistration) -> None:
+    made: list[Run] = []
     for city in ("A", "B", "A"):
-        try_it(bob_client, "echo", {"city": city, "tags": ["x"]}, **HTMX)
-    try_it(bob_client, "echo", {"tags": ["x"], "city": "B"}, **HTMX)  # B again, reordered
-    tryit.tryit_create(user=charlie, tool=echo, arguments={"city": "C"})
-    assert tryit.recent_arguments(bob, "echo") == [{"tags": ["x"], "city": "B"},
-                                                   {"city": "A", "tags": ["x"]}]
-    for index in range(12):
-        tryit.tryit_create(user=bob, tool=echo, arguments={"city": f"n{index}"})
+        made.append(run_of(try_it(bob_client, "echo", {"city": city, "tags": ["x"]}, **HTMX)))
+    # B again, its keys in another order
+    made.append(run_of(try_it(bob_client, "echo", {"tags": ["x"], "city": "B"}, **HTMX)))
+    made.append(tryit.tryit_create(user=charlie, tool=echo, arguments={"city": "C"}))
+    made += [tryit.tryit_create(user=bob, tool=echo, arguments={"city": f"n{index}"})
+             for index in range(12)]
+    start = timezone.now() - timedelta(hours=1)
+    for order, run in enumerate(made):  # distinct, known creation times
+        Run.objects.filter(pk=run.pk).update(created_at=start + timedelta(seconds=order))
     recent = tryit.recent_arguments(bob, "echo")
+    assert recent == [{"city": f"n{index}"} for index in range(11, 1, -1)]
     assert len(recent) == tryit.RECENT_LIMIT
-    assert recent[0] == {"city": "n11"}
+    assert tryit.recent_arguments(bob, "echo", limit=14)[-2:] == [
+        {"tags": ["x"], "city": "B"}, {"city": "A", "tags": ["x"]}]
+    assert tryit.recent_arguments(charlie, "echo") == [{"city": "C"}]
+    assert tryit.recent_arguments(bob, "calculator") == []
 
     page = bob_client.get("/tools/echo/").content.decode()
     refill = Tree(page).by_id("tryit-recent")
