@@ -390,6 +390,14 @@
       }
       (tree && !fields.hidden ? fields : area).scrollIntoView({ block: "nearest" });
     });
+    // A try refused for the tool's sake (disabled, a broken schema: 409) says why in
+    // the panel too; the page's htmx config swaps only 2xx and 400 answers.
+    document.body.addEventListener("htmx:beforeSwap", function (evt) {
+      if (evt.detail.xhr.status === 409 && evt.detail.target.id === "tryit-result") {
+        evt.detail.shouldSwap = true;
+        evt.detail.isError = false;
+      }
+    });
     document.body.addEventListener("htmx:afterSettle", function (evt) {
       var problems = document.getElementById("tryit-problems");
       if (problems && evt.target.id === "tryit-result") { showProblems(problems); }

@@ -278,4 +278,15 @@ async def test_a_schema_the_form_cannot_express_is_tried_as_json(
     await page.fill("#tryit-json", '{"value": 7}')
     await run_and_wait(page)
     assert await page.inner_text("#tryit-output") == "Got 7"
+
+    # Disabled by staff meanwhile: the next try is refused, saying why.
+    await admin.goto("/admin/tools_app/toolregistration/?q=tryit_either")
+    await admin.click("#result_list a:text-is('tryit_either')")
+    await admin.uncheck("input[name=enabled]")
+    await admin.click("input[name=_save]")
+    await admin.wait_for_selector(".messagelist .success")
+    await page.click("#tryit-submit")
+    refused = page.locator("#tryit-problems")
+    await refused.wait_for()
+    assert "The tool tryit_either is disabled: it cannot be tried" in await refused.inner_text()
     assert problems.seen == []

@@ -309,3 +309,13 @@ def test_arguments_are_checked_as_the_user_types(bob_client: Client,
     assert not Run.objects.exists()  # nothing is stored or run
     assert bob_client.post("/tools/nothing/check-arguments/", b"{}",
                            content_type="text/plain").status_code == 404
+
+
+def test_a_tool_whose_schema_points_at_nothing_cannot_be_tried(
+        bob_client: Client, policy: ErrorPolicy) -> None:
+    registration("dangling", "mock", {"type": "object", "properties": {
+        "x": {"$ref": "#/$defs/Missing"}}}, config={"result": "ok"})
+    response = try_it(bob_client, "dangling", {"x": 1}, **HTMX)
+    assert response.status_code == 409
+    assert "unresolvable reference" in response.content.decode()
+    assert not Run.objects.exists()

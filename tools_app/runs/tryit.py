@@ -19,7 +19,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
-from ..engine import ChatRequestParameters, ToolArgumentsError, UserMessage
+from ..engine import ChatRequestParameters, ToolArgumentsError, ToolExecutionError, UserMessage
 from ..engine.arguments import schema_validator, validate_against_schema
 from ..models import ModelEndpoint, ProviderKind, Run, ToolCall, ToolRegistration
 from .breakpoints import checked_breakpoints
@@ -87,6 +87,8 @@ def checked_arguments(tool: ToolRegistration, arguments: Any) -> dict[str, Any]:
         problems = [{"pointer": e["pointer"], "message": e["msg"]} for e in exc.errors or []]
         raise TryItError("The arguments do not match the tool's schema",
                          problems=problems) from exc
+    except ToolExecutionError as exc:  # the tool's own schema is broken, not the input
+        raise TryItError(str(exc), status=409) from exc
 
 
 def tryit_create(*, user: AbstractBaseUser | AnonymousUser, tool: ToolRegistration,
