@@ -1,8 +1,9 @@
 // "Try it" on a tool page. The server turned the tool's JSON schema into a field tree
 // (#tryit-schema, json_script: tools/schema_form.py); this draws it as a form, keeps the
 // form and the raw JSON editor (#tryit-json, the field that is submitted) in sync both
-// ways, refills both from a recent input, and shows the server's problems at the fields
-// they concern (by JSON pointer). Schema text and values only ever reach the page as
+// ways, refills both from a recent input, checks the arguments with the server as the
+// user types (check-arguments) and shows the problems at the fields they concern (by
+// JSON pointer). Schema text and values only ever reach the page as
 // textContent or attribute values, never as HTML. No inline scripts: the CSP forbids them.
 //
 // Empty fields: an empty text or number field leaves its argument out (a required one

@@ -54,10 +54,6 @@ class TryItOutcome:
     run: Run
     call: ToolCall | None
 
-    @property
-    def finished(self) -> bool:
-        return self.run.is_terminal
-
 
 def parse_arguments_text(text: str) -> Any:
     """The arguments as typed (JSON text); a TryItError says where the JSON broke."""

@@ -11,7 +11,7 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from ..models import RunStatus, ToolRegistration
+from ..models import ToolRegistration
 from ..runs import selectors
 from ..runs.tryit import (
     TryItError,
@@ -69,7 +69,7 @@ def tool_try_result(request: AuthenticatedHttpRequest, name: str, run_id: Any) -
     if run is None or not is_tryit_of(run, name):
         raise Http404("No such try-it run")
     return render(request, "tools_app/_tryit_result.html", {
-        "name": name, "outcome": tryit_outcome(run), "waiting": RunStatus.WAITING})
+        "name": name, "outcome": tryit_outcome(run)})
 
 
 @require_POST
