@@ -302,8 +302,7 @@
     });
   }
 
-  function check() {
-    var ticket = ++checkTicket;
+  function check(ticket) {
     var form = document.getElementById("tryit-form");
     var csrf = form.querySelector("input[name=csrfmiddlewaretoken]");
     fetch(form.dataset.checkUrl, {
@@ -320,9 +319,11 @@
     });
   }
 
+  // Every edit makes the answers to earlier checks stale, even those on their way.
   function scheduleCheck() {
+    var ticket = ++checkTicket;
     clearTimeout(checkTimer);
-    checkTimer = setTimeout(check, 250);
+    checkTimer = setTimeout(function () { check(ticket); }, 250);
   }
 
   function showProblems(container) {
@@ -333,6 +334,7 @@
     submitted = byPointer(problems);
     touched = {};
     live = {};
+    checkTicket += 1;  // a check still on its way predates this answer
     if (root) { render(); }
   }
 
@@ -349,7 +351,10 @@
       setMode(syncFromJson() ? "form" : "json");
       function edited(evt) {
         var field = evt.target.closest ? evt.target.closest(".tf") : null;
-        if (field) { touched[field.dataset.pointer] = true; }
+        if (field) {
+          touched[field.dataset.pointer] = true;
+          delete live[field.dataset.pointer];  // said of the value before this edit
+        }
         changed();
         render();
       }
@@ -381,6 +386,7 @@
       var button = evt.target.closest ? evt.target.closest("button.tryit-refill") : null;
       if (!button) { return; }
       area.value = button.dataset.arguments;
+      checkTicket += 1;
       submitted = {};
       touched = {};
       live = {};
