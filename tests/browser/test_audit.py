@@ -20,9 +20,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
 FAILING_AND_SLOW = "Scripted: failing + slow tools"
 SCREENSHOTS = os.environ.get("AGENTFORGE_SCREENSHOTS") == "1"
-# What a payload would create, minus the calls page's own filter form (htmx attributes).
+# What a payload would create, minus the calls page's own filter form and a tool page's
+# Try it form (htmx attributes) and its schema's field tree (json_script: data).
 OWN_HTMX_EXCEPTED = INJECTED.replace("[hx-get]", "[hx-get]:not(#call-filters)").replace(
-    "[hx-trigger]", "[hx-trigger]:not(#call-filters)")
+    "[hx-trigger]", "[hx-trigger]:not(#call-filters)").replace(
+    "[hx-post]", "[hx-post]:not(#tryit-form)").replace(
+    "script:not([src])", "script:not([src]):not(#tryit-schema[type='application/json'])")
 
 
 def screenshot_path(server: Server, name: str) -> str:

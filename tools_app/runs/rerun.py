@@ -127,6 +127,9 @@ def _check_imported(snapshot: dict[str, Any], mode: RerunMode,
 
 def _current_snapshot(run: Run) -> dict[str, Any]:
     old = run.snapshot
+    if "tryit" in old:  # its model is built in: no endpoint's current configuration
+        raise RerunError("a try-it run has no endpoint to take the current configuration "
+                         "from: rerun it as it was, or try the tool again from its page")
     if run.endpoint is None:
         raise RerunError(f"the endpoint {old['endpoint']['name']!r} no longer exists: rerun "
                          "the run as it was, or start a new one")

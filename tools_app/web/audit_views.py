@@ -30,6 +30,7 @@ from ..runs.filters import FilterError
 from ..runs.tool_stats import tool_stats
 from .charts import calls_chart
 from .export import calls_export_response
+from .tryit_form import tryit_context
 from .views import AuthenticatedHttpRequest
 
 CALLS_PAGE_SIZE = 50
@@ -84,6 +85,12 @@ def tools_index(request: AuthenticatedHttpRequest) -> HttpResponse:
 @require_GET
 @login_required
 def tool_detail(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
+    context = tool_page_context(request, name)
+    return render(request, "tools_app/tool_detail.html",
+                  context | tryit_context(request.user, context["registration"]))
+
+
+def tool_page_context(request: AuthenticatedHttpRequest, name: str) -> dict[str, Any]:
     """A tool's statistics over the calls this user may see, and its versions. A name
     with no registration has a page only if the user's calls used it (hallucinated)."""
     registration = ToolRegistration.objects.filter(name=name).first()
@@ -91,14 +98,14 @@ def tool_detail(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
     if registration is None and not calls.exists():
         raise Http404("No such tool")
     stats = tool_stats(calls)
-    return render(request, "tools_app/tool_detail.html", {
+    return {
         "name": name, "registration": registration, "stats": stats,
         "chart": calls_chart(stats.buckets, stats.bucket_unit),
         "recent": [(call, STATE_NAMES.get(call.state, call.state))
                    for call in call_rows(calls).order_by("-pk")[:RECENT_CALLS]],
         "versions": versions_of(registration) if registration else [],
         "percentiles": list(stats.percentiles.items()),
-    })
+    }
 
 
 @require_GET

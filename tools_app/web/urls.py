@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from . import api, api_calls, api_reexec, audit_views, reexec_views, views
+from . import api, api_calls, api_reexec, api_tryit, audit_views, reexec_views, tryit_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -34,6 +34,11 @@ urlpatterns = [
     re_path(r"^calls/export\.(?P<fmt>csv|jsonl)$", audit_views.calls_export, name="calls_export"),
     path("tools/", audit_views.tools_index, name="tool_index"),
     # A path converter: names models called (hallucinated ones) may hold any character.
+    path("tools/<path:name>/try/", tryit_views.tool_try, name="tool_try"),
+    path("tools/<path:name>/check-arguments/", tryit_views.tool_check_arguments,
+         name="tool_check_arguments"),
+    path("tools/<path:name>/try/<uuid:run_id>/", tryit_views.tool_try_result,
+         name="tool_try_result"),
     path("tools/<path:name>/diff/", audit_views.tool_diff, name="tool_diff"),
     path("tools/<path:name>/", audit_views.tool_detail, name="tool_detail"),
     path("endpoints/", views.endpoint_list, name="endpoint_list"),
@@ -43,6 +48,7 @@ urlpatterns = [
     path("api/calls", api_calls.calls, name="api_calls"),
     re_path(r"^api/calls/export\.(?P<fmt>csv|jsonl)$", api_calls.calls_export,
             name="api_calls_export"),
+    path("api/tools/<str:name>/try", api_tryit.tool_try, name="api_tool_try"),
     path("api/runs/compare", api.run_compare, name="api_run_compare"),
     path("api/runs/<uuid:run_id>", api.run_detail, name="api_run_detail"),
     path("api/runs/<uuid:run_id>/events", api.run_events, name="api_run_events"),
