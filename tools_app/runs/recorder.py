@@ -50,6 +50,9 @@ class RunRecorder:
         self.before_round: Any = None  # an async hook the runner uses as a checkpoint
         self._round_ids: dict[int, int] = {}  # round index -> Round pk, once committed
         self._streams = StreamRedactor(secrets)
+        # Round index -> the text it streamed so far, as shown (redacted): what a round
+        # the run ends before its response keeps (runner -> lifecycle.finish).
+        self.streamed: dict[int, str] = {}
 
     async def __call__(self, event: Any) -> None:
         if isinstance(event, RoundStarted) and self.before_round is not None:
@@ -78,11 +81,18 @@ class RunRecorder:
         if isinstance(event, PartialText):
             data["delta"] = self._streams.feed(("text", event.round_index), event.delta)
             shown = bool(data["delta"])
+            self._keep_streamed(event.round_index, data["delta"])
         else:
             data["arguments_delta"] = self._streams.feed(
                 ("call", event.round_index, event.index), event.arguments_delta)
             shown = bool(data["arguments_delta"] or event.id or event.name)
         return clean_json(redact(data, self.secrets)) if shown else None
+
+    def _keep_streamed(self, round_index: int | None, delta: str) -> None:
+        index = round_index or 0
+        if index not in self.streamed:
+            self.streamed.clear()  # an earlier round has its response stored by now
+        self.streamed[index] = self.streamed.get(index, "") + delta
 
     def record(self, event: Any, payload: dict[str, Any]) -> int:
         with transaction.atomic():
@@ -122,7 +132,7 @@ class RunRecorder:
 
     def on_wire_response(self, event: ProviderWireResponse, payload: dict[str, Any]) -> None:
         Round.objects.filter(run_id=self.run_id, index=event.round_index or 0).update(
-            response_json=payload["body"])
+            response_json=payload["body"], raw_stream=clean_text(payload.get("raw_stream")))
 
     def on_attempt(self, event: ProviderAttempt, payload: dict[str, Any]) -> None:
         round_ = self._round(event.round_index)

@@ -139,6 +139,7 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
         message["inherited"] = bool(fork) and index < fork["inherited"]
     return render(request, "tools_app/run_detail.html",
                   {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq,
+                   "header": selectors.header_view(run),
                    "conversation": conversation, "fork": fork,
                    "divergences": selectors.replay_divergences(run),
                    "whole_conversation": any(m["role"] in ("assistant", "tool")
