@@ -10,6 +10,7 @@ broadcast, and the stored model response supersedes them.
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -72,6 +73,10 @@ class RunRecorder:
 
     def _payload(self, event: Any) -> dict[str, Any]:
         data = event.model_dump(mode="json")
+        if data.get("raw_stream") and _mentions_secret(data.get("body"), self.secrets):
+            # The stream carried a secret in pieces (one per event, each harmless alone,
+            # whole when read together), which redacting line by line cannot catch.
+            data["raw_stream"] = RAW_STREAM_WITHHELD
         return clean_json(redact(data, self.secrets))  # type: ignore[no-any-return]
 
     def _fragment(self, event: PartialText | PartialToolCall) -> dict[str, Any] | None:
@@ -202,6 +207,18 @@ class RunRecorder:
     def _calls(self, event: ToolCallStarted | ToolCallFinished) -> Any:
         return ToolCall.objects.filter(run_id=self.run_id, round__index=event.round_index or 0,
                                        call_id=fit_column(ToolCall, "call_id", event.call_id))
+
+
+RAW_STREAM_WITHHELD = ("(The raw stream is not shown: the response carried a credential, "
+                       "which its events split into pieces. The assembled response above "
+                       "is shown redacted.)")
+
+
+def _mentions_secret(body: Any, secrets: tuple[str, ...]) -> bool:
+    if not secrets:
+        return False
+    text = json.dumps(body, ensure_ascii=False)
+    return any(secret in text for secret in secrets)
 
 
 def _parsed_or_none(request: Any) -> Any:
