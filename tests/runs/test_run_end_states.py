@@ -8,10 +8,23 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.utils import timezone
 
 from tools_app.fake_llm import BackgroundServer
-from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
+from tools_app.models import (
+    ErrorPolicy,
+    ModelEndpoint,
+    Round,
+    Run,
+    RunEvent,
+    RunStatus,
+    ToolCall,
+    ToolRegistration,
+)
 from tools_app.runs import recorder
+from tools_app.runs.leases import claim
+from tools_app.runs.lifecycle import finish
 from tools_app.runs.services import run_cancel
 
 from .support import calls, execute, fake_llm_server, rounds, start
@@ -111,3 +124,36 @@ def test_a_run_stopped_by_a_call_cancels_the_sibling_still_running(
     assert states == {"wait_here": "cancelled", "always_fails": "execution_error"}
     sibling = next(c for c in calls(run) if c.tool_name == "wait_here")
     assert sibling.finished_at is not None  # its bar stops
+
+
+@pytest.mark.parametrize(("end", "round_state"), [
+    (RunStatus.FAILED, "failed"), (RunStatus.CANCELLED, "cancelled"),
+    (RunStatus.SUCCEEDED, "failed")])
+def test_the_end_of_a_run_closes_every_call_and_round_left_in_flight(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy, end: RunStatus, round_state: str,
+) -> None:
+    """Whatever way the engine stopped (a stop-the-run error raised while a sibling's
+    cancellation was still being recorded, a cancel, a crash), the finishing move leaves
+    no call started or proposed and no round requested."""
+    run = start(weather_endpoint, [demo_tools["get_weather"]], policy)
+    token = claim(str(run.pk), "worker-1")
+    assert token is not None
+    answered = Round.objects.create(run=run, index=0, status="responded")
+    asked = Round.objects.create(run=run, index=1, status="requested")
+    now = timezone.now()
+    for n, state in enumerate(["execution_error", "started", "proposed"]):
+        ToolCall.objects.create(run=run, round=answered, call_index=n, call_id=f"c{n}",
+                                tool_name="get_weather", state=state, started_at=now)
+
+    with transaction.atomic():
+        seq = finish(str(run.pk), token, end, {}, {1: "partial answer", 0: "stale"})
+
+    assert [c.state for c in calls(run)] == ["execution_error", "cancelled", "cancelled"]
+    assert calls(run)[1].finished_at is not None  # the started one's bar stops
+    asked.refresh_from_db()
+    assert (asked.status, asked.ai_text) == (round_state, "partial answer")
+    answered.refresh_from_db()
+    assert (answered.status, answered.ai_text) == ("responded", None)
+    # The run's last event names its last round, so live viewers see it re-rendered.
+    assert RunEvent.objects.get(run=run, seq=seq).payload["round_index"] == 1
