@@ -86,6 +86,32 @@ def tools_for_playground() -> QuerySet[ToolRegistration]:
     return ToolRegistration.objects.filter(enabled=True).order_by("name")
 
 
+# The demo endpoint a fresh install's playground starts on (seed_demo creates it): the
+# first endpoint by name would be a demo made to fail ("bad arguments").
+PLAYGROUND_DEFAULT_ENDPOINT = "Scripted: weather in parallel"
+
+
+def playground_default_endpoint() -> ModelEndpoint | None:
+    preferred = ModelEndpoint.objects.filter(name=PLAYGROUND_DEFAULT_ENDPOINT).first()
+    return preferred or endpoints_for_playground().first()
+
+
+def tools_a_script_calls(endpoint: ModelEndpoint) -> list[str]:
+    """The ids of the enabled tools a scripted endpoint's script calls: without them
+    its run would only meet "unknown tool" errors."""
+    if endpoint.kind != "scripted" or not isinstance(endpoint.script, list):
+        return []
+    names = {call.get("name") for step in endpoint.script if isinstance(step, dict)
+             for call in step.get("tool_calls") or () if isinstance(call, dict)}
+    return [str(pk) for pk in tools_for_playground().filter(name__in=names).values_list(
+        "pk", flat=True)]
+
+
+def scripted_endpoint_ids() -> list[str]:
+    return [str(pk) for pk in ModelEndpoint.objects.filter(kind="scripted").values_list(
+        "pk", flat=True)]
+
+
 def policies() -> QuerySet[ErrorPolicy]:
     return ErrorPolicy.objects.order_by("-is_default", "name")
 

@@ -79,6 +79,7 @@ def playground(request: AuthenticatedHttpRequest) -> HttpResponse:
         form = PlaygroundForm(initial=_remembered(request))
     return render(request, "tools_app/playground.html",
                   {"form": form, "endpoints": selectors.endpoints_for_playground(),
+                   "scripted_ids": selectors.scripted_endpoint_ids(),
                    "may_probe": may_probe(request.user)})
 
 
@@ -118,8 +119,11 @@ def _remembered(request: AuthenticatedHttpRequest) -> dict[str, Any]:
     if state is not None:
         return dict(state.data)
     policy = selectors.default_policy()
+    endpoint = selectors.playground_default_endpoint()
     return {"policy": policy.pk if policy else None, "parallel": True, "tool_choice": "auto",
             "input_mode": "simple",
+            "endpoint": str(endpoint.pk) if endpoint else None,
+            "tools": selectors.tools_a_script_calls(endpoint) if endpoint else [],
             "user_message": "What's the weather in Hangzhou and in Paris?"}
 
 
@@ -433,4 +437,8 @@ def endpoint_probe(request: AuthenticatedHttpRequest, endpoint_id: Any) -> HttpR
         return _endpoint_list_page(request, status=429)
     enqueue_probe(str(endpoint.pk))
     messages.info(request, f"Probing {endpoint.name}; reload in a few seconds for the report.")
+    # Back where the probe was asked for (only these two pages: no open redirect); the
+    # playground's script restores the draft it saved before the probe left the page.
+    if request.POST.get("back") == "playground":
+        return redirect("playground")
     return redirect("endpoint_list")
