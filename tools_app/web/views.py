@@ -154,8 +154,17 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
 @login_required
 def run_cancel(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = services.run_cancel(run=_run_for_user(request, run_id))
-    messages.info(request, f"Run {run.status}")
+    messages.info(request, _cancel_text(run))
     return redirect("run_detail", run_id=run.pk)
+
+
+def _cancel_text(run: Run) -> str:
+    """The confirmation the run page shows after its Cancel button."""
+    if run.status == RunStatus.CANCELLED:
+        return "Run cancelled."
+    if run.is_terminal:
+        return f"The run had already ended ({run.get_status_display().lower()})."
+    return "Cancel requested: the run stops at its next step (this page follows it)."
 
 
 @require_POST
