@@ -95,7 +95,8 @@ async def test_a_rounds_calls_share_a_time_axis_and_a_running_call_ticks(
     assert names == ["always_fails", "slow_tool", "calculator"]
     widths = [int(await rows.nth(i).locator("rect").get_attribute("width") or "0")
               for i in range(3)]
-    assert widths[1] == max(widths) and widths[1] > 900  # slow_tool spans the round
+    assert widths[1] == max(widths)
+    assert widths[1] > 900  # slow_tool spans the round
     starts = [int(await rows.nth(i).locator("rect").get_attribute("x") or "-1")
               for i in range(3)]
     assert all(0 <= x < 100 for x in starts), starts  # parallel: they started together
@@ -103,7 +104,8 @@ async def test_a_rounds_calls_share_a_time_axis_and_a_running_call_ticks(
     assert failed_fill == ERROR_RED
     # A row links to its lane.
     await rows.nth(0).locator("a").click()
-    assert page.url.endswith(f"#{await page.locator('#round-0 article.lane').first.get_attribute('id')}")
+    first_lane = await page.locator("#round-0 article.lane").first.get_attribute("id")
+    assert page.url.endswith(f"#{first_lane}")
     await shot(page, "timeline-axis.png", "#round-0")
 
 
