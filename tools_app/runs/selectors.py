@@ -312,8 +312,9 @@ def _call_views(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict
 
 
 def _axis(span: float, starts: list[Any]) -> dict[str, Any]:
-    """The scale drawn above a round's bars: five evenly spaced labels, 0 to the span."""
-    if not starts:
+    """The scale drawn above a round's bars: five evenly spaced labels, 0 to the span.
+    None for fewer than two calls that started: there is nothing to compare."""
+    if len(starts) < 2:
         return {"ticks": []}
     return {"ticks": [format_ms(span * 1000 * n / 4) for n in range(5)],
             "span_text": format_ms(span * 1000)}
