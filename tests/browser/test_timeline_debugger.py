@@ -201,3 +201,32 @@ async def test_the_raw_view_shows_the_event_stream_beside_the_response(
     response = page.locator("#round-0 .wire-grid > div").nth(1)
     assert "Streamed <b>whole</b>." in await response.inner_text()
     await shot(page, "timeline-raw-stream.png", "#round-0")
+
+
+async def test_the_playground_notes_scripted_endpoints_and_keeps_its_draft_over_a_probe(
+    open_page: Any, fake_provider: BackgroundServer,
+) -> None:
+    page = await open_page(user="alice")
+    await page.goto("/playground/")
+    note = page.locator("#scripted-note")
+    await page.select_option("select[name=endpoint]", label=SLOW_STREAM)
+    assert await note.is_hidden()
+    await page.select_option("select[name=endpoint]", label=FAILING_AND_SLOW)
+    assert await note.is_visible()
+    assert "ignores your messages" in await note.inner_text()
+
+    await page.check("input[name=input_mode][value=simple]")
+    await page.fill("textarea[name=user_message]", "A draft <i>not</i> to lose")
+    await page.locator("input[name=parallel]").set_checked(False)
+    probe = page.locator("table.probe-summary tr", has_text=FAILING_AND_SLOW).locator(
+        "button")
+    async with page.expect_navigation():
+        await probe.click()
+    assert page.url.endswith("/playground/")
+    assert "Probing" in await page.locator(".messages").inner_text()
+    assert await page.input_value("textarea[name=user_message]") == "A draft <i>not</i> to lose"
+    assert await page.locator("input[name=parallel]").is_checked() is False
+    selected = await page.eval_on_selector("select[name=endpoint]",
+                                           "s => s.options[s.selectedIndex].text")
+    assert selected == FAILING_AND_SLOW
+    assert await note.is_visible()

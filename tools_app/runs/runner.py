@@ -198,7 +198,7 @@ def _wall_ms(run_id: str, started: float) -> float:
 
 
 def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any],
-            streamed: dict[int, str]) -> int:
+            streamed: dict[int, str] | None = None) -> int:
     with transaction.atomic():
         if status == RunStatus.WAITING:
             return wait(run_id, token, fields)
