@@ -16,7 +16,7 @@ from tools_app.fake_llm.app import FakeLLMApp
 from tools_app.fake_llm.script import ScriptSet
 
 from .support import Server, assert_equals_reload, start_run, status, wait_status
-from .world import STREAMING_ENDPOINTS
+from .world import LONG_ENDPOINT, STREAMING_ENDPOINTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
@@ -230,3 +230,28 @@ async def test_the_playground_notes_scripted_endpoints_and_keeps_its_draft_over_
                                            "s => s.options[s.selectedIndex].text")
     assert selected == FAILING_AND_SLOW
     assert await note.is_visible()
+
+
+async def test_a_run_stopped_by_its_round_cap_shows_the_calls_it_never_ran_live(
+    open_page: Any,
+) -> None:
+    page = await open_page(user="alice", record=True)
+    await page.context.add_init_script(COUNTS_JS)
+    await start_run(page, endpoint=LONG_ENDPOINT, tools=["slow_tool"], message="Go",
+                    system_prompt="", policy="Default", tool_choice="auto", parallel=False,
+                    max_rounds="1")
+    assert await wait_status(page, "failed") == "failed"
+
+    unexecuted = page.locator('#round-1 article.lane[data-state="not_executed"]')
+    await unexecuted.wait_for()  # brought by the batch that ended the run
+    assert await unexecuted.locator(".badge").inner_text() == "Not executed"
+    settings = page.locator("#run-settings")
+    assert await settings.locator('[data-setting="Max rounds"] dd').inner_text() \
+        == "1 (this run)"
+    assert await settings.locator('[data-setting="Parallel calls"] dd').inner_text() \
+        == "off (this run)"
+    counts = await page.evaluate("window.__counts")
+    assert [c for c in counts if c[0] != c[1]] == []
+    assert counts[-1] == [2, 2]
+    await shot(page, "timeline-not-executed.png", "#timeline")
+    await assert_equals_reload(page)
