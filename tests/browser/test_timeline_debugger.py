@@ -80,7 +80,7 @@ async def test_a_rounds_calls_share_a_time_axis_and_a_running_call_ticks(
         """first => {
           const el = document.querySelector(
             '#round-0 article.lane[data-state="started"] .elapsed[data-ticking]');
-          return el === null || el.textContent !== first;
+          return el !== null && el.textContent !== first;
         }""", arg=first)
     await shot(page, "timeline-running.png", "#round-0")
 
