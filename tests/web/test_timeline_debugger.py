@@ -68,6 +68,7 @@ def test_calls_a_capped_run_never_executed_are_shown_as_not_executed(
     assert shown[1:] == [("round-1-unexecuted-0", "not_executed"),
                          ("round-1-unexecuted-1", "not_executed")]
     assert page.count(">Not executed<") == 2
+    assert "2 calls not executed" in page  # on the round's head
     assert "2+2" in page
     assert_inert(page, scripts=STATIC_SCRIPTS)
     header = render_header(run)
