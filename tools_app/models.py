@@ -450,6 +450,9 @@ class Round(models.Model):
     status = models.CharField(max_length=16, default="requested")
     request_json = models.JSONField(null=True, blank=True, help_text="Wire request, redacted.")
     response_json = models.JSONField(null=True, blank=True, help_text="Wire response.")
+    raw_stream = models.TextField(
+        null=True, blank=True,
+        help_text="A streamed response's event-stream lines as they arrived (redacted, capped).")
     response = models.JSONField(
         null=True, blank=True, help_text="The parsed ChatResponse (used to resume)."
     )

@@ -86,6 +86,25 @@
     if (!isTerminal()) { showState("reconnecting"); }
   });
 
+  // A running call's elapsed time ticks on between updates: the server rendered how long
+  // it had run; this adds the time since the element appeared here (the viewer's clock
+  // only measures an interval, so clock skew with the server does not matter).
+  function formatMs(ms) {
+    if (ms >= 1000) { return (ms / 1000).toFixed(2) + " s"; }
+    return ms >= 10 ? Math.round(ms) + " ms" : ms.toFixed(1) + " ms";
+  }
+
+  function tick() {
+    var now = performance.now();
+    document.querySelectorAll("[data-elapsed-ms]").forEach(function (el) {
+      if (!el.dataset.seenAt) { el.dataset.seenAt = String(now); }
+      var base = parseFloat(el.dataset.elapsedMs) || 0;
+      el.textContent = formatMs(base + now - parseFloat(el.dataset.seenAt));
+      el.dataset.ticking = "true";
+    });
+  }
+  setInterval(tick, 100);
+
   document.addEventListener("htmx:wsAfterMessage", function () {
     var root = timeline();
     if (root) { root.dataset.seq = String(lastSeq()); }

@@ -116,9 +116,9 @@ class Server:
     def ws_base(self) -> str:
         return "ws://" + urlsplit(self.base_url).netloc
 
-    def world(self, command: str) -> None:
+    def world(self, command: str, *args: str) -> None:
         """Run a `tests/browser/world.py` step against this server's database."""
-        subprocess.run([sys.executable, "-m", "tests.browser.world", command],
+        subprocess.run([sys.executable, "-m", "tests.browser.world", command, *args],
                        cwd=self.root, env=self.env, check=True, capture_output=True,
                        timeout=60)
 

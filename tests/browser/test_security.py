@@ -107,7 +107,9 @@ async def test_hostile_model_and_tool_output_is_shown_as_text(
     assert states == ["succeeded", "succeeded", "execution_error", "hallucinated",
                       "arguments_error"]
     assert ALL_PAYLOADS in await lanes.nth(2).locator(".error-box").inner_text()
-    assert "{{7*7}}" in await page.inner_text("#round-1 .ai-text")
+    # The last round's text is the final answer: shown once, in the header.
+    assert "{{7*7}}" in await page.inner_text("#final-answer")
+    assert await page.locator("#round-1 .ai-text").count() == 0
     assert await page.evaluate("window.__cspViolations") == []
 
     await assert_equals_reload(page)

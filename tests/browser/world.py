@@ -147,10 +147,28 @@ def mcp() -> None:
                                      "script": mcp_script()})
 
 
+# Endpoints of a fake provider the test process serves (tests/browser/
+# test_timeline_debugger.py): real event streams, for the raw stream view and for
+# cancelling a run mid-stream.
+STREAMING_ENDPOINTS = {"Browser: streaming, slow": "slow-text",
+                       "Browser: streaming, quick": "quick"}
+
+
+def streaming(base_url: str) -> None:
+    from tools_app.models import ModelEndpoint
+
+    for name, model in STREAMING_ENDPOINTS.items():
+        ModelEndpoint.objects.update_or_create(
+            name=name, defaults={"kind": "openai_compatible", "base_url": base_url,
+                                 "model": model, "stream": True})
+
+
 def main(argv: list[str]) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentforge_web.settings")
     django.setup()
-    {"setup": setup, "enable-xss": enable_xss, "mcp": mcp}[argv[0]]()
+    commands: dict[str, Any] = {"setup": setup, "enable-xss": enable_xss, "mcp": mcp,
+                                "streaming": streaming}
+    commands[argv[0]](*argv[1:])
 
 
 if __name__ == "__main__":

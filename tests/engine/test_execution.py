@@ -50,6 +50,17 @@ def test_invalid_json_is_an_arguments_error_naming_the_tool() -> None:
     assert isinstance(caught.value.__cause__, json.JSONDecodeError)
 
 
+@pytest.mark.parametrize(("raw", "message"), [
+    ('{"expression": "2 +', "Unterminated string starting at line 1 column 16"),
+    ('{"city": ', "Expecting value at line 1 column 9"),
+])
+def test_an_invalid_json_error_names_its_position_once(raw: str, message: str) -> None:
+    with pytest.raises(ToolArgumentsError) as caught:
+        arguments_as_map(request(raw, name="calculator"))
+    assert str(caught.value).endswith(f"are not valid JSON: {message}")
+    assert "at at" not in str(caught.value)
+
+
 @pytest.mark.parametrize("raw", ["[1, 2]", '"杭州"', "42", "true"])
 def test_json_that_is_not_an_object_is_an_arguments_error(raw: str) -> None:
     with pytest.raises(ToolArgumentsError, match="must be a JSON object"):

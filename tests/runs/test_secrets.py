@@ -12,6 +12,7 @@ import pytest
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolRegistration
 from tools_app.runs import recorder
+from tools_app.runs.recorder import RAW_STREAM_WITHHELD
 
 from .support import execute, http_server, start, stored_strings
 
@@ -239,4 +240,8 @@ def test_a_model_that_echoes_the_key_in_its_answers_never_stores_it(
     assert "[redacted]" in run.final_text
     [call] = run.tool_calls.all()
     assert "[redacted]" in call.arguments_raw
+    # The raw event stream, which splits the key into harmless-looking pieces, is not
+    # kept for a response that carried it.
+    raw = [r.raw_stream for r in run.rounds.order_by("index")]
+    assert raw == ([RAW_STREAM_WITHHELD] * 2 if stream else [None, None])
     assert leaks(run, caplog) == []

@@ -183,10 +183,14 @@ def test_a_batch_renders_only_the_rounds_its_events_touched(
 ) -> None:
     run = finished(_start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy))
     events = events_after(run.pk, 0)
-    status_only = [e for e in events if e.kind == "run_status"]
-    round_one = [e for e in events if e.payload.get("round_index") == 1]
+    status_only = [e for e in events if e.kind == "run_status"][:-1]
+    final_status = [e for e in events if e.kind == "run_status"][-1:]
+    round_one = [e for e in events if e.payload.get("round_index") == 1
+                 and e.kind != "run_status"]
 
     assert set(ROUND_RE.findall(render_updates(run.pk, marks(status_only)))) == set()
+    # The run's end re-renders its last round: the final answer moves to the header.
+    assert set(ROUND_RE.findall(render_updates(run.pk, marks(final_status)))) == {"round-1"}
     assert set(ROUND_RE.findall(render_updates(run.pk, marks(round_one)))) == {"round-1"}
     assert f'data-seq="{round_one[-1].seq}"' in render_updates(run.pk, marks(round_one))
 

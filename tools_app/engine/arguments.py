@@ -38,6 +38,13 @@ def _reject_constant(name: str) -> Any:
 _ARGUMENTS_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
+def _where(exc: json.JSONDecodeError) -> str:
+    """The decoder's message with its position. Some messages already end in "at"
+    ("Unterminated string starting at"): the position follows them directly."""
+    at = " " if exc.msg.endswith(" at") else " at "
+    return f"{exc.msg}{at}line {exc.lineno} column {exc.colno}"
+
+
 def parse_arguments(arguments: str | None, tool_name: str) -> dict[str, Any]:
     """The raw arguments JSON of a call to `tool_name` as an object."""
     raw = (arguments or "").strip()
@@ -48,8 +55,7 @@ def parse_arguments(arguments: str | None, tool_name: str) -> dict[str, Any]:
         parsed = _ARGUMENTS_DECODER.decode(raw)
     except json.JSONDecodeError as exc:
         raise ToolArgumentsError(
-            f"Arguments of tool '{tool_name}' are not valid JSON: {exc.msg} "
-            f"at line {exc.lineno} column {exc.colno}",
+            f"Arguments of tool '{tool_name}' are not valid JSON: {_where(exc)}",
             tool_name=tool_name,
         ) from exc
     except _NotJson as exc:

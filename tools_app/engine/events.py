@@ -69,13 +69,15 @@ class ProviderWireRequest(_ProviderEvent):
 
 
 class ProviderWireResponse(_ProviderEvent):
-    """The exact body received (for streams: the aggregated body)."""
+    """The exact body received (for streams: the aggregated body, and in `raw_stream`
+    the event-stream lines as they arrived, credentials redacted, capped)."""
 
     kind: Literal["provider_wire_response"] = "provider_wire_response"
     provider: str
     status: int
     body: Any
     request_id: str | None = None
+    raw_stream: str | None = None
 
 
 class ProviderAttempt(_ProviderEvent):

@@ -14,7 +14,7 @@ from typing import Any
 from django.template.loader import render_to_string
 
 from ..models import Run
-from ..runs.selectors import EventMark, round_views
+from ..runs.selectors import EventMark, header_view, round_views
 
 PAGE = "tools_app/run_detail.html"
 
@@ -27,7 +27,8 @@ def render_updates(run_id: uuid.UUID | str, events: Sequence[EventMark]) -> str:
 
 
 def render_header(run: Run) -> str:
-    return render_to_string(f"{PAGE}#header", {"run": run, "oob": True})
+    return render_to_string(f"{PAGE}#header",
+                            {"run": run, "header": header_view(run), "oob": True})
 
 
 def render_changes(run: Run, events: Sequence[EventMark]) -> str:

@@ -25,8 +25,9 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from ..models import Run, RunStatus
+from ..models import Round, Run, RunStatus, ToolCall, ToolCallState
 from .eventlog import LeaseLost, append_event, notify_after_commit
+from .storage import clean_text
 
 RUNNING, WAITING = RunStatus.RUNNING, RunStatus.WAITING
 INTERRUPTED = RunStatus.INTERRUPTED
@@ -94,11 +95,14 @@ def move_locked(run: Run, to: RunStatus, event: Mapping[str, Any] | None = None,
     after the commit. Returns the event's seq."""
     check_move(run.status, to)
     token = run.lease_token + 1
+    closed: dict[str, Any] = {}
     if to in (SUCCEEDED, FAILED, CANCELLED):
         fields.setdefault("finished_at", timezone.now())
+        closed = close_unfinished(str(run.pk), to)
     Run.objects.filter(pk=run.pk).update(status=to, lease_token=token, lease_owner="",
                                          lease_expires_at=None, **fields)
-    seq = append_event(str(run.pk), token, "run_status", {"status": to, **(event or {})})
+    seq = append_event(str(run.pk), token, "run_status",
+                       {"status": to, **(event or {}), **closed})
     if notify:
         notify_after_commit(str(run.pk), seq)
     return seq
@@ -117,13 +121,17 @@ def wait(run_id: str, token: int, event: Mapping[str, Any]) -> int:
     return seq
 
 
-def finish(run_id: str, token: int, to: RunStatus, fields: Mapping[str, Any]) -> int:
+def finish(run_id: str, token: int, to: RunStatus, fields: Mapping[str, Any],
+           streamed: Mapping[int, str] | None = None) -> int:
     """The worker's own last move of a running run (inside the caller's transaction),
     fenced by its lease token: a terminal status, or interrupted when it hands the run
-    back. Returns the event's seq; the caller notifies viewers after the commit."""
+    back. `streamed`: the (redacted) text each round streamed so far, kept on a round
+    that never got its response. Returns the event's seq; the caller notifies viewers
+    after the commit."""
     check_move(RUNNING, to)
-    seq = append_event(run_id, token, "run_status", {"status": to, **fields})
     terminal = to in (SUCCEEDED, FAILED, CANCELLED)
+    closed = close_unfinished(run_id, to, streamed) if terminal else {}
+    seq = append_event(run_id, token, "run_status", {"status": to, **fields, **closed})
     moved = Run.objects.filter(pk=run_id, lease_token=token, status=RUNNING).update(
         status=to, lease_owner="", lease_expires_at=None,
         finished_at=timezone.now() if terminal else None, **fields,
@@ -131,3 +139,33 @@ def finish(run_id: str, token: int, to: RunStatus, fields: Mapping[str, Any]) ->
     if moved != 1:  # rolls the event back with it: never an event without its move
         raise LeaseLost(f"run {run_id}: it is no longer running under token {token}")
     return seq
+
+
+# A finished run leaves nothing in flight: its unanswered round and its calls that never
+# finished end in a final state, so no badge says "requested" and no bar keeps growing.
+UNFINISHED_CALLS = (ToolCallState.PROPOSED, ToolCallState.STARTED)
+
+
+def close_unfinished(run_id: str, to: RunStatus,
+                     streamed: Mapping[int, str] | None = None) -> dict[str, Any]:
+    """End what the run left in flight (inside the caller's transaction): a round still
+    waiting for the model becomes `cancelled` or `failed` and keeps the text it streamed;
+    a call proposed or started becomes `cancelled`, its bar ending now. Returns what the
+    run_status event carries so the live timeline re-renders the round it touched."""
+    now = timezone.now()
+    round_state = "cancelled" if to == CANCELLED else "failed"
+    for round_ in Round.objects.filter(run_id=run_id, status="requested").only("pk", "index"):
+        text = clean_text((streamed or {}).get(round_.index) or None)
+        Round.objects.filter(pk=round_.pk).update(status=round_state, finished_at=now,
+                                                  ai_text=text)
+    calls = ToolCall.objects.filter(run_id=run_id, state__in=UNFINISHED_CALLS)
+    calls.filter(state=ToolCallState.STARTED).update(state=ToolCallState.CANCELLED,
+                                                     finished_at=now)
+    calls.update(state=ToolCallState.CANCELLED)
+    # One round index (the live timeline re-renders one round per event): the last one,
+    # the only one that can be in flight when a run ends, and the one whose view
+    # changes with the end (the final answer moves to the header, calls that never ran
+    # are shown).
+    last = Round.objects.filter(run_id=run_id).order_by("-index").values_list(
+        "index", flat=True).first()
+    return {"round_index": last} if last is not None else {}

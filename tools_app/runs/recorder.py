@@ -10,6 +10,7 @@ broadcast, and the stored model response supersedes them.
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +51,9 @@ class RunRecorder:
         self.before_round: Any = None  # an async hook the runner uses as a checkpoint
         self._round_ids: dict[int, int] = {}  # round index -> Round pk, once committed
         self._streams = StreamRedactor(secrets)
+        # Round index -> the text it streamed so far, as shown (redacted): what a round
+        # the run ends before its response keeps (runner -> lifecycle.finish).
+        self.streamed: dict[int, str] = {}
 
     async def __call__(self, event: Any) -> None:
         if isinstance(event, RoundStarted) and self.before_round is not None:
@@ -69,6 +73,10 @@ class RunRecorder:
 
     def _payload(self, event: Any) -> dict[str, Any]:
         data = event.model_dump(mode="json")
+        if data.get("raw_stream") and _mentions_secret(data.get("body"), self.secrets):
+            # The stream carried a secret in pieces (one per event, each harmless alone,
+            # whole when read together), which redacting line by line cannot catch.
+            data["raw_stream"] = RAW_STREAM_WITHHELD
         return clean_json(redact(data, self.secrets))  # type: ignore[no-any-return]
 
     def _fragment(self, event: PartialText | PartialToolCall) -> dict[str, Any] | None:
@@ -78,11 +86,18 @@ class RunRecorder:
         if isinstance(event, PartialText):
             data["delta"] = self._streams.feed(("text", event.round_index), event.delta)
             shown = bool(data["delta"])
+            self._keep_streamed(event.round_index, data["delta"])
         else:
             data["arguments_delta"] = self._streams.feed(
                 ("call", event.round_index, event.index), event.arguments_delta)
             shown = bool(data["arguments_delta"] or event.id or event.name)
         return clean_json(redact(data, self.secrets)) if shown else None
+
+    def _keep_streamed(self, round_index: int | None, delta: str) -> None:
+        index = round_index or 0
+        if index not in self.streamed:
+            self.streamed.clear()  # an earlier round has its response stored by now
+        self.streamed[index] = self.streamed.get(index, "") + delta
 
     def record(self, event: Any, payload: dict[str, Any]) -> int:
         with transaction.atomic():
@@ -122,7 +137,7 @@ class RunRecorder:
 
     def on_wire_response(self, event: ProviderWireResponse, payload: dict[str, Any]) -> None:
         Round.objects.filter(run_id=self.run_id, index=event.round_index or 0).update(
-            response_json=payload["body"])
+            response_json=payload["body"], raw_stream=clean_text(payload.get("raw_stream")))
 
     def on_attempt(self, event: ProviderAttempt, payload: dict[str, Any]) -> None:
         round_ = self._round(event.round_index)
@@ -192,6 +207,18 @@ class RunRecorder:
     def _calls(self, event: ToolCallStarted | ToolCallFinished) -> Any:
         return ToolCall.objects.filter(run_id=self.run_id, round__index=event.round_index or 0,
                                        call_id=fit_column(ToolCall, "call_id", event.call_id))
+
+
+RAW_STREAM_WITHHELD = ("(The raw stream is not shown: the response carried a credential, "
+                       "which its events split into pieces. The assembled response above "
+                       "is shown redacted.)")
+
+
+def _mentions_secret(body: Any, secrets: tuple[str, ...]) -> bool:
+    if not secrets:
+        return False
+    text = json.dumps(body, ensure_ascii=False)
+    return any(secret in text for secret in secrets)
 
 
 def _parsed_or_none(request: Any) -> Any:

@@ -74,22 +74,24 @@ async def execute_run(run_id: str) -> str | None:
     if token is None:
         return None
     started = time.perf_counter()
+    streamed: dict[int, str] = {}  # round index -> text streamed so far (redacted)
     try:
-        status, fields = await _drive(run_id, token)
+        status, fields = await _drive(run_id, token, streamed)
     except LeaseLost:
         logger.warning("run %s: lease lost, leaving it to its new owner", run_id)
         return None
     if status != RunStatus.WAITING:
         fields["wall_ms"] = await sync_to_async(_wall_ms)(run_id, started)
     try:
-        seq = await sync_to_async(_finish)(run_id, token, status, fields)
+        seq = await sync_to_async(_finish)(run_id, token, status, fields, streamed)
     except LeaseLost:
         return None
     await notify(run_id, {"seq": seq})
     return str(status)
 
 
-async def _drive(run_id: str, token: int) -> tuple[RunStatus, dict[str, Any]]:
+async def _drive(run_id: str, token: int,
+                 streamed: dict[int, str]) -> tuple[RunStatus, dict[str, Any]]:
     run = await sync_to_async(Run.objects.get)(pk=run_id)
     try:
         engine = engine_for_snapshot(run.snapshot)
@@ -104,6 +106,7 @@ async def _drive(run_id: str, token: int) -> tuple[RunStatus, dict[str, Any]]:
         engine.service.before_model_call = hooks.before_model_call
     recorder = RunRecorder(run_id, token, engine.secrets)
     recorder.before_round = _checkpoint
+    recorder.streamed = streamed  # kept on a round the run ends before its response
     stop = _Stop()
     chat = asyncio.ensure_future(
         engine.service.chat(engine.model, messages, snapshot_parameters(run.snapshot),
@@ -194,11 +197,12 @@ def _wall_ms(run_id: str, started: float) -> float:
     return (timezone.now() - run.started_at).total_seconds() * 1000
 
 
-def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any]) -> int:
+def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any],
+            streamed: dict[int, str] | None = None) -> int:
     with transaction.atomic():
         if status == RunStatus.WAITING:
             return wait(run_id, token, fields)
-        return finish(run_id, token, status, fields)
+        return finish(run_id, token, status, fields, streamed)
 
 
 # -- resuming from the stored history --------------------------------------------------

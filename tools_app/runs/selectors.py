@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 import pydantic_core
@@ -87,6 +87,32 @@ def tools_for_playground() -> QuerySet[ToolRegistration]:
     return ToolRegistration.objects.filter(enabled=True).order_by("name")
 
 
+# The demo endpoint a fresh install's playground starts on (seed_demo creates it): the
+# first endpoint by name would be a demo made to fail ("bad arguments").
+PLAYGROUND_DEFAULT_ENDPOINT = "Scripted: weather in parallel"
+
+
+def playground_default_endpoint() -> ModelEndpoint | None:
+    preferred = ModelEndpoint.objects.filter(name=PLAYGROUND_DEFAULT_ENDPOINT).first()
+    return preferred or endpoints_for_playground().first()
+
+
+def tools_a_script_calls(endpoint: ModelEndpoint) -> list[str]:
+    """The ids of the enabled tools a scripted endpoint's script calls: without them
+    its run would only meet "unknown tool" errors."""
+    if endpoint.kind != "scripted" or not isinstance(endpoint.script, list):
+        return []
+    names = {call.get("name") for step in endpoint.script if isinstance(step, dict)
+             for call in step.get("tool_calls") or () if isinstance(call, dict)}
+    return [str(pk) for pk in tools_for_playground().filter(name__in=names).values_list(
+        "pk", flat=True)]
+
+
+def scripted_endpoint_ids() -> list[str]:
+    return [str(pk) for pk in ModelEndpoint.objects.filter(kind="scripted").values_list(
+        "pk", flat=True)]
+
+
 def policies() -> QuerySet[ErrorPolicy]:
     return ErrorPolicy.objects.order_by("-is_default", "name")
 
@@ -142,8 +168,44 @@ def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[dict[str
     for call in calls.values("pk", "round_id", *CALL_FIELDS):
         by_round.setdefault(call["round_id"], []).append(reexecutions(approval(call)))
     added = _added_messages(run)
-    return [_round_view(r, by_round.get(r["id"], [])) | {"added_messages": added.get(
-        r["index"], [])} for r in rounds.values("id", *ROUND_FIELDS)]
+    finished = run.is_terminal
+    return [_round_view(r, by_round.get(r["id"], []), finished) | {
+        "added_messages": added.get(r["index"], []), "final": _is_final(run, r)}
+        for r in rounds.values("id", "response", *ROUND_FIELDS)]
+
+
+def _is_final(run: Run, round_: dict[str, Any]) -> bool:
+    """The round whose text is the run's final answer (shown once, in the header)."""
+    return (run.final_text is not None and round_["index"] == run.rounds_count - 1
+            and round_["ai_text"] == run.final_text)
+
+
+def unexecuted_requests(round_: Mapping[str, Any], recorded: int) -> list[dict[str, Any]]:
+    """The calls a stored response proposed past the `recorded` ones: a run that stopped
+    on its round-trip cap stores the round's response, but its calls never ran."""
+    response = round_.get("response")
+    if round_["status"] != "responded" or not isinstance(response, dict):
+        return []
+    requests = (response.get("ai_message") or {}).get("tool_execution_requests") or []
+    return [r for r in requests[recorded:] if isinstance(r, dict)]
+
+
+def _not_executed_call(round_index: int, call_index: int,
+                       request: dict[str, Any]) -> dict[str, Any]:
+    """A lane for a proposed call that never ran (no ToolCall row: nothing happened)."""
+    raw = str(request.get("arguments") or "")
+    try:
+        parsed: Any = json.loads(raw) if raw else {}
+    except ValueError:
+        parsed = None
+    return {"pk": None, "dom_id": f"round-{round_index}-unexecuted-{call_index}",
+            "call_id": str(request.get("id", "")), "tool_name": str(request.get("name", "")),
+            "state": "not_executed", "state_label": "Not executed", "duration_ms": None,
+            "attempts": 0, "arguments": parsed, "arguments_raw": raw, "error_details": None,
+            "result_text": None, "result_json": None, "is_error": False, "error_type": "",
+            "error_message": "", "handled_by": "", "stopped_run": False, "traceback": "",
+            "started_at": None, "finished_at": None, "decision": None,
+            "awaiting_decision": False, "held_at_breakpoint": False}
 
 
 def _added_messages(run: Run) -> dict[int, list[dict[str, Any]]]:
@@ -192,18 +254,24 @@ def _approval_state(run: Run) -> Any:
 
 ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_token_ms",
                 "input_tokens", "output_tokens", "attempts", "thinking", "ai_text",
-                "request_json", "response_json")
+                "request_json", "response_json", "raw_stream")
 CALL_FIELDS = ("call_id", "tool_name", "state", "duration_ms", "attempts", "arguments",
                "arguments_raw", "error_details", "result_text", "result_json", "is_error",
                "error_type", "error_message", "handled_by", "stopped_run", "traceback",
                "started_at", "finished_at")
 
 
-def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
+def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]],
+                finished: bool) -> dict[str, Any]:
     view = {name: round_[name] for name in ROUND_FIELDS}
-    view["calls"] = _call_views(calls)
+    if finished:  # while the run goes on, the rows of proposed calls are about to come
+        calls = calls + [_not_executed_call(round_["index"], len(calls) + n, request)
+                         for n, request in enumerate(unexecuted_requests(round_, len(calls)))]
+    view["calls"], view["axis"] = _call_views(calls)
+    view["not_executed"] = sum(1 for c in calls if c["state"] == "not_executed")
     view["awaiting_decisions"] = sum(1 for c in calls if c["awaiting_decision"])
     view["has_wire"] = round_["request_json"] is not None or round_["response_json"] is not None
+    view["stream"] = _stream_view(round_["raw_stream"])
     view["wire"] = [_wire_view("request", round_["request_json"]),
                     _wire_view("response", round_["response_json"])]
     return view
@@ -225,14 +293,33 @@ def _wire_view(which: str, body: Any) -> dict[str, Any]:
             "pretty": pretty[:limit], "raw": raw[:limit]}
 
 
-def _call_views(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _stream_view(raw: str | None) -> dict[str, Any] | None:
+    """A streamed response's event-stream lines as they arrived (stored redacted)."""
+    if raw is None:
+        return None
+    limit = settings.AGENTFORGE_DISPLAY_LIMIT
+    return {"text": raw[:limit], "large": len(raw) > limit, "size": len(raw)}
+
+
+def _call_views(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The round's calls on one time axis: 0 is the first call's start, the end the last
+    call's end (a running call's is now); each bar is placed by its offset on it."""
     starts = [c["started_at"] for c in calls if c["started_at"]]
     ends = [_end_of(c) for c in calls if c["started_at"]]
     origin = min(starts) if starts else None
     span = (max(ends) - origin).total_seconds() if origin and ends else 0.0
     labels = dict(ToolCallState.choices)
     limit = settings.AGENTFORGE_DISPLAY_LIMIT
-    return [_call_view(c, origin, span, labels, limit) for c in calls]
+    return [_call_view(c, origin, span, labels, limit) for c in calls], _axis(span, starts)
+
+
+def _axis(span: float, starts: list[Any]) -> dict[str, Any]:
+    """The scale drawn above a round's bars: five evenly spaced labels, 0 to the span.
+    None for fewer than two calls that started: there is nothing to compare."""
+    if len(starts) < 2:
+        return {"ticks": []}
+    return {"ticks": [format_ms(span * 1000 * n / 4) for n in range(5)],
+            "span_text": format_ms(span * 1000)}
 
 
 def _call_view(call: dict[str, Any], origin: Any, span: float, labels: dict[str, str],
@@ -244,7 +331,11 @@ def _call_view(call: dict[str, Any], origin: Any, span: float, labels: dict[str,
         raw_result = _pretty(call["result_json"])
     arguments = call["arguments"]
     return call | {
+        "dom_id": call.get("dom_id") or f"call-{call['pk']}",
         "state_label": call.get("state_label") or labels.get(call["state"], call["state"]),
+        "running": call["state"] == ToolCallState.STARTED and call["finished_at"] is None,
+        "elapsed_ms": _elapsed_ms(call),
+        "elapsed_text": format_ms(float(_elapsed_ms(call) or 0)),
         # Strings, not numbers: the template then has nothing to localize per call.
         "duration_text": format_ms(call["duration_ms"]), "bar_x": str(x), "bar_width": str(width),
         "args_text": _pretty(arguments) if arguments is not None else call["arguments_raw"],
@@ -254,6 +345,13 @@ def _call_view(call: dict[str, Any], origin: Any, span: float, labels: dict[str,
         "result_length": len(result) if result is not None else 0,
         "raw_result": raw_result,
     }
+
+
+def _elapsed_ms(call: dict[str, Any]) -> str:
+    """How long a running call has run at rendering (the page's script ticks it on)."""
+    if call["started_at"] is None or call["finished_at"] is not None:
+        return ""
+    return str(int((timezone.now() - call["started_at"]).total_seconds() * 1000))
 
 
 def _bar(call: dict[str, Any], origin: Any, span: float) -> tuple[int, int]:
@@ -296,3 +394,72 @@ def format_ms(value: float | None) -> str:
     if value >= 1000:
         return f"{value / 1000:.2f} s"
     return f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
+
+
+# -- the run header ---------------------------------------------------------------------
+
+# The policy values a run actually used, in the header's words (the snapshot holds the
+# policy with the run's own choices already applied).
+SETTING_LABELS = (("parallel", "Parallel calls"), ("max_concurrency", "At most at once"),
+                  ("max_round_trips", "Max rounds"), ("default_tool_timeout", "Tool timeout"),
+                  ("arguments_error", "Arguments errors"), ("execution_error", "Tool errors"),
+                  ("hallucinated_tool", "Unknown tools"),
+                  ("provider_max_retries", "Provider retries"))
+
+
+def header_view(run: Run) -> dict[str, Any]:
+    """What the run header shows beyond the run row: the effective settings, counts
+    taken from the same rows as the lanes (so they agree at every moment of a live run),
+    and the call that stopped the run, if one did (its error is shown in its lane)."""
+    return {"settings": effective_settings(run), "counts": _lane_counts(run),
+            "stopped_by": _stopping_call(run)}
+
+
+def effective_settings(run: Run) -> list[dict[str, Any]]:
+    policy = run.snapshot.get("policy") or {}
+    changed = set(run.snapshot.get("policy_changed") or ())
+    return [{"label": label, "value": _setting_text(name, policy[name]),
+             "changed": name in changed} for name, label in SETTING_LABELS if name in policy]
+
+
+def _setting_text(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "no limit"
+    if name == "default_tool_timeout":
+        return f"{value} s"
+    return str(value).replace("_", " ")
+
+
+def _lane_counts(run: Run) -> dict[str, int]:
+    calls = ToolCall.objects.filter(run=run)
+    rows = calls.count()
+    not_executed = _not_executed_count(run)
+    return {"calls": rows + not_executed, "not_executed": not_executed,
+            "running": calls.filter(state=ToolCallState.STARTED).count(),
+            "errors": calls.filter(is_error=True).count()}
+
+
+def _not_executed_count(run: Run) -> int:
+    """Only the last round of a finished run can hold calls that never ran."""
+    if not run.is_terminal or not run.rounds_count:
+        return 0
+    last = Round.objects.filter(run=run).order_by("-index").values(
+        "id", "index", "status", "response").first()
+    if last is None:
+        return 0
+    recorded = ToolCall.objects.filter(round_id=last["id"]).count()
+    return len(unexecuted_requests(dict(last), recorded))
+
+
+def _stopping_call(run: Run) -> dict[str, Any] | None:
+    if not run.error_type:
+        return None
+    stopping = ToolCall.objects.filter(run=run, stopped_run=True)
+    call = (stopping.order_by("round__index", "call_index")
+            .values("pk", "tool_name", "round__index", "error_type").first())
+    if call is None:
+        return None
+    return {"dom_id": f"call-{call['pk']}", "tool_name": call["tool_name"],
+            "round": call["round__index"] + 1, "error_type": call["error_type"]}

@@ -65,10 +65,14 @@ def run_create(
     snapshot = build_snapshot(endpoint=endpoint, tools=tools, policy=policy,
                               messages=messages, parameters=parameters or ChatRequestParameters())
     try:
-        snapshot["policy"] |= checked_overrides(snapshot["policy"], policy_overrides or {})
+        overrides = checked_overrides(snapshot["policy"], policy_overrides or {})
     except PolicyOverrideError as exc:
         raise RunRequestError(str(exc), field="policy_overrides",
                               problems=exc.problems) from exc
+    # Which values this run changed from its policy: the run header marks them.
+    snapshot["policy_changed"] = sorted(
+        name for name, value in overrides.items() if snapshot["policy"].get(name) != value)
+    snapshot["policy"] |= overrides
     try:  # where the run will pause (runs.breakpoints); frozen with the rest
         snapshot["breakpoints"] = checked_breakpoints(breakpoints, [t.name for t in tools])
     except BreakpointError as exc:

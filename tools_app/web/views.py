@@ -79,6 +79,7 @@ def playground(request: AuthenticatedHttpRequest) -> HttpResponse:
         form = PlaygroundForm(initial=_remembered(request))
     return render(request, "tools_app/playground.html",
                   {"form": form, "endpoints": selectors.endpoints_for_playground(),
+                   "scripted_ids": selectors.scripted_endpoint_ids(),
                    "may_probe": may_probe(request.user)})
 
 
@@ -118,8 +119,11 @@ def _remembered(request: AuthenticatedHttpRequest) -> dict[str, Any]:
     if state is not None:
         return dict(state.data)
     policy = selectors.default_policy()
+    endpoint = selectors.playground_default_endpoint()
     return {"policy": policy.pk if policy else None, "parallel": True, "tool_choice": "auto",
             "input_mode": "simple",
+            "endpoint": str(endpoint.pk) if endpoint else None,
+            "tools": selectors.tools_a_script_calls(endpoint) if endpoint else [],
             "user_message": "What's the weather in Hangzhou and in Paris?"}
 
 
@@ -139,6 +143,7 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
         message["inherited"] = bool(fork) and index < fork["inherited"]
     return render(request, "tools_app/run_detail.html",
                   {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq,
+                   "header": selectors.header_view(run),
                    "conversation": conversation, "fork": fork,
                    "divergences": selectors.replay_divergences(run),
                    "whole_conversation": any(m["role"] in ("assistant", "tool")
@@ -149,8 +154,17 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
 @login_required
 def run_cancel(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = services.run_cancel(run=_run_for_user(request, run_id))
-    messages.info(request, f"Run {run.status}")
+    messages.info(request, _cancel_text(run))
     return redirect("run_detail", run_id=run.pk)
+
+
+def _cancel_text(run: Run) -> str:
+    """The confirmation the run page shows after its Cancel button."""
+    if run.status == RunStatus.CANCELLED:
+        return "Run cancelled."
+    if run.is_terminal:
+        return f"The run had already ended ({run.get_status_display().lower()})."
+    return "Cancel requested: the run stops at its next step (this page follows it)."
 
 
 @require_POST
@@ -432,4 +446,8 @@ def endpoint_probe(request: AuthenticatedHttpRequest, endpoint_id: Any) -> HttpR
         return _endpoint_list_page(request, status=429)
     enqueue_probe(str(endpoint.pk))
     messages.info(request, f"Probing {endpoint.name}; reload in a few seconds for the report.")
+    # Back where the probe was asked for (only these two pages: no open redirect); the
+    # playground's script restores the draft it saved before the probe left the page.
+    if request.POST.get("back") == "playground":
+        return redirect("playground")
     return redirect("endpoint_list")

@@ -163,16 +163,17 @@ class WireChatModel(ABC):
 
     async def _from_stream(self, stream: EventStream) -> ChatResponse:
         data = await self.read_stream(stream)
-        return await self._parse(data, stream.status, stream.request_id)
+        return await self._parse(data, stream.status, stream.request_id, stream.raw_text())
 
     async def _from_json(self, response: JsonResponse) -> ChatResponse:
         data, request_id = self.http.decode(response)
         return await self._parse(data, response.status, request_id)
 
-    async def _parse(self, data: Any, status: int, request_id: str | None) -> ChatResponse:
+    async def _parse(self, data: Any, status: int, request_id: str | None,
+                     raw_stream: str | None = None) -> ChatResponse:
         if observed():
             await emit(ProviderWireResponse(provider=self.provider, status=status, body=data,
-                                            request_id=request_id))
+                                            request_id=request_id, raw_stream=raw_stream))
         if not isinstance(data, dict):
             raise self.invalid("the body is not a JSON object", data, request_id)
         return self.parse_response(data, request_id)

@@ -59,6 +59,8 @@ from .wire_errors import (
 logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 0.5
+# How much of a stream's raw text an observed run keeps for its wire view.
+RAW_STREAM_LIMIT = 256 * 1024
 
 # Every request is a JSON POST; the headers every request carries, before the caller's
 # (which override them). httpx decodes the encodings offered here, and only those.
@@ -307,9 +309,29 @@ class EventStream:
     attempt: int
     events_seen: int = 0
     request_id: str | None = field(init=False)
+    # The stream's lines as they arrived (redacted, capped), kept only when a run observes
+    # events: the run page shows them beside the assembled response.
+    raw_lines: list[str] | None = field(init=False, default=None)
+    raw_chars: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.request_id = request_id_from(self.response.headers)
+        if observed():
+            self.raw_lines = []
+
+    def _keep_raw(self, line: str) -> None:
+        if self.raw_lines is None or self.raw_chars > RAW_STREAM_LIMIT:
+            return
+        self.raw_chars += len(line) + 1
+        if self.raw_chars > RAW_STREAM_LIMIT:
+            self.raw_lines.append(f"… (the rest of the stream is not kept: over "
+                                  f"{RAW_STREAM_LIMIT} characters)")
+            return
+        self.raw_lines.append(self.redactor.text(line))
+
+    def raw_text(self) -> str | None:
+        """The lines kept so far, one per line, or None when none were kept."""
+        return "\n".join(self.raw_lines) if self.raw_lines is not None else None
 
     @property
     def status(self) -> int:
@@ -319,6 +341,7 @@ class EventStream:
         decoder = SseDecoder()
         try:
             async for line in self.response.aiter_lines():
+                self._keep_raw(line)
                 event = decoder.feed(line)
                 if event is not None:
                     self.events_seen += 1

@@ -12,6 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, ProviderKind
+from tools_app.runs.selectors import PLAYGROUND_DEFAULT_ENDPOINT
 from tools_app.tools.registry import ToolSyncError, sync_tools
 
 # The tool the "hallucinated tool" script calls; it must never be registered.
@@ -19,7 +20,8 @@ HALLUCINATED_TOOL = "get_stock_price"
 
 # Steps in the format of engine.providers.scripted.ScriptStep.
 DEMO_SCRIPTS: dict[str, list[dict[str, Any]]] = {
-    "Scripted: weather in parallel": [
+    # The playground's default on a fresh install: it succeeds with the default policy.
+    PLAYGROUND_DEFAULT_ENDPOINT: [
         {
             "text": "Let me check both cities at once.",
             "tool_calls": [
