@@ -1,0 +1,444 @@
+"""The product's own path: runs started with POST /api/runs, as a user starts them.
+
+A real server on loopback (daphne on a fresh database, migrated and seeded through
+`manage.py`) and the product's fake OpenAI-compatible server (`python -m
+tools_app.fake_llm`, a process of its own) as the endpoint. The endpoint's model name
+picks the fake server's built-in reply: `fake-k5-p2-l200` is 5 rounds of 2 parallel
+`get_weather` calls, then a text answer, each reply after 200 ms. So a run makes 6 model
+calls and its ideal wall time is 6 x 200 = 1,200 ms; the tool itself takes microseconds.
+
+Per scenario (1 / 20 / 50 / 100 runs started at once; 1 run is repeated for samples):
+- efficiency = ideal / the run's wall time (`Run.wall_ms`: started -> finished, as the
+  run page shows it), the median over the runs (and the worst run);
+- from emit = a RunEvent's `created_at` minus the engine event's own time (`at`): how
+  long the application takes to store what the engine reported (p50 / p95 / max over
+  every event of every run that has an `at`);
+- server CPU per round: the CPU time (user + system, from /proc) of the processes that
+  execute the runs and serve the API, divided by the rounds executed (6 per run);
+- peak memory: each process's peak resident set (VmHWM) after the scenario.
+
+Configurations: embedded (SQLite, the in-memory channel layer, the worker inside
+daphne) and scale-out (PostgreSQL, Redis, one daphne, two `manage.py db_worker
+--concurrency 50`); the scale-out one is skipped when PostgreSQL or Redis is not
+reachable on loopback. "database is locked" lines in the server logs are counted.
+
+Run: python -m benchmarks.bench_product_path [--only embedded|scaleout] [--runs 1,20,50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from benchmarks.bench_live import base_env, free_port, manage, stop
+from benchmarks.common import ROOT, percentile, write_result
+
+PYTHON = sys.executable
+DAPHNE = str(Path(PYTHON).with_name("daphne"))
+POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+BENCH_DATABASE = "agentforge_perfbench"
+REDIS_URL = "redis://127.0.0.1:6379/9"
+
+ROUNDS, PARALLEL, LATENCY_MS = 5, 2, 200
+MODEL = f"fake-k{ROUNDS}-p{PARALLEL}-l{LATENCY_MS}"
+MODEL_CALLS = ROUNDS + 1
+IDEAL_MS = MODEL_CALLS * LATENCY_MS
+ENDPOINT = "bench-product"
+TOOLS = ["get_weather"]
+SINGLE_REPEATS = 3
+WORKERS, WORKER_CONCURRENCY = 2, 50
+DEFAULT_RUNS = (1, 20, 50, 100)
+
+# Upper bounds of waits, never measured durations.
+SETUP_TIMEOUT = 60.0
+START_TIMEOUT = 40.0
+SCENARIO_TIMEOUT = 120.0
+POLL_S = 0.5
+
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+SETUP_CODE = """
+import os
+from tools_app.web.api_tokens import create_token
+from django.contrib.auth import get_user_model
+from tools_app.models import ModelEndpoint
+user = get_user_model().objects.create_user("bench", is_staff=True)
+_, token = create_token(user, "bench")
+ModelEndpoint.objects.create(name=os.environ["BENCH_ENDPOINT"], kind="openai",
+                             base_url=os.environ["BENCH_BASE_URL"],
+                             model=os.environ["BENCH_MODEL"])
+print("BENCH " + token)
+"""
+
+
+# -- processes -------------------------------------------------------------------------
+
+
+class FakeLLM:
+    """The product's fake provider in a process of its own, on a free loopback port."""
+
+    def __init__(self) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}/v1"
+        self.process = subprocess.Popen(
+            [PYTHON, "-m", "tools_app.fake_llm", "--host", "127.0.0.1", "--port", str(port),
+             "--record-limit", "0"], cwd=ROOT, stdout=subprocess.DEVNULL)
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@dataclass
+class Server:
+    base_url: str
+    token: str
+    processes: dict[str, subprocess.Popen[bytes]]
+    logs: list[Path]
+
+    def cpu(self) -> dict[str, float]:
+        return {name: cpu_seconds(p.pid) for name, p in self.processes.items()}
+
+    def peak_mb(self) -> dict[str, float]:
+        return {name: peak_rss_mb(p.pid) for name, p in self.processes.items()}
+
+    def locked_lines(self) -> int:
+        return sum(log.read_text(errors="replace").count("database is locked")
+                   for log in self.logs if log.exists())
+
+
+@contextmanager
+def serve(env: dict[str, str], workdir: Path, *, workers: int) -> Iterator[Server]:
+    fake = FakeLLM()
+    processes: dict[str, subprocess.Popen[bytes]] = {"fake_llm": fake.process}
+    logs: list[Path] = []
+    try:
+        manage(env, "migrate", "--noinput", "-v0")
+        manage(env, "seed_demo")
+        out = manage(env, "shell", "-c", SETUP_CODE, extra={
+            "BENCH_ENDPOINT": ENDPOINT, "BENCH_BASE_URL": fake.url, "BENCH_MODEL": MODEL})
+        token = next(x for x in out.splitlines() if x.startswith("BENCH ")).split()[1]
+        port = free_port()
+
+        def start(name: str, argv: list[str]) -> None:
+            log = workdir / f"{name}.log"
+            logs.append(log)
+            with log.open("wb") as out:
+                processes[name] = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out,
+                                                   stderr=subprocess.STDOUT)
+
+        start("daphne", [DAPHNE, "-b", "127.0.0.1", "-p", str(port),
+                         "agentforge_web.asgi:application"])
+        for index in range(workers):
+            start(f"db_worker{index + 1}", [
+                PYTHON, "manage.py", "db_worker", "--no-reload", "--interval", "0.05",
+                "--no-startup-delay", "--concurrency", str(WORKER_CONCURRENCY)])
+        server = Server(f"http://127.0.0.1:{port}", token,
+                        {k: v for k, v in processes.items() if k != "fake_llm"}, logs)
+        wait_until_up(server)
+        yield server
+    finally:
+        for process in processes.values():
+            stop(process)
+
+
+def wait_until_up(server: Server) -> None:
+    async def probe() -> bool:
+        async with aiohttp.ClientSession() as http:
+            try:
+                async with http.get(f"{server.base_url}/api/runs",
+                                    headers=auth(server)) as response:
+                    return response.status == 200
+            except aiohttp.ClientError:
+                return False
+
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        for name, process in server.processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited ({process.returncode})")
+        if asyncio.run(probe()):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the server did not answer within {START_TIMEOUT} s")
+
+
+def auth(server: Server) -> dict[str, str]:
+    return {"Authorization": f"Bearer {server.token}"}
+
+
+# -- one scenario ----------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    runs: int
+    walls_ms: list[float] = field(default_factory=list)
+    from_emit_ms: list[float] = field(default_factory=list)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    peak_mb: dict[str, float] = field(default_factory=dict)
+    finished: int = 0
+    failed: int = 0
+    rounds: int = 0
+    load: tuple[float, float] = (0.0, 0.0)
+
+
+async def start_run(http: aiohttp.ClientSession, server: Server) -> str:
+    body = {"endpoint": ENDPOINT, "tools": TOOLS,
+            "messages": [{"role": "user", "content": "What is the weather?"}]}
+    async with http.post(f"{server.base_url}/api/runs", json=body,
+                         headers=auth(server)) as response:
+        data = await response.json()
+        if response.status != 201:
+            raise RuntimeError(f"POST /api/runs: {response.status} {data}")
+        return str(data["id"])
+
+
+async def wait_finished(http: aiohttp.ClientSession, server: Server, run_ids: list[str],
+                        ) -> dict[str, dict[str, Any]]:
+    """Poll the runs list (one request, not one per run) until every run is finished."""
+    wanted = set(run_ids)
+    deadline = time.monotonic() + SCENARIO_TIMEOUT
+    done: dict[str, dict[str, Any]] = {}
+    while time.monotonic() < deadline and len(done) < len(wanted):
+        await asyncio.sleep(POLL_S)
+        async with http.get(f"{server.base_url}/api/runs?limit=200",
+                            headers=auth(server)) as response:
+            page = await response.json()
+        for run in page["runs"]:
+            if run["id"] in wanted and run["status"] in TERMINAL:
+                done[run["id"]] = run
+    return done
+
+
+async def emit_delays(http: aiohttp.ClientSession, server: Server, run_id: str) -> list[float]:
+    delays: list[float] = []
+    after = 0
+    for _ in range(100):
+        async with http.get(f"{server.base_url}/api/runs/{run_id}/events?after={after}",
+                            headers=auth(server)) as response:
+            data = await response.json()
+        if not data["events"]:
+            break
+        for event in data["events"]:
+            at = event["payload"].get("at")
+            if isinstance(at, int | float):
+                created = datetime.fromisoformat(event["created_at"]).timestamp()
+                delays.append((created - float(at)) * 1000)
+        after = data["last_seq"]
+    return delays
+
+
+async def scenario(server: Server, runs: int) -> Outcome:
+    outcome = Outcome(runs=runs)
+    load_before = os.getloadavg()[0]
+    cpu_before = server.cpu()
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector,
+                                     timeout=aiohttp.ClientTimeout(total=60)) as http:
+        run_ids = list(await asyncio.gather(*(start_run(http, server) for _ in range(runs))))
+        done = await wait_finished(http, server, run_ids)
+        cpu_after = server.cpu()
+        outcome.peak_mb = server.peak_mb()
+        outcome.load = (load_before, os.getloadavg()[0])
+        for run_id in run_ids:
+            run = done.get(run_id)
+            if run is None:
+                continue
+            outcome.finished += 1
+            outcome.failed += run["status"] != "succeeded"
+            if run.get("wall_ms") is not None:
+                outcome.walls_ms.append(float(run["wall_ms"]))
+            outcome.from_emit_ms += await emit_delays(http, server, run_id)
+    outcome.cpu_s = {k: cpu_after[k] - cpu_before[k] for k in cpu_after}
+    outcome.rounds = outcome.finished * MODEL_CALLS
+    return outcome
+
+
+def merged(outcomes: list[Outcome]) -> Outcome:
+    first = outcomes[0]
+    total = Outcome(runs=first.runs, load=(first.load[0], outcomes[-1].load[1]))
+    for o in outcomes:
+        total.walls_ms += o.walls_ms
+        total.from_emit_ms += o.from_emit_ms
+        total.finished += o.finished
+        total.failed += o.failed
+        total.rounds += o.rounds
+        for k, v in o.cpu_s.items():
+            total.cpu_s[k] = total.cpu_s.get(k, 0.0) + v
+        total.peak_mb = o.peak_mb
+    return total
+
+
+def run_config(server: Server, counts: list[int]) -> list[Outcome]:
+    outcomes = []
+    for runs in counts:
+        repeats = SINGLE_REPEATS if runs == 1 else 1
+        outcome = merged([asyncio.run(scenario(server, runs)) for _ in range(repeats)])
+        print(f"  {runs} runs: {describe(outcome)}", flush=True)
+        outcomes.append(outcome)
+        time.sleep(1.0)  # let the previous scenario's stragglers (notifications) settle
+    return outcomes
+
+
+# -- configurations --------------------------------------------------------------------
+
+
+def embedded(counts: list[int]) -> tuple[list[Outcome], int]:
+    workdir = Path(tempfile.mkdtemp(prefix="agentforge-bench-product-"))
+    try:
+        env = base_env(f"sqlite:///{workdir / 'bench.sqlite3'}", workdir,
+                       AGENTFORGE_EMBEDDED_WORKER="1")
+        with serve(env, workdir, workers=0) as server:
+            outcomes = run_config(server, counts)
+            return outcomes, server.locked_lines()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def scale_out(counts: list[int]) -> tuple[list[Outcome], int] | str:
+    try:
+        import psycopg
+        import redis
+    except ImportError as exc:
+        return f"skipped: {exc}"
+    try:
+        client = redis.Redis.from_url(REDIS_URL, socket_timeout=2)
+        client.flushdb()
+        admin = psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except Exception as exc:  # any failure to reach them means "skip"
+        return f"skipped: PostgreSQL or Redis is not reachable on loopback ({exc})"
+    workdir = Path(tempfile.mkdtemp(prefix="agentforge-bench-product-"))
+    try:
+        admin.execute(f'DROP DATABASE IF EXISTS "{BENCH_DATABASE}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{BENCH_DATABASE}"')
+        env = base_env(f"postgres://postgres@127.0.0.1:5432/{BENCH_DATABASE}", workdir,
+                       REDIS_URL=REDIS_URL, TASK_BACKEND="database",
+                       AGENTFORGE_EMBEDDED_WORKER="0")
+        with serve(env, workdir, workers=WORKERS) as server:
+            outcomes = run_config(server, counts)
+            return outcomes, server.locked_lines()
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{BENCH_DATABASE}" WITH (FORCE)')
+        admin.close()
+        client.flushdb()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# -- report ----------------------------------------------------------------------------
+
+
+def describe(o: Outcome) -> str:
+    wall = statistics.median(o.walls_ms) if o.walls_ms else float("nan")
+    return (f"wall {wall:.0f} ms, efficiency {IDEAL_MS / wall:.0%}, from emit p95 "
+            f"{percentile(o.from_emit_ms, 95):.0f} ms, finished {o.finished}")
+
+
+def row(label: str, o: Outcome) -> str:
+    wall = statistics.median(o.walls_ms) if o.walls_ms else float("nan")
+    worst = max(o.walls_ms) if o.walls_ms else float("nan")
+    emit = o.from_emit_ms
+    cpu_ms = sum(o.cpu_s.values()) * 1000 / max(1, o.rounds)
+    by_process = ", ".join(f"{k} {v * 1000 / max(1, o.rounds):.1f}" for k, v in o.cpu_s.items())
+    memory = ", ".join(f"{k} {v:.0f}" for k, v in o.peak_mb.items())
+    return (f"| {label} | {o.runs} | {o.finished - o.failed} / {o.finished} "
+            f"| {wall:,.0f} ms | **{IDEAL_MS / wall:.0%}** ({IDEAL_MS / worst:.0%}) "
+            f"| {percentile(emit, 50):.0f} ms | **{percentile(emit, 95):.0f} ms** "
+            f"| {max(emit) if emit else float('nan'):,.0f} ms "
+            f"| {cpu_ms:.1f} ms ({by_process}) | {memory} "
+            f"| {o.load[0]:.1f} / {o.load[1]:.1f} |")
+
+
+HEADER = ("| configuration | concurrent runs | succeeded / finished | median run wall "
+          "| efficiency (worst run) | from emit p50 | from emit p95 | from emit max "
+          "| server CPU per round (by process) | peak RSS MB | load |\n" + "|---" * 11 + "|")
+
+
+def report(results: dict[str, tuple[list[Outcome], int] | str], elapsed: float) -> str:
+    rows: list[str] = []
+    notes: list[str] = []
+    for name, result in results.items():
+        if isinstance(result, str):
+            notes.append(f"{name}: {result}")
+            continue
+        outcomes, locked = result
+        rows += [row(name, o) for o in outcomes]
+        notes.append(f"{name}: {locked} \"database is locked\" lines in the server logs")
+        for o in outcomes:
+            if o.finished < o.runs:
+                notes.append(f"{name}, {o.runs} runs: only {o.finished} finished within "
+                             f"{SCENARIO_TIMEOUT:g} s")
+    return f"""
+## The product path: runs started with POST /api/runs
+
+Runs started with `POST /api/runs` against the product's fake OpenAI-compatible server
+(`python -m tools_app.fake_llm`, its own process), model `{MODEL}`: {ROUNDS} rounds of
+{PARALLEL} parallel `get_weather` calls and a text answer, each model reply after
+{LATENCY_MS} ms, so a run's ideal wall time is {MODEL_CALLS} x {LATENCY_MS} =
+{IDEAL_MS:,} ms. All the runs of a scenario are started at once. **Efficiency** = ideal /
+the run's wall time (`Run.wall_ms`), median over the runs (the worst run in brackets);
+1 run is repeated {SINGLE_REPEATS} times. **From emit** = `RunEvent.created_at` - the
+engine event's own time (`at`), over every event that has one. **Server CPU per round**
+= the user + system CPU of daphne (and the db_workers) during the scenario / the model
+calls made ({MODEL_CALLS} per run). **Peak RSS** = each process's high-water mark after
+the scenario. Embedded: SQLite (WAL), the in-memory channel layer, the worker inside
+daphne. Scale-out: PostgreSQL, Redis, one daphne and {WORKERS} `db_worker
+--concurrency {WORKER_CONCURRENCY}`. Everything (the fake server, PostgreSQL, Redis, the
+client) shares one machine ({os.cpu_count()} CPUs, shared with other work: the 1-minute
+load average before / after each scenario is given).
+
+{HEADER}
+{chr(10).join(rows)}
+
+{chr(10).join(f"- {n}" for n in notes)}
+- Total benchmark time {elapsed:.0f} s.
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", choices=["embedded", "scaleout"])
+    parser.add_argument("--runs", default=",".join(map(str, DEFAULT_RUNS)))
+    parser.add_argument("--name", default="product-path",
+                        help="the result file in docs/benchmarks (without .md)")
+    args = parser.parse_args()
+    counts = [int(x) for x in args.runs.split(",")]
+    started = time.monotonic()
+    results: dict[str, tuple[list[Outcome], int] | str] = {}
+    if args.only != "scaleout":
+        print("embedded", flush=True)
+        results["embedded"] = embedded(counts)
+    if args.only != "embedded":
+        print("scale-out", flush=True)
+        results["scale-out"] = scale_out(counts)
+    text = report(results, time.monotonic() - started)
+    print(write_result(args.name, text).read_text())
+
+
+if __name__ == "__main__":
+    main()
