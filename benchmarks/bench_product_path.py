@@ -206,16 +206,18 @@ class Outcome:
     failed: int = 0
     rounds: int = 0
     load: tuple[float, float] = (0.0, 0.0)
+    start_errors: list[str] = field(default_factory=list)
 
 
 async def start_run(http: aiohttp.ClientSession, server: Server) -> str:
+    """The new run's id, or "!" and why it could not be started (counted, reported)."""
     body = {"endpoint": ENDPOINT, "tools": TOOLS,
             "messages": [{"role": "user", "content": "What is the weather?"}]}
     async with http.post(f"{server.base_url}/api/runs", json=body,
                          headers=auth(server)) as response:
         data = await response.json()
         if response.status != 201:
-            raise RuntimeError(f"POST /api/runs: {response.status} {data}")
+            return f"!{response.status} {data.get('error', {}).get('code', data)}"
         return str(data["id"])
 
 
@@ -261,7 +263,9 @@ async def scenario(server: Server, runs: int) -> Outcome:
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector,
                                      timeout=aiohttp.ClientTimeout(total=60)) as http:
-        run_ids = list(await asyncio.gather(*(start_run(http, server) for _ in range(runs))))
+        started = list(await asyncio.gather(*(start_run(http, server) for _ in range(runs))))
+        run_ids = [x for x in started if not x.startswith("!")]
+        outcome.start_errors = [x[1:] for x in started if x.startswith("!")]
         done = await wait_finished(http, server, run_ids)
         cpu_after = server.cpu()
         outcome.peak_mb = server.peak_mb()
@@ -292,6 +296,7 @@ def merged(outcomes: list[Outcome]) -> Outcome:
         for k, v in o.cpu_s.items():
             total.cpu_s[k] = total.cpu_s.get(k, 0.0) + v
         total.peak_mb = o.peak_mb
+        total.start_errors += o.start_errors
     return total
 
 
@@ -390,6 +395,9 @@ def report(results: dict[str, tuple[list[Outcome], int] | str], elapsed: float) 
         rows += [row(name, o) for o in outcomes]
         notes.append(f"{name}: {locked} \"database is locked\" lines in the server logs")
         for o in outcomes:
+            if o.start_errors:
+                notes.append(f"{name}, {o.runs} runs: {len(o.start_errors)} POST /api/runs "
+                             f"failed: {', '.join(sorted(set(o.start_errors)))}")
             if o.finished < o.runs:
                 notes.append(f"{name}, {o.runs} runs: only {o.finished} finished within "
                              f"{SCENARIO_TIMEOUT:g} s")
