@@ -231,6 +231,8 @@ async def wait_finished(http: aiohttp.ClientSession, server: Server, run_ids: li
         await asyncio.sleep(POLL_S)
         async with http.get(f"{server.base_url}/api/runs?limit=200",
                             headers=auth(server)) as response:
+            if response.status != 200:
+                continue  # an overloaded server's error: ask again
             page = await response.json()
         for run in page["runs"]:
             if run["id"] in wanted and run["status"] in TERMINAL:
@@ -301,6 +303,8 @@ def merged(outcomes: list[Outcome]) -> Outcome:
 
 
 def run_config(server: Server, counts: list[int]) -> list[Outcome]:
+    # A run first, not counted: the processes' first run imports and connects.
+    print(f"  warm-up: {describe(asyncio.run(scenario(server, 2)))}", flush=True)
     outcomes = []
     for runs in counts:
         repeats = SINGLE_REPEATS if runs == 1 else 1
@@ -413,7 +417,8 @@ the run's wall time (`Run.wall_ms`), median over the runs (the worst run in brac
 1 run is repeated {SINGLE_REPEATS} times. **From emit** = `RunEvent.created_at` - the
 engine event's own time (`at`), over every event that has one. **Server CPU per round**
 = the user + system CPU of daphne (and the db_workers) during the scenario / the model
-calls made ({MODEL_CALLS} per run). **Peak RSS** = each process's high-water mark after
+calls made ({MODEL_CALLS} per run). Each configuration starts with 2 runs not counted
+(the processes' first run imports and connects). **Peak RSS** = each process's high-water mark after
 the scenario. Embedded: SQLite (WAL), the in-memory channel layer, the worker inside
 daphne. Scale-out: PostgreSQL, Redis, one daphne and {WORKERS} `db_worker
 --concurrency {WORKER_CONCURRENCY}`. Everything (the fake server, PostgreSQL, Redis, the
