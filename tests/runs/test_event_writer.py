@@ -21,7 +21,7 @@ from tools_app.models import ErrorPolicy, Round, RunEvent, RunStatus, ToolCall, 
 from tools_app.runs.eventlog import LeaseLost
 from tools_app.runs.recorder import RunRecorder
 from tools_app.runs.writer import (
-    EventWriters,
+    EventWriter,
     Item,
     current_writer,
     start_event_writer,
@@ -43,7 +43,7 @@ PARALLEL = [
 
 
 @pytest.fixture
-def event_writer() -> Iterator[EventWriters]:
+def event_writer() -> Iterator[EventWriter]:
     writer = start_event_writer()
     try:
         yield writer
@@ -84,7 +84,7 @@ def test_a_run_records_the_same_events_and_rows_through_the_writer(
 
 
 def test_a_calls_start_is_stored_before_its_tool_runs(
-    event_writer: EventWriters, make_endpoint: Any, tools: dict[str, ToolRegistration],
+    event_writer: EventWriter, make_endpoint: Any, tools: dict[str, ToolRegistration],
     policy: ErrorPolicy,
 ) -> None:
     seen: list[tuple[str, str]] = []
@@ -111,7 +111,7 @@ def test_a_calls_start_is_stored_before_its_tool_runs(
 
 
 def test_an_in_flight_non_idempotent_call_becomes_unknown_outcome(
-    event_writer: EventWriters, make_endpoint: Any, tools: dict[str, ToolRegistration],
+    event_writer: EventWriter, make_endpoint: Any, tools: dict[str, ToolRegistration],
     policy: ErrorPolicy, model_spy: ModelSpy,
 ) -> None:
     run = crash_in_round_1(make_endpoint, tools, policy, model_spy)

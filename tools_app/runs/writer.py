@@ -40,7 +40,7 @@ from .eventlog import LeaseLost, notify
 
 logger = logging.getLogger(__name__)
 
-MAX_BATCH = 100  # items per transaction: bounds how long a batch holds the write lock
+MAX_BATCH = 500  # items per transaction: bounds a batch's lock time and memory
 IDLE_CLOSE_S = 5.0  # an idle writer closes its connection (a database restart, tests)
 THREAD_NAME = "agentforge-event-writer"
 
@@ -201,48 +201,25 @@ def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None],
         loop.call_soon_threadsafe(callback, *args)
 
 
-class EventWriters:
-    """This process's writers: one on SQLite (one writer at a time gets in anyway), a
-    few on PostgreSQL, where one thread would make every run wait for every other run's
-    round trips. A run always goes to the same writer, so its events keep their order."""
-
-    def __init__(self, count: int) -> None:
-        self.writers = [EventWriter() for _ in range(count)]
-
-    def submit(self, recorder: Recordable, event: Any, payload: dict[str, Any]) -> Future[int]:
-        shard = hash(recorder.run_id) % len(self.writers)
-        return self.writers[shard].submit(recorder, event, payload)
-
-    def drain(self, timeout: float | None = None) -> bool:
-        return all([w.drain(timeout) for w in self.writers])
-
-    def stop(self, timeout: float | None = None) -> None:
-        for writer in self.writers:
-            writer.stop(timeout)
-
-
-POSTGRES_WRITERS = 8
-
-_writer: EventWriters | None = None
+_writer: EventWriter | None = None
 _lock = threading.Lock()
 
 
-def start_event_writer() -> EventWriters:
-    """Start this process's writers (once); runs recorded from now on go through them."""
+def start_event_writer() -> EventWriter:
+    """Start this process's writer (once); runs recorded from now on go through it."""
     global _writer
     with _lock:
         if _writer is None:
-            one = connections["default"].vendor == "sqlite"
-            _writer = EventWriters(1 if one else POSTGRES_WRITERS)
+            _writer = EventWriter()
         return _writer
 
 
-def current_writer() -> EventWriters | None:
+def current_writer() -> EventWriter | None:
     return _writer
 
 
 def stop_event_writer(timeout: float | None = None) -> None:
-    """Write what is queued and stop the writers; runs then write their events inline."""
+    """Write what is queued and stop the writer; runs then write their events inline."""
     global _writer
     with _lock:
         writer, _writer = _writer, None
