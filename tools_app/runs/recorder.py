@@ -1,26 +1,15 @@
 """Engine events -> database rows + one RunEvent each, then a live notification.
 
 Each event's state change (Round / ToolCall / Run totals) and its RunEvent are written
-together, with the seq allocated under the worker's lease token. Only after the commit
-are viewers notified (`eventlog.notify`), with just the seq: the WebSocket consumer
-reads rows by seq, so a dropped notification never loses anything. Streaming fragments
-(partial text / tool-call pieces) are not stored: they are only broadcast, and the
-stored model response supersedes them.
-
-In a process that started the event writer (`runs.writer`: daphne's embedded worker,
-`db_worker`) the events of all its runs are queued and committed together, and the
-engine waits for the commit only for `DURABLE_KINDS`: a call's start is stored before
-its tool runs (a resume then knows it may have had its effect), its end before the run
-goes on (a finished call is replayed, never run again), a round's response before its
-calls, and the chat's last event before the runner finishes the run (so every event is
-stored by then). The other events are stored in order with those (one queue, one
-writer), just without holding the engine up. Elsewhere (tests driving a run directly,
-management commands) each event is written in its own transaction and waited for.
+in ONE transaction, with the seq allocated under the worker's lease token. Only after
+the commit are viewers notified (`eventlog.notify`), with just the seq: the WebSocket
+consumer reads rows by seq, so a dropped notification never loses anything.
+Streaming fragments (partial text / tool-call pieces) are not stored: they are only
+broadcast, and the stored model response supersedes them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -45,14 +34,10 @@ from ..engine.execution import arguments_as_map
 from ..models import Round, Run, ToolCall
 from .eventlog import append_event, notify
 from .storage import StreamRedactor, clean_json, clean_text, fit_column, redact
-from .writer import current_writer
 
 logger = logging.getLogger(__name__)
 
 EPHEMERAL_KINDS = frozenset({"partial_text", "partial_tool_call"})
-# What the engine must not get ahead of (see the module's docstring).
-DURABLE_KINDS = frozenset({"model_response_received", "tool_call_started", "tool_call_finished",
-                           "chat_finished", "chat_failed", "chat_paused"})
 
 
 class RunRecorder:
@@ -65,10 +50,6 @@ class RunRecorder:
         self.before_round: Any = None  # an async hook the runner uses as a checkpoint
         self._round_ids: dict[int, int] = {}  # round index -> Round pk, once committed
         self._streams = StreamRedactor(secrets)
-        # Set by the event writer when an event of this run could not be stored (a lost
-        # lease, a database error): its later events are not written, and the run's next
-        # event raises it.
-        self.failure: BaseException | None = None
 
     async def __call__(self, event: Any) -> None:
         if isinstance(event, RoundStarted) and self.before_round is not None:
@@ -83,16 +64,8 @@ class RunRecorder:
             # The one boundary every stored value crosses: the rows are written from the
             # redacted event, whichever path (streamed or not) the values came by.
             event = type(event).model_validate(payload)
-        writer = current_writer()
-        if writer is None:
-            seq = await sync_to_async(self.record)(event, payload)
-            await notify(self.run_id, {"seq": seq})
-            return
-        if self.failure is not None:
-            raise self.failure
-        written = writer.submit(self, event, payload)  # the writer notifies the viewers
-        if event.kind in DURABLE_KINDS:
-            await asyncio.wrap_future(written)
+        seq = await sync_to_async(self.record)(event, payload)
+        await notify(self.run_id, {"seq": seq})
 
     def _payload(self, event: Any) -> dict[str, Any]:
         data = event.model_dump(mode="json")
@@ -112,18 +85,11 @@ class RunRecorder:
         return clean_json(redact(data, self.secrets)) if shown else None
 
     def record(self, event: Any, payload: dict[str, Any]) -> int:
-        """Store one event in its own transaction."""
         with transaction.atomic():
-            return self.write(event, payload)
-
-    def write(self, event: Any, payload: dict[str, Any]) -> int:
-        """Store one event inside the caller's transaction (the event writer's batch).
-        The fenced seq increment comes first: when the lease is lost it changes nothing
-        and raises, so there is nothing to undo."""
-        seq = append_event(self.run_id, self.token, event.kind, payload)
-        apply = _APPLIERS.get(event.kind)
-        if apply is not None:
-            apply(self, event, payload)
+            seq = append_event(self.run_id, self.token, event.kind, payload)
+            apply = _APPLIERS.get(event.kind)
+            if apply is not None:
+                apply(self, event, payload)
         return seq
 
     # -- state changes, one per event kind ---------------------------------------------

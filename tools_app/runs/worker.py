@@ -15,7 +15,6 @@ from .approvals import expire_waiting_runs
 from .leases import reap_expired_runs, release_this_process_runs, runs_to_recover_at_start
 from .provider_clients import close_at_exit
 from .tasks import enqueue_run
-from .writer import start_event_writer
 
 logger = logging.getLogger(__name__)
 _embedded_started = threading.Event()
@@ -63,9 +62,6 @@ def start_embedded_worker() -> None:
         return
     _embedded_started.set()
     from .task_backend import submit
-
-    # Every run of this process records through one writer (group commit).
-    start_event_writer()
 
     async def recover_then_reap() -> None:
         await sync_to_async(recover_at_start)()

@@ -23,7 +23,6 @@ from tools_app.runs.leases import release_this_process_runs
 from tools_app.runs.process import freeze_startup_objects
 from tools_app.runs.tasks import enqueue_run
 from tools_app.runs.worker import reap_and_enqueue, start_reaper_thread
-from tools_app.runs.writer import start_event_writer
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +155,6 @@ class Command(db_worker.Command):
 
     def handle(self, *args: Any, **options: Any) -> None:
         at_once: int = options.pop("concurrency") or settings.AGENTFORGE_WORKER_CONCURRENCY
-        start_event_writer()  # every run of this process records through one writer
         freeze_startup_objects()
         reap_and_enqueue()
         stop = threading.Event()
