@@ -127,6 +127,16 @@ class Server:
     def peak_mb(self) -> dict[str, float]:
         return {name: peak_rss_mb(p.pid) for name, p in self.processes.items()}
 
+    def exits(self) -> list[str]:
+        """Processes that exited while measured, with the end of their logs (the logs
+        are deleted with the throwaway directory)."""
+        notes = []
+        for (name, process), log in zip(self.processes.items(), self.logs, strict=True):
+            if process.poll() is not None:
+                tail = " / ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+                notes.append(f"{name} exited ({process.returncode}): {tail[-600:]}")
+        return notes
+
     def locked_lines(self) -> int:
         return sum(log.read_text(errors="replace").count("database is locked")
                    for log in self.logs if log.exists())
@@ -318,19 +328,22 @@ def run_config(server: Server, counts: list[int]) -> list[Outcome]:
 # -- configurations --------------------------------------------------------------------
 
 
-def embedded(counts: list[int]) -> tuple[list[Outcome], int]:
+Result = tuple[list[Outcome], int, list[str]]
+
+
+def embedded(counts: list[int]) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="agentforge-bench-product-"))
     try:
         env = base_env(f"sqlite:///{workdir / 'bench.sqlite3'}", workdir,
                        AGENTFORGE_EMBEDDED_WORKER="1")
         with serve(env, workdir, workers=0) as server:
             outcomes = run_config(server, counts)
-            return outcomes, server.locked_lines()
+            return outcomes, server.locked_lines(), server.exits()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def scale_out(counts: list[int]) -> tuple[list[Outcome], int] | str:
+def scale_out(counts: list[int]) -> Result | str:
     try:
         import psycopg
         import redis
@@ -351,7 +364,7 @@ def scale_out(counts: list[int]) -> tuple[list[Outcome], int] | str:
                        AGENTFORGE_EMBEDDED_WORKER="0")
         with serve(env, workdir, workers=WORKERS) as server:
             outcomes = run_config(server, counts)
-            return outcomes, server.locked_lines()
+            return outcomes, server.locked_lines(), server.exits()
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{BENCH_DATABASE}" WITH (FORCE)')
         admin.close()
@@ -388,16 +401,17 @@ HEADER = ("| configuration | concurrent runs | succeeded / finished | median run
           "| server CPU per round (by process) | peak RSS MB | load |\n" + "|---" * 11 + "|")
 
 
-def report(results: dict[str, tuple[list[Outcome], int] | str], elapsed: float) -> str:
+def report(results: dict[str, Result | str], elapsed: float) -> str:
     rows: list[str] = []
     notes: list[str] = []
     for name, result in results.items():
         if isinstance(result, str):
             notes.append(f"{name}: {result}")
             continue
-        outcomes, locked = result
+        outcomes, locked, exits = result
         rows += [row(name, o) for o in outcomes]
         notes.append(f"{name}: {locked} \"database is locked\" lines in the server logs")
+        notes += [f"{name}: {e}" for e in exits]
         for o in outcomes:
             if o.start_errors:
                 notes.append(f"{name}, {o.runs} runs: {len(o.start_errors)} POST /api/runs "
@@ -442,7 +456,7 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(x) for x in args.runs.split(",")]
     started = time.monotonic()
-    results: dict[str, tuple[list[Outcome], int] | str] = {}
+    results: dict[str, Result | str] = {}
     if args.only != "scaleout":
         print("embedded", flush=True)
         results["embedded"] = embedded(counts)
