@@ -444,6 +444,80 @@ load average before / after each scenario is given).
 
 {chr(10).join(f"- {n}" for n in notes)}
 - Total benchmark time {elapsed:.0f} s.
+{NOTES}"""
+
+
+# Written by hand from the measurements and the attempt described; this script does not
+# re-measure it.
+NOTES = """
+### Targets, the attempt, and what it showed
+
+Targets (2 CPUs): embedded 1 run >= 97 %, 50 runs >= 85 % with from emit p95 < 50 ms and
+no "database is locked"; scale-out 1 run >= 97 %, 100 runs >= 80 %, from emit p95 < 100
+ms; the application adds <= 3 ms of server CPU per round on top of the engine. **None is
+met** by the code as it stands (the figures above). Every figure here was taken with the
+machine's 2 CPUs shared with other engineers' test suites and benchmarks (1-minute load
+average 9-17 throughout), so walls are inflated by CPU queueing; the CPU per round is
+the steadier figure.
+
+**Where the time goes.** The server spends about 30 ms of CPU per round in the embedded
+configuration (daphne) and 45-55 ms per round in the scale-out one (daphne + the two
+workers), against the engine's own 0.6-1 ms per model request with an observer
+(docs/benchmarks/providers.md). A run's round emits about 10 stored events (round
+started, model request, wire request, wire response, response, and per call proposed /
+started / finished), and each is one transaction of 3-6 ORM statements (the fenced seq
+increment, the RunEvent insert, the Round / ToolCall / Run updates) plus a thread hop.
+A cProfile of 10 concurrent runs executed in-process showed the top of the list as
+Django's query compilation and execution (`SQLCompiler.as_sql`, `Query.setup_joins`,
+`names_to_path`, model `__init__`, `SQLiteCursorWrapper.execute`), i.e. ORM overhead per
+statement rather than the database itself. With 50-100 runs at 200 ms per round that is
+more CPU than the machine has, so runs queue for the CPU and the efficiency falls with
+the number of runs; on SQLite the runs' writers also wait for one another (the "database
+is locked" lines are the writes that waited more than 20 s, among them run creations:
+the 500s on POST /api/runs at 100 runs).
+
+**Tried: a process-wide group-commit writer** (commits 495f728 and d7c2172 on this
+branch, reverted by 800963b and 6e650a4; the code, its tests and the crash tests with it
+are in those commits). One writer thread per process with its own connection took every
+run's queued events and wrote them in one transaction (a lost lease failing only its own
+run's items, any other failure rolling the batch back and writing its items one
+transaction each), notified each run once per batch, and the engine waited for the
+commit only for a call's start and end, a round's response and the chat's last event.
+The tests in tests/runs (crash/resume, leases, shutdown, cancel, the in-process backend)
+and the scale-out crash and shutdown tests passed with it. Measured with this benchmark
+(same machine, load 10-17):
+
+| configuration | runs | baseline efficiency / from emit p95 | one writer | 8 writers (scale-out) |
+|---|---|---|---|---|
+| embedded | 1 | 74 % / 14 ms | 80 % / 17 ms | - |
+| embedded | 20 | 30 % / 220 ms | 22 % / 337 ms | - |
+| embedded | 50 | 15 % / 741 ms | 22 % / 387 ms | - |
+| embedded | 100 | 7 % / 674 ms (97 of 100 ran) | 4 % / 2,130 ms (7 ran, 19 POSTs failed) | - |
+| scale-out | 1 | 38 % / 39 ms | 50 % / 83 ms | 56 % / 71 ms |
+| scale-out | 20 | 22 % / 80 ms | 4 % / 2,646 ms | 15 % / 619 ms |
+| scale-out | 50 | 10 % / 166 ms | 2 % / 3,843 ms | 13 % / 858 ms |
+
+It did not pay: group commit saves commits, but the statements per event stayed the
+same and were now executed by one thread (or 8 on PostgreSQL) for every run of the
+process, one after another. Each statement gives up the GIL for its I/O and must win it
+back from the event loop's thread, which is busy with the engine and the HTTP client, so
+the writer fell behind (from emit in seconds), every durable wait queued behind it, and
+on SQLite its batches held the write lock long enough for run creations to time out. It
+was reverted rather than left half-wired.
+
+**What would meet the targets** (not done in this round): fewer statements per event
+before any batching: seqs allocated per run per batch in memory under the lease (one
+fenced `UPDATE ... SET last_seq = last_seq + k` per run per batch), RunEvents inserted
+with one `bulk_create` per batch, the Round / ToolCall state derived from the events at
+the end of a round or written with raw SQL instead of per-event ORM updates (the wire
+request and response bodies, the largest payloads, written once), and no per-event
+thread hop (the recorder queuing synchronously). Only then does one writer per process
+stop being the bottleneck, and only then is a worker that drives its runs as tasks of
+one event loop (instead of a thread and a connection per run) worth it for `db_worker`.
+The scale-out 100-run scenario also needs a look: in each measurement of it one
+`db_worker` (50 slots) exited during it (its peak memory reads "nan": the process was
+gone), and the runs it held waited for the reaper; the benchmark now reports such an
+exit with the end of the process's log.
 """
 
 
