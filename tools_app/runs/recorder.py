@@ -205,7 +205,10 @@ class RunRecorder:
         )
 
     def _calls(self, event: ToolCallStarted | ToolCallFinished) -> Any:
-        return ToolCall.objects.filter(run_id=self.run_id, round__index=event.round_index or 0,
+        # By the round's pk (known once its row committed), not through a join on the
+        # round's index: the join made each call's update the costliest statement of a
+        # round (docs/benchmarks/product-path.md).
+        return ToolCall.objects.filter(round_id=self._round_id(event.round_index),
                                        call_id=fit_column(ToolCall, "call_id", event.call_id))
 
 
