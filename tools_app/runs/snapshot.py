@@ -78,12 +78,31 @@ def build_snapshot(
     # (only that: the run's input is never truncated).
     return clean_json({  # type: ignore[no-any-return]
         "version": SNAPSHOT_VERSION,
-        "endpoint": {"id": str(endpoint.pk)} | _fields(endpoint, ENDPOINT_FIELDS),
+        "endpoint": endpoint_section(endpoint),
         "tools": [_tool_snapshot(t) for t in tools],
-        "policy": {"id": policy.pk} | _fields(policy, POLICY_FIELDS),
+        "policy": policy_section(policy),
         "messages": _messages_adapter.dump_python(list(messages), mode="json"),
-        "parameters": parameters.model_dump(mode="json", exclude_none=True, exclude={"tools"}),
+        "parameters": parameters_section(parameters),
     }, limit=sys.maxsize)
+
+
+# One section each: a fork with another endpoint, tools, policy or parameters replaces
+# just those sections of its parent's snapshot (runs/fork.py).
+def endpoint_section(endpoint: ModelEndpoint) -> dict[str, Any]:
+    return {"id": str(endpoint.pk)} | _fields(endpoint, ENDPOINT_FIELDS)
+
+
+def tools_section(tools: Sequence[ToolRegistration]) -> list[dict[str, Any]]:
+    return clean_json([_tool_snapshot(t) for t in tools],  # type: ignore[no-any-return]
+                      limit=sys.maxsize)
+
+
+def policy_section(policy: ErrorPolicy) -> dict[str, Any]:
+    return {"id": policy.pk} | _fields(policy, POLICY_FIELDS)
+
+
+def parameters_section(parameters: ChatRequestParameters) -> dict[str, Any]:
+    return parameters.model_dump(mode="json", exclude_none=True, exclude={"tools"})
 
 
 def _tool_snapshot(tool: ToolRegistration) -> dict[str, Any]:
