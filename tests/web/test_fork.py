@@ -16,7 +16,9 @@ from django.test import Client
 
 from tools_app.models import ErrorPolicy, Run, ToolCall, ToolRegistration
 from tools_app.runs import tasks
+from tools_app.runs.fork import editable_messages, inherited_prefix
 from tools_app.runs.rerun import run_rerun
+from tools_app.runs.snapshot import dump_messages
 from tools_app.web.api_tokens import create_token
 
 from .support import Tree, start_run
@@ -92,6 +94,57 @@ def test_added_messages_follow_the_inherited_ones(bob_api: Api, original: Run,
     assert "&lt;i&gt;Summarise&lt;/i&gt;" in page
     assert tree.by_id("compare-parent").attrs["href"] == (
         f"/runs/compare?a={original.pk}&b={new.pk}")
+
+
+def test_an_edited_conversation_drives_the_rounds_after_it(bob_api: Api,
+                                                           original: Run) -> None:
+    edited = editable_messages(inherited_prefix(original, 3))
+    assert [m["role"] for m in edited] == ["user", "assistant", "tool", "assistant", "tool"]
+    edited[4] |= {"content": "forty-two", "is_error": True}
+    edited.insert(3, {"role": "user", "content": "Now times 3"})
+
+    made = fork(bob_api, original, {"round": 3, "messages": edited})
+
+    assert made.status_code == 201, made.content
+    assert made.json()["fork"]["marks"] == [
+        "inherited", "inherited", "inherited", "added", "inherited", "edited"]
+    new = execute(Run.objects.get(pk=made.json()["id"]))
+    assert new.snapshot["messages"][-1] | {"id": "?"} == {
+        "type": "tool_result", "id": "?", "tool_name": "calculator", "text": "forty-two",
+        "is_error": True}
+    assert new.snapshot["messages"][:3] == original_prefix(original)[:3]
+    assert new.final_text == "last: forty-two"  # the script's step 3 reads the edited result
+
+
+def original_prefix(run: Run) -> list[dict[str, Any]]:
+    return dump_messages(inherited_prefix(run, 3))
+
+
+def test_a_fork_may_go_on_with_another_endpoint_tools_policy_and_parameters(
+    bob_api: Api, original: Run, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+) -> None:
+    other = make_endpoint([{"text": "other: {last_result}"}], name="other")
+    strict = ErrorPolicy.objects.create(name="strict")
+    tool_names = ["calculator", next(n for n in demo_tools if n != "calculator")]
+
+    made = fork(bob_api, original, {
+        "round": 2, "endpoint": "other", "tools": tool_names, "policy": strict.pk,
+        "parameters": {"temperature": 0.5}, "policy_overrides": {"max_round_trips": 4}})
+
+    assert made.status_code == 201, made.content
+    new = execute(Run.objects.get(pk=made.json()["id"]))
+    assert (new.endpoint, new.policy) == (other, strict)
+    assert new.snapshot["endpoint"]["name"] == "other"
+    assert [t["name"] for t in new.snapshot["tools"]] == tool_names
+    assert new.snapshot["policy"]["name"] == "strict"
+    assert new.snapshot["policy"]["max_round_trips"] == 4
+    assert new.snapshot["parameters"] == {"temperature": 0.5}
+    assert made.json()["fork"]["changes"] == [
+        "endpoint: calc → other", f"tools added: {tool_names[1]}",
+        'parameters: {} → {"temperature": 0.5}', "policy: "
+        f"{original.snapshot['policy']['name']} → strict",
+        f"policy max_round_trips: {strict.max_round_trips!r} → 4"]
+    assert new.final_text == "other: 2"
 
 
 def test_a_rerun_of_a_fork_plays_on_from_the_same_round(bob_api: Api, original: Run) -> None:
@@ -193,7 +246,8 @@ def test_the_editor_forks_with_an_edited_result(bob_client: Client, original: Ru
     shown = bob_client.get(f"/runs/{new.pk}/").content.decode()
     marked = [e for e in Tree(shown).tags("li") if e.attrs.get("data-fork-mark") == "edited"]
     assert len(marked) == 1
-    assert "&lt;b&gt;40&lt;/b&gt;" in shown and "<b>40</b>" not in shown
+    assert "&lt;b&gt;40&lt;/b&gt;" in shown
+    assert "<b>40</b>" not in shown
     assert "not executed again" in shown
 
 

@@ -84,7 +84,8 @@ def run_fork(*, run: Run, user: AbstractBaseUser | AnonymousUser | None, round_n
             "messages": dump_messages(combined),
             "fork": {"of": str(run.pk), "round": round_number, "inherited": len(prefix),
                      "inherited_rounds": round_number - 1, "marks": marks,
-                     "removed": _removed(marks, len(original)), "changes": changes["words"]},
+                     "removed": _removed(marks, len(original)), "changes": changes["words"],
+                     **({"own_rounds": 0} if "endpoint" in changes["sections"] else {})},
             **changes["sections"],
         }, endpoint=config.endpoint, policy=config.policy)
     except RerunError as exc:
@@ -258,10 +259,10 @@ def _config_changes(run: Run, config: ForkConfig) -> dict[str, Any]:
     old = run.snapshot
     sections: dict[str, Any] = {}
     words: list[str] = []
-    if config.endpoint is not None:
+    # The same endpoint as frozen is no change (its script still plays on from round N).
+    if config.endpoint is not None and endpoint_section(config.endpoint) != old["endpoint"]:
         sections["endpoint"] = endpoint_section(config.endpoint)
-        if sections["endpoint"] != old["endpoint"]:
-            words.append(f"endpoint: {old['endpoint']['name']} → {config.endpoint.name}")
+        words.append(f"endpoint: {old['endpoint']['name']} → {config.endpoint.name}")
     if config.tools is not None:
         sections["tools"] = _tools(config.tools)
         words += _tool_words([t["name"] for t in old["tools"]], [t.name for t in config.tools])

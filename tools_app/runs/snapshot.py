@@ -177,8 +177,10 @@ def _model_of(snapshot: dict[str, Any]) -> tuple[ChatModel, tuple[str, ...]]:
 
 def _prelude(snapshot: dict[str, Any]) -> int:
     """The starting conversation's assistant messages that are not the endpoint's own:
-    a fork's inherited rounds are (a script plays on after them)."""
-    own = int((snapshot.get("fork") or {}).get("inherited_rounds", 0))
+    a fork's inherited rounds are (a script plays on after them), unless the fork went on
+    with another endpoint ("own_rounds": 0; that one's script starts at its beginning)."""
+    fork = snapshot.get("fork") or {}
+    own = int(fork.get("own_rounds", fork.get("inherited_rounds", 0)))
     return sum(1 for m in snapshot["messages"] if m["type"] == "ai") - own
 
 
