@@ -251,10 +251,40 @@ def test_the_editor_forks_with_an_edited_result(bob_client: Client, original: Ru
     assert "not executed again" in shown
 
 
+def test_the_editor_goes_on_with_the_chosen_configuration(
+    bob_client: Client, original: Run, make_endpoint: Any,
+) -> None:
+    other = make_endpoint([{"text": "other: {last_result}"}], name="other")
+    page = bob_client.get(f"/runs/{original.pk}/fork/?round=2").content.decode()
+    policy = original.snapshot["policy"]
+
+    bob_client.post(f"/runs/{original.pk}/fork/", {
+        "round": "2", "messages": editor_messages(page), "endpoint": str(other.pk),
+        "policy": "", "tools": ["calculator"], "temperature": "0.25",
+        "max_round_trips": "7"})  # parallel unticked
+
+    new = execute(Run.objects.get(parent=original))
+    assert new.endpoint == other
+    assert new.snapshot["fork"]["marks"] == ["inherited"] * 3
+    assert new.snapshot["fork"]["changes"] == [
+        "endpoint: calc → other", 'parameters: {} → {"temperature": 0.25}',
+        f"policy max_round_trips: {policy['max_round_trips']!r} → 7",
+        f"policy parallel: {policy['parallel']!r} → False"]
+    assert new.final_text == "other: 2"
+    shown = Tree(bob_client.get(f"/runs/{new.pk}/").content.decode())
+    assert [e.tag for e in shown.tags("ul") if e.attrs.get("id") == "fork-changes"] == ["ul"]
+
+
 @pytest.mark.parametrize(("form", "field", "words"), [
     ({"round": "two"}, "round", "Cannot fork: round must be a round number"),
     ({"round": "9"}, "round", "Cannot fork: round must be a round of the run: 1 to 3"),
     ({"round": "2", "messages": "[{"}, "messages", "Cannot fork: messages are not valid JSON"),
+    ({"round": "2", "endpoint": "not-an-id"}, "endpoint",
+     "Cannot fork: the chosen endpoint does not exist"),
+    ({"round": "2", "max_round_trips": "many"}, "max_round_trips",
+     "Cannot fork: max_round_trips must be a number"),
+    ({"round": "2", "temperature": "hot"}, "temperature",
+     "Cannot fork: temperature must be a number"),
     ({"round": "2", "messages": '[{"role": "user", "content": "a"}, {"role": "tool", '
       '"tool_call_id": "x", "content": "?"}]'}, "messages[1]",
      "Cannot fork: messages[1]: tool_call_id &#x27;x&#x27; answers no earlier tool call"),

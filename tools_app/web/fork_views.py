@@ -7,6 +7,7 @@ the error next to the message or field at fault. Same visibility as the run page
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -16,7 +17,7 @@ from django.views.decorators.http import require_http_methods
 
 from ..engine import ChatRequestParameters
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import fork
+from ..runs import fork, selectors
 from .views import AuthenticatedHttpRequest, _run_for_user
 
 TEMPLATE = "tools_app/run_fork.html"
@@ -45,9 +46,10 @@ def _editor_for_round(request: AuthenticatedHttpRequest, run: Run) -> HttpRespon
     snapshot = run.snapshot
     values: dict[str, Any] = {
         "round": request.GET.get("round", str(max(run.rounds_count, 1))),
-        "messages": "", "endpoint": snapshot["endpoint"].get("id", ""),
-        "tools": [t["name"] for t in snapshot["tools"]],
-        "policy": str(snapshot["policy"].get("id", "")),
+        # "": the run's endpoint and policy as frozen (still right if since changed or
+        # deleted); another choice is a change.
+        "messages": "", "endpoint": "", "tools": [t["name"] for t in snapshot["tools"]],
+        "policy": "",
         "temperature": _text(snapshot["parameters"].get("temperature")),
         "max_round_trips": _text(snapshot["policy"].get("max_round_trips")),
         "parallel": bool(snapshot["policy"].get("parallel")),
@@ -65,8 +67,8 @@ def _editor(request: AuthenticatedHttpRequest, run: Run, values: dict[str, Any],
             status: int = 200) -> HttpResponse:
     return render(request, TEMPLATE, {
         "run": run, "values": values, "error": error, "error_field": field or "",
-        "endpoints": ModelEndpoint.objects.order_by("name"),
-        "tools": ToolRegistration.objects.filter(enabled=True).order_by("name"),
+        "endpoints": selectors.endpoints_for_playground(),
+        "tools": selectors.tools_for_playground(),
         "policies": ErrorPolicy.objects.order_by("name"),
     }, status=status)
 
@@ -112,18 +114,27 @@ def _config(run: Run, form: QueryDict) -> fork.ForkConfig:
                                             "max_round_trips"),
                  "parallel": form.get("parallel") == "on"}
     return fork.ForkConfig(
-        endpoint=endpoint if str(endpoint.pk) != snapshot["endpoint"].get("id") else None,
+        endpoint=endpoint, policy=policy,
         tools=tools if sorted(names) != sorted(t["name"] for t in snapshot["tools"]) else None,
-        policy=policy if policy.pk != snapshot["policy"].get("id") else None,
         parameters=_parameters(snapshot, form.get("temperature", "")),
         policy_overrides=overrides)
 
 
 def _pick(model: Any, key: str, field: str) -> Any:
-    found = model.objects.filter(pk=key).first() if key.strip().isdigit() or (
-        model is ModelEndpoint and key) else None
+    """The chosen row; None for "" (the run's, as frozen)."""
+    key = key.strip()
+    if not key:
+        return None
+    found = None
+    if model is ErrorPolicy and key.isascii() and key.isdigit() and len(key) <= 18:
+        found = model.objects.filter(pk=int(key)).first()
+    elif model is ModelEndpoint:
+        try:
+            found = model.objects.filter(pk=uuid.UUID(key)).first()
+        except ValueError:
+            found = None
     if found is None:
-        raise fork.ForkError(f"choose a {field}", field=field)
+        raise fork.ForkError(f"the chosen {field} does not exist", field=field)
     return found
 
 
