@@ -125,12 +125,12 @@ def _pick(model: Any, key: str, field: str) -> Any:
     key = key.strip()
     if not key:
         return None
-    found = None
+    found: Any = None
     if model is ErrorPolicy and key.isascii() and key.isdigit() and len(key) <= 18:
-        found = model.objects.filter(pk=int(key)).first()
+        found = ErrorPolicy.objects.filter(pk=int(key)).first()
     elif model is ModelEndpoint:
         try:
-            found = model.objects.filter(pk=uuid.UUID(key)).first()
+            found = ModelEndpoint.objects.filter(pk=uuid.UUID(key)).first()
         except ValueError:
             found = None
     if found is None:
