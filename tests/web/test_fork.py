@@ -212,6 +212,9 @@ def test_the_run_page_links_the_fork_editor(bob_client: Client, original: Run) -
     form = tree.by_id("fork-form")
     assert form.attrs["action"] == f"/runs/{original.pk}/fork/"
     assert form.attrs["method"] == "get"
+    links = [e.attrs["href"] for e in tree.tags("a")
+             if "fork-round" in (e.attrs.get("class") or "")]
+    assert links == [f"/runs/{original.pk}/fork/?round={n}" for n in (1, 2, 3)]
 
 
 def test_the_editor_shows_the_conversation_before_the_round(bob_client: Client,
