@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from .support import Server, assert_equals_reload, start_run, wait_status
+from .test_tryit import Problems, control, run_and_wait
 from .world import MCP_ENDPOINT, MCP_TOOLS
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
@@ -49,3 +50,26 @@ async def test_a_playground_run_calls_the_time_server(server: Server, open_page:
 
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     await page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+
+async def test_an_mcp_tool_is_tried_from_its_page(server: Server, open_page: Any) -> None:
+    """Try it (#12) on an MCP tool's page: the form drawn from the server's schema, the
+    call made through the server, its answer shown on the page."""
+    server.world("mcp")
+    page = await open_page(user="bob")
+    problems = Problems(page)
+    await page.goto("/tools/get_current_time/")
+    await control(page, "/timezone").fill("Europe/Oslo")
+
+    run_id = await run_and_wait(page)
+
+    result = json.loads(await page.inner_text("#tryit-output"))
+    assert result["timezone"] == "Europe/Oslo"
+    assert await page.inner_text("#tryit-state") == "OK"
+    assert problems.seen == []
+    await page.locator("#tryit").screenshot(path=str(SCREENSHOT.with_name("tryit-mcp.png")))
+    # Recorded as a run: its one call, through the MCP server, succeeded.
+    await page.goto(f"/runs/{run_id}/")
+    lane = page.locator("#round-0 article.lane")
+    assert await lane.locator("code.tool-name").inner_text() == "get_current_time"
+    assert await lane.get_attribute("data-state") == "succeeded"

@@ -37,6 +37,14 @@ APPROVAL_SCRIPT = [
                                                         "subject": "<b>Secrets</b>"}}]},
     {"text": "Done: {last_results}"},
 ]
+# One call, then a final text echoing its result: a fork from round 2 whose edited
+# result is what the new round answers with (tests/browser/test_fork_editor.py).
+FORK_ENDPOINT = "Browser: fork"
+FORK_SCRIPT = [
+    {"tool_calls": [{"name": "convert_units",
+                     "arguments": {"value": 1, "from_unit": "km", "to_unit": "m"}}]},
+    {"text": "Final: {last_results}"},
+]
 MCP_ENDPOINT = "Browser: MCP time"
 MCP_TOOLS = ("get_current_time", "bad_markup", "bad_crash")
 
@@ -97,7 +105,8 @@ def setup() -> None:
                  (XSS_ENDPOINT, xss_script()),
                  (XSS_FAILING_ENDPOINT, xss_failing_script()),
                  (KINDS_ENDPOINT, kinds_script()),
-                 (APPROVAL_ENDPOINT, APPROVAL_SCRIPT))
+                 (APPROVAL_ENDPOINT, APPROVAL_SCRIPT),
+                 (FORK_ENDPOINT, FORK_SCRIPT))
     for name, script in endpoints:
         # Streamed: the timeline also gets the ephemeral text / tool-call fragments.
         ModelEndpoint.objects.update_or_create(

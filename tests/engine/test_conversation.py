@@ -57,6 +57,21 @@ def test_the_openai_form_reads_back_the_same() -> None:
     assert parse_conversation(to_openai_messages(messages)) == messages
 
 
+def test_a_tool_result_may_say_it_is_an_error_and_keeps_saying_so() -> None:
+    raw = [*CONVERSATION[:3],
+           {"role": "tool", "tool_call_id": "c1", "content": "timeout", "is_error": True},
+           {"role": "tool", "tool_call_id": "c2", "content": "Oslo: 3 C"}]
+    messages = parse_conversation(raw)
+
+    assert messages[3] == ToolExecutionResultMessage(id="c1", tool_name="get_weather",
+                                                     text="timeout", is_error=True)
+    assert not messages[4].is_error  # type: ignore[union-attr]
+    assert to_openai_messages(messages, error_flags=True) == [
+        *raw[:2], raw[2] | {"content": None}, *raw[3:]]
+    # The plain OpenAI form (exports, displays) has no such flag.
+    assert "is_error" not in to_openai_messages(messages)[3]
+
+
 def test_a_conversation_may_end_with_tool_results() -> None:
     messages = parse_conversation(CONVERSATION[:5])
     assert isinstance(messages[-1], ToolExecutionResultMessage)

@@ -8,8 +8,10 @@ most people already have at hand):
     {"role": "assistant", "content": "..." | null,
      "tool_calls": [{"id": "...", "type": "function",
                      "function": {"name": "...", "arguments": "<JSON text>"}}]}
-    {"role": "tool", "tool_call_id": "...", "content": "..."}
+    {"role": "tool", "tool_call_id": "...", "content": "...", "is_error"?: true}
 
+`is_error` is this project's extension (OpenAI has no such flag): a tool result the
+tool reported as an error, so a fork's edited conversation keeps that flag.
 `parse_conversation` validates it (pydantic models for the shapes, then the rules a
 provider enforces: every tool result answers an earlier, unanswered call, every call is
 answered before the conversation goes on, the conversation does not end on the
@@ -90,6 +92,7 @@ class _Tool(_Strict):
     role: Literal["tool"]
     tool_call_id: str = Field(min_length=1)
     content: Content
+    is_error: bool = False
 
 
 _Message = Annotated[_System | _User | _Assistant | _Tool, Field(discriminator="role")]
@@ -183,7 +186,8 @@ class _Builder:
                 + ("is answered twice" if answered else "answers no earlier tool call"),
                 field=where)
         self.messages.append(ToolExecutionResultMessage(
-            id=shape.tool_call_id, tool_name=name, text=_text(shape.content) or ""))
+            id=shape.tool_call_id, tool_name=name, text=_text(shape.content) or "",
+            is_error=shape.is_error))
 
     def _close_round(self, where: str, *, at_end: bool = False) -> None:
         """Providers refuse a conversation that moves on with calls unanswered."""
@@ -205,18 +209,25 @@ class _Builder:
                 "the model would have nothing to answer", field=f"messages[{last}]")
 
 
-def to_openai_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-    """The OpenAI-format form of engine messages (what `parse_conversation` reads)."""
-    return [_to_openai(message) for message in messages]
+def to_openai_messages(messages: Sequence[ChatMessage], *,
+                       error_flags: bool = False) -> list[dict[str, Any]]:
+    """The OpenAI-format form of engine messages (what `parse_conversation` reads);
+    with `error_flags`, an errored tool result says `"is_error": true` (off by default:
+    exports and displays keep the plain OpenAI shape)."""
+    return [_to_openai(message, error_flags) for message in messages]
 
 
-def _to_openai(message: ChatMessage) -> dict[str, Any]:
+def _to_openai(message: ChatMessage, error_flags: bool = False) -> dict[str, Any]:
     if isinstance(message, SystemMessage):
         return {"role": "system", "content": message.text}
     if isinstance(message, UserMessage):
         return {"role": "user", "content": message.text}
     if isinstance(message, ToolExecutionResultMessage):
-        return {"role": "tool", "tool_call_id": message.id, "content": message.text}
+        out_tool: dict[str, Any] = {"role": "tool", "tool_call_id": message.id,
+                                    "content": message.text}
+        if error_flags and message.is_error:
+            out_tool["is_error"] = True
+        return out_tool
     out: dict[str, Any] = {"role": "assistant", "content": message.text}
     if message.tool_execution_requests:
         out["tool_calls"] = [

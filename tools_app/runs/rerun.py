@@ -18,7 +18,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
 from ..engine import ChatRequestParameters
-from ..models import Run, ToolRegistration
+from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from .fixtures import recording_of, unregistered_tool_code
 from .lifecycle import create_queued
 from .replay import (
@@ -70,9 +70,13 @@ LIVE = ReplayOptions()
 
 def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
               mode: RerunMode, replay: ReplayOptions = LIVE,
-              snapshot_changes: dict[str, Any] | None = None) -> Run:
+              snapshot_changes: dict[str, Any] | None = None,
+              endpoint: ModelEndpoint | None = None,
+              policy: ErrorPolicy | None = None) -> Run:
     """A new queued run repeating `run`, enqueued after commit. `snapshot_changes`
-    replaces sections of the new snapshot (a fork's conversation: runs/fork.py)."""
+    replaces sections of the new snapshot (a fork's conversation, and its endpoint and
+    policy when the fork chose others: runs/fork.py); `endpoint` and `policy` are then
+    the new row's, so lists and filters show what it really used."""
     if mode not in RERUN_MODES:
         raise RerunError(f"mode must be one of {', '.join(RERUN_MODES)}, not {mode!r}")
     replay.check()
@@ -100,7 +104,8 @@ def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
     with transaction.atomic():
         new = create_queued(
             created_by=user if user is not None and user.is_authenticated else None,
-            endpoint=run.endpoint, policy=run.policy, parent=run, title=run.title,
+            endpoint=endpoint or run.endpoint, policy=policy or run.policy, parent=run,
+            title=run.title,
             snapshot=snapshot,
         )
         transaction.on_commit(lambda: enqueue_run(str(new.pk)))

@@ -134,7 +134,7 @@ def starting_conversation(run: Run) -> list[dict[str, Any]]:
     if "messages" not in run.snapshot:
         return []  # a row made outside the run services (tests, imports of old data)
     shown = []
-    for message in to_openai_messages(snapshot_messages(run.snapshot)):
+    for message in to_openai_messages(snapshot_messages(run.snapshot), error_flags=True):
         calls = [{"id": c["id"], "name": c["function"]["name"],
                   "arguments": _pretty_arguments(c["function"]["arguments"])}
                  for c in message.get("tool_calls", [])]

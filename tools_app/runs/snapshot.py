@@ -78,12 +78,31 @@ def build_snapshot(
     # (only that: the run's input is never truncated).
     return clean_json({  # type: ignore[no-any-return]
         "version": SNAPSHOT_VERSION,
-        "endpoint": {"id": str(endpoint.pk)} | _fields(endpoint, ENDPOINT_FIELDS),
+        "endpoint": endpoint_section(endpoint),
         "tools": [_tool_snapshot(t) for t in tools],
-        "policy": {"id": policy.pk} | _fields(policy, POLICY_FIELDS),
+        "policy": policy_section(policy),
         "messages": _messages_adapter.dump_python(list(messages), mode="json"),
-        "parameters": parameters.model_dump(mode="json", exclude_none=True, exclude={"tools"}),
+        "parameters": parameters_section(parameters),
     }, limit=sys.maxsize)
+
+
+# One section each: a fork with another endpoint, tools, policy or parameters replaces
+# just those sections of its parent's snapshot (runs/fork.py).
+def endpoint_section(endpoint: ModelEndpoint) -> dict[str, Any]:
+    return {"id": str(endpoint.pk)} | _fields(endpoint, ENDPOINT_FIELDS)
+
+
+def tools_section(tools: Sequence[ToolRegistration]) -> list[dict[str, Any]]:
+    return clean_json([_tool_snapshot(t) for t in tools],  # type: ignore[no-any-return]
+                      limit=sys.maxsize)
+
+
+def policy_section(policy: ErrorPolicy) -> dict[str, Any]:
+    return {"id": policy.pk} | _fields(policy, POLICY_FIELDS)
+
+
+def parameters_section(parameters: ChatRequestParameters) -> dict[str, Any]:
+    return parameters.model_dump(mode="json", exclude_none=True, exclude={"tools"})
 
 
 def _tool_snapshot(tool: ToolRegistration) -> dict[str, Any]:
@@ -158,8 +177,10 @@ def _model_of(snapshot: dict[str, Any]) -> tuple[ChatModel, tuple[str, ...]]:
 
 def _prelude(snapshot: dict[str, Any]) -> int:
     """The starting conversation's assistant messages that are not the endpoint's own:
-    a fork's inherited rounds are (a script plays on after them)."""
-    own = int((snapshot.get("fork") or {}).get("inherited_rounds", 0))
+    a fork's inherited rounds are (a script plays on after them), unless the fork went on
+    with another endpoint ("own_rounds": 0; that one's script starts at its beginning)."""
+    fork = snapshot.get("fork") or {}
+    own = int(fork.get("own_rounds", fork.get("inherited_rounds", 0)))
     return sum(1 for m in snapshot["messages"] if m["type"] == "ai") - own
 
 

@@ -6,7 +6,7 @@ GET  /api/runs/<id>/events?after=N   the run's events after seq N
 GET  /api/runs/compare?a=<id>&b=<id> two runs aligned by round and call, with deltas
 GET  /api/runs/<id>/export           the run as a regression fixture (docs/run-fixtures.md)
 POST /api/runs/<id>/rerun            rerun it (as it was / current, replay modes)
-POST /api/runs/<id>/fork             a new run from its conversation at round N, plus messages
+POST /api/runs/<id>/fork             a new run from its conversation before round N, edited
 POST /api/runs/<id>/decisions        decide a call awaiting approval:
      {"call_id", "decision": "approve"|"reject"|"edit", "arguments"?, "message"?}
 POST /api/runs/<id>/continue         go on from a breakpoint:
@@ -357,15 +357,18 @@ def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
 @require_http_methods(["POST"])
 @token_required
 def run_fork(request: HttpRequest, run_id: Any) -> JsonResponse:
-    """`{"round": N, "messages": [...], "snapshot": "same" | "current"}`: a new run starting
-    from this run's conversation as the model saw it at round N (inherited), plus
-    `messages` (OpenAI format, optional); 201 with its id."""
+    """`{"round": N, "messages"?: [...], "append"?: [...], "endpoint"?, "tools"?,
+    "policy"?, "parameters"?, "policy_overrides"?, "snapshot"?: "same" | "current"}`: a
+    new run starting from this run's conversation before round N (`messages`: that
+    whole conversation as edited, OpenAI format; left out: inherited unchanged), then
+    `append`; 201 with its id."""
     run = _visible(request, run_id)
     body = _json_body(request)
     mode = SNAPSHOT_CHOICES[_choice(body, "snapshot", tuple(SNAPSHOT_CHOICES), "same")]
     try:
         new = fork.run_fork(run=run, user=request.user, round_number=_required(body, "round"),
-                            messages=body.get("messages"), mode=mode)
+                            messages=body.get("messages"), append=body.get("append"),
+                            mode=mode, config=_fork_config(body))
     except fork.ForkError as exc:
         if exc.field is None:
             raise ApiError(409, "cannot_fork", str(exc)) from exc
@@ -373,6 +376,30 @@ def run_fork(request: HttpRequest, run_id: Any) -> JsonResponse:
     return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
                          "fork": new.snapshot["fork"], "url": f"/runs/{new.pk}/"},
                         status=201)
+
+
+def _fork_config(body: dict[str, Any]) -> fork.ForkConfig:
+    """What the fork changes: each field left out keeps the original run's."""
+    tools = None
+    if "tools" in body:
+        names = body["tools"]
+        if not isinstance(names, list) or not all(isinstance(t, str) for t in names):
+            raise ApiError(400, "invalid_field", "tools must be a list of tool names",
+                           field="tools")
+        tools = _tools(names)
+    overrides = body.get("policy_overrides")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ApiError(400, "invalid_field", "policy_overrides must be an object",
+                       field="policy_overrides")
+    return fork.ForkConfig(
+        endpoint=_lookup(ModelEndpoint, body["endpoint"], "endpoint")
+        if body.get("endpoint") is not None else None,
+        tools=tools,
+        policy=_lookup(ErrorPolicy, body["policy"], "policy")
+        if body.get("policy") is not None else None,
+        parameters=_parameters(body["parameters"]) if body.get("parameters") is not None
+        else None,
+        policy_overrides=overrides)
 
 
 def _rerun_mode(body: dict[str, Any]) -> Any:

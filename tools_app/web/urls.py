@@ -1,6 +1,16 @@
 from django.urls import path, re_path
 
-from . import api, api_calls, api_reexec, api_tryit, audit_views, reexec_views, tryit_views, views
+from . import (
+    api,
+    api_calls,
+    api_reexec,
+    api_tryit,
+    audit_views,
+    fork_views,
+    reexec_views,
+    tryit_views,
+    views,
+)
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -13,7 +23,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<uuid:run_id>/rerun/", views.run_rerun, name="run_rerun"),
     path("runs/<uuid:run_id>/export.json", views.run_export, name="run_export"),
-    path("runs/<uuid:run_id>/fork/", views.run_fork, name="run_fork"),
+    path("runs/<uuid:run_id>/fork/", fork_views.run_fork, name="run_fork"),
     path("runs/<uuid:run_id>/decide/", views.run_decide, name="run_decide"),
     path("runs/<uuid:run_id>/continue/", views.run_continue, name="run_continue"),
     path("runs/<uuid:run_id>/calls/<int:call_id>/check-arguments", views.call_check_arguments,

@@ -34,7 +34,7 @@ from ..models import (
     RunStatus,
     ToolCall,
 )
-from ..runs import approvals, breakpoints, compare, fixtures, fork, rerun, selectors, services
+from ..runs import approvals, breakpoints, compare, fixtures, rerun, selectors, services
 from ..runs.filters import FilterError, Page, filtered_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
@@ -139,8 +139,7 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = _run_for_user(request, run_id)
     conversation = selectors.starting_conversation(run)
     fork = run.snapshot.get("fork")
-    for index, message in enumerate(conversation):
-        message["inherited"] = bool(fork) and index < fork["inherited"]
+    _mark_fork_prefix(conversation, fork)
     return render(request, "tools_app/run_detail.html",
                   {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq,
                    "header": selectors.header_view(run),
@@ -148,6 +147,17 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
                    "divergences": selectors.replay_divergences(run),
                    "whole_conversation": any(m["role"] in ("assistant", "tool")
                                              for m in conversation)})
+
+
+def _mark_fork_prefix(conversation: list[dict[str, Any]], fork: dict[str, Any] | None) -> None:
+    """Each message of a fork's prefix: inherited unchanged, edited or added in the fork
+    editor (older forks, without marks, inherited their whole prefix unchanged)."""
+    if not fork:
+        return
+    marks = fork.get("marks") or ["inherited"] * fork["inherited"]
+    for index, message in enumerate(conversation[:fork["inherited"]]):
+        message["mark"] = marks[index] if index < len(marks) else "inherited"
+        message["inherited"] = message["mark"] == "inherited"
 
 
 @require_POST
@@ -185,37 +195,6 @@ def run_rerun(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
         messages.error(request, f"Cannot rerun: {exc}")
         return redirect("run_detail", run_id=run.pk)
     return redirect("run_detail", run_id=new.pk)
-
-
-@require_POST
-@login_required
-def run_fork(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
-    """The run page's fork form: a round number and, optionally, messages to add (a JSON
-    list in the OpenAI format)."""
-    run = _run_for_user(request, run_id)
-    try:
-        new = fork.run_fork(run=run, user=request.user,
-                            round_number=_form_round(request.POST.get("round", "")),
-                            messages=_form_messages(request.POST.get("messages", "")))
-    except fork.ForkError as exc:
-        messages.error(request, f"Cannot fork: {exc}")
-        return redirect("run_detail", run_id=run.pk)
-    return redirect("run_detail", run_id=new.pk)
-
-
-def _form_round(text: str) -> int:
-    if not (text.strip().isascii() and text.strip().isdigit()) or len(text.strip()) > 6:
-        raise fork.ForkError("round must be a round number", field="round")
-    return int(text)
-
-
-def _form_messages(text: str) -> Any:
-    if not text.strip():
-        return []
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise fork.ForkError(f"messages are not valid JSON: {exc}", field="messages") from exc
 
 
 @require_GET
