@@ -1,4 +1,8 @@
-"""The browser suite's world: a real daphne server on a fresh SQLite database, and Chromium.
+"""The browser suite's world: a real daphne server on a fresh database, and Chromium.
+
+The database is a fresh SQLite file; in the scale-out pass (DATABASE_URL names a
+PostgreSQL server, for the tests marked `both`) a fresh PostgreSQL database of its own
+on that server, dropped at the end, so the audit pages are driven on both databases.
 
 The server is started once per session in a subprocess (embedded worker on), with the
 demo seeded, alice (superuser) and bob (plain user) created, and the extra endpoints
@@ -15,9 +19,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 import pytest_asyncio
 from playwright.async_api import async_playwright
@@ -47,7 +54,37 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _server_env(tmp: Path) -> dict[str, str]:
+def _postgres_server_url() -> str | None:
+    url = os.environ.get("DATABASE_URL", "")
+    return url if url.startswith(("postgres://", "postgresql://")) else None
+
+
+@contextmanager
+def _browser_database(tmp: Path) -> Iterator[str]:
+    """The server's DATABASE_URL: a SQLite file, or a PostgreSQL database of its own."""
+    outer = _postgres_server_url()
+    if outer is None:
+        yield f"sqlite:///{tmp / 'db.sqlite3'}"
+        return
+    name = f"agentforge_browser_{os.getpid()}"
+    with _admin_connection(outer) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(urlsplit(outer)._replace(path=f"/{name}"))
+    finally:
+        with _admin_connection(outer) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _admin_connection(url: str) -> psycopg.Connection[Any]:
+    # On the server's maintenance database (the outer test run's own need not exist
+    # yet); CREATE / DROP DATABASE cannot run inside a transaction.
+    maintenance = urlunsplit(urlsplit(url)._replace(path="/postgres"))
+    return psycopg.connect(maintenance, autocommit=True)
+
+
+def _server_env(tmp: Path, database_url: str) -> dict[str, str]:
     env = dict(os.environ)
     # tests/conftest.py turns the embedded worker off for in-process tests; this server
     # must run its runs. Scale-out settings of the outer test run must not leak in.
@@ -55,7 +92,7 @@ def _server_env(tmp: Path) -> dict[str, str]:
                  "SECRET_KEY_FILE"):
         env.pop(name, None)
     env.update({
-        "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+        "DATABASE_URL": database_url,
         "DATA_DIR": str(tmp),
         "DEBUG": "1",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
@@ -103,7 +140,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing (apt-get install chromium chromium-driver)")
     tmp = tmp_path_factory.mktemp("browser")
-    env = _server_env(tmp)
+    with _browser_database(tmp) as database_url:
+        yield from _serve(tmp, _server_env(tmp, database_url))
+
+
+def _serve(tmp: Path, env: dict[str, str]) -> Iterator[Server]:
     _finish(_manage(env, "migrate", "--noinput", "-v0"), "migrate")
     _finish(_manage(env, "seed_demo"), "seed_demo")
     port = _free_port()

@@ -16,7 +16,8 @@ from .test_security import HALLUCINATED_NAME, INJECTED, Watch
 from .world import LONG_ENDPOINT, XSS_ENDPOINT, XSS_POLICY
 from .xss_tools import ALL_PAYLOADS
 
-pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
+# `both`: also driven against a server on PostgreSQL in the scale-out pass (conftest.py).
+pytestmark = [pytest.mark.browser, pytest.mark.both, pytest.mark.asyncio(loop_scope="package")]
 
 FAILING_AND_SLOW = "Scripted: failing + slow tools"
 SCREENSHOTS = os.environ.get("AGENTFORGE_SCREENSHOTS") == "1"

@@ -217,6 +217,7 @@ async def test_the_playground_remembers_the_last_inputs_per_user(
     assert await other.input_value("textarea[name=user_message]") != message
 
 
+@pytest.mark.both  # the runs list's filters on PostgreSQL too (the scale-out pass)
 async def test_the_runs_page_filters_in_place_and_the_back_button_returns(
     open_page: Any,
 ) -> None:
