@@ -16,10 +16,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from ..models import RunStatus, ToolCall, ToolCallState
 from .filters import MAX_QUERY, FilterError, _limit, _moment
+from .search import search_calls
 
 # The states a person filters on, mapped to the ToolCall.state values they cover.
 CALL_STATES: dict[str, tuple[str, ...]] = {
@@ -116,12 +117,11 @@ def _user(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
 
 
 def _text(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
-    """The call's own text: its arguments, result and error."""
+    """Words in the call's own text: its arguments, result and error (`runs.search`)."""
     text = value.strip()
     if not text or len(text) > MAX_QUERY:
         raise FilterError("q", f"q must be 1 to {MAX_QUERY} characters")
-    return calls.filter(Q(arguments_raw__icontains=text) | Q(result_text__icontains=text)
-                        | Q(error_message__icontains=text))
+    return search_calls(calls, text)
 
 
 def _since(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
