@@ -399,6 +399,8 @@ class ToolCall(models.Model):
             # percentiles read in duration order) and the calls filter `tool`.
             models.Index(fields=["tool_name", "duration_ms"], name="toolcall_tool_duration"),
             models.Index(fields=["tool_name", "state"], name="toolcall_tool_state"),
+            # The handlers filter's choices: read one index seek per distinct name.
+            models.Index(fields=["handled_by"], name="toolcall_handler"),
         ]
 
     def __str__(self) -> str:

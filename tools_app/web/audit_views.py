@@ -57,7 +57,7 @@ def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         "filters_query": urlencode(shown), "paged": "cursor" in filters,
         "statuses": RunStatus.choices, "states": list(STATE_LABELS.items()),
         "endpoint_names": selectors.endpoint_names(), "tool_names": selectors.tool_names(),
-        "handlers": handler_names(visible),
+        "handlers": handler_names(visible, every_call=request.user.is_staff),
     }, status=status)
     if getattr(request, "htmx", False):
         query = urlencode(filters)
