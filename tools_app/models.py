@@ -401,6 +401,8 @@ class ToolCall(models.Model):
             models.Index(fields=["tool_name", "state"], name="toolcall_tool_state"),
             # The handlers filter's choices: read one index seek per distinct name.
             models.Index(fields=["handled_by"], name="toolcall_handler"),
+            # A tool's most recent calls (its page), newest first without a sort.
+            models.Index(fields=["tool_name", "id"], name="toolcall_tool_recent"),
         ]
 
     def __str__(self) -> str:
