@@ -14,9 +14,9 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connections
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
-from ..models import ToolCall, ToolRegistration, ToolVersion
+from ..models import Run, ToolCall, ToolRegistration, ToolVersion
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -32,6 +32,18 @@ def calls_for_user(user: User) -> QuerySet[ToolCall]:
     if getattr(user, "is_staff", False):
         return calls
     return calls.filter(run__created_by_id=user.pk)
+
+
+def calls_listed_for_user(user: User) -> QuerySet[ToolCall]:
+    """The same calls as `calls_for_user`, for lists in id order (the calls page, the
+    API, exports): an ordinary user's as a correlated EXISTS on the run, so the newest
+    calls are read first and a page stops when it is full. (A join lets SQLite start
+    from the user's runs and sort all their calls; statistics over one tool's calls,
+    which read them all anyway, keep the join.)"""
+    if getattr(user, "is_staff", False):
+        return ToolCall.objects.all()
+    return ToolCall.objects.filter(
+        Exists(Run.objects.filter(pk=OuterRef("run_id"), created_by_id=user.pk)))
 
 
 def call_rows(calls: QuerySet[ToolCall]) -> QuerySet[ToolCall]:
