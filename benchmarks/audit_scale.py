@@ -59,6 +59,7 @@ def requests_to_measure(staff: bool) -> list[tuple[str, str, dict[str, str]]]:
     month_ago = (now - timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%S")
     five_months_ago = (now - timedelta(days=150)).strftime("%Y-%m-%dT%H:%M:%S")
     version = ToolRegistration.objects.get(name="calculator").version_hash
+    order = _an_order_id()
     common = {"status": "failed", "endpoint": "gemini-flash", "tool": "calculator",
               "user": "audit-user-03" if staff else USER, "q": "kubernetes",
               "since": month_ago, "until": five_months_ago}
@@ -72,15 +73,28 @@ def requests_to_measure(staff: bool) -> list[tuple[str, str, dict[str, str]]]:
         *[(f"/runs/ {_label(k, v)}", "/runs/", {k: v}) for k, v in run_filters.items()],
         ("/runs/ has_errors=false", "/runs/", {"has_errors": "false"}),
         ("/runs/ search 2 words", "/runs/", {"q": "zürich invoice"}),
+        ("/runs/ search an order id", "/runs/", {"q": order}),
         ("/calls/ first page", "/calls/", {}),
         ("/calls/ deep page", "/calls/", {"cursor": _deep_call_cursor(staff)}),
         *[(f"/calls/ {_label(k, v)}", "/calls/", {k: v}) for k, v in call_filters.items()],
         ("/calls/ search 2 words", "/calls/", {"q": "zürich invoice"}),
+        ("/calls/ search an order id", "/calls/", {"q": order}),
         ("/tools/calculator/", "/tools/calculator/", {}),
         ("GET /api/runs", "/api/runs", {}),
         ("GET /api/calls", "/api/calls", {}),
     ]
     return found
+
+
+def _an_order_id() -> str:
+    """A specific word, as people search for one: an order id the seed's lookup_order
+    calls used (in a handful of calls, where the seeded vocabulary's words are in a
+    third of them)."""
+    from tools_app.models import ToolCall
+
+    arguments = ToolCall.objects.filter(tool_name="lookup_order").order_by("pk").values_list(
+        "arguments", flat=True).first()
+    return str(arguments["order_id"]) if arguments else "ORD-00000"
 
 
 def _label(name: str, value: str) -> str:
@@ -200,7 +214,9 @@ def child(database: str, args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"database": database, "phases": []}
     if previous is not None:  # re-measure the kept full-size database only
         _analyze()
-        result["phases"] = [previous["phases"][0], _measure(args.runs, args, 0.0)]
+        full = previous["phases"][-1]
+        result["phases"] = [previous["phases"][0], {
+            **full, "requests": measure_requests(args.repeat), "remeasured": True}]
     else:
         done = 0
         for size, seed in ((args.small_runs, 1), (args.runs, 2)):
@@ -277,6 +293,9 @@ loopback; DEBUG off.
 def _database_section(result: dict[str, Any]) -> str:
     small, full = result["phases"][0], result["phases"][-1]
     small_queries = {(r["who"], r["label"]): r["queries"] for r in small["requests"]}
+    note = (" Requests measured again after the fixes on the same data; the export's "
+            "figures are from the first measurement (its code did not change)."
+            if full.get("remeasured") else "")
     lines = [f"### {result['database']}: {full['runs']:,} runs, {full['calls']:,} calls "
              f"(seeded in {small['seed_s'] + full['seed_s']:.0f} s)", "",
              "| who | request | p50 ms | p95 ms | max ms | q at "
@@ -287,14 +306,14 @@ def _database_section(result: dict[str, Any]) -> str:
         ok = row["p95"] < TARGET_MS
         missed += not ok
         lines.append(f"| {row['who']} | {row['label']} | {row['p50']:.0f} | {row['p95']:.0f} "
-                     f"| {row['max']:.0f} | {small_queries.get((row['who'], row['label']))} / "
+                     f"| {row['max']:.0f} | {small_queries.get((row['who'], row['label']), '-')} / "
                      f"{row['queries']} | {'ok' if ok else '**missed**'} |")
     grew = [r["label"] for r in full["requests"]
-            if r["queries"] != small_queries.get((r["who"], r["label"]))]
+            if small_queries.get((r["who"], r["label"])) not in (None, r["queries"])]
     lines += ["", f"{len(full['requests']) - missed} of {len(full['requests'])} requests meet "
               f"the target; queries per request "
-              f"{'the same at both sizes' if not grew else 'changed for: ' + ', '.join(grew)}.",
-              ""]
+              f"{'the same at both sizes' if not grew else 'changed for: ' + ', '.join(grew)}."
+              f"{note}", ""]
     for phase in (small, full):
         export = phase["export"]
         lines.append(f"Export of {export['rows']:,} calls (JSON Lines, {export['mib']:.0f} "
