@@ -215,6 +215,11 @@ def child(database: str, args: argparse.Namespace) -> dict[str, Any]:
     if previous is not None:  # re-measure the kept full-size database only
         _analyze()
         full = previous["phases"][-1]
+        if full["export"] is None:  # stopped before its first measurement
+            from tools_app.models import Run, ToolCall
+
+            full = {"runs": Run.objects.count(), "calls": ToolCall.objects.count(),
+                    "seed_s": float("nan"), "export": measure_export()}
         result["phases"] = [previous["phases"][0], {
             **full, "requests": measure_requests(args.repeat), "remeasured": True}]
     else:
@@ -233,9 +238,33 @@ def child(database: str, args: argparse.Namespace) -> dict[str, Any]:
 def _previous(path: str | None, database: str) -> dict[str, Any] | None:
     if not path:
         return None
+    if path.endswith(".log"):
+        return _from_log(Path(path).read_text(), database)
     loaded: dict[str, Any] = json.loads(Path(path).read_text())
     assert loaded["database"] == database, "--reuse takes the same database's figures"
     return loaded
+
+
+def _from_log(text: str, database: str) -> dict[str, Any]:
+    """The small size's figures as an interrupted run printed them (its progress lines):
+    p50, p95 and queries per request; no export (it printed none). For a run stopped
+    after seeding, so the full size is measured once, with the current code."""
+    requests, runs = [], 0
+    for line in text.splitlines():
+        if " runs seeded in " in line:
+            if runs:
+                break
+            runs = int(line.split(": ")[1].split()[0])
+            continue
+        parts = line.split()
+        if runs and len(parts) > 6 and parts[0] in ("staff", "user") and parts[-2] == "q":
+            label = line[len("  staff "):line.index(" p50 ")].strip()
+            requests.append({"who": parts[0], "label": label, "p50": float(parts[-5]),
+                             "p95": float(parts[-3]), "max": float("nan"),
+                             "queries": int(parts[-1])})
+    return {"database": database, "phases": [
+        {"runs": runs, "calls": 0, "seed_s": 0.0, "requests": requests, "export": None},
+        {"runs": 0, "calls": 0, "seed_s": 0.0, "requests": [], "export": None}]}
 
 
 def _seed_and_measure(database: str, size: int, done: int, seed: int,
@@ -293,8 +322,8 @@ loopback; DEBUG off.
 def _database_section(result: dict[str, Any]) -> str:
     small, full = result["phases"][0], result["phases"][-1]
     small_queries = {(r["who"], r["label"]): r["queries"] for r in small["requests"]}
-    note = (" Requests measured again after the fixes on the same data; the export's "
-            "figures are from the first measurement (its code did not change)."
+    note = (" The small size's figures come from a first measurement, taken before the "
+            "fixes listed below; the full size's with them."
             if full.get("remeasured") else "")
     lines = [f"### {result['database']}: {full['runs']:,} runs, {full['calls']:,} calls "
              f"(seeded in {small['seed_s'] + full['seed_s']:.0f} s)", "",
@@ -316,6 +345,8 @@ def _database_section(result: dict[str, Any]) -> str:
               f"{note}", ""]
     for phase in (small, full):
         export = phase["export"]
+        if export is None:
+            continue
         lines.append(f"Export of {export['rows']:,} calls (JSON Lines, {export['mib']:.0f} "
                      f"MiB): {export['seconds']:.0f} s, resident memory grew by "
                      f"{export['rss_growth_mib']:.1f} MiB (from "
