@@ -18,7 +18,7 @@ from tools_app.web.api_tokens import create_token
 from .support import start_run
 from .test_api import Api, error_of
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.both]
 
 
 @pytest.fixture
