@@ -62,7 +62,10 @@ def filtered_runs(runs: QuerySet[Run], params: Mapping[str, str]) -> Page:
     limit = _limit(params.get("limit"))
     if "cursor" in params:
         created, pk = _decode_cursor(params["cursor"])
-        runs = runs.filter(Q(created_at__lt=created) | Q(created_at=created, pk__lt=pk))
+        # The bound on created_at alone first: an OR of the two cases only would keep
+        # SQLite from seeking the index to the cursor (it read every newer run).
+        runs = runs.filter(Q(created_at__lte=created),
+                           Q(created_at__lt=created) | Q(pk__lt=pk))
     page = list(runs[:limit + 1])
     more = len(page) > limit
     page = page[:limit]
