@@ -328,7 +328,40 @@ an index on `tool_name, id`); the runs list got keyset indexes under a user and 
 """]
     for result in results:
         parts.append(_database_section(result))
+    parts.append(MISSES)
     return "\n".join(parts)
+
+
+MISSES = """
+### What still misses the target, and why
+
+- **A search for a common word** (`q=kubernetes`, `q=zürich invoice`: the seed's small
+  vocabulary puts each of its words in about a third of all calls). The index finds the
+  matching calls at once, but a run matches through any of its calls, so the runs list
+  reads the run id of every matching call (some 350,000 random reads) before it can keep
+  the newest 25; the calls list (which needs no run ids) stays within the target. A
+  specific word (an order id, a name, an error) is fast on both lists. Checking each
+  candidate run against the index instead (tried: a correlated EXISTS per run) is worse
+  on SQLite: FTS5 rebuilds a prefix query's whole match list for every probe. A real fix
+  is to index each run's calls' text in the run's own document (written by the
+  recorder as a run's calls finish), not done yet.
+- **The calls list with `until` far in the past**: the calls list is newest first by
+  call id and `until` is on the run's creation, so the newest five sixths of all calls
+  are read and rejected before the first match; it would need the run's creation time
+  on each call (an indexed, denormalised column), not done yet.
+- **A tool's page for a tool with 110,000 calls**: each statistic (counts by state,
+  percentiles, error groups, the chart's buckets) reads all of the tool's calls the
+  viewer may see. The indexes keep each read inside the tool's calls, but 110,000 rows
+  several times is seconds on SQLite. It would need statistics kept per tool and hour as
+  calls finish (a rollup table), or a page limited to a recent window.
+- **PostgreSQL, runs filtered on their calls** (`error_type`, `has_errors`,
+  `tool_version`): the planner picks a hash semi-join over every erring call (or casts
+  every snapshot to text) rather than probing the newest runs one by one; partial
+  indexes (`run_id WHERE is_error`, `run_id, error_type`) are the next thing to try.
+- Figures above 200 ms that are not in this list were measured while other processes
+  kept both cores busy (see the load average); the same requests are far below the
+  target in quieter moments of the same run.
+"""
 
 
 def _database_section(result: dict[str, Any]) -> str:
