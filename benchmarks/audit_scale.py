@@ -358,6 +358,14 @@ MISSES = """
   `tool_version`): the planner picks a hash semi-join over every erring call (or casts
   every snapshot to text) rather than probing the newest runs one by one; partial
   indexes (`run_id WHERE is_error`, `run_id, error_type`) are the next thing to try.
+- **An ordinary user's calls page** (every filter, about 400 ms on PostgreSQL, 150-250 ms
+  on SQLite): the page's own query takes a few milliseconds; the handler choices are a
+  DISTINCT over all of the user's calls (50,000 here: 300 ms on PostgreSQL). Staff get
+  them from the loose index scan; for a user, the next step is the same scan with an
+  existence check per name.
+- **The calls list with a rare combination** (an ordinary user's calls with a 1% state
+  or handler): newest first, it reads calls until it has a page, about a thousand calls
+  per match.
 - Figures above 200 ms that are not in this list were measured while other processes
   kept both cores busy (see the load average); the same requests are far below the
   target in quieter moments of the same run.
@@ -368,7 +376,7 @@ def _database_section(result: dict[str, Any]) -> str:
     small, full = result["phases"][0], result["phases"][-1]
     small_queries = {(r["who"], r["label"]): r["queries"] for r in small["requests"]}
     note = (" The small size's figures come from a first measurement, taken before the "
-            "fixes listed below; the full size's with them."
+            "fixes listed above; the full size's with them."
             if full.get("remeasured") else "")
     load = full["requests"][0].get("load") if full["requests"] else None
     lines = [f"### {result['database']}: {full['runs']:,} runs, {full['calls']:,} calls", "",
