@@ -321,10 +321,11 @@ off; planner statistics fresh (ANALYZE after seeding).
 Fixes made from the first measurement (at 10,000 runs, before them): the calls list
 filtered on its run's fields with a join, which let SQLite start from the matching runs
 and sort all their calls (now a correlated EXISTS, and so an ordinary user's calls); the
-staff handler choices were a DISTINCT over every call (now a loose index scan over a new
-`handled_by` index); SQLite's tool-page chart called Django's Python Trunc function per
-call (now counted per UTC quarter hour in SQL); a tool's recent calls were sorted (now
-an index on `tool_name, id`); the runs list got keyset indexes under a user and a status.
+handler choices were a DISTINCT over every visible call (now a loose index scan over a
+new `handled_by` index, plus an existence check per name for an ordinary user);
+SQLite's tool-page chart called Django's Python Trunc function per call (now counted per
+UTC quarter hour in SQL); a tool's recent calls were sorted (now an index on
+`tool_name, id`); the runs list got keyset indexes under a user and a status.
 """]
     for result in results:
         parts.append(_database_section(result))
@@ -358,11 +359,6 @@ MISSES = """
   `tool_version`): the planner picks a hash semi-join over every erring call (or casts
   every snapshot to text) rather than probing the newest runs one by one; partial
   indexes (`run_id WHERE is_error`, `run_id, error_type`) are the next thing to try.
-- **An ordinary user's calls page** (every filter, about 400 ms on PostgreSQL, 150-250 ms
-  on SQLite): the page's own query takes a few milliseconds; the handler choices are a
-  DISTINCT over all of the user's calls (50,000 here: 300 ms on PostgreSQL). Staff get
-  them from the loose index scan; for a user, the next step is the same scan with an
-  existence check per name.
 - **The calls list with a rare combination** (an ordinary user's calls with a 1% state
   or handler): newest first, it reads calls until it has a page, about a thousand calls
   per match.

@@ -54,16 +54,16 @@ def call_rows(calls: QuerySet[ToolCall]) -> QuerySet[ToolCall]:
 
 def handler_names(calls: QuerySet[ToolCall], *, every_call: bool = False) -> list[str]:
     """The handlers that decided some visible call, for the filter's choices (at most
-    100 names). `every_call` (a staff viewer: `calls` is every call) reads them with a
-    loose index scan, one index seek per distinct name, instead of a DISTINCT over a
-    million rows; otherwise one DISTINCT over the viewer's own calls."""
+    100 names): every name in a loose index scan (one index seek per distinct name, not
+    a DISTINCT over a million rows); for a viewer who sees only some calls
+    (`every_call` false), those names their calls used, one existence check each (a
+    DISTINCT over an ordinary user's 50,000 calls took 300 ms)."""
+    with connections[calls.db].cursor() as cursor:
+        cursor.execute(_DISTINCT_HANDLERS)
+        names = [row[0] for row in cursor.fetchall()]
     if every_call:
-        with connections[calls.db].cursor() as cursor:
-            cursor.execute(_DISTINCT_HANDLERS)
-            return [row[0] for row in cursor.fetchall()]
-    names = calls.exclude(handled_by="").order_by("handled_by").values_list(
-        "handled_by", flat=True).distinct()
-    return list(names[:100])
+        return names
+    return [name for name in names if calls.filter(handled_by=name).exists()]
 
 
 # The next name after the last one found, from the handled_by index, until none is left
