@@ -1,4 +1,8 @@
+from typing import Any
+
 from django.apps import AppConfig
+from django.db import connections
+from django.db.models.signals import post_migrate
 
 
 class ToolsAppConfig(AppConfig):
@@ -8,3 +12,13 @@ class ToolsAppConfig(AppConfig):
 
     def ready(self) -> None:
         from .live import notify, sessions  # noqa: F401  (connects the receivers)
+
+        post_migrate.connect(_ensure_search_index, sender=self)
+
+
+def _ensure_search_index(using: str = "default", **kwargs: Any) -> None:
+    """A table rebuild by a later migration drops SQLite's search triggers: put them back
+    (`runs.search_schema`)."""
+    from .runs.search_schema import ensure_search_index
+
+    ensure_search_index(connections[using])

@@ -428,6 +428,12 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [
+            # The runs list's keyset order (created_at, id), under its most used
+            # narrowing: an ordinary user's own runs, and a status.
+            models.Index(fields=["created_by", "created_at", "id"], name="run_user_keyset"),
+            models.Index(fields=["status", "created_at", "id"], name="run_status_keyset"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.title or 'run'} ({self.status})"
@@ -519,6 +525,16 @@ class ToolCall(models.Model):
         ordering = ["round__index", "call_index"]
         constraints = [
             models.UniqueConstraint(fields=["round", "call_index"], name="toolcall_unique_index")
+        ]
+        indexes = [
+            # A tool's calls: its page's statistics (counts by state, duration
+            # percentiles read in duration order) and the calls filter `tool`.
+            models.Index(fields=["tool_name", "duration_ms"], name="toolcall_tool_duration"),
+            models.Index(fields=["tool_name", "state"], name="toolcall_tool_state"),
+            # The handlers filter's choices: read one index seek per distinct name.
+            models.Index(fields=["handled_by"], name="toolcall_handler"),
+            # A tool's most recent calls (its page), newest first without a sort.
+            models.Index(fields=["tool_name", "id"], name="toolcall_tool_recent"),
         ]
 
     def __str__(self) -> str:

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Count, Q, QuerySet
+from django.db import connections
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 
-from ..models import ToolCall, ToolRegistration, ToolVersion
+from ..models import Run, ToolCall, ToolRegistration, ToolVersion
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -33,18 +34,46 @@ def calls_for_user(user: User) -> QuerySet[ToolCall]:
     return calls.filter(run__created_by_id=user.pk)
 
 
+def calls_listed_for_user(user: User) -> QuerySet[ToolCall]:
+    """The same calls as `calls_for_user`, for lists in id order (the calls page, the
+    API, exports): an ordinary user's as a correlated EXISTS on the run, so the newest
+    calls are read first and a page stops when it is full. (A join lets SQLite start
+    from the user's runs and sort all their calls; statistics over one tool's calls,
+    which read them all anyway, keep the join.)"""
+    if getattr(user, "is_staff", False):
+        return ToolCall.objects.all()
+    return ToolCall.objects.filter(
+        Exists(Run.objects.filter(pk=OuterRef("run_id"), created_by_id=user.pk)))
+
+
 def call_rows(calls: QuerySet[ToolCall]) -> QuerySet[ToolCall]:
     """`calls` with what a list row shows, in one query."""
     return (calls.select_related("run", "run__endpoint", "run__created_by")
             .defer(*LIST_DEFERRED))
 
 
-def handler_names(calls: QuerySet[ToolCall]) -> list[str]:
-    """The handlers that decided some visible call, for the filter's choices (one
-    DISTINCT query; at most 100 names)."""
-    names = calls.exclude(handled_by="").order_by("handled_by").values_list(
-        "handled_by", flat=True).distinct()
-    return list(names[:100])
+def handler_names(calls: QuerySet[ToolCall], *, every_call: bool = False) -> list[str]:
+    """The handlers that decided some visible call, for the filter's choices (at most
+    100 names): every name in a loose index scan (one index seek per distinct name, not
+    a DISTINCT over a million rows); for a viewer who sees only some calls
+    (`every_call` false), those names their calls used, one existence check each (a
+    DISTINCT over an ordinary user's 50,000 calls took 300 ms)."""
+    with connections[calls.db].cursor() as cursor:
+        cursor.execute(_DISTINCT_HANDLERS)
+        names = [row[0] for row in cursor.fetchall()]
+    if every_call:
+        return names
+    return [name for name in names if calls.filter(handled_by=name).exists()]
+
+
+# The next name after the last one found, from the handled_by index, until none is left
+# (both databases run recursive CTEs lazily, so LIMIT stops it).
+_DISTINCT_HANDLERS = (
+    "WITH RECURSIVE h(name) AS ("
+    "SELECT MIN(handled_by) FROM tools_app_toolcall WHERE handled_by > '' "
+    "UNION ALL SELECT (SELECT MIN(handled_by) FROM tools_app_toolcall "
+    "WHERE handled_by > h.name) FROM h WHERE h.name IS NOT NULL"
+    ") SELECT name FROM h WHERE name IS NOT NULL LIMIT 100")
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,11 @@ from django.db.models.functions import Cast
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
-from ..models import Run, RunStatus, ToolCall
+from ..models import ErrorPolicy, Run, RunStatus, ToolCall
+from .search import search_runs
 
-EXPORT_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until", "tool_version")
+EXPORT_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until", "tool_version",
+                  "policy", "error_type", "has_errors")
 RUN_FILTERS = (*EXPORT_FILTERS, "cursor", "limit")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
@@ -60,7 +62,10 @@ def filtered_runs(runs: QuerySet[Run], params: Mapping[str, str]) -> Page:
     limit = _limit(params.get("limit"))
     if "cursor" in params:
         created, pk = _decode_cursor(params["cursor"])
-        runs = runs.filter(Q(created_at__lt=created) | Q(created_at=created, pk__lt=pk))
+        # The bound on created_at alone first: an OR of the two cases only would keep
+        # SQLite from seeking the index to the cursor (it read every newer run).
+        runs = runs.filter(Q(created_at__lte=created),
+                           Q(created_at__lt=created) | Q(pk__lt=pk))
     page = list(runs[:limit + 1])
     more = len(page) > limit
     page = page[:limit]
@@ -93,16 +98,13 @@ def _user(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
 
 
 def _text(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
-    """The user's message (the title), the final answer, the error, and any tool call's
-    arguments, result or error."""
+    """Words in the user's message (the title), the final answer, the error, or in any
+    tool call's arguments, result or error (`runs.search`: the databases' full-text
+    indexes)."""
     text = value.strip()
     if not text or len(text) > MAX_QUERY:
         raise FilterError("q", f"q must be 1 to {MAX_QUERY} characters")
-    in_calls = ToolCall.objects.filter(run_id=OuterRef("pk")).filter(
-        Q(arguments_raw__icontains=text) | Q(result_text__icontains=text)
-        | Q(error_message__icontains=text))
-    return runs.filter(Q(title__icontains=text) | Q(final_text__icontains=text)
-                       | Q(error_message__icontains=text) | Exists(in_calls))
+    return search_runs(runs, text)
 
 
 def _since(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
@@ -126,8 +128,45 @@ def _tool_version(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
         snapshot_text__contains=f'"version_hash": "{value}"')
 
 
+POLICY_NAME_MAX = ErrorPolicy._meta.get_field("name").max_length or 100
+ERROR_TYPE_MAX = Run._meta.get_field("error_type").max_length or 200
+BOOLEANS = {"true": True, "false": False}
+
+
+def _policy(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    """The error policy's name as frozen in the run's snapshot: a policy renamed or
+    deleted since still finds the runs that used it under the name they used."""
+    name = _bounded("policy", value, POLICY_NAME_MAX, "an error policy's name")
+    return runs.filter(snapshot__policy__name=name)
+
+
+def _error_type(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    """The run's error type, or any of its calls' (exactly, as stored: `ZeroDivisionError`,
+    `ToolArgumentsError`, ...)."""
+    kind = _bounded("error_type", value, ERROR_TYPE_MAX, "an error type")
+    in_calls = ToolCall.objects.filter(run_id=OuterRef("pk"), error_type=kind)
+    return runs.filter(Q(error_type=kind) | Exists(in_calls))
+
+
+def _has_errors(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    """true: the run failed or one of its calls ended in an error; false: neither."""
+    if value not in BOOLEANS:
+        raise FilterError("has_errors", f"has_errors must be true or false, not {value[:40]!r}")
+    erring = Q(status=RunStatus.FAILED) | Exists(
+        ToolCall.objects.filter(run_id=OuterRef("pk"), is_error=True))
+    return runs.filter(erring if BOOLEANS[value] else ~erring)
+
+
+def _bounded(field: str, value: str, limit: int, what: str) -> str:
+    text = value.strip()
+    if not text or len(text) > limit:
+        raise FilterError(field, f"{field} must be {what}: 1 to {limit} characters")
+    return text
+
+
 _FILTERS = {"status": _status, "endpoint": _endpoint, "tool": _tool, "user": _user,
-            "q": _text, "since": _since, "until": _until, "tool_version": _tool_version}
+            "q": _text, "since": _since, "until": _until, "tool_version": _tool_version,
+            "policy": _policy, "error_type": _error_type, "has_errors": _has_errors}
 
 
 def _moment(field: str, value: str) -> datetime:

@@ -46,6 +46,10 @@ def endpoint_names() -> list[str]:
     return list(ModelEndpoint.objects.order_by("name").values_list("name", flat=True))
 
 
+def policy_names() -> list[str]:
+    return list(ErrorPolicy.objects.order_by("name").values_list("name", flat=True))
+
+
 def tool_names() -> list[str]:
     return list(ToolRegistration.objects.order_by("name").values_list("name", flat=True))
 

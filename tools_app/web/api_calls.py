@@ -16,7 +16,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from ..models import ToolCall
-from ..runs.audit import call_rows, calls_for_user
+from ..runs.audit import call_rows, calls_listed_for_user
 from ..runs.call_filters import STATE_NAMES, filtered_calls
 from ..runs.filters import FilterError
 from .api import ApiError, token_required
@@ -28,7 +28,7 @@ from .export import calls_export_response
 @token_required
 def calls(request: HttpRequest) -> JsonResponse:
     try:
-        page = filtered_calls(call_rows(calls_for_user(request.user)), request.GET.dict())
+        page = filtered_calls(call_rows(calls_listed_for_user(request.user)), request.GET.dict())
     except FilterError as exc:
         raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
     return JsonResponse({"calls": [call_json(c) for c in page.calls],
@@ -40,7 +40,7 @@ def calls(request: HttpRequest) -> JsonResponse:
 @token_required
 def calls_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
     try:
-        return calls_export_response(calls_for_user(request.user), request.GET.dict(), fmt)
+        return calls_export_response(calls_listed_for_user(request.user), request.GET.dict(), fmt)
     except FilterError as exc:
         raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
 

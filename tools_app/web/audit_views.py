@@ -19,6 +19,7 @@ from ..runs.audit import (
     DiffError,
     call_rows,
     calls_for_user,
+    calls_listed_for_user,
     diff_versions,
     handler_names,
     tool_index,
@@ -46,7 +47,8 @@ def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     visible = calls_for_user(request.user)
     status, error = 200, None
     try:
-        page = filtered_calls(call_rows(visible), {"limit": str(CALLS_PAGE_SIZE)} | filters)
+        page = filtered_calls(call_rows(calls_listed_for_user(request.user)),
+                              {"limit": str(CALLS_PAGE_SIZE)} | filters)
     except FilterError as exc:
         status, error, page = 400, f"{exc.field}: {exc}", CallPage([], None)
     shown = {k: v for k, v in filters.items() if k not in ("cursor", "limit")}
@@ -58,7 +60,7 @@ def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         "filters_query": urlencode(shown), "paged": "cursor" in filters,
         "statuses": RunStatus.choices, "states": list(STATE_LABELS.items()),
         "endpoint_names": selectors.endpoint_names(), "tool_names": selectors.tool_names(),
-        "handlers": handler_names(visible),
+        "handlers": handler_names(visible, every_call=request.user.is_staff),
     }, status=status)
     if getattr(request, "htmx", False):
         query = urlencode(filters)
@@ -70,7 +72,8 @@ def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 @login_required
 def calls_export(request: AuthenticatedHttpRequest, fmt: str) -> HttpResponseBase:
     try:
-        return calls_export_response(calls_for_user(request.user), request.GET.dict(), fmt)
+        return calls_export_response(calls_listed_for_user(request.user), request.GET.dict(),
+                                     fmt)
     except FilterError as exc:
         return HttpResponseBadRequest(f"{exc.field}: {exc}", content_type="text/plain")
 

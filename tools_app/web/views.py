@@ -367,6 +367,7 @@ def run_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         "statuses": RunStatus.choices, "live_statuses": LIVE_STATUSES,
         "endpoint_names": selectors.endpoint_names(),
         "tool_names": selectors.tool_names(),
+        "policy_names": selectors.policy_names(),
     }, status=status)
     if getattr(request, "htmx", False):
         # The URL the history keeps: the filters in use, not every empty field.
