@@ -20,7 +20,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, QuerySet
 
 from ..models import Run, RunStatus, ToolCall, ToolCallState
-from .filters import MAX_QUERY, FilterError, _limit, _moment
+from .filters import MAX_QUERY, FilterError, _limit, _moment, apply_filters
 from .search import search_calls
 
 # The states a person filters on, mapped to the ToolCall.state values they cover.
@@ -59,14 +59,7 @@ def matching_calls(calls: QuerySet[ToolCall], params: Mapping[str, str],
                    allowed: tuple[str, ...] = CALL_FILTERS) -> QuerySet[ToolCall]:
     """`calls` (already limited to what the caller may see) that match the filters in
     `params`, newest first; a parameter not in `allowed` is refused."""
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        raise FilterError(unknown[0], f"unknown filter {', '.join(unknown)}: the filters are "
-                          f"{', '.join(allowed)}")
-    for name, apply in _FILTERS.items():
-        value = params.get(name)
-        if value is not None:
-            calls = apply(calls, value)
+    calls = apply_filters(calls, params, allowed, _FILTERS)
     _check_duration_range(params)
     return calls.order_by("-pk")
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Exists, OuterRef, Q, QuerySet, TextField
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
@@ -40,19 +40,28 @@ class Page:
     next_cursor: str | None
 
 
-def matching_runs(runs: QuerySet[Run], params: Mapping[str, str],
-                  allowed: tuple[str, ...] = RUN_FILTERS) -> QuerySet[Run]:
-    """`runs` (already limited to what the caller may see) that match the filters in
-    `params`, newest first; a parameter not in `allowed` is refused."""
+def apply_filters[M: Model](rows: QuerySet[M], params: Mapping[str, str],
+                            allowed: tuple[str, ...],
+                            filters: Mapping[str, Callable[[QuerySet[M], str], QuerySet[M]]],
+                            ) -> QuerySet[M]:
+    """`rows` narrowed by each filter given in `params`; a parameter not in `allowed` is
+    refused, naming itself and the filters there are (shared by runs and calls)."""
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise FilterError(unknown[0], f"unknown filter {', '.join(unknown)}: the filters are "
                           f"{', '.join(allowed)}")
-    for name, apply in _FILTERS.items():
+    for name, apply in filters.items():
         value = params.get(name)
         if value is not None:
-            runs = apply(runs, value)
-    return runs.order_by("-created_at", "-pk")
+            rows = apply(rows, value)
+    return rows
+
+
+def matching_runs(runs: QuerySet[Run], params: Mapping[str, str],
+                  allowed: tuple[str, ...] = RUN_FILTERS) -> QuerySet[Run]:
+    """`runs` (already limited to what the caller may see) that match the filters in
+    `params`, newest first; a parameter not in `allowed` is refused."""
+    return apply_filters(runs, params, allowed, _FILTERS).order_by("-created_at", "-pk")
 
 
 def filtered_runs(runs: QuerySet[Run], params: Mapping[str, str]) -> Page:
