@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
-from tests.runs.support import http_server
+from tests.runs.support import http_server, json_service
 
 from .support import Server, fill_playground, submit_run, wait_status
 from .test_live_timeline import SCREENSHOTS, screenshot_path
@@ -23,19 +22,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 HOSTILE = "<img src=x onerror=alert(1)>"
 
 
-class _Lookup(BaseHTTPRequestHandler):
-    """A service whose answers carry markup, as a hostile one's would."""
-
-    def do_GET(self) -> None:
-        body = json.dumps({"record": {"path": self.path, "note": HOSTILE}}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
+# A service whose answers carry markup, as a hostile one's would.
+_Lookup = json_service(lambda request: (200, {"record": {"path": request.path,
+                                                          "note": HOSTILE}}))
 
 
 @pytest.fixture

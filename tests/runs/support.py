@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -143,6 +144,27 @@ def wait_until(condition: Callable[[], bool], *, timeout: float = 60.0) -> bool:
             return True
         time.sleep(0.05)
     return condition()
+
+
+def json_service(answer: Callable[[BaseHTTPRequestHandler], tuple[int, Any]],
+                 ) -> type[BaseHTTPRequestHandler]:
+    """A GET handler answering `answer(request) -> (status, JSON body)`: the stand-in for a
+    service an HTTP tool calls (hostile or careless ones included)."""
+
+    class JsonService(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, payload = answer(self)
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    return JsonService
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from tools_app.runs.tool_executors import (
 from tools_app.tools.registry import compute_version_hash
 from tools_app.web.api_tokens import create_token
 
-from .support import calls, execute, http_server, start, stored_strings
+from .support import calls, execute, http_server, json_service, start, stored_strings
 
 CANARY = "tok-canary-5d1e9a7c3b2f4860"
 CITY_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}},
@@ -123,20 +122,11 @@ def test_an_invalid_stored_configuration_fails_the_run_saying_why(
     assert "url" in run.error_message
 
 
-class _EchoHeaders(BaseHTTPRequestHandler):
-    """Answers with the request's path and headers (the credential included), as a
-    careless or hostile service might."""
-
-    def do_GET(self) -> None:
-        body = json.dumps({"path": self.path, "headers": dict(self.headers)}).encode()
-        self.send_response(403 if self.path.startswith("/deny") else 200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
+# Answers with the request's path and headers (the credential included), as a careless or
+# hostile service might.
+_EchoHeaders = json_service(lambda request: (
+    403 if request.path.startswith("/deny") else 200,
+    {"path": request.path, "headers": dict(request.headers)}))
 
 
 @pytest.fixture
