@@ -12,6 +12,7 @@ POST /api/runs/<id>/decisions        decide a call awaiting approval:
 POST /api/runs/<id>/continue         go on from a breakpoint:
      {"step": "run"|"call"|"round"|"abort", "arguments"?: {call_id: {...}}, "message"?}
 Re-executing one tool call, and splicing the result into a new run: web/api_reexec.py.
+GET  /api/openapi.json               all of it as OpenAPI (web/openapi.py, web/api_docs.py)
 """
 
 from __future__ import annotations
@@ -44,7 +45,17 @@ from ..runs import (
     selectors,
     services,
 )
-from ..runs.filters import FilterError, filtered_runs
+from ..runs.filters import EXPORT_FILTERS, RUN_FILTERS, FilterError, filtered_runs
+from .api_docs import Operation, documented, operations_of
+from .api_schemas import (
+    Body,
+    ContinueBody,
+    Created,
+    DecisionBody,
+    ForkBody,
+    RerunBody,
+    StartRunBody,
+)
 from .api_tokens import user_for_token
 from .export import export_response
 
@@ -98,6 +109,11 @@ def _authenticated(view: View, request: HttpRequest, *args: Any,
     return view(request, *args, **kwargs)
 
 
+@documented(
+    get=Operation("The runs the token's user may see, one keyset page", query=RUN_FILTERS,
+                  responses={200: (None, '{"runs": [...], "next_cursor"}')}, errors=(400,)),
+    post=Operation("Start a run", body=StartRunBody,
+                   responses={201: (Created, "The run, started")}, errors=(400, 404, 413)))
 @csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
 @require_http_methods(["GET", "POST"])
 @token_required
@@ -110,10 +126,23 @@ def runs(request: HttpRequest) -> JsonResponse:
             raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
         return JsonResponse({"runs": [_run_summary(r) for r in page.runs],
                              "next_cursor": page.next_cursor})
-    body = _json_body(request)
+    body = parse_body(request)
     run = _start_run(request, body)
     return JsonResponse({"id": str(run.pk), "status": run.status,
                          "url": f"/runs/{run.pk}/"}, status=201)
+
+
+def parse_body(request: HttpRequest) -> dict[str, Any]:
+    """The JSON body, read with the model the URL's view documents for this method."""
+    return _body_model(request).parse(_json_body(request))
+
+
+def _body_model(request: HttpRequest) -> type[Body]:
+    match = request.resolver_match
+    operation = operations_of(match.func if match else None).get(str(request.method).lower())
+    if operation is None or operation.body is None:
+        raise LookupError(f"{request.path} documents no body for {request.method}")
+    return operation.body
 
 
 def _json_body(request: HttpRequest) -> dict[str, Any]:
@@ -274,6 +303,9 @@ def _visible(request: HttpRequest, run_id: Any) -> Run:
     return run
 
 
+@documented(get=Operation("Every run GET /api/runs would list, streamed as CSV or JSON Lines",
+                          query=EXPORT_FILTERS, streams=("text/csv", "application/x-ndjson"),
+                          errors=(400,)))
 @csrf_exempt  # token-authenticated, like runs()
 @require_GET
 @token_required
@@ -287,6 +319,10 @@ def runs_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
         raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
 
 
+@documented(post=Operation("Rerun the run", body=RerunBody,
+                           responses={201: (None, "The new run: id, status, parent, "
+                                              "differences, replay, url")},
+                           errors=(400, 404, 409, 413)))
 @csrf_exempt  # token-authenticated, like runs()
 @require_http_methods(["POST"])
 @token_required
@@ -296,7 +332,7 @@ def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
     live, stop; `"mode": "as_it_was" | "current"` is the older spelling of `snapshot`): a
     new run repeating this one; 201 with its id."""
     run = _visible(request, run_id)
-    body = _json_body(request) if request.body else {}
+    body = parse_body(request) if request.body else {}
     mode = _rerun_mode(body)
     options = rerun.ReplayOptions(
         model=_choice(body, "model", replay.MODEL_MODES, "live"),
@@ -313,6 +349,10 @@ def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
 
 
 SNAPSHOT_CHOICES: dict[str, rerun.RerunMode] = {"same": "as_it_was", "current": "current"}
+@documented(post=Operation("Decide a call awaiting approval", body=DecisionBody,
+                           responses={201: (None, "The decision, stored"),
+                                      200: (None, "The same decision was already stored")},
+                           errors=(400, 404, 409, 413)))
 @csrf_exempt  # token-authenticated, like runs()
 @require_http_methods(["POST"])
 @token_required
@@ -320,7 +360,7 @@ def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
     """A decision on a call awaiting approval: 201 when stored, 200 when the same
     decision was already stored (nothing changes), 409 when it cannot be taken now."""
     run = _visible(request, run_id)
-    body = _json_body(request)
+    body = parse_body(request)
     call_id = body.get("call_id")
     if not isinstance(call_id, str) or not call_id:
         raise ApiError(400, "missing_field", "'call_id' (a tool call's id) is required",
@@ -353,6 +393,10 @@ def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
                         status=201 if created else 200)
 
 
+@documented(post=Operation("A new run from this run's conversation before a round, edited",
+                           body=ForkBody,
+                           responses={201: (Created, "The new run (with its fork record)")},
+                           errors=(400, 404, 409, 413)))
 @csrf_exempt  # token-authenticated, like runs()
 @require_http_methods(["POST"])
 @token_required
@@ -363,7 +407,7 @@ def run_fork(request: HttpRequest, run_id: Any) -> JsonResponse:
     whole conversation as edited, OpenAI format; left out: inherited unchanged), then
     `append`; 201 with its id."""
     run = _visible(request, run_id)
-    body = _json_body(request)
+    body = parse_body(request)
     mode = SNAPSHOT_CHOICES[_choice(body, "snapshot", tuple(SNAPSHOT_CHOICES), "same")]
     try:
         new = fork.run_fork(run=run, user=request.user, round_number=_required(body, "round"),
@@ -416,6 +460,10 @@ def _choice(body: dict[str, Any], field: str, allowed: tuple[str, ...], default:
     return value
 
 
+@documented(get=Operation("Two runs aligned round by round and call by call",
+                          query=("a", "b"), required_query=("a", "b"),
+                          responses={200: (None, "The comparison, with deltas")},
+                          errors=(400, 404)))
 @csrf_exempt  # token-authenticated, like runs()
 @require_GET
 @token_required
@@ -432,6 +480,8 @@ def run_compare(request: HttpRequest) -> JsonResponse:
                                              _visible(request, ids["b"])))
 
 
+@documented(get=Operation("The run as a regression fixture (an attachment)",
+                          responses={200: (None, "The fixture")}, errors=(404,)))
 @csrf_exempt  # token-authenticated, like runs()
 @require_GET
 @token_required
@@ -443,6 +493,10 @@ def run_export(request: HttpRequest, run_id: Any) -> HttpResponseBase:
     return response
 
 
+@documented(post=Operation("Go on from the breakpoint the run is paused at",
+                           body=ContinueBody,
+                           responses={200: (None, '{"pause", "run_status"}')},
+                           errors=(400, 404, 409, 413)))
 @csrf_exempt  # token-authenticated, like runs()
 @require_http_methods(["POST"])
 @token_required
@@ -451,7 +505,7 @@ def run_continue(request: HttpRequest, run_id: Any) -> JsonResponse:
     round, or abort; optionally with edited arguments for the held calls (call id ->
     object) or a message added before the model call."""
     run = _visible(request, run_id)
-    body = _json_body(request)
+    body = parse_body(request)
     step = body.get("step", "run")
     message = body.get("message", "")
     if not isinstance(step, str):
@@ -477,6 +531,8 @@ def _pause_json(pause: Any) -> dict[str, Any] | None:
             "resolved_by": pause.resolved_by_label or None}
 
 
+@documented(get=Operation("The run: status, rounds, tool calls, final answer",
+                          responses={200: (None, "The run")}, errors=(404,)))
 @csrf_exempt  # token-authenticated, like runs(): a POST gets 405, not a CSRF page
 @require_GET
 @token_required
@@ -493,6 +549,9 @@ def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
     })
 
 
+@documented(get=Operation("The run's events after seq `after`", query=("after",),
+                          responses={200: (None, '{"events": [...], "last_seq"}')},
+                          errors=(400, 404)))
 @csrf_exempt
 @require_GET
 @token_required

@@ -17,12 +17,16 @@ from django.views.decorators.http import require_GET
 
 from ..models import ToolCall
 from ..runs.audit import call_rows, calls_listed_for_user
-from ..runs.call_filters import STATE_NAMES, filtered_calls
+from ..runs.call_filters import CALL_EXPORT_FILTERS, CALL_FILTERS, STATE_NAMES, filtered_calls
 from ..runs.filters import FilterError
 from .api import ApiError, token_required
+from .api_docs import Operation, documented
 from .export import calls_export_response
 
 
+@documented(get=Operation("One keyset page of the tool calls the user may see",
+                          query=CALL_FILTERS, errors=(400,),
+                          responses={200: (None, '{"calls": [...], "next_cursor"}')}))
 @csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
 @require_GET
 @token_required
@@ -35,6 +39,9 @@ def calls(request: HttpRequest) -> JsonResponse:
                          "next_cursor": page.next_cursor})
 
 
+@documented(get=Operation("Every matching tool call, streamed as CSV or JSON Lines",
+                          query=CALL_EXPORT_FILTERS, errors=(400,),
+                          streams=("text/csv", "application/x-ndjson")))
 @csrf_exempt
 @require_GET
 @token_required

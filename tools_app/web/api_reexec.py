@@ -22,7 +22,9 @@ from django.views.decorators.http import require_GET, require_http_methods
 from ..models import CallReexecution, Run, ToolCall
 from ..runs import reexecution
 from ..runs.reexec_reads import execution_row
-from .api import ApiError, _json_body, _visible, reexecution_json, token_required
+from .api import ApiError, _visible, parse_body, reexecution_json, token_required
+from .api_docs import Operation, documented
+from .api_schemas import Created, ExecuteBody, Queued
 
 
 def _call(request: HttpRequest, run_id: Any, call_id: int) -> tuple[Run, ToolCall]:
@@ -38,12 +40,15 @@ def _refused(exc: reexecution.ReexecutionError) -> ApiError:
     return ApiError(exc.status, exc.code, str(exc), **extra)
 
 
+@documented(post=Operation("Re-execute the tool call, in a worker", body=ExecuteBody,
+                           responses={202: (Queued, "Queued: poll url")},
+                           errors=(400, 404, 409, 413)))
 @csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
 @require_http_methods(["POST"])
 @token_required
 def execute(request: HttpRequest, run_id: Any, call_id: int) -> JsonResponse:
     run, call = _call(request, run_id, call_id)
-    body = _json_body(request)
+    body = parse_body(request)
     if "arguments" not in body:
         raise ApiError(400, "missing_field", "'arguments' (a JSON object) is required",
                        field="arguments")
@@ -60,6 +65,8 @@ def execute(request: HttpRequest, run_id: Any, call_id: int) -> JsonResponse:
                          "state": execution.state, "url": _url(execution)}, status=202)
 
 
+@documented(get=Operation("One re-execution of the call",
+                          responses={200: (None, "The re-execution")}, errors=(404,)))
 @csrf_exempt  # token-authenticated, like execute()
 @require_GET
 @token_required
@@ -67,6 +74,8 @@ def execution(request: HttpRequest, run_id: Any, call_id: int, number: int) -> J
     return JsonResponse(execution_json(_execution(request, run_id, call_id, number)[1]))
 
 
+@documented(post=Operation("A new run with this re-execution's result spliced in",
+                           responses={201: (Created, "The new run")}, errors=(404, 409)))
 @csrf_exempt  # token-authenticated, like execute()
 @require_http_methods(["POST"])
 @token_required

@@ -16,10 +16,14 @@ from django.views.decorators.http import require_POST
 
 from ..models import ToolRegistration
 from ..runs.tryit import TryItError, tryit_create
-from .api import ApiError, token_required
-from .api import _json_body as json_body  # the API's one body parser (limits, errors)
+from .api import ApiError, parse_body, token_required
+from .api_docs import Operation, documented
+from .api_schemas import Created, TryBody
 
 
+@documented(post=Operation("Try the tool once with these arguments", body=TryBody,
+                           responses={201: (Created, "The try-it run")},
+                           errors=(400, 404, 409, 413)))
 @csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
 @require_POST
 @token_required
@@ -27,7 +31,7 @@ def tool_try(request: HttpRequest, name: str) -> JsonResponse:
     tool = ToolRegistration.objects.filter(name=name).first()
     if tool is None:
         raise ApiError(404, "not_found", f"No tool named {name!r}")
-    body = json_body(request)
+    body = parse_body(request)
     unknown = sorted(set(body) - {"arguments"})
     if unknown:
         raise ApiError(400, "invalid_field", f"Unknown field {unknown[0]}: give arguments",
