@@ -349,6 +349,8 @@ def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
 
 
 SNAPSHOT_CHOICES: dict[str, rerun.RerunMode] = {"same": "as_it_was", "current": "current"}
+
+
 @documented(post=Operation("Decide a call awaiting approval", body=DecisionBody,
                            responses={201: (None, "The decision, stored"),
                                       200: (None, "The same decision was already stored")},
