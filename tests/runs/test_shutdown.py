@@ -126,18 +126,19 @@ def test_a_database_failure_mid_run_hands_the_run_back_instead_of_failing_it(
     run = start(make_endpoint(THREE_ROUNDS), [tools["lookup"]], policy)
     enqueued: list[str] = []
     monkeypatch.setattr(tasks, "enqueue_run", enqueued.append)
-    real_record = RunRecorder.record
+    real_record = RunRecorder.record_batch
     down: list[str] = []  # the database fails round 1's start, then the failure report
 
-    def flaky(self: RunRecorder, event: Any, payload: dict[str, Any]) -> int:
+    def flaky(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
         failing = ["round_started", "chat_failed"]
-        if len(down) < len(failing) and event.kind == failing[len(down)] \
-                and event.round_index in (1, None):
-            down.append(event.kind)
+        if len(down) < len(failing) and any(
+                event.kind == failing[len(down)] and event.round_index in (1, None)
+                for event, _ in batch):
+            down.append(failing[len(down)])
             raise OperationalError("server closed the connection unexpectedly")
-        return real_record(self, event, payload)
+        return real_record(self, batch)
 
-    monkeypatch.setattr(RunRecorder, "record", flaky)
+    monkeypatch.setattr(RunRecorder, "record_batch", flaky)
     with django_capture_on_commit_callbacks(execute=True):
         status = execute(run)
 

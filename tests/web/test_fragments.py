@@ -137,7 +137,7 @@ def test_live_batches_applied_to_the_first_page_give_the_final_page(
     assert timeline.rounds == {}
 
     run = finished(run)
-    assert len(live_batches) > 5
+    assert len(live_batches) > 3  # one per group commit: the run's states in between
     for batch in live_batches:
         timeline.apply(batch)
 

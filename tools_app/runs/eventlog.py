@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -35,19 +36,20 @@ class LeaseLost(Exception):
     """This worker no longer holds the run's lease: it must stop writing and leave."""
 
 
-def next_seq(run_id: str | uuid.UUID, token: int | None) -> int:
-    """Allocate the run's next event seq, fenced on the lease token (inside a transaction).
+def next_seq(run_id: str | uuid.UUID, token: int | None, count: int = 1) -> int:
+    """Allocate the run's next `count` event seqs, fenced on the lease token (inside a
+    transaction); returns the last of them (the first is `last - count + 1`).
 
     token=None is for writers that already own the row in this transaction (the reaper,
     services acting on a run that is not executing).
     """
     if connection.features.can_return_columns_from_insert:  # RETURNING: PostgreSQL, SQLite
-        seq = _increment_returning(run_id, token)
+        seq = _increment_returning(run_id, token, count)
     else:
         rows = Run.objects.filter(pk=run_id)
         if token is not None:
             rows = rows.filter(lease_token=token)
-        updated = rows.update(last_seq=F("last_seq") + 1)
+        updated = rows.update(last_seq=F("last_seq") + count)
         seq = Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).get() \
             if updated == 1 else None
     if seq is None:
@@ -55,7 +57,8 @@ def next_seq(run_id: str | uuid.UUID, token: int | None) -> int:
     return seq
 
 
-def _increment_returning(run_id: str | uuid.UUID, token: int | None) -> int | None:
+def _increment_returning(run_id: str | uuid.UUID, token: int | None,
+                         count: int) -> int | None:
     """The fenced increment and its result in one statement (the ORM's update() returns
     only a row count, which would cost a second query per event)."""
     quote = connection.ops.quote_name
@@ -65,9 +68,9 @@ def _increment_returning(run_id: str | uuid.UUID, token: int | None) -> int | No
     seq_column = quote(_column(meta.get_field("last_seq")))
     # Only quoted identifiers from the model's metadata are formatted in; values are
     # parameters.
-    sql = (f"UPDATE {quote(meta.db_table)} SET {seq_column} = {seq_column} + 1 "  # noqa: S608
+    sql = (f"UPDATE {quote(meta.db_table)} SET {seq_column} = {seq_column} + %s "  # noqa: S608
            f"WHERE {quote(_column(pk))} = %s")
-    params: list[Any] = [pk.get_db_prep_value(run_id, connection)]
+    params: list[Any] = [count, pk.get_db_prep_value(run_id, connection)]
     if token is not None:
         sql += f" AND {quote(_column(meta.get_field('lease_token')))} = %s"
         params.append(token)
@@ -88,6 +91,18 @@ def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, A
     seq = next_seq(run_id, token)
     RunEvent.objects.create(run_id=run_id, seq=seq, kind=kind, payload=payload)
     return seq
+
+
+def append_events(run_id: str, token: int | None,
+                  events: Sequence[tuple[str, dict[str, Any]]]) -> int:
+    """Append (kind, payload) events with consecutive seqs in one fenced increment and
+    one INSERT (inside a transaction); returns the last seq."""
+    last = next_seq(run_id, token, len(events))
+    first = last - len(events) + 1
+    RunEvent.objects.bulk_create(
+        RunEvent(run_id=run_id, seq=first + offset, kind=kind, payload=payload)
+        for offset, (kind, payload) in enumerate(events))
+    return last
 
 
 async def notify(run_id: str, message: dict[str, Any]) -> None:

@@ -1,23 +1,34 @@
 """Engine events -> database rows + one RunEvent each, then a live notification.
 
-Each event's state change (Round / ToolCall / Run totals) and its RunEvent are written
-in ONE transaction, with the seq allocated under the worker's lease token. Only after
-the commit are viewers notified (`eventlog.notify`), with just the seq: the WebSocket
+Events are written in groups: the recorder queues each event and one writer task per
+run commits everything queued so far in ONE transaction (the seqs allocated together
+under the worker's lease token, the RunEvents inserted together, each event's state
+change applied in order). While a batch is being written the engine goes on, and what
+it emits meanwhile forms the next batch: a round's events cost about four transactions
+instead of one each (docs/benchmarks/product-path.md).
+
+The engine waits for durability only where crash safety needs it: a tool call's start
+is committed before the tool runs (and, batches being written in order, so is the
+round's response it belongs to), a round's results before the next round starts, and
+the runner drains the queue before anything reads the run's rows to decide (gates,
+approvals, the end of the run). Only after a commit
+are viewers notified (`eventlog.notify`), with the batch's last seq: the WebSocket
 consumer reads rows by seq, so a dropped notification never loses anything.
 Streaming fragments (partial text / tool-call pieces) are not stored: they are only
-broadcast, and the stored model response supersedes them.
+broadcast, after the stored events before them, and the stored response supersedes them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
-from django.db.models import F
 
 from ..engine.events import (
     ModelResponseReceived,
@@ -32,13 +43,19 @@ from ..engine.events import (
     ToolCallStarted,
 )
 from ..engine.execution import arguments_as_map
-from ..models import Round, Run, ToolCall
-from .eventlog import append_event, notify
+from ..models import Round, ToolCall
+from .eventlog import append_events, notify
+from .row_changes import RowChanges
 from .storage import StreamRedactor, clean_json, clean_text, fit_column, redact
 
 logger = logging.getLogger(__name__)
 
 EPHEMERAL_KINDS = frozenset({"partial_text", "partial_tool_call"})
+# The engine waits for these to be committed: a call's start before its tool runs (a
+# crash after it leaves the call in doubt, never silently re-run).
+DURABLE_KINDS = frozenset({"tool_call_started"})
+
+Queued = tuple[Any, dict[str, Any], "asyncio.Future[int] | None"]
 
 
 class RunRecorder:
@@ -54,22 +71,71 @@ class RunRecorder:
         # Round index -> the text it streamed so far, as shown (redacted): what a round
         # the run ends before its response keeps (runner -> lifecycle.finish).
         self.streamed: dict[int, str] = {}
+        self._queue: list[Queued] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None  # a failed batch nobody waited for
 
     async def __call__(self, event: Any) -> None:
-        if isinstance(event, RoundStarted) and self.before_round is not None:
-            await self.before_round()
+        if isinstance(event, RoundStarted):
+            # A round's results are committed before the next model call: a failure
+            # to store them stops the run here, not after the model saw them.
+            await self.drain()
+            if self.before_round is not None:
+                await self.before_round()
         if event.kind in EPHEMERAL_KINDS:
             fragment = self._fragment(event)
             if fragment is not None:
+                await self._written()  # viewers see the round before its pieces
                 await notify(self.run_id, {"fragment": fragment})
             return
+        self._raise_failure()
         payload = self._payload(event)
         if self.secrets:
             # The one boundary every stored value crosses: the rows are written from the
             # redacted event, whichever path (streamed or not) the values came by.
             event = type(event).model_validate(payload)
-        seq = await sync_to_async(self.record)(event, payload)
-        await notify(self.run_id, {"seq": seq})
+        waiter = asyncio.get_running_loop().create_future() \
+            if event.kind in DURABLE_KINDS else None
+        self._queue.append((event, payload, waiter))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_queued())
+        if waiter is not None:
+            # Shielded: a cancelled run stops waiting, the batch is still written.
+            await asyncio.shield(waiter)
+
+    async def drain(self) -> None:
+        """Wait until every queued event is committed; raise a failure nobody saw yet."""
+        await self._written()
+        self._raise_failure()
+
+    async def _written(self) -> None:
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    def _raise_failure(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    async def _write_queued(self) -> None:
+        """The run's writer: commit what is queued, one batch at a time, in order."""
+        while self._queue:
+            batch, self._queue = self._queue, []
+            waiters = [waiter for _, _, waiter in batch if waiter is not None]
+            try:
+                seq = await sync_to_async(self.record_batch)(
+                    [(event, payload) for event, payload, _ in batch])
+            except Exception as exc:  # the run's own task decides what a failure means
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_exception(exc)
+                if not waiters:
+                    self._error = exc
+                continue
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(seq)
+            await notify(self.run_id, {"seq": seq})
 
     def _payload(self, event: Any) -> dict[str, Any]:
         data = event.model_dump(mode="json")
@@ -100,116 +166,111 @@ class RunRecorder:
         self.streamed[index] = self.streamed.get(index, "") + delta
 
     def record(self, event: Any, payload: dict[str, Any]) -> int:
+        """Write one event now (its own transaction); returns its seq."""
+        return self.record_batch([(event, payload)])
+
+    def record_batch(self, batch: Sequence[tuple[Any, dict[str, Any]]]) -> int:
+        """Write events in one transaction, in order; returns the last seq."""
+        changes = RowChanges(self.run_id, self._round_ids)
         with transaction.atomic():
-            seq = append_event(self.run_id, self.token, event.kind, payload)
-            apply = _APPLIERS.get(event.kind)
-            if apply is not None:
-                apply(self, event, payload)
+            seq = append_events(self.run_id, self.token,
+                                [(event.kind, payload) for event, payload in batch])
+            for event, payload in batch:
+                apply = _APPLIERS.get(event.kind)
+                if apply is not None:
+                    apply(changes, event, payload)
+            changes.write()
+        # Remembered only once committed: a rolled-back round must not be.
+        self._round_ids.update(changes.new_rounds)
         return seq
 
-    # -- state changes, one per event kind ---------------------------------------------
 
-    def _round(self, index: int | None) -> Round:
-        round_, _ = Round.objects.get_or_create(run_id=self.run_id, index=index or 0)
-        return round_
+# -- state changes, one per event kind, folded into the batch's RowChanges ----------------
 
-    def _round_id(self, index: int | None) -> int:
-        """The round's pk without a query per tool call: known once its row committed."""
-        known = self._round_ids.get(index or 0)
-        return known if known is not None else self._round(index).pk
 
-    def _remember_round(self, round_: Round) -> None:
-        # After the commit only: a rolled-back round must not be remembered.
-        transaction.on_commit(lambda: self._round_ids.__setitem__(round_.index, round_.pk))
+def on_round_started(changes: RowChanges, event: RoundStarted, payload: dict[str, Any]) -> None:
+    changes.start_round(event.round_index or 0, {
+        "status": "requested", "started_at": _dt(event.at), "attempts": [],
+        "finished_at": None})
 
-    def on_round_started(self, event: RoundStarted, payload: dict[str, Any]) -> None:
-        round_, _ = Round.objects.update_or_create(
-            run_id=self.run_id, index=event.round_index or 0,
-            defaults={"status": "requested", "started_at": _dt(event.at), "attempts": [],
-                      "finished_at": None},
-        )
-        self._remember_round(round_)
-        Run.objects.filter(pk=self.run_id).update(rounds_count=(event.round_index or 0) + 1)
 
-    def on_wire_request(self, event: ProviderWireRequest, payload: dict[str, Any]) -> None:
-        Round.objects.filter(run_id=self.run_id, index=event.round_index or 0).update(
-            request_json=payload["body"])
+def on_wire_request(changes: RowChanges, event: ProviderWireRequest,
+                    payload: dict[str, Any]) -> None:
+    changes.update_round(event.round_index or 0, {"request_json": payload["body"]})
 
-    def on_wire_response(self, event: ProviderWireResponse, payload: dict[str, Any]) -> None:
-        Round.objects.filter(run_id=self.run_id, index=event.round_index or 0).update(
-            response_json=payload["body"], raw_stream=clean_text(payload.get("raw_stream")))
 
-    def on_attempt(self, event: ProviderAttempt, payload: dict[str, Any]) -> None:
-        round_ = self._round(event.round_index)
-        round_.attempts = [*round_.attempts, payload]
-        round_.save(update_fields=["attempts"])
+def on_wire_response(changes: RowChanges, event: ProviderWireResponse,
+                     payload: dict[str, Any]) -> None:
+    changes.update_round(event.round_index or 0, {
+        "response_json": payload["body"], "raw_stream": clean_text(payload.get("raw_stream"))})
 
-    def on_response(self, event: ModelResponseReceived, payload: dict[str, Any]) -> None:
-        response = event.response
-        usage = response.usage
-        Round.objects.filter(run_id=self.run_id, index=event.round_index or 0).update(
-            status="responded",
-            response=payload["response"],
-            ai_text=clean_text(response.ai_message.text),
-            thinking=clean_text(response.ai_message.thinking),
-            finish_reason=fit_column(Round, "finish_reason", response.finish_reason),
-            input_tokens=usage.input_tokens if usage else None,
-            output_tokens=usage.output_tokens if usage else None,
-            latency_ms=event.latency_ms,
-            first_token_ms=event.first_token_ms,
-            finished_at=_dt(event.at),
-        )
-        if usage:
-            Run.objects.filter(pk=self.run_id).update(
-                input_tokens=F("input_tokens") + (usage.input_tokens or 0),
-                output_tokens=F("output_tokens") + (usage.output_tokens or 0),
-                total_tokens=F("total_tokens") + (usage.total_tokens or 0),
-            )
 
-    def on_proposed(self, event: ToolCallProposed, payload: dict[str, Any]) -> None:
-        request = event.request
-        ToolCall.objects.get_or_create(
-            round_id=self._round_id(event.round_index), call_index=event.call_index,
-            defaults={
-                "run_id": self.run_id,
-                "call_id": fit_column(ToolCall, "call_id", request.id),
-                "tool_name": fit_column(ToolCall, "tool_name", request.name),
-                "arguments_raw": clean_text(request.arguments),
-                "arguments": clean_json(_parsed_or_none(request)),
-            },
-        )
+def on_attempt(changes: RowChanges, event: ProviderAttempt, payload: dict[str, Any]) -> None:
+    index = event.round_index or 0
+    attempts = changes.pending_round_value(index, "attempts")
+    if attempts is None:  # retries are rare: read what is stored
+        attempts = Round.objects.filter(pk=changes.round_id(index)).values_list(
+            "attempts", flat=True).get()
+    changes.update_round(index, {"attempts": [*attempts, payload]})
 
-    def on_started(self, event: ToolCallStarted, payload: dict[str, Any]) -> None:
-        self._calls(event).update(state="started", started_at=_dt(event.at), finished_at=None,
-                                  attempts=F("attempts") + 1)
 
-    def on_finished(self, event: ToolCallFinished, payload: dict[str, Any]) -> None:
-        self._calls(event).update(
-            state=event.outcome,
-            result_text=clean_text(event.text),
-            result_json=payload["result_json"],
-            is_error=event.is_error,
-            error_type=fit_column(ToolCall, "error_type", event.error_type),
-            error_message=clean_text(event.error_message) or "",
-            error_details=payload["error_details"],
-            traceback=clean_text(event.traceback) or "",
-            handled_by=fit_column(ToolCall, "handled_by", event.handled_by),
-            stopped_run=event.stopped_run,
-            started_at=_dt(event.started_at),
-            finished_at=_dt(event.finished_at),
-            duration_ms=event.duration_ms,
-        )
-        Run.objects.filter(pk=self.run_id).update(
-            tool_calls_count=F("tool_calls_count") + 1,
-            errors_count=F("errors_count") + (1 if event.is_error else 0),
-        )
+def on_response(changes: RowChanges, event: ModelResponseReceived,
+                payload: dict[str, Any]) -> None:
+    response = event.response
+    usage = response.usage
+    changes.update_round(event.round_index or 0, {
+        "status": "responded",
+        "response": payload["response"],
+        "ai_text": clean_text(response.ai_message.text),
+        "thinking": clean_text(response.ai_message.thinking),
+        "finish_reason": fit_column(Round, "finish_reason", response.finish_reason),
+        "input_tokens": usage.input_tokens if usage else None,
+        "output_tokens": usage.output_tokens if usage else None,
+        "latency_ms": event.latency_ms,
+        "first_token_ms": event.first_token_ms,
+        "finished_at": _dt(event.at),
+    })
+    if usage:
+        changes.count(input_tokens=usage.input_tokens or 0,
+                      output_tokens=usage.output_tokens or 0,
+                      total_tokens=usage.total_tokens or 0)
 
-    def _calls(self, event: ToolCallStarted | ToolCallFinished) -> Any:
-        # By the round's pk (known once its row committed), not through a join on the
-        # round's index: the join made each call's update the costliest statement of a
-        # round (docs/benchmarks/product-path.md).
-        return ToolCall.objects.filter(round_id=self._round_id(event.round_index),
-                                       call_id=fit_column(ToolCall, "call_id", event.call_id))
+
+def on_proposed(changes: RowChanges, event: ToolCallProposed, payload: dict[str, Any]) -> None:
+    request = event.request
+    changes.propose_call(event.round_index or 0, ToolCall(
+        run_id=changes.run_id,
+        call_index=event.call_index,
+        call_id=fit_column(ToolCall, "call_id", request.id),
+        tool_name=fit_column(ToolCall, "tool_name", request.name),
+        arguments_raw=clean_text(request.arguments),
+        arguments=clean_json(_parsed_or_none(request)),
+    ))
+
+
+def on_started(changes: RowChanges, event: ToolCallStarted, payload: dict[str, Any]) -> None:
+    changes.update_call(event.round_index or 0, fit_column(ToolCall, "call_id", event.call_id),
+                        {"state": "started", "started_at": _dt(event.at), "finished_at": None},
+                        started=True)
+
+
+def on_finished(changes: RowChanges, event: ToolCallFinished, payload: dict[str, Any]) -> None:
+    changes.update_call(event.round_index or 0, fit_column(ToolCall, "call_id", event.call_id), {
+        "state": event.outcome,
+        "result_text": clean_text(event.text),
+        "result_json": payload["result_json"],
+        "is_error": event.is_error,
+        "error_type": fit_column(ToolCall, "error_type", event.error_type),
+        "error_message": clean_text(event.error_message) or "",
+        "error_details": payload["error_details"],
+        "traceback": clean_text(event.traceback) or "",
+        "handled_by": fit_column(ToolCall, "handled_by", event.handled_by),
+        "stopped_run": event.stopped_run,
+        "started_at": _dt(event.started_at),
+        "finished_at": _dt(event.finished_at),
+        "duration_ms": event.duration_ms,
+    })
+    changes.count(tool_calls_count=1, errors_count=1 if event.is_error else 0)
 
 
 RAW_STREAM_WITHHELD = ("(The raw stream is not shown: the response carried a credential, "
@@ -236,12 +297,12 @@ def _dt(epoch: float | None) -> datetime | None:
 
 
 _APPLIERS: dict[str, Any] = {
-    "round_started": RunRecorder.on_round_started,
-    "provider_wire_request": RunRecorder.on_wire_request,
-    "provider_wire_response": RunRecorder.on_wire_response,
-    "provider_attempt": RunRecorder.on_attempt,
-    "model_response_received": RunRecorder.on_response,
-    "tool_call_proposed": RunRecorder.on_proposed,
-    "tool_call_started": RunRecorder.on_started,
-    "tool_call_finished": RunRecorder.on_finished,
+    "round_started": on_round_started,
+    "provider_wire_request": on_wire_request,
+    "provider_wire_response": on_wire_response,
+    "provider_attempt": on_attempt,
+    "model_response_received": on_response,
+    "tool_call_proposed": on_proposed,
+    "tool_call_started": on_started,
+    "tool_call_finished": on_finished,
 }

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -98,20 +98,20 @@ async def _drive(run_id: str, token: int,
         messages, resume = await sync_to_async(load_history)(run)
     except Exception as exc:  # a broken snapshot (missing key, tool gone) fails the run
         return RunStatus.FAILED, {"error_type": type(exc).__name__, "error_message": str(exc)}
-    # Flagged calls wait for a stored decision (runs.approvals), never run without one.
-    engine.service.approver = RunApprover(run_id)
-    if run.snapshot.get("breakpoints"):
-        hooks = RunBreakpoints(run_id, run.snapshot["breakpoints"])
-        engine.service.call_gate = hooks.call_gate
-        engine.service.before_model_call = hooks.before_model_call
     recorder = RunRecorder(run_id, token, engine.secrets)
     recorder.before_round = _checkpoint
     recorder.streamed = streamed  # kept on a round the run ends before its response
+    # Flagged calls wait for a stored decision (runs.approvals), never run without one.
+    # Gates read the run's rows: what the engine reported is committed first.
+    engine.service.approver = after_drain(recorder, RunApprover(run_id))
+    if run.snapshot.get("breakpoints"):
+        hooks = RunBreakpoints(run_id, run.snapshot["breakpoints"])
+        engine.service.call_gate = after_drain(recorder, hooks.call_gate)
+        engine.service.before_model_call = after_drain(recorder, hooks.before_model_call)
     stop = _Stop()
-    chat = asyncio.ensure_future(
+    chat = asyncio.ensure_future(_chat_recorded(
         engine.service.chat(engine.model, messages, snapshot_parameters(run.snapshot),
-                            observers=[recorder], resume=resume)
-    )
+                            observers=[recorder], resume=resume), recorder))
     heartbeat = asyncio.ensure_future(_heartbeat(run_id, token, chat, stop))
     try:
         result = await chat
@@ -148,6 +148,26 @@ async def _drive(run_id: str, token: int,
         heartbeat.cancel()
         await _close_model(engine.model)
     return RunStatus.SUCCEEDED, _success_fields(result, engine.secrets)
+
+
+async def _chat_recorded(chat: Awaitable[ToolChatResult],
+                         recorder: RunRecorder) -> ToolChatResult:
+    """The chat, then every event it reported committed (the run's end reads them)."""
+    try:
+        return await chat
+    finally:
+        await recorder.drain()
+
+
+def after_drain[**P, R](recorder: RunRecorder,
+                        hook: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """`hook`, called once the events the engine reported before it are committed."""
+
+    async def drained(*args: P.args, **kwargs: P.kwargs) -> R:
+        await recorder.drain()
+        return await hook(*args, **kwargs)
+
+    return drained
 
 
 async def _close_model(model: Any) -> None:

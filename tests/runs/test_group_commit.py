@@ -1,0 +1,300 @@
+"""Events written in groups: one transaction per batch, the same rows as one by one, the
+engine waiting only where crash safety needs it, failures never lost."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import OperationalError, connection
+from django.test.utils import CaptureQueriesContext
+from pydantic import TypeAdapter
+
+from tools_app.engine.events import (
+    EngineEvent,
+    ModelResponseReceived,
+    ProviderAttempt,
+    ProviderWireRequest,
+    ProviderWireResponse,
+    RoundStarted,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from tools_app.models import (
+    ErrorPolicy,
+    ModelEndpoint,
+    Round,
+    Run,
+    RunEvent,
+    ToolCall,
+    ToolRegistration,
+)
+from tools_app.runs import recorder as recorder_module
+from tools_app.runs.leases import claim
+from tools_app.runs.recorder import RunRecorder
+
+from .support import assert_seqs_gapless, execute, start
+
+pytestmark = pytest.mark.both
+
+PARALLEL_TWICE = [
+    {"tool_calls": [{"name": "lookup", "arguments": {"key": "a"}},
+                    {"name": "lookup", "arguments": {"key": "b"}}]},
+    {"tool_calls": [{"name": "lookup", "arguments": {"key": "c"}},
+                    {"name": "nul_echo", "arguments": {"text": "d"}}]},
+    {"text": "done: {last_results}"},
+]
+EVENTS: TypeAdapter[Any] = TypeAdapter(EngineEvent)
+ROUND_FIELDS = ("index", "status", "request_json", "response_json", "response", "ai_text",
+                "finish_reason", "input_tokens", "output_tokens", "latency_ms", "attempts",
+                "started_at", "finished_at")
+CALL_FIELDS = ("call_index", "call_id", "tool_name", "arguments_raw", "arguments", "state",
+               "result_text", "result_json", "is_error", "error_type", "error_message",
+               "handled_by", "attempts", "started_at", "finished_at", "duration_ms")
+RUN_FIELDS = ("rounds_count", "tool_calls_count", "errors_count", "input_tokens",
+              "output_tokens", "total_tokens", "last_seq")
+
+
+def stored_events(run: Run) -> list[tuple[Any, dict[str, Any]]]:
+    """The engine events a run recorded, rebuilt from their stored payloads, with the
+    wire request and response an HTTP provider adds around each model call (the
+    scripted model has no wire)."""
+    recorded = RunEvent.objects.filter(run=run).exclude(kind="run_status").order_by("seq")
+    events: list[Any] = []
+    for stored in recorded:
+        event = EVENTS.validate_python(stored.payload)
+        if isinstance(event, ModelResponseReceived):
+            events.append(ProviderWireResponse(round_index=event.round_index, provider="x",
+                                               status=200, body={"n": event.round_index},
+                                               raw_stream="data: {}"))
+        events.append(event)
+        if isinstance(event, RoundStarted):
+            events.append(ProviderWireRequest(round_index=event.round_index, provider="x",
+                                              url="http://127.0.0.1/v1", body={"messages": []}))
+    return [(event, event.model_dump(mode="json")) for event in events]
+
+
+def rows(run: Run) -> tuple[Any, ...]:
+    run.refresh_from_db()
+    return (
+        [tuple(getattr(r, f) for f in ROUND_FIELDS) for r in run.rounds.order_by("index")],
+        [(c.round.index, *(getattr(c, f) for f in CALL_FIELDS))
+         for c in ToolCall.objects.filter(run=run).order_by("round__index", "call_index")],
+        tuple(getattr(run, f) for f in RUN_FIELDS),
+        [(e.seq, e.kind, e.payload) for e in RunEvent.objects.filter(run=run).order_by("seq")],
+    )
+
+
+@pytest.fixture
+def endpoint(make_endpoint: Any) -> ModelEndpoint:
+    return make_endpoint(PARALLEL_TWICE)  # type: ignore[no-any-return]
+
+
+def recording_run(endpoint: ModelEndpoint, tools: dict[str, ToolRegistration],
+                  policy: ErrorPolicy) -> tuple[Run, int]:
+    run = start(endpoint, [tools["lookup"], tools["nul_echo"]], policy)
+    token = claim(str(run.pk), "worker-1")
+    assert token is not None
+    RunEvent.objects.filter(run=run).delete()  # its status events: not compared
+    Run.objects.filter(pk=run.pk).update(last_seq=0)
+    return run, token
+
+
+def test_a_batch_stores_the_same_rows_as_its_events_one_by_one(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    source = start(endpoint, [tools["lookup"], tools["nul_echo"]], policy)
+    assert execute(source) == "succeeded"
+    recorded = stored_events(source)
+    assert {type(e).__name__ for e, _ in recorded} >= {
+        "RoundStarted", "ProviderWireRequest", "ModelResponseReceived", "ToolCallProposed",
+        "ToolCallStarted", "ToolCallFinished"}
+
+    one_by_one, token = recording_run(endpoint, tools, policy)
+    writer = RunRecorder(str(one_by_one.pk), token)
+    for event, payload in recorded:
+        writer.record(event, payload)
+
+    together, token = recording_run(endpoint, tools, policy)
+    RunRecorder(str(together.pk), token).record_batch(recorded)
+
+    assert rows(together) == rows(one_by_one)
+    assert rows(together)[0]
+    assert len(rows(together)[1]) == 4
+    assert rows(together)[2][:3] == (3, 4, 0)
+
+
+def test_a_rounds_batch_takes_a_handful_of_statements_not_some_per_event(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    source = start(endpoint, [tools["lookup"], tools["nul_echo"]], policy)
+    assert execute(source) == "succeeded"
+    first_round = [(e, p) for e, p in stored_events(source) if e.round_index == 0]
+    assert len(first_round) >= 10
+
+    run, token = recording_run(endpoint, tools, policy)
+    with CaptureQueriesContext(connection) as queries:
+        RunRecorder(str(run.pk), token).record_batch(first_round)
+
+    statements = [q["sql"] for q in queries.captured_queries
+                  if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE", "BEGIN"))]
+    # seq, events, round upsert, call insert, one update per call, run counters
+    assert len(statements) <= 7, statements
+    assert [c.state for c in ToolCall.objects.filter(run=run)] == ["succeeded", "succeeded"]
+
+
+def test_a_round_asked_again_keeps_what_it_stored_but_its_start(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    """A run resumed before a round's response starts the round again: its row is
+    reset as update_or_create did (status, start, attempts), the rest kept."""
+    run, token = recording_run(endpoint, tools, policy)
+    writer = RunRecorder(str(run.pk), token)
+    writer.record(RoundStarted(round_index=0, at=1_000.0), {})
+    Round.objects.filter(run=run).update(status="responded", ai_text="kept", attempts=[{"n": 1}])
+
+    again = RunRecorder(str(run.pk), token)  # a new process knows no round pk
+    again.record_batch([(RoundStarted(round_index=0, at=2_000.0), {}),
+                        (ProviderAttempt(round_index=0, provider="openai", attempt=1,
+                                         error="busy", retryable=True),
+                         {"attempt": 1})])
+
+    round_ = Round.objects.get(run=run)
+    assert (round_.status, round_.ai_text, round_.attempts) == ("requested", "kept",
+                                                                 [{"attempt": 1}])
+    assert round_.started_at is not None
+    assert round_.started_at.timestamp() == 2_000.0
+    run.refresh_from_db()
+    assert run.rounds_count == 1
+
+
+# -- the writer task ---------------------------------------------------------------------
+
+
+def started_event(call_id: str) -> ToolCallStarted:
+    return ToolCallStarted(round_index=0, call_id=call_id, tool_name="lookup")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_engine_waits_for_a_calls_start_to_commit_and_not_for_the_rest(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run, token = recording_run(endpoint, tools, policy)
+    notified: list[tuple[int, int]] = []  # (seq, events committed when notified)
+
+    async def viewers(run_id: str, message: dict[str, Any]) -> None:
+        committed = await sync_to_async(RunEvent.objects.filter(run=run).count)()
+        notified.append((message["seq"], committed))
+
+    monkeypatch.setattr(recorder_module, "notify", viewers)
+    stored_when: dict[str, int] = {}
+
+    async def scenario() -> None:
+        writer = RunRecorder(str(run.pk), token)
+        await writer(RoundStarted(round_index=0))
+        # Queued, not yet written: the engine goes on at once.
+        stored_when["round_started"] = await sync_to_async(RunEvent.objects.filter(
+            run=run).count)()
+        await writer(started_event("c1"))  # durable: committed when this returns
+        stored_when["tool_call_started"] = await sync_to_async(RunEvent.objects.filter(
+            run=run).count)()
+        await writer(ToolCallFinished(round_index=0, call_id="c1", tool_name="lookup",
+                                      outcome="succeeded", text="ok"))
+        await writer.drain()
+
+    async_to_sync(scenario)()
+
+    assert stored_when == {"round_started": 0, "tool_call_started": 2}
+    assert list(RunEvent.objects.filter(run=run).values_list("kind", flat=True)) == [
+        "round_started", "tool_call_started", "tool_call_finished"]
+    # Once per batch, with its last seq, after its commit.
+    assert [seq for seq, _ in notified] == sorted({seq for seq, _ in notified})
+    assert notified[-1][0] == 3
+    assert all(committed >= seq for seq, committed in notified)
+    assert_seqs_gapless(run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_batch_nobody_waited_for_stops_the_engine_at_its_next_event(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run, token = recording_run(endpoint, tools, policy)
+    real_batch = RunRecorder.record_batch
+    failing = {"left": 1}
+
+    def flaky(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_batch(self, batch)
+
+    monkeypatch.setattr(RunRecorder, "record_batch", flaky)
+    seen: list[str] = []
+
+    async def scenario() -> None:
+        writer = RunRecorder(str(run.pk), token)
+        await writer(RoundStarted(round_index=0))
+        await asyncio.sleep(0.05)  # its batch fails meanwhile
+        with pytest.raises(OperationalError):
+            await writer(started_event("c1"))
+        seen.append("raised at the next event")
+        await writer(started_event("c1"))  # the failure is reported once
+        await writer.drain()
+
+    async_to_sync(scenario)()
+
+    assert seen == ["raised at the next event"]
+    assert list(RunEvent.objects.filter(run=run).values_list("kind", flat=True)) == [
+        "tool_call_started"]
+    assert_seqs_gapless(run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_durable_event_whose_batch_fails_raises_where_the_engine_waits(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run, token = recording_run(endpoint, tools, policy)
+
+    def down(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+        raise OperationalError("the database is down")
+
+    monkeypatch.setattr(RunRecorder, "record_batch", down)
+
+    async def scenario() -> None:
+        writer = RunRecorder(str(run.pk), token)
+        with pytest.raises(OperationalError, match="down"):
+            await writer(started_event("c1"))
+        await writer.drain()  # given to the one who waited: not raised twice
+
+    async_to_sync(scenario)()
+    assert not RunEvent.objects.filter(run=run).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_streamed_piece_reaches_viewers_after_the_stored_events_before_it(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tools_app.engine.events import PartialText
+
+    run, token = recording_run(endpoint, tools, policy)
+    messages: list[dict[str, Any]] = []
+
+    async def viewers(run_id: str, message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    monkeypatch.setattr(recorder_module, "notify", viewers)
+
+    async def scenario() -> None:
+        writer = RunRecorder(str(run.pk), token)
+        await writer(RoundStarted(round_index=0))
+        await writer(PartialText(round_index=0, delta="Hel"))
+        await writer.drain()
+
+    async_to_sync(scenario)()
+    assert [next(iter(m)) for m in messages] == ["seq", "fragment"]
