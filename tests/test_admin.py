@@ -516,3 +516,15 @@ def test_runs_rounds_and_calls_link_to_their_place_on_the_timeline(
     assert "87 ms" in rounds
     assert f'<a href="/runs/{run.pk}/#call-{call.pk}">timeline</a>' in calls
     assert "4.2 ms" in calls
+
+
+def test_re_executions_show_their_duration_and_link_to_their_call_on_the_timeline(
+    alice_client: Client, world: dict[type[Model], Model],
+) -> None:
+    run, call, reexecution = world[Run], world[ToolCall], world[CallReexecution]
+    CallReexecution.objects.filter(pk=reexecution.pk).update(duration_ms=2340.0)
+
+    page = alice_client.get(url(CallReexecution, "changelist")).content.decode()
+
+    assert f'<a href="/runs/{run.pk}/#call-{call.pk}">timeline</a>' in page
+    assert "2.34 s" in page

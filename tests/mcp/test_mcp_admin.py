@@ -11,7 +11,8 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from django.urls import reverse
 
-from tools_app.admin import McpServerForm, ToolRegistrationForm
+from tools_app.admin import ToolRegistrationForm
+from tools_app.admin.mcp import McpServerForm
 from tools_app.models import McpServer, ModelEndpoint, ToolRegistration
 
 

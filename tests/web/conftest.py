@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs import rerun, services, tasks
+from tools_app.runs.runner import execute_run
 
 from .support import start_run
 
@@ -44,3 +45,15 @@ def filter_world(bob: AbstractUser, charlie: AbstractUser, weather_endpoint: Mod
     for age, run in enumerate(runs.values()):  # distinct, known creation times
         Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(hours=3 - age))
     return {name: Run.objects.get(pk=run.pk) for name, run in runs.items()}
+
+
+@pytest.fixture
+def waiting(bob: AbstractUser, weather_endpoint: ModelEndpoint,
+            demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> Run:
+    """bob's run, waiting for decisions on its two get_weather calls (the tool requires
+    approval): the world of the decision API's and the decision form's tests."""
+    ToolRegistration.objects.filter(name="get_weather").update(requires_approval=True)
+    run = start_run(bob, weather_endpoint, [ToolRegistration.objects.get(name="get_weather")],
+                    policy)
+    assert async_to_sync(execute_run)(str(run.pk)) == "waiting"
+    return run

@@ -18,17 +18,6 @@ from .test_api import MISSING_RUN, Api, error_of, execute
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def waiting(bob: AbstractUser, weather_endpoint: ModelEndpoint,
-            demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> Run:
-    """bob's run, waiting for decisions on its two get_weather calls."""
-    ToolRegistration.objects.filter(name="get_weather").update(requires_approval=True)
-    run = start_run(bob, weather_endpoint, [ToolRegistration.objects.get(name="get_weather")],
-                    policy)
-    assert execute(str(run.pk)) == "waiting"
-    return run
-
-
 def api_of(user: AbstractUser) -> Api:
     return Api(create_token(user, "ci")[1])
 

@@ -9,22 +9,9 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from tools_app.models import CallDecision, ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-
-from .support import start_run
-from .test_api import execute
+from tools_app.models import CallDecision, Run
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def waiting(bob: AbstractUser, weather_endpoint: ModelEndpoint,
-            demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> Run:
-    ToolRegistration.objects.filter(name="get_weather").update(requires_approval=True)
-    run = start_run(bob, weather_endpoint, [ToolRegistration.objects.get(name="get_weather")],
-                    policy)
-    assert execute(str(run.pk)) == "waiting"
-    return run
 
 
 def pks(run: Run) -> list[int]:

@@ -40,6 +40,7 @@ from .execution import (
     arguments_as_map,
     result_text,
 )
+from .gates import CallGate, GateAnswer, ModelCallHook
 from .messages import (
     AiMessage,
     ChatMessage,
@@ -58,9 +59,6 @@ from .messages import (
 from .providers.base import ChatModel
 from .providers.scripted import FunctionChatModel, ScriptedCall, ScriptedChatModel, ScriptStep
 from .service import (
-    CallGate,
-    GateAnswer,
-    ModelCallHook,
     RegisteredTool,
     ResumeState,
     ToolChatResult,

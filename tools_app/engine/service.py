@@ -8,28 +8,27 @@ One `chat()` call:
      handlers, appends the assistant message and the results, and either returns at
      once (ReturnBehavior) or goes back to 1, at most `max_tool_calling_round_trips`
      times.
-Every step is reported to observers as a typed event (see events.py).
+Every step is reported to observers as a typed event (see events.py). Where the loop
+stops for a person (approvals, breakpoints) is gates.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 import traceback
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from .callbacks import maybe_await
 from .errors import (
-    ApprovalPending,
     Approver,
     HallucinatedToolStrategy,
     MaxRoundTripsExceededError,
     ReplayDivergence,
     RunPaused,
-    ToolApprovalPending,
     ToolArgumentsError,
     ToolArgumentsErrorHandler,
     ToolErrorContext,
@@ -71,6 +70,15 @@ from .execution import (
     ToolExecutor,
     to_jsonable,
 )
+from .gates import (
+    CallGate,
+    ModelCallHook,
+    Verdict,
+    approvals,
+    gate_answer,
+    held_calls_pause,
+    messages_before_model_call,
+)
 from .messages import (
     AiMessage,
     ChatMessage,
@@ -103,30 +111,6 @@ class RegisteredTool:
     timeout: float | None = None
     idempotent: bool = False
     requires_approval: bool = False
-
-
-_Verdict = ToolRejectedError | ToolExecutionRequest | None
-"""An approver's answer for one call: run it (None), run an edited request, or refuse."""
-
-
-@dataclass(frozen=True)
-class GateAnswer:
-    """A call gate's answer for the calls of a round still to run: `hold` them (the
-    chat pauses with RunPaused once the others finished), and/or run some with `edited`
-    arguments (same id and tool)."""
-
-    hold: frozenset[str] = frozenset()
-    edited: Mapping[str, ToolExecutionRequest] = field(default_factory=dict)
-    reason: str = "breakpoint"
-
-
-CallGate = Callable[[list[ToolExecutionRequest], int], "GateAnswer | Awaitable[GateAnswer]"]
-"""Asked once per round, after approvals, with the calls still to run and the round."""
-
-ModelCallHook = Callable[[int, list[ChatMessage]],
-                         "Sequence[ChatMessage] | Awaitable[Sequence[ChatMessage]]"]
-"""Asked before each model call with the round and the history: returns messages to
-append first (none: an empty list), or raises RunPaused to pause before the call."""
 
 
 @dataclass(frozen=True)
@@ -347,10 +331,6 @@ def _as_executor(executor: object) -> ToolExecutor:
     raise TypeError(f"{executor!r} is neither a ToolExecutor nor a callable")
 
 
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
 def _handler_name(handler: object) -> str:
     return str(getattr(handler, "handler_name", None) or getattr(handler, "__name__", None)
                or type(handler).__name__)
@@ -400,7 +380,7 @@ class _ChatRun:
         if self._first_token is None and isinstance(event, (PartialText, PartialToolCall)):
             self._first_token = time.perf_counter()
         for observer in self.observers:
-            await _maybe_await(observer(event))
+            await maybe_await(observer(event))
 
     async def execute(self, resume: ResumeState | None) -> ToolChatResult:
         token = bind_emitter(self._emit if self.observed else None)
@@ -461,10 +441,9 @@ class _ChatRun:
             self.round_index += 1
 
     async def _call_model(self) -> ChatResponse:
-        hook = self.service.before_model_call
-        if hook is not None:  # may raise RunPaused: nothing of this round has happened
-            self.messages.extend(await _maybe_await(hook(self.round_index,
-                                                         list(self.messages))))
+        # The hook may raise RunPaused: nothing of this round has happened.
+        self.messages.extend(await messages_before_model_call(
+            self.service.before_model_call, self.round_index, self.messages))
         # Built from the loop's own validated messages: validating the whole history
         # again every round would cost O(history) per round for nothing.
         request = ChatRequest.model_construct(messages=tuple(self.messages),
@@ -541,8 +520,11 @@ class _ChatRun:
         done = dict(resume.completed_results) if resume else {}
         unknown = resume.unknown_outcome_ids if resume else frozenset()
         to_run = [r for r in requests if r.id not in done]
-        verdicts = await self._approvals(to_run)
-        answer = await self._gate(to_run, verdicts)
+        tools = self.service.registered_tools
+        flagged = [r for r in to_run if r.name in tools and tools[r.name].requires_approval]
+        verdicts = await approvals(self.service.approver, flagged, self.round_index)
+        answer = await gate_answer(self.service.call_gate, to_run, verdicts,
+                                   self.round_index)
 
         async def run_one(request: ToolExecutionRequest) -> _CallOutcome:
             if request.id in done:
@@ -556,28 +538,9 @@ class _ChatRun:
         else:
             outcomes = await self._run_concurrently(now, run_one)
         if answer.hold:  # the calls that ran are stored: a resume replays them
-            held = [r.id for r in requests if r.id in answer.hold]
-            raise RunPaused(f"paused before {len(held)} tool call(s) of round "
-                            f"{self.round_index + 1}", call_ids=held,
-                            round_index=self.round_index, reason=answer.reason)
+            raise held_calls_pause(requests, answer, self.round_index)
         self.executions.extend(o.execution for o in outcomes if o.execution is not None)
         return outcomes
-
-    async def _gate(self, requests: list[ToolExecutionRequest],
-                    verdicts: dict[str, _Verdict]) -> GateAnswer:
-        """The call gate's answer; its edits join the verdicts (a refusal stands)."""
-        gate = self.service.call_gate
-        if gate is None or not requests:
-            return GateAnswer()
-        answer: GateAnswer = await _maybe_await(gate(requests, self.round_index))
-        by_id = {r.id: r for r in requests}
-        for call_id, edited in answer.edited.items():
-            original = by_id.get(call_id)
-            if original is None or (edited.id, edited.name) != (original.id, original.name):
-                raise ValueError("a call gate may edit a call's arguments, not its id or tool")
-            if not isinstance(verdicts.get(call_id), ToolRejectedError):
-                verdicts[call_id] = edited
-        return answer
 
     async def _run_concurrently(
         self,
@@ -603,26 +566,8 @@ class _ChatRun:
         return _CallOutcome(message=message, behavior=behavior, is_error=message.is_error,
                             execution=None)
 
-    async def _approvals(self, requests: list[ToolExecutionRequest]) -> dict[str, _Verdict]:
-        """Ask about every flagged call of the round before any call of it starts: a call
-        still undecided pauses the whole round (ToolApprovalPending), so a pause never
-        interrupts a call that is running."""
-        verdicts: dict[str, _Verdict] = {}
-        waiting: list[str] = []
-        for request in requests:
-            registered = self.service.registered_tools.get(request.name)
-            if registered is None or not registered.requires_approval:
-                continue
-            try:
-                verdicts[request.id] = await self._approval(request)
-            except ApprovalPending:
-                waiting.append(request.id)
-        if waiting:
-            raise ToolApprovalPending(waiting, self.round_index)
-        return verdicts
-
     async def _execute_call(self, request: ToolExecutionRequest, *, in_doubt: bool,
-                            verdict: _Verdict | None = None) -> _CallOutcome:
+                            verdict: Verdict | None = None) -> _CallOutcome:
         registered = self.service.registered_tools.get(request.name)
         if registered is None:
             return await self._hallucinated(request)
@@ -666,26 +611,6 @@ class _ChatRun:
                                              text=result.text, is_error=result.is_error)
         return _CallOutcome(message, registered.return_behavior, result.is_error, execution)
 
-    async def _approval(self, request: ToolExecutionRequest) -> _Verdict:
-        """None if the call may run as it is; the request to run instead (edited
-        arguments); else why not (the call is then never executed)."""
-        approver = self.service.approver
-        if approver is None:
-            return ToolRejectedError(
-                f"Tool '{request.name}' requires a person's approval, and nobody could be "
-                "asked for it: the call was not executed", tool_name=request.name)
-        context = ToolErrorContext(request=request, round_index=self.round_index)
-        decision = await _maybe_await(approver(request, context))
-        if decision is True:
-            return None
-        if isinstance(decision, ToolExecutionRequest):
-            if (decision.id, decision.name) != (request.id, request.name):
-                raise ValueError("an approver may edit a call's arguments, not its id or tool")
-            return decision
-        reason = decision if isinstance(decision, str) and decision else "not approved"
-        return ToolRejectedError(f"Tool '{request.name}' was not executed: {reason}",
-                                 tool_name=request.name)
-
     async def _invoke(
         self, registered: RegisteredTool, request: ToolExecutionRequest
     ) -> ToolExecutionResult:
@@ -708,7 +633,7 @@ class _ChatRun:
         context = ToolErrorContext(request=request, round_index=self.round_index)
         name = _handler_name(handler)
         try:
-            decision = await _maybe_await(handler(error, context))
+            decision = await maybe_await(handler(error, context))
             if not isinstance(decision, ToolErrorHandlerResult):
                 raise TypeError(f"error handler {name} returned {decision!r}, "
                                 "expected ToolErrorHandlerResult")
@@ -733,7 +658,7 @@ class _ChatRun:
         started = time.time()
         name = _handler_name(strategy)
         try:
-            message = await _maybe_await(strategy(request, available))
+            message = await maybe_await(strategy(request, available))
         except BaseException as error:
             if self.observed:
                 await self._emit(self._finished(request, started, "hallucinated", None,

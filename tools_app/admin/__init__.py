@@ -3,6 +3,9 @@
 Runs, rounds, tool calls, run events and policy revisions are read-only: they record
 what happened, and only the engine (or a policy save) writes them. No page ever shows
 an API key: endpoints store only the NAME of the environment variable holding it.
+
+Django's admin autodiscovery imports this package; the MCP servers' admin lives in its
+own module (mcp.py), imported below so that it is registered too.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from urllib.parse import urlsplit
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Model, QuerySet
+from django.db.models import Model
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -26,14 +29,12 @@ from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 from pydantic import ValidationError as PydanticValidationError
 
-from .engine.definitions import schema_problems
-from .engine.providers.scripted import ScriptStep
-from .models import (
+from ..engine.definitions import schema_problems
+from ..engine.providers.scripted import ScriptStep
+from ..models import (
     ApiToken,
     CallReexecution,
     ErrorPolicy,
-    McpServer,
-    McpTransport,
     ModelEndpoint,
     PolicyRevision,
     ProviderKind,
@@ -45,19 +46,16 @@ from .models import (
     ToolRegistration,
     env_var_validator,
 )
-from .runs.access import secret_variable_problem
-from .runs.mcp_tools import (
-    McpSyncError,
-    annotation_words,
-    mcp_config_problems,
-    sync_server,
-)
-from .runs.policy import template_problem
-from .runs.selectors import format_ms
-from .tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
-from .tools.kinds import config_help, config_problems
-from .tools.registry import compute_version_hash, record_version, resolve_tool_function
-from .web.api_tokens import assign_new_secret
+from ..runs.access import secret_variable_problem
+from ..runs.mcp_tools import mcp_config_problems
+from ..runs.policy import template_problem
+from ..runs.selectors import format_ms
+from ..tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
+from ..tools.kinds import config_help, config_problems
+from ..tools.registry import compute_version_hash, record_version, resolve_tool_function
+from ..web.api_tokens import assign_new_secret
+from . import mcp  # noqa: F401  (registers the MCP servers' admin)
+from .credentials import SECRET_HEADER_WORDS
 
 admin.site.site_header = "AgentForge admin"
 admin.site.site_title = "AgentForge admin"
@@ -69,10 +67,6 @@ def _pretty_json(value: Any) -> SafeString:
 
 
 # -- model endpoints -------------------------------------------------------------------
-
-# Header names that carry credentials; their values must come from the environment.
-_SECRET_HEADER_WORDS = ("authorization", "api-key", "apikey", "token", "secret", "cookie")
-
 
 def script_problems(script: Any) -> list[str]:
     """Why a scripted endpoint's script would not play, one message per problem."""
@@ -129,7 +123,7 @@ class ModelEndpointForm(forms.ModelForm[ModelEndpoint]):
         ):
             raise ValidationError('Give a JSON object of strings, e.g. {"X-Team": "docs"}.')
         for name, value in headers.items():
-            if any(word in name.lower() for word in _SECRET_HEADER_WORDS) and not (
+            if any(word in name.lower() for word in SECRET_HEADER_WORDS) and not (
                 value.startswith("env:") and len(value) > 4
             ):
                 raise ValidationError(
@@ -377,105 +371,6 @@ class ToolRegistrationAdmin(admin.ModelAdmin[ToolRegistration]):
         record_version(obj)  # a new registration, or an edit that changed the hash
 
 
-# -- MCP servers -----------------------------------------------------------------------
-
-class McpServerForm(forms.ModelForm[McpServer]):
-    class Meta:
-        model = McpServer
-        fields = ("name", "transport", "command", "args", "env", "url", "headers",
-                  "tool_prefix", "startup_timeout", "call_timeout", "enabled")
-
-    def clean_env(self) -> dict[str, str]:
-        env: dict[str, str] = self.cleaned_data["env"]
-        if isinstance(env, dict):
-            for name, value in env.items():
-                if isinstance(value, str) and value.startswith("env:"):
-                    self._check_passed_on(name, value[4:])
-        return env
-
-    def clean_headers(self) -> dict[str, str]:
-        headers: dict[str, str] = self.cleaned_data["headers"]
-        if not isinstance(headers, dict):
-            return headers  # the model's clean says what a header map looks like
-        for name, value in headers.items():
-            if not isinstance(value, str):
-                continue
-            if any(word in name.lower() for word in _SECRET_HEADER_WORDS) and not (
-                    value.startswith("env:") and len(value) > 4):
-                raise ValidationError(
-                    f"{name} carries a credential: write env:VARIABLE_NAME so the value is "
-                    "read from the environment and never stored.")
-            if value.startswith("env:"):
-                self._check_passed_on(name, value[4:])
-        return headers
-
-    @staticmethod
-    def _check_passed_on(key: str, variable: str) -> None:
-        """A variable an MCP server gets must be one credentials may come from, and never
-        a model endpoint's API key: provider keys are not handed to tool servers."""
-        if problem := secret_variable_problem(variable):
-            raise ValidationError(f"{key}: {problem}.")
-        if ModelEndpoint.objects.filter(api_key_env=variable).exists():
-            raise ValidationError(f"{key}: {variable} holds a model endpoint's API key, "
-                                  "which is never passed on to an MCP server.")
-
-
-@admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin[McpServer]):
-    form = McpServerForm
-    list_display = ("name", "transport", "target", "enabled", "tool_count", "last_synced_at")
-    list_filter = ("transport", "enabled")
-    search_fields = ("name", "command", "url")
-    readonly_fields = ("synced_tools", "last_synced_at", "created_at", "updated_at")
-    actions = ("sync_tools",)
-    fieldsets = (
-        (None, {"fields": ("name", "transport", "enabled", "tool_prefix")}),
-        ("stdio", {"fields": ("command", "args", "env")}),
-        ("Streamable HTTP", {"fields": ("url", "headers")}),
-        ("Timeouts", {"fields": ("startup_timeout", "call_timeout")}),
-        ("Tools", {"fields": ("synced_tools", "last_synced_at")}),
-        ("Dates", {"fields": ("created_at", "updated_at")}),
-    )
-
-    @admin.display(description="command or URL")
-    def target(self, obj: McpServer) -> str:
-        if obj.transport == McpTransport.STDIO:
-            return " ".join([obj.command, *obj.args])
-        return obj.url
-
-    @admin.display(description="tools")
-    def tool_count(self, obj: McpServer) -> int:
-        return _mcp_tools_of(obj).filter(enabled=True).count()
-
-    @admin.display(description="registered tools")
-    def synced_tools(self, obj: McpServer) -> SafeString:
-        """Each registration with the hints the server gave (escaped: the server's
-        words are untrusted)."""
-        rows = [(reverse("admin:tools_app_toolregistration_change", args=[tool.pk]),
-                 tool.name, "" if tool.enabled else " (disabled)",
-                 ", ".join(annotation_words(tool.config)) or "no hints")
-                for tool in _mcp_tools_of(obj)]
-        if not rows:
-            return format_html("{}", "None yet: select the server and run \"Sync tools\".")
-        return format_html("<ul>{}</ul>", format_html_join(
-            "", '<li><a href="{}">{}</a>{}: {}</li>', rows))
-
-    @admin.action(description="Sync tools (list each server's tools into registrations)")
-    def sync_tools(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
-        for server in queryset:
-            try:
-                report = sync_server(server)
-            except McpSyncError as exc:
-                self.message_user(request, f"{server.name}: sync failed: {exc}",
-                                  messages.ERROR)
-            else:
-                self.message_user(request, report.summary(), messages.SUCCESS)
-
-
-def _mcp_tools_of(server: McpServer) -> QuerySet[ToolRegistration]:
-    return ToolRegistration.objects.filter(kind=ToolKind.MCP, config__server=server.name)
-
-
 # -- error policies --------------------------------------------------------------------
 
 # The fields a revision records: everything an admin can edit.
@@ -639,8 +534,22 @@ class RoundAdmin(ReadOnlyAdmin[Round]):
         return timeline_link(obj.run_id, f"round-{obj.index}")
 
 
+class CallColumns:
+    """The duration and timeline columns of a list of tool calls or of their
+    re-executions (a re-execution links to its call's place on the timeline)."""
+
+    @admin.display(description="duration", ordering="duration_ms")
+    def duration(self, obj: ToolCall | CallReexecution) -> str:
+        return format_ms(obj.duration_ms)
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: ToolCall | CallReexecution) -> SafeString:
+        call_id = obj.tool_call_id if isinstance(obj, CallReexecution) else obj.pk
+        return timeline_link(obj.run_id, f"call-{call_id}")
+
+
 @admin.register(ToolCall)
-class ToolCallAdmin(ReadOnlyAdmin[ToolCall]):
+class ToolCallAdmin(CallColumns, ReadOnlyAdmin[ToolCall]):
     list_display = ("id", "run", "round_index", "call_index", "tool_name", "state", "is_error",
                     "duration", "started_at", "timeline")
     list_filter = ("state", "is_error", "stopped_run", "tool_name")
@@ -651,17 +560,9 @@ class ToolCallAdmin(ReadOnlyAdmin[ToolCall]):
     def round_index(self, obj: ToolCall) -> int:
         return obj.round.index
 
-    @admin.display(description="duration", ordering="duration_ms")
-    def duration(self, obj: ToolCall) -> str:
-        return format_ms(obj.duration_ms)
-
-    @admin.display(description="timeline")
-    def timeline(self, obj: ToolCall) -> SafeString:
-        return timeline_link(obj.run_id, f"call-{obj.pk}")
-
 
 @admin.register(CallReexecution)
-class CallReexecutionAdmin(ReadOnlyAdmin[CallReexecution]):
+class CallReexecutionAdmin(CallColumns, ReadOnlyAdmin[CallReexecution]):
     """Re-executions of tool calls by people (runs/reexecution.py): who ran what, how it
     ended."""
 
@@ -670,14 +571,6 @@ class CallReexecutionAdmin(ReadOnlyAdmin[CallReexecution]):
     list_filter = ("state", "approved", "tool_name")
     search_fields = ("tool_name", "requested_by_label", "error_type", "error_message")
     list_select_related = ("run", "tool_call")
-
-    @admin.display(description="duration", ordering="duration_ms")
-    def duration(self, obj: CallReexecution) -> str:
-        return format_ms(obj.duration_ms)
-
-    @admin.display(description="timeline")
-    def timeline(self, obj: CallReexecution) -> SafeString:
-        return timeline_link(obj.run_id, f"call-{obj.tool_call_id}")
 
 
 @admin.register(RunEvent)
