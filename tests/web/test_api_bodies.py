@@ -63,7 +63,10 @@ START = {"endpoint": "weather", "messages": [{"role": "user", "content": "hi"}]}
     # Required fields: left out or empty.
     ("runs", {"messages": START["messages"]}, "missing_field", "endpoint",
      "'endpoint' is required"),
-    ("decisions", {"decision": "approve"}, "missing_field", "call_id", "'call_id' is required"),
+    ("decisions", {"decision": "approve"}, "missing_field", "call_id",
+     "'call_id' is required: a tool call's id"),
+    ("decisions", {"call_id": "call_0_0"}, "missing_field", "decision",
+     "'decision' is required: one of approve, reject, edit"),
     ("decisions", {"call_id": "call_0_0", "decision": "edit"}, "missing_field", "arguments",
      "an edit needs 'arguments'"),
     ("execute", {}, "missing_field", "arguments", "'arguments' is required"),

@@ -195,7 +195,8 @@ def refusal(model: type[Body], exc: ValidationError) -> ApiError:
     info = model.model_fields.get(field)
     required = info is not None and info.is_required()
     if error["type"] == "missing" or (len(loc) == 1 and required and error["input"] in EMPTY):
-        told = model.expect.get(field)
+        choices = _choices(model, field)
+        told = model.expect.get(field) or ("one of " + ", ".join(choices) if choices else None)
         return ApiError(400, "missing_field",
                         f"'{field}' is required" + (f": {told}" if told else ""), field=field)
     return ApiError(400, model.codes.get(field, "invalid_field"),
