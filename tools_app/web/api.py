@@ -7,10 +7,11 @@ GET  /api/runs/compare?a=<id>&b=<id> two runs aligned by round and call, with de
 GET  /api/runs/<id>/export           the run as a regression fixture (docs/run-fixtures.md)
 POST /api/runs/<id>/rerun            rerun it (as it was / current, replay modes)
 POST /api/runs/<id>/fork             a new run from its conversation before round N, edited
+GET  /api/openapi.json               all of it as OpenAPI (web/openapi.py, web/api_docs.py)
+
 Deciding calls awaiting approval, going on from a breakpoint: web/api_approvals.py.
 Re-executing one tool call, and splicing the result into a new run: web/api_reexec.py.
 What every view shares (auth, errors, bodies validated with their models): web/api_base.py.
-GET  /api/openapi.json               all of it as OpenAPI (web/openapi.py, web/api_docs.py)
 """
 
 from __future__ import annotations
