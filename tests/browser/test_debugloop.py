@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from .support import RUN_URL, Server, fill_playground, submit_run, wait_status
+from .support import (
+    RUN_URL,
+    Server,
+    assert_equals_reload,
+    fill_playground,
+    submit_run,
+    wait_status,
+)
+from .world import SLOW_ENDPOINT, TAMPERED_RESULT
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
@@ -143,4 +151,50 @@ async def test_a_replaying_rerun_compared_with_its_parent(open_page: Any,
     assert calls == ["same", "same"]
     if SCREENSHOTS:
         await page.screenshot(path=screenshot_path(server, "compare-runs.png"), full_page=True)
+    assert dialogs == []
+
+
+# Set on the page once it has loaded: a reload would lose it. A socket message that left
+# the divergence in the (live) run header is noted.
+WATCH_DIVERGENCE_JS = """() => {
+  window.__sameDocument = true;
+  window.__divergenceByLive = false;
+  document.addEventListener('htmx:wsAfterMessage', () => {
+    if (document.querySelector('#run-header #replay-divergence')) {
+      window.__divergenceByLive = true;
+    }
+  });
+}"""
+
+
+async def test_a_replay_going_live_shows_where_it_diverged_as_it_happens(
+        open_page: Any, server: Server) -> None:
+    page = await open_page(user="bob")
+    dialogs = no_dialogs(page)
+    await fill_playground(page, endpoint=SLOW_ENDPOINT, tools=["slow_tool"], message="Nap",
+                          system_prompt="", policy="Default", tool_choice="auto",
+                          parallel=True, max_rounds="")
+    parent_id = await submit_run(page)
+    assert await wait_status(page) == "succeeded"
+    server.world("tamper", parent_id)  # round 1's live result will differ from it
+    await page.reload()
+
+    await page.select_option("#rerun-model", "recorded")
+    await page.select_option("#rerun-tools", "live")
+    await page.select_option("#rerun-on-divergence", "live")
+    await page.click("#rerun-form button[value=as_it_was]")
+    await page.wait_for_url(lambda url: RUN_URL.search(url) is not None
+                            and parent_id not in url)
+    await page.evaluate(WATCH_DIVERGENCE_JS)
+
+    box = page.locator("#run-header #replay-divergence")
+    await box.wait_for(state="visible")
+    text = await box.inner_text()
+    assert "at round 1, call 1 (slow_tool): the result differs" in text
+    assert TAMPERED_RESULT in text  # the recorded result, shown as text
+    assert await wait_status(page) == "succeeded"
+    assert await page.evaluate("window.__sameDocument === true")  # never reloaded
+    assert await page.evaluate("window.__divergenceByLive")
+    await assert_equals_reload(page)
+    assert await page.locator("#replay-divergence").count() == 1
     assert dialogs == []

@@ -3,6 +3,7 @@
     python -m tests.browser.world setup      # endpoints and policies the tests use
     python -m tests.browser.world enable-xss # enable the XSS tools (kept off until then)
     python -m tests.browser.world mcp        # MCP servers (time, misbehaving), synced
+    python -m tests.browser.world tamper RUN # change its first call's recorded result
 
 The subprocess has the server's environment (its DATABASE_URL and tool modules).
 """
@@ -172,11 +173,24 @@ def streaming(base_url: str) -> None:
                                  "model": model, "stream": True})
 
 
+# What `tamper` records as a run's first result: a replay of the run that executes its
+# tools live then leaves the recording at round 1, call 1 (test_debugloop.py).
+TAMPERED_RESULT = "recorded <b>nap</b>"
+
+
+def tamper(run_id: str) -> None:
+    from tools_app.models import ToolCall
+
+    changed = ToolCall.objects.filter(run_id=run_id, round__index=0, call_index=0).update(
+        result_text=TAMPERED_RESULT)
+    assert changed == 1, f"run {run_id} has no first call"
+
+
 def main(argv: list[str]) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentforge_web.settings")
     django.setup()
     commands: dict[str, Any] = {"setup": setup, "enable-xss": enable_xss, "mcp": mcp,
-                                "streaming": streaming}
+                                "streaming": streaming, "tamper": tamper}
     commands[argv[0]](*argv[1:])
 
 

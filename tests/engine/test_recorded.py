@@ -19,6 +19,7 @@ from tools_app.engine import (
     ToolExecutionRequest,
     ToolService,
     ToolSpecification,
+    ToolTimeoutError,
     UserMessage,
 )
 from tools_app.engine.events import ReplayDiverged, ToolCallFinished, ToolCallProposed
@@ -155,6 +156,31 @@ async def test_a_recorded_error_is_raised_again_for_the_policy_to_word() -> None
             update={"call_id": "call_0_0"}),)})]),
         arguments_error_handler=to_model).chat(model, [UserMessage(text="go")])
     assert result.final_response.ai_message.text == "fix: text is missing"
+
+
+@pytest.mark.parametrize("mode", ["recorded", "mock"])
+async def test_a_recorded_timeout_is_raised_again_as_a_timeout(mode: Any) -> None:
+    message = "Tool 'echo' timed out after 2 s"
+    rounds = [RecordedRound(index=0, response=None, calls=(RecordedCall(
+        call_index=0, call_id="call_0_0", tool_name="echo", arguments="{}",
+        state="timed_out", result_text=message, is_error=True,
+        error_type="ToolTimeoutError", error_message=message),))]
+    request = ToolExecutionRequest(id="call_0_0", name="echo", arguments="{}")
+
+    with pytest.raises(ToolTimeoutError) as raised:
+        await RecordedToolExecutor(rounds, mode=mode).execute_with_result(request)
+    assert str(raised.value) == message
+    assert raised.value.timeout is None  # the recording keeps the message, not the timeout
+
+    events: list[Any] = []
+    model = ScriptedChatModel([{"tool_calls": [{"name": "echo", "arguments": "{}"}]},
+                               {"text": "{last_result}"}])
+    result = await service(RecordedToolExecutor(rounds, mode=mode)).chat(
+        model, [UserMessage(text="go")], observers=[events.append])
+    [finished] = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert (finished.outcome, finished.error_type, finished.error_message) == (
+        "timed_out", "ToolTimeoutError", message)
+    assert result.final_response.ai_message.text == message
 
 
 async def test_a_model_call_that_never_answered_fails_the_same_way() -> None:

@@ -143,3 +143,28 @@ def test_unknown_options_are_refused(original: Run) -> None:
     with pytest.raises(RerunError, match="tools must be one of recorded, live, mock"):
         run_rerun(run=original, user=None, mode="as_it_was",
                   replay=ReplayOptions(tools="fake"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("tools_mode", ["recorded", "mock"])
+def test_a_recorded_timeout_replays_as_a_timeout(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    tools_mode: str,
+) -> None:
+    policy.default_tool_timeout = 0.2
+    policy.save()
+    script = [{"tool_calls": [{"name": "slow_tool", "arguments": {"seconds": 30}}]},
+              {"text": "model saw: {last_result}"}]
+    slow = start(make_endpoint(script), [tools["slow_tool"]], policy, "Nap")
+    assert execute(slow) == "succeeded"
+    [timed_out] = calls(slow)
+    assert timed_out.state == "timed_out"
+
+    again = replayed(slow, model="recorded", tools=tools_mode)
+
+    assert again.status == "succeeded"
+    [replay] = calls(again)
+    assert (replay.state, replay.is_error, replay.error_type, replay.error_message,
+            replay.result_text) == (
+        "timed_out", True, "ToolTimeoutError", timed_out.error_message, timed_out.result_text)
+    assert replay.error_message == "Tool 'slow_tool' timed out after 0.2 s"
+    assert again.final_text == slow.final_text

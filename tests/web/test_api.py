@@ -302,7 +302,8 @@ def test_a_body_that_is_no_json_object(bob_api: Api, raw: str | bytes, code: str
     ({"tools": ["get_weather", "teleport", "fly"]}, 400, "unknown_tool", "tools",
      "teleport, fly"),
     ({"tools": "get_weather"}, 400, "invalid_field", "tools", "list of tool names"),
-    ({"tools": [1, 2]}, 400, "invalid_field", "tools", "list of tool names"),
+    ({"tools": [1, 2]}, 400, "invalid_field", "tools[0]",
+     "tools must be a list of tool names: tools[0] must be a string"),
     ({"tools": {"get_weather": True}}, 400, "invalid_field", "tools", "list"),
     ({"messages": None}, 400, "missing_field", "messages", "'messages' is required"),
     ({"messages": []}, 400, "missing_field", "messages", "'messages' is required"),
@@ -512,14 +513,14 @@ def test_runs_started_through_the_api_and_the_pages_are_the_same_runs(
 def test_a_failing_token_lookup_is_a_json_500_too(
     bob_api: Api, body: dict[str, Any], monkeypatch: pytest.MonkeyPatch, settings: Any,
 ) -> None:
-    from tools_app.web import api
+    from tools_app.web import api_base
 
     settings.DEBUG = True
 
     def database_down(token: str) -> None:
         raise RuntimeError("database down")
 
-    monkeypatch.setattr(api, "user_for_token", database_down)
+    monkeypatch.setattr(api_base, "user_for_token", database_down)
     response = bob_api.post("/api/runs", body)
 
     assert error_of(response, 500)["code"] == "internal_error"

@@ -93,7 +93,7 @@ def test_the_same_decision_twice_changes_nothing_and_another_is_refused(
     ({"decision": "approve"}, 400, "missing_field", "call_id"),
     ({"call_id": ["x"], "decision": "approve"}, 400, "missing_field", "call_id"),
     ({"call_id": "nope", "decision": "approve"}, 404, "unknown_call", None),
-    ({"call_id": "{first}", "decision": "maybe"}, 400, "invalid_field", None),
+    ({"call_id": "{first}", "decision": "maybe"}, 400, "invalid_field", "decision"),
     ({"call_id": "{first}"}, 400, "missing_field", "decision"),
     ({"call_id": "{first}", "decision": "edit"}, 400, "missing_field", "arguments"),
     ({"call_id": "{first}", "decision": "reject", "message": 3}, 400, "invalid_field",

@@ -28,6 +28,7 @@ from tools_app.live.notify import group_name
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolCall, ToolRegistration
 from tools_app.runs import recorder
 from tools_app.runs.eventlog import notify
+from tools_app.runs.rerun import ReplayOptions, run_rerun
 from tools_app.runs.runner import execute_run
 from tools_app.runs.selectors import event_marks_after
 
@@ -645,6 +646,37 @@ async def test_hostile_values_reach_the_socket_escaped_and_inert(
         assert_inert(html, scripts=0)
     texts = " ".join(t for m in received for t, _ in Tree(m).texts)
     assert texts.count(PAYLOAD) >= 5  # tool output, error, tool name, model text, title
+
+
+async def test_a_replay_going_live_shows_its_divergence_as_it_happens(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    """A rerun replaying the recorded model, told to go on live where it diverges: the
+    viewer's socket brings the divergence (escaped) without a reload."""
+    original = await weather_run()
+    assert await execute_run(str(original.pk)) == "succeeded"
+    await ToolCall.objects.filter(run=original, call_index=0).aupdate(
+        result_text=f"recorded {PAYLOAD}")
+    again = await sync_to_async(run_rerun)(
+        run=original, user=bob, mode="as_it_was",
+        replay=ReplayOptions(model="recorded", tools="live", on_divergence="live"))
+    _client, page = await browser_of(bob, again.pk)
+    assert "replay-divergence" not in Tree(page).ids()  # nothing diverged yet
+    comm = await open_socket(sockets, again.pk, bob, after=again.last_seq)
+
+    execution = asyncio.ensure_future(execute_run(str(again.pk)))
+    received = await watch_until_done(comm, execution, again.pk)
+
+    assert execution.result() == "succeeded"
+    shown = [m for m in received if "replay-divergence" in Tree(m).ids()]
+    assert shown, "the divergence never reached the socket"
+    box = Tree(shown[-1]).by_id("replay-divergence")
+    assert "hx-disable" in box.attrs
+    assert any(e.attrs.get("id") == "run-header" for e in box.ancestors_or_self())
+    text = " ".join(t for t, _ in Tree(shown[-1]).texts)
+    assert "at round 1, call 1 (get_weather): the result differs" in text
+    assert "recorded <script>" in text  # the recorded result, as text
+    assert_inert(shown[-1], scripts=0)
 
 
 # -- the live header's cancel button ----------------------------------------------------

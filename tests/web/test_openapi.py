@@ -13,9 +13,9 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client, RequestFactory
 from django.urls import resolve
 
-from tools_app.models import ToolRegistration
-from tools_app.web import api, urls
-from tools_app.web.api_schemas import Body, StartRunBody, TryBody
+from tools_app.models import Run, ToolRegistration
+from tools_app.web import api_base, urls
+from tools_app.web.api_schemas import Body, RerunBody, StartRunBody, TryBody
 from tools_app.web.api_tokens import create_token
 
 from .test_api import Api, bob_api, body  # noqa: F401 - fixtures
@@ -84,8 +84,8 @@ def test_bodies_have_their_schemas(document: dict[str, Any]) -> None:
     assert set(schemas["RerunBody"]["properties"]) >= {"snapshot", "model", "tools",
                                                       "on_divergence"}
     assert "arguments" in schemas["TryBody"]["properties"]
-    assert schemas["TryBody"]["additionalProperties"] is False
-    assert schemas["ForkBody"]["additionalProperties"] is True
+    for name in BODY_SCHEMAS.values():  # every body refuses fields it does not have
+        assert schemas[name]["additionalProperties"] is False, name
     bodies = {(path, method) for path, method, op in operations(document) if "requestBody" in op}
     assert bodies == set(BODY_SCHEMAS)
 
@@ -95,7 +95,7 @@ def test_documented_body_is_the_model_the_view_parses_with(document: dict[str, A
         url = re.sub(r"\{(\w+)\}", lambda m: SAMPLE_IDS[m[1]], path)
         request = RequestFactory().generic(method.upper(), url)
         request.resolver_match = resolve(url)
-        model = api._body_model(request)
+        model = api_base.body_model(request)
         assert issubclass(model, Body)
         assert model.__name__ == name
 
@@ -106,16 +106,30 @@ def test_views_parse_bodies_through_the_models(
     parsed: list[type[Body]] = []
     original = Body.parse.__func__  # type: ignore[attr-defined]
 
-    def spy(cls: type[Body], raw: dict[str, Any]) -> dict[str, Any]:
+    def spy(cls: type[Body], raw: dict[str, Any]) -> Body:
         parsed.append(cls)
         return original(cls, raw)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(Body, "parse", classmethod(spy))
-    # A key that is no field reaches the view as sent, whatever its name.
-    assert bob_api.post("/api/runs", body | {"_fields_set": 1}).status_code == 201
+    assert bob_api.post("/api/runs", body).status_code == 201
     assert bob_api.post("/api/tools/get_weather/try", {"arguments": {"city": "Oslo"}}
                         ).status_code in {201, 400}
-    assert parsed == [StartRunBody, TryBody]
+    # A key that is no field of the model is refused, named, whatever its name.
+    runs = Run.objects.count()
+    refused = bob_api.post("/api/runs", body | {"_fields_set": 1})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["field"] == "_fields_set"
+    assert parsed == [StartRunBody, TryBody, StartRunBody]
+    assert Run.objects.count() == runs
+
+
+def test_a_view_cannot_validate_with_another_model_than_it_documents(
+        bob_api: Api, body: dict[str, Any]) -> None:  # noqa: F811
+    request = RequestFactory().post("/api/runs", body, content_type="application/json")
+    request.resolver_match = resolve("/api/runs")
+    assert isinstance(api_base.parse_body(request, StartRunBody), StartRunBody)
+    with pytest.raises(LookupError, match="documents StartRunBody for POST, not RerunBody"):
+        api_base.parse_body(request, RerunBody)
 
 
 def test_errors_security_and_streams_are_described(document: dict[str, Any]) -> None:

@@ -42,8 +42,14 @@ if TYPE_CHECKING:
 
 
 class ToolTimeoutError(ToolExecutionError):
-    def __init__(self, tool_name: str, timeout: float) -> None:
-        super().__init__(f"Tool '{tool_name}' timed out after {timeout:g} s", tool_name=tool_name)
+    def __init__(self, tool_name: str, timeout: float | None, *,
+                 message: str | None = None) -> None:
+        """`timeout` None and a `message`: a timeout served again from a recording,
+        which keeps the message, not the timeout (providers/recorded.py)."""
+        if message is None:
+            after = f" after {timeout:g} s" if timeout is not None else ""
+            message = f"Tool '{tool_name}' timed out{after}"
+        super().__init__(message, tool_name=tool_name)
         self.timeout = timeout
 
 

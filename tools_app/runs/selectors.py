@@ -126,7 +126,11 @@ def default_policy() -> ErrorPolicy | None:
 
 
 def replay_divergences(run: Run) -> list[str]:
-    """What a replaying run said where it left its recording and went on live."""
+    """What a replaying run said where it left its recording and went on live (only a
+    replay told to go on live records it: the others read nothing)."""
+    replay = run.snapshot.get("replay")
+    if not isinstance(replay, dict) or replay.get("on_divergence") != "live":
+        return []
     payloads = RunEvent.objects.filter(run=run, kind="replay_diverged").order_by("seq")
     return [str(p.get("detail", "")) for p in payloads.values_list("payload", flat=True)
             if isinstance(p, dict)]
@@ -414,9 +418,10 @@ SETTING_LABELS = (("parallel", "Parallel calls"), ("max_concurrency", "At most a
 def header_view(run: Run) -> dict[str, Any]:
     """What the run header shows beyond the run row: the effective settings, counts
     taken from the same rows as the lanes (so they agree at every moment of a live run),
-    and the call that stopped the run, if one did (its error is shown in its lane)."""
+    and the call that stopped the run, if one did (its error is shown in its lane), and
+    where a replay left its recording and went on live (so it shows as it happens)."""
     return {"settings": effective_settings(run), "counts": _lane_counts(run),
-            "stopped_by": _stopping_call(run)}
+            "stopped_by": _stopping_call(run), "divergences": replay_divergences(run)}
 
 
 def effective_settings(run: Run) -> list[dict[str, Any]]:

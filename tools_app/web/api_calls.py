@@ -19,7 +19,7 @@ from ..models import ToolCall
 from ..runs.audit import call_rows, calls_listed_for_user
 from ..runs.call_filters import CALL_EXPORT_FILTERS, CALL_FILTERS, STATE_NAMES, filtered_calls
 from ..runs.filters import FilterError
-from .api import ApiError, token_required
+from .api_base import ApiError, token_required
 from .api_docs import Operation, documented
 from .export import calls_export_response
 

@@ -2,8 +2,9 @@
 
 `@documented(post=Operation(...))` sets `view.api_operations`; `GET /api/openapi.json`
 (web/openapi.py) walks the URLconf and reads it from each `/api/` URL's view, so the
-document's paths are the routed ones; and `api.parse_body` parses a body with the
-model its URL's view documents, so the documented body is the one the view reads.
+document's paths are the routed ones; and `api_base.parse_body` validates a body with
+the model its URL's view documents (it refuses any other), so the documented body is
+the one the view reads.
 """
 
 from __future__ import annotations

@@ -22,13 +22,14 @@ from django.views.decorators.http import require_GET, require_http_methods
 from ..models import CallReexecution, Run, ToolCall
 from ..runs import reexecution
 from ..runs.reexec_reads import execution_row
-from .api import ApiError, _visible, parse_body, reexecution_json, token_required
+from .api import reexecution_json
+from .api_base import ApiError, parse_body, token_required, visible
 from .api_docs import Operation, documented
 from .api_schemas import Created, ExecuteBody, Queued
 
 
 def _call(request: HttpRequest, run_id: Any, call_id: int) -> tuple[Run, ToolCall]:
-    run = _visible(request, run_id)
+    run = visible(request, run_id)
     call = ToolCall.objects.select_related("round").filter(run=run, pk=call_id).first()
     if call is None:
         raise ApiError(404, "unknown_call", f"The run has no tool call {call_id}")
@@ -48,17 +49,11 @@ def _refused(exc: reexecution.ReexecutionError) -> ApiError:
 @token_required
 def execute(request: HttpRequest, run_id: Any, call_id: int) -> JsonResponse:
     run, call = _call(request, run_id, call_id)
-    body = parse_body(request)
-    if "arguments" not in body:
-        raise ApiError(400, "missing_field", "'arguments' (a JSON object) is required",
-                       field="arguments")
-    approve = body.get("approve", False)
-    if not isinstance(approve, bool):
-        raise ApiError(400, "invalid_field", "approve must be true or false", field="approve")
+    body = parse_body(request, ExecuteBody)
     try:
         execution = reexecution.request_reexecution(
             run=run, call=call, user=request.user,
-            request=reexecution.ReexecutionRequest(body["arguments"], approve=approve))
+            request=reexecution.ReexecutionRequest(body.arguments, approve=body.approve))
     except reexecution.ReexecutionError as exc:
         raise _refused(exc) from exc
     return JsonResponse({"id": execution.pk, "number": execution.number,

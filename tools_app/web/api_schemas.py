@@ -1,48 +1,75 @@
 """The JSON API's request bodies and common answers as pydantic (django-ninja) schemas.
 
-Each body model is the one its view parses the body with (`api.parse_body` finds it on
-the URL's view, `api_docs.documented`), and the one `GET /api/openapi.json` shows. The
-fields' types are the contract; the views still check each field themselves, so a
-wrong value gets the API's own error (code, message naming the field) rather than
-pydantic's. Unknown fields are ignored, as they always were (except by try: its view
-names them).
+Each body model is the one its view validates the body with (`api_base.parse_body`
+checks it is the one the URL's view documents, `api_docs.documented`), and the one
+`GET /api/openapi.json` shows. The models enforce what they say: types are strict (no
+"5" for 5, no 1 for true), a required field left out (or sent as null, "" or []) is a
+`missing_field`, an unknown field is refused, and every refusal is the API's own 400
+(`api_base.refusal`: code, message and `field` naming the JSON path, e.g.
+`arguments.call_1` or `tools[2]`). What needs the database or the run (does the
+endpoint exist, is round N a round of the run, do the arguments fit the tool's schema)
+is checked by the view and the runs layer after the model.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, PlainValidator, model_validator
+from pydantic_core import PydanticCustomError
 
 JsonObject = dict[str, Any]
 
 
-class Body(Schema):
-    """A request body: its fields are documented, not enforced here (see the module doc)."""
+def _name_or_id(value: Any) -> str | int:
+    # bool is an int to Python, not a name or an id to anyone.
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise PydanticCustomError("name_or_id", "must be a name or an id")
 
-    # Parsing must never refuse what the view answers with its own error (constructed,
-    # not validated). "allow": the document says unknown fields are ignored, as they are.
-    model_config = ConfigDict(extra="allow")
+
+# One error for a wrong value, not one per member of `str | int` (whose locations would
+# name the union's members, which are no part of the body).
+NameOrId = Annotated[str | int, PlainValidator(_name_or_id, json_schema_input_type=str | int)]
+
+
+class Body(Schema):
+    """A request body, validated (see the module doc)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    # What a field must be, in the API's words, when a bare type would say less
+    # ("tools must be a list of tool names: tools[1] must be a string").
+    expect: ClassVar[Mapping[str, str]] = {}
+    # The error code of a wrong value of the field, where it is not "invalid_field"
+    # (kept from the views' hand checks these models replaced).
+    codes: ClassVar[Mapping[str, str]] = {}
 
     @classmethod
-    def parse(cls, body: JsonObject) -> JsonObject:
-        """Read the body with this model; the view gets it as sent (its checks need the
-        raw values, and a dump of wrong-typed values would change them)."""
-        # Only the model's own fields: a sent key such as "_fields_set" would otherwise
-        # reach model_construct's parameters.
-        cls.model_construct(**{name: body[name] for name in cls.model_fields if name in body})
-        return body
+    def parse(cls, body: JsonObject) -> Self:
+        """The body as this model: a pydantic ValidationError if it does not fit."""
+        return cls.model_validate(body)
+
+
+def refuse(code: str, message: str, field: str) -> PydanticCustomError:
+    """An error a model's own validator raises: the API answers it as it is."""
+    return PydanticCustomError(code, message, {"api_field": field})
 
 
 class StartRunBody(Body):
-    endpoint: str = Field(description="The model endpoint's name or id")
-    messages: list[JsonObject] = Field(description="The conversation, OpenAI format")
+    endpoint: str = Field(min_length=1, description="The model endpoint's name or id")
+    messages: list[JsonObject] = Field(min_length=1,
+                                       description="The conversation, OpenAI format")
     tools: list[str] = Field(default=[], description="Tool names the model may call")
-    policy: str | int | None = Field(default=None, description="Error policy name or id")
+    policy: NameOrId | None = Field(default=None, description="Error policy name or id")
     policy_overrides: JsonObject | None = None
     parameters: JsonObject | None = Field(default=None, description="temperature, ...")
     breakpoints: list[JsonObject] | None = None
+
+    expect = {"endpoint": "a name or an id", "tools": "a list of tool names",
+              "messages": "a list of message objects, each with a role (OpenAI format)"}
 
 
 class RerunBody(Body):
@@ -61,17 +88,30 @@ class ForkBody(Body):
     append: list[JsonObject] | None = None
     endpoint: str | None = None
     tools: list[str] | None = None
-    policy: str | int | None = None
+    policy: NameOrId | None = None
     parameters: JsonObject | None = None
     policy_overrides: JsonObject | None = None
     snapshot: Literal["same", "current"] = "same"
 
+    expect = {"round": "a round of the run (an integer from 1)",
+              "endpoint": "a name or an id", "tools": "a list of tool names"}
+
 
 class DecisionBody(Body):
-    call_id: str = Field(description="The tool call's id")
+    call_id: str = Field(min_length=1, description="The tool call's id")
     decision: Literal["approve", "reject", "edit"]
     arguments: JsonObject | None = Field(default=None, description="Required for edit")
     message: str = ""
+
+    expect = {"call_id": "a tool call's id", "arguments": "a JSON object"}
+    codes = {"call_id": "missing_field", "arguments": "invalid_arguments"}
+
+    @model_validator(mode="after")
+    def _edit_has_arguments(self) -> Self:
+        if self.decision == "edit" and self.arguments is None:
+            raise refuse("missing_field", "an edit needs 'arguments' (a JSON object)",
+                         "arguments")
+        return self
 
 
 class ContinueBody(Body):
@@ -80,16 +120,22 @@ class ContinueBody(Body):
         default=None, description="Edited arguments of held calls: call id -> object")
     message: str = ""
 
+    expect = {"arguments": "an object mapping call ids to argument objects"}
+
 
 class ExecuteBody(Body):
     arguments: JsonObject = Field(description="The arguments to run the tool with")
     approve: bool = False
 
+    expect = {"arguments": "a JSON object"}
+    codes = {"arguments": "invalid_arguments"}
+
 
 class TryBody(Body):
-    model_config = ConfigDict(extra="forbid")  # its view names an unknown field (a 400)
-
     arguments: JsonObject = {}
+
+    expect = {"arguments": "a JSON object"}
+    codes = {"arguments": "invalid_arguments"}
 
 
 class ErrorDetail(Schema):

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from ..models import ToolRegistration
 from ..runs.tryit import TryItError, tryit_create
-from .api import ApiError, parse_body, token_required
+from .api_base import ApiError, parse_body, token_required
 from .api_docs import Operation, documented
 from .api_schemas import Created, TryBody
 
@@ -31,13 +31,9 @@ def tool_try(request: HttpRequest, name: str) -> JsonResponse:
     tool = ToolRegistration.objects.filter(name=name).first()
     if tool is None:
         raise ApiError(404, "not_found", f"No tool named {name!r}")
-    body = parse_body(request)
-    unknown = sorted(set(body) - {"arguments"})
-    if unknown:
-        raise ApiError(400, "invalid_field", f"Unknown field {unknown[0]}: give arguments",
-                       field=unknown[0])
+    body = parse_body(request, TryBody)
     try:
-        run = tryit_create(user=request.user, tool=tool, arguments=body.get("arguments", {}))
+        run = tryit_create(user=request.user, tool=tool, arguments=body.arguments)
     except TryItError as exc:
         code = "invalid_arguments" if exc.status == 400 else "conflict"
         raise ApiError(exc.status, code, str(exc), field="arguments",

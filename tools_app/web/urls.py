@@ -2,6 +2,7 @@ from django.urls import path, re_path
 
 from . import (
     api,
+    api_approvals,
     api_calls,
     api_reexec,
     api_tryit,
@@ -67,8 +68,10 @@ urlpatterns = [
     path("api/runs/<uuid:run_id>/rerun", api.run_rerun, name="api_run_rerun"),
     path("api/runs/<uuid:run_id>/export", api.run_export, name="api_run_export"),
     path("api/runs/<uuid:run_id>/fork", api.run_fork, name="api_run_fork"),
-    path("api/runs/<uuid:run_id>/decisions", api.run_decisions, name="api_run_decisions"),
-    path("api/runs/<uuid:run_id>/continue", api.run_continue, name="api_run_continue"),
+    path("api/runs/<uuid:run_id>/decisions", api_approvals.run_decisions,
+         name="api_run_decisions"),
+    path("api/runs/<uuid:run_id>/continue", api_approvals.run_continue,
+         name="api_run_continue"),
     path("api/runs/<uuid:run_id>/calls/<int:call_id>/execute", api_reexec.execute,
          name="api_call_execute"),
     path("api/runs/<uuid:run_id>/calls/<int:call_id>/executions/<int:number>",

@@ -144,7 +144,6 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
                   {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq,
                    "header": selectors.header_view(run),
                    "conversation": conversation, "fork": fork,
-                   "divergences": selectors.replay_divergences(run),
                    "whole_conversation": any(m["role"] in ("assistant", "tool")
                                              for m in conversation)})
 

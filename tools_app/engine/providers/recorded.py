@@ -12,9 +12,10 @@ replay continues exactly.
 
 `RecordedToolExecutor` serves a call from the recording of the current round: the
 recorded result, or the recorded error raised again (so the run's error policy turns
-it into the same text for the model). A call the recording does not have is a
-divergence, stopped or handed to the live executor like the model's; in "mock" mode it
-gets a fixed placeholder result instead and the replay goes on.
+it into the same text for the model; a timeout as a timeout, with its message). A
+call the recording does not have is a divergence, stopped or handed to the live
+executor like the model's; in "mock" mode it gets a fixed placeholder result instead
+and the replay goes on.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import ProviderError, ReplayDivergence, ToolArgumentsError, ToolExecutionError
+from ..errors import (
+    ProviderError,
+    ReplayDivergence,
+    ToolArgumentsError,
+    ToolExecutionError,
+    ToolTimeoutError,
+)
 from ..events import ReplayDiverged, current_round, emit, observed
 from ..execution import ToolExecutionResult, ToolExecutor
 from ..messages import (
@@ -39,6 +46,7 @@ from ..messages import (
 from .base import ChatModel
 
 ARGUMENTS_ERROR_STATES = frozenset({"arguments_error"})
+TIMEOUT_STATES = frozenset({"timed_out"})
 # Calls that never finished in the recording: there is nothing to serve.
 UNFINISHED_STATES = frozenset({"proposed", "started", "cancelled"})
 MOCK_RESULT = "mock result: the recording has no call of {tool} with these arguments"
@@ -263,6 +271,8 @@ def _served(call: RecordedCall, request: ToolExecutionRequest) -> ToolExecutionR
     message = call.error_message or call.result_text or "the recorded call failed"
     if call.state in ARGUMENTS_ERROR_STATES:
         raise ToolArgumentsError(message, tool_name=request.name, errors=call.error_details)
+    if call.state in TIMEOUT_STATES:  # a timeout again, not a failure: same state and type
+        raise ToolTimeoutError(request.name, None, message=message)
     if call.error_type is None:  # an error result the tool itself returned
         return ToolExecutionResult(text=call.result_text or "", is_error=True)
     raise ToolExecutionError(message, tool_name=request.name)
