@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 from django.db.models import F, Field
 from django.dispatch import Signal
+from django.utils import timezone
 
 from ..models import Run, RunEvent
+from . import rowsql
+from .rowsql import Add
 
 logger = logging.getLogger(__name__)
 
@@ -93,16 +96,26 @@ def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, A
     return seq
 
 
-def append_events(run_id: str, token: int | None,
-                  events: Sequence[tuple[str, dict[str, Any]]]) -> int:
-    """Append (kind, payload) events with consecutive seqs in one fenced increment and
-    one INSERT (inside a transaction); returns the last seq."""
-    last = next_seq(run_id, token, len(events))
+def append_events(run_id: str, token: int | None, events: Sequence[tuple[str, dict[str, Any]]],
+                  run_changes: Mapping[str, Any] | None = None) -> int:
+    """Append (kind, payload) events with consecutive seqs (inside a transaction): one
+    fenced UPDATE of the run allocates them and applies `run_changes` (values, or
+    `rowsql.Add` increments) to the run's row, one INSERT stores them. Returns the last
+    seq."""
+    where: dict[str, Any] = {"id": run_id}
+    if token is not None:
+        where["lease_token"] = token
+    values = {"last_seq": Add(len(events)), **(run_changes or {})}
+    last = rowsql.update(Run, where, values, returning="last_seq")
+    if last is None:
+        raise LeaseLost(f"run {run_id}: lease token {token} is no longer valid")
     first = last - len(events) + 1
-    RunEvent.objects.bulk_create(
-        RunEvent(run_id=run_id, seq=first + offset, kind=kind, payload=payload)
-        for offset, (kind, payload) in enumerate(events))
-    return last
+    now = timezone.now()
+    rowsql.insert(RunEvent, [
+        {"run": run_id, "seq": first + offset, "kind": kind, "payload": payload,
+         "created_at": now} for offset, (kind, payload) in enumerate(events)],
+        fill_defaults=False)
+    return int(last)
 
 
 async def notify(run_id: str, message: dict[str, Any]) -> None:

@@ -173,12 +173,14 @@ class RunRecorder:
         """Write events in one transaction, in order; returns the last seq."""
         changes = RowChanges(self.run_id, self._round_ids)
         with transaction.atomic():
-            seq = append_events(self.run_id, self.token,
-                                [(event.kind, payload) for event, payload in batch])
             for event, payload in batch:
                 apply = _APPLIERS.get(event.kind)
                 if apply is not None:
                     apply(changes, event, payload)
+            # The fenced seq allocation first: a lost lease writes nothing.
+            seq = append_events(self.run_id, self.token,
+                                [(event.kind, payload) for event, payload in batch],
+                                changes.run_changes())
             changes.write()
         # Remembered only once committed: a rolled-back round must not be.
         self._round_ids.update(changes.new_rounds)
@@ -238,14 +240,14 @@ def on_response(changes: RowChanges, event: ModelResponseReceived,
 
 def on_proposed(changes: RowChanges, event: ToolCallProposed, payload: dict[str, Any]) -> None:
     request = event.request
-    changes.propose_call(event.round_index or 0, ToolCall(
-        run_id=changes.run_id,
-        call_index=event.call_index,
-        call_id=fit_column(ToolCall, "call_id", request.id),
-        tool_name=fit_column(ToolCall, "tool_name", request.name),
-        arguments_raw=clean_text(request.arguments),
-        arguments=clean_json(_parsed_or_none(request)),
-    ))
+    changes.propose_call(event.round_index or 0, {
+        "run": changes.run_id,
+        "call_index": event.call_index,
+        "call_id": fit_column(ToolCall, "call_id", request.id),
+        "tool_name": fit_column(ToolCall, "tool_name", request.name),
+        "arguments_raw": clean_text(request.arguments),
+        "arguments": clean_json(_parsed_or_none(request)),
+    })
 
 
 def on_started(changes: RowChanges, event: ToolCallStarted, payload: dict[str, Any]) -> None:

@@ -7,13 +7,17 @@ the application's CPU per round (docs/benchmarks/product-path.md). The recorder 
 a batch's changes here instead, then writes them in a fixed order, all inside the
 batch's transaction:
 
-1. rounds started in the batch: one upsert (INSERT ... ON CONFLICT (run, index) DO
+1. the run: its counters folded into the UPDATE that allocates the batch's seqs
+   (`eventlog.append_events`, before everything else: it is the lease's fence);
+2. rounds started in the batch: one upsert (INSERT ... ON CONFLICT (run, index) DO
    UPDATE), carrying every later change of the batch to those rounds;
-2. other rounds: one UPDATE per round, with its changes merged;
-3. calls proposed in the batch: one INSERT (a call stored before, by a run resumed
+3. other rounds: one UPDATE per round, with its changes merged;
+4. calls proposed in the batch: one INSERT (a call stored before, by a run resumed
    from its history, is left as it is, as `get_or_create` did);
-4. calls: one UPDATE per call, its start and end merged;
-5. the run: one UPDATE of its counters.
+5. calls: one UPDATE per call, its start and end merged.
+
+The statements are `rowsql`'s, built once per shape: the ORM's cost of building each
+statement again was most of the application's CPU per round.
 
 The order is the events' order where it matters (a row exists before it is updated;
 a call's started then finished fields, in that order, win over earlier ones).
@@ -25,22 +29,23 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import F
-
-from ..models import Round, Run, ToolCall
+from ..models import Round, ToolCall
+from . import rowsql
+from .rowsql import Add
 
 ROUND_START_FIELDS = ("status", "started_at", "attempts", "finished_at")
 
 
 @dataclass
 class RowChanges:
-    """What one batch changes; `write()` applies it (inside the batch's transaction)."""
+    """What one batch changes: `run_changes()` goes with the batch's seqs, `write()`
+    applies the rest (inside the batch's transaction)."""
 
     run_id: str
     known_rounds: dict[int, int]  # round index -> pk, of rounds committed before
     started_rounds: dict[int, dict[str, Any]] = field(default_factory=dict)
     round_updates: dict[int, dict[str, Any]] = field(default_factory=dict)
-    proposed_calls: list[tuple[int, ToolCall]] = field(default_factory=list)
+    proposed_calls: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     call_updates: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
     call_starts: Counter[tuple[int, str]] = field(default_factory=Counter)
     run_counters: Counter[str] = field(default_factory=Counter)
@@ -67,7 +72,7 @@ class RowChanges:
                 return fields[name]
         return None
 
-    def propose_call(self, round_index: int, call: ToolCall) -> None:
+    def propose_call(self, round_index: int, call: dict[str, Any]) -> None:
         self.proposed_calls.append((round_index, call))
 
     def update_call(self, round_index: int, call_id: str, fields: dict[str, Any],
@@ -81,18 +86,26 @@ class RowChanges:
 
     # -- writing -------------------------------------------------------------------------
 
+    def run_changes(self) -> dict[str, Any]:
+        """The run row's changes, for the UPDATE that allocates the batch's seqs."""
+        changes: dict[str, Any] = {name: Add(delta)
+                                   for name, delta in self.run_counters.items() if delta}
+        if self.rounds_count is not None:
+            changes["rounds_count"] = self.rounds_count
+        return changes
+
     def write(self) -> None:
+        """Rounds and calls (the run's own row is written with the batch's seqs)."""
         self._write_started_rounds()
         for index, fields in self.round_updates.items():
-            Round.objects.filter(pk=self.round_id(index)).update(**fields)
+            rowsql.update(Round, {"id": self.round_id(index)}, fields)
         self._write_proposed_calls()
         for (round_index, call_id), fields in self.call_updates.items():
             starts = self.call_starts[(round_index, call_id)]
             if starts:
-                fields = {**fields, "attempts": F("attempts") + starts}
-            ToolCall.objects.filter(round_id=self.round_id(round_index),
-                                    call_id=call_id).update(**fields)
-        self._write_run()
+                fields = {**fields, "attempts": Add(starts)}
+            rowsql.update(ToolCall, {"round": self.round_id(round_index), "call_id": call_id},
+                          fields)
 
     def round_id(self, index: int) -> int:
         known = self.new_rounds.get(index, self.known_rounds.get(index))
@@ -104,37 +117,21 @@ class RowChanges:
         return known
 
     def _write_started_rounds(self) -> None:
-        if not self.started_rounds:
-            return
         # Rounds that changed the same columns share one upsert, which sets only those
         # on a row that exists (a round asked again on resume keeps the rest, as
         # update_or_create did).
-        groups: dict[tuple[str, ...], list[Round]] = {}
+        groups: dict[tuple[str, ...], list[int]] = {}
         for index, fields in self.started_rounds.items():
-            groups.setdefault(tuple(sorted(fields)), []).append(
-                Round(run_id=self.run_id, index=index, **fields))
-        for changed, rows in groups.items():
-            Round.objects.bulk_create(rows, update_conflicts=True,
-                                      unique_fields=["run", "index"], update_fields=changed)
-            for row in rows:
-                if row.pk is None:  # a database that cannot return upserted ids
-                    row.pk = Round.objects.only("pk").get(run_id=self.run_id,
-                                                          index=row.index).pk
-                self.new_rounds[row.index] = row.pk
+            groups.setdefault(tuple(sorted(fields)), []).append(index)
+        for changed, indexes in groups.items():
+            rows = [{"run": self.run_id, "index": index, **self.started_rounds[index]}
+                    for index in indexes]
+            ids = rowsql.insert(Round, rows, conflict=("run", "index"),
+                                on_conflict_update=changed, returning="id")
+            self.new_rounds.update(zip(indexes, ids, strict=True))
 
     def _write_proposed_calls(self) -> None:
-        if not self.proposed_calls:
-            return
-        rows = []
-        for round_index, call in self.proposed_calls:
-            call.round_id = self.round_id(round_index)
-            rows.append(call)
-        ToolCall.objects.bulk_create(rows, ignore_conflicts=True)
-
-    def _write_run(self) -> None:
-        fields: dict[str, Any] = {name: F(name) + delta
-                                  for name, delta in self.run_counters.items() if delta}
-        if self.rounds_count is not None:
-            fields["rounds_count"] = self.rounds_count
-        if fields:
-            Run.objects.filter(pk=self.run_id).update(**fields)
+        rows = [{**call, "round": self.round_id(round_index)}
+                for round_index, call in self.proposed_calls]
+        # A call stored before (a run resumed from its history) stays as it is.
+        rowsql.insert(ToolCall, rows, conflict=("round", "call_index"))

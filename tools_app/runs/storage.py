@@ -31,8 +31,10 @@ def clean_text(value: str | None, *, limit: int | None = None) -> str | None:
     """Escape NULs and truncate past `limit` bytes with an explicit marker."""
     if value is None:
         return None
-    text = value.replace("\x00", NUL_REPLACEMENT)
     cap = max_value_bytes() if limit is None else limit
+    if value.isascii() and len(value) <= cap and "\x00" not in value:
+        return value  # the common case: one byte a character, nothing to change
+    text = value.replace("\x00", NUL_REPLACEMENT)
     try:
         encoded = text.encode("utf-8")
     except UnicodeEncodeError:
@@ -65,12 +67,18 @@ def fit_column(model: type[Model], field: str, value: str | None) -> str:
 
 def clean_json(value: Any, *, limit: int | None = None) -> Any:
     """Apply clean_text to every string (keys included) inside a JSON value."""
+    return _clean_json(value, max_value_bytes() if limit is None else limit,
+                       max_value_bytes())
+
+
+def _clean_json(value: Any, limit: int, key_limit: int) -> Any:
     if isinstance(value, str):
         return clean_text(value, limit=limit)
     if isinstance(value, dict):
-        return {clean_text(str(k)): clean_json(v, limit=limit) for k, v in value.items()}
+        return {clean_text(str(k), limit=key_limit): _clean_json(v, limit, key_limit)
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [clean_json(v, limit=limit) for v in value]
+        return [_clean_json(v, limit, key_limit) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         # JSON has no NaN or Infinity (PostgreSQL's jsonb and SQLite's json_valid refuse
         # them): stored as the strings Python's json module would have written.
