@@ -44,6 +44,30 @@ def test_a_token_identifies_its_user_and_records_its_use(
     assert token.last_used_at is not None
 
 
+def test_last_used_is_written_at_most_once_a_minute(bob: AbstractUser) -> None:
+    """A token in constant use costs no write per request."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    token, plaintext = create_token(bob, "ci")
+    assert user_for_token(plaintext) == bob
+    token.refresh_from_db()
+    first = token.last_used_at
+    assert first is not None
+
+    with CaptureQueriesContext(connection) as queries:
+        assert user_for_token(plaintext) == bob
+    assert not [q for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+
+    type(token).objects.filter(pk=token.pk).update(last_used_at=first - timedelta(minutes=2))
+    assert user_for_token(plaintext) == bob
+    token.refresh_from_db()
+    assert token.last_used_at is not None
+    assert token.last_used_at > first - timedelta(minutes=2)
+
+
 @pytest.mark.parametrize(
     "mangle",
     [
