@@ -129,6 +129,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # database: that one fails concurrent writers at once instead of waiting, unlike
     # the WAL file the embedded configuration really runs on.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A pool per process (psycopg-pool): a request thread or a run's database lane
+    # borrows a connection and gives it back when Django closes it, so a burst of
+    # requests waits for a connection instead of failing once PostgreSQL's
+    # max_connections is reached (100 runs started at once did), and no connection is
+    # opened per request. Every process's pool counts against max_connections.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1, "max_size": envint("AGENTFORGE_DB_POOL_SIZE", 20, minimum=1),
+        "timeout": 30}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # -- auth -------------------------------------------------------------------------------
@@ -233,6 +242,9 @@ AGENTFORGE_MAX_RESUMES = envint("AGENTFORGE_MAX_RESUMES", 3, minimum=0)
 # takes only its own run down; with more, the runs beside it are interrupted too (and
 # resumed elsewhere).
 AGENTFORGE_WORKER_CONCURRENCY = envint("AGENTFORGE_WORKER_CONCURRENCY", 1, minimum=1)
+# Threads (and so database connections) that do the database work of the runs a process
+# drives, however many runs that is (runs.task_backend's lanes).
+AGENTFORGE_WORKER_DB_THREADS = envint("AGENTFORGE_WORKER_DB_THREADS", 4, minimum=1)
 # After a stop signal, how long a `db_worker` waits for its runs to reach a step where they
 # can stop; then it hands them back as they are and exits (0: wait as long as it takes).
 AGENTFORGE_SHUTDOWN_GRACE_SECONDS = envfloat("AGENTFORGE_SHUTDOWN_GRACE_SECONDS", 25.0)

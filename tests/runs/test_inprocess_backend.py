@@ -99,26 +99,45 @@ def test_a_run_is_enqueued_only_when_its_transaction_commits(
     assert enqueued == [str(run.pk)]
 
 
-def test_a_task_closes_its_threads_database_connection_when_it_ends(
-    world: tuple[Any, ToolRegistration, ErrorPolicy],
+def test_tasks_share_a_few_database_lanes_however_many_run_at_once(
+    world: tuple[Any, ToolRegistration, ErrorPolicy], settings: Any,
 ) -> None:
-    """Each in-process task does its database work on a thread of its own, which ends
-    with the task: its connection must be closed then, not left to the garbage
-    collector (an open file, or a PostgreSQL backend, per finished run)."""
+    """A process holds AGENTFORGE_WORKER_DB_THREADS connections however many tasks it
+    drives (a connection per run exhausted PostgreSQL's), and a task's database work
+    stays on one thread from its start to its end."""
+    import asyncio
+    import threading
+    import time
+
     from asgiref.sync import sync_to_async
     from django.db import connections
 
-    used: list[Any] = []
+    lanes = settings.AGENTFORGE_WORKER_DB_THREADS
+    threads_of: dict[int, set[int]] = {}
+    connections_used: set[int] = set()
+    gate = threading.Event()
 
-    def query() -> None:
+    def query(task: int) -> None:
         Run.objects.exists()
-        used.append(connections["default"])
+        threads_of.setdefault(task, set()).add(threading.get_ident())
+        connections_used.add(id(connections["default"]))
 
-    async def task() -> None:
-        await sync_to_async(query)()
-        assert used[0].connection is not None  # open while the task runs
+    async def task(number: int) -> None:
+        await sync_to_async(query)(number)
+        while not gate.is_set():  # all twelve are in flight at once
+            await asyncio.sleep(0.01)
+        await sync_to_async(query)(number)
 
-    task_backend.submit(task()).result(timeout=DEADLINE_SECONDS)
+    futures = [task_backend.submit(task(n)) for n in range(12)]
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while len(threads_of) < 12 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gate.set()
+    for future in futures:
+        future.result(timeout=DEADLINE_SECONDS)
 
-    assert used[0] is not connections["default"]  # it was the task's own connection
-    assert used[0].connection is None
+    assert sorted(threads_of) == list(range(12))
+    assert all(len(threads) == 1 for threads in threads_of.values())
+    assert lanes < 12
+    assert len({t for threads in threads_of.values() for t in threads}) <= lanes
+    assert len(connections_used) <= lanes

@@ -5,21 +5,32 @@ the server process ("agentforge-worker"), not on the loop that serves requests: 
 that blocks its loop can then never freeze the WebSockets. Live notifications still
 have to be published on the serving loop, because the in-memory channel layer is not
 safe across event loops: consumers record that loop (`remember_server_loop`) and
-`publish()` hops onto it.
+`publish()` hops onto it. A `db_worker` drives its runs on the same kind of loop.
+
+Database lanes: a task's synchronous (database) work runs on one of a few "lane"
+threads (`AGENTFORGE_WORKER_DB_THREADS`), each an asgiref ThreadSensitiveContext held
+open for the loop's life, so a process holds that many connections however many runs
+it drives (a thread and a connection per run exhausted PostgreSQL's connections at
+100 runs, and the threads fought over the GIL). A task keeps its lane to its end, so
+its calls stay ordered on one thread and one connection; a new task takes the lane
+with the fewest tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import threading
+import weakref
 from collections.abc import Awaitable, Coroutine
 from concurrent.futures import Future
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.db import connections
+from django.conf import settings
+from django.db import close_old_connections
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult, TaskResultStatus
 from django.utils.crypto import get_random_string
@@ -67,34 +78,83 @@ def on_worker_loop() -> bool:
 def submit(coroutine: Coroutine[Any, Any, Any]) -> Future[Any]:
     """Run a coroutine on the in-process worker loop; returns a concurrent Future.
 
-    The task starts in an empty context: it must not inherit the enqueuing request's
-    context variables (asgiref's per-request thread among them), or every run would do
-    its database work on the thread of the request that started it.
+    The task starts in its lane's context, not the enqueuing request's: it must not
+    inherit the request's context variables (asgiref's per-request thread among them),
+    or every run would do its database work on the thread of the request that started it.
     """
-    future = asyncio.run_coroutine_threadsafe(_in_fresh_context(coroutine), worker_loop())
+    future = asyncio.run_coroutine_threadsafe(_in_a_lane(coroutine), worker_loop())
     _running.add(future)
     future.add_done_callback(_running.discard)
     return future
 
 
-async def _in_fresh_context(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    task = asyncio.get_running_loop().create_task(_guarded(coroutine),
-                                                  context=contextvars.Context())
-    return await task
+class _Lane:
+    """A thread (and so a connection) for the database work of the tasks in it."""
+
+    def __init__(self, context: contextvars.Context, holder: asyncio.Task[None]) -> None:
+        self.context = context
+        self.holder = holder  # the task keeping the lane open (referenced, or collected)
+        self.tasks = 0
+
+
+class _Lanes:
+    """The lanes of one event loop (a test or a restarted worker may start another)."""
+
+    def __init__(self) -> None:
+        self.lanes: list[_Lane] = []
+        self.lock = asyncio.Lock()
+
+
+_lanes_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lanes] = \
+    weakref.WeakKeyDictionary()
+
+
+async def _in_a_lane(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    lane = min(await _open_lanes(), key=lambda candidate: candidate.tasks)
+    lane.tasks += 1
+    try:
+        task = asyncio.get_running_loop().create_task(_guarded(coroutine),
+                                                      context=lane.context.copy())
+        return await task
+    finally:
+        lane.tasks -= 1
+
+
+async def _open_lanes() -> list[_Lane]:
+    loop = asyncio.get_running_loop()
+    lanes = _lanes_by_loop.get(loop)
+    if lanes is None:
+        lanes = _lanes_by_loop[loop] = _Lanes()
+    async with lanes.lock:
+        while len(lanes.lanes) < settings.AGENTFORGE_WORKER_DB_THREADS:
+            ready: asyncio.Future[contextvars.Context] = loop.create_future()
+            # Started in an empty context, so a lane inherits nothing from its opener.
+            holder = loop.create_task(_hold_lane(ready), context=contextvars.Context())
+            lanes.lanes.append(_Lane(await ready, holder))
+    return lanes.lanes
+
+
+async def _hold_lane(ready: asyncio.Future[contextvars.Context]) -> None:
+    """Keep a ThreadSensitiveContext open for the loop's life: the tasks created in a
+    copy of the context captured inside it share its one thread."""
+    lane = ThreadSensitiveContext()
+    await lane.__aenter__()  # type: ignore[no-untyped-call]
+    try:
+        ready.set_result(contextvars.copy_context())
+        await asyncio.Event().wait()  # until the loop stops
+    finally:
+        # A loop closed with the lane open ends it from outside its task's context,
+        # where asgiref cannot reset its context variable: nothing is left to reset then.
+        with contextlib.suppress(ValueError):
+            await lane.__aexit__(None, None, None)  # type: ignore[no-untyped-call]
 
 
 async def _guarded(coroutine: Awaitable[Any]) -> Any:
-    # Each task gets its own thread for its synchronous (database) work: not asgiref's
-    # one shared thread, which serves every viewer's reads and renders (sharing it
-    # halved throughput in the live benchmark, docs/benchmarks.md).
     try:
-        async with ThreadSensitiveContext():
-            try:
-                return await coroutine
-            finally:
-                # The thread goes with the context: close its connections now, or they
-                # stay open until the garbage collector finds them.
-                await sync_to_async(connections.close_all)()
+        # Like a request: a connection past its age, or broken by the last task (a
+        # database restart), is replaced before this task uses it.
+        await sync_to_async(close_old_connections)()
+        return await coroutine
     except Exception:
         logger.exception("in-process task failed")
         raise

@@ -5,22 +5,26 @@ the end."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from types import FrameType
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connections
+from django_tasks_db.compat import task_finished, task_started
 from django_tasks_db.management.commands import db_worker
 from django_tasks_db.models import DBTaskResult
 
-from tools_app.runs import runner
+from tools_app.runs import runner, task_backend
 from tools_app.runs.leases import release_this_process_runs
 from tools_app.runs.process import freeze_startup_objects
+from tools_app.runs.provider_clients import close_at_exit
 from tools_app.runs.tasks import enqueue_run
 from tools_app.runs.worker import reap_and_enqueue, start_reaper_thread
 
@@ -31,9 +35,13 @@ class RunWorker(db_worker.Worker):
     """django-tasks-db's worker, running up to `concurrency` tasks at once.
 
     A run spends most of its time waiting for a model or a tool, so one process can
-    drive several: each task gets a thread of its own (its database work runs there, and
-    asgiref gives the run's event loop a thread next to it). The claim loop takes the
-    next task only while a slot is free, so a busy worker leaves queued runs to others.
+    drive many: async tasks (runs, re-executions, probes) are tasks of ONE event loop
+    (`task_backend`'s, as in the embedded server), their database work on its few
+    lane threads, so a process holds AGENTFORGE_WORKER_DB_THREADS connections and one
+    HTTP pool per endpoint however many runs it drives (a thread, an event loop and a
+    connection per run exhausted PostgreSQL's connections at 100 runs). A sync task
+    gets a thread of its own. The claim loop takes the next task only while a slot is
+    free, so a busy worker leaves queued runs to others.
     """
 
     concurrency = 1  # set by the command before the worker is built
@@ -45,6 +53,7 @@ class RunWorker(db_worker.Worker):
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._pool = (ThreadPoolExecutor(self.concurrency, thread_name_prefix="agentforge-run")
                       if self.concurrency > 1 else None)
+        self._on_loop: set[Future[Any]] = set()
 
     @property
     def running_task(self) -> bool:
@@ -65,9 +74,36 @@ class RunWorker(db_worker.Worker):
             return
         self._slots.acquire()
         self._count(+1)
-        self._pool.submit(self._run_in_slot, db_task_result)
+        if inspect.iscoroutinefunction(db_task_result.task.func):
+            future = task_backend.submit(self._run_on_loop(db_task_result))
+            self._on_loop.add(future)
+            future.add_done_callback(self._loop_task_done)
+        else:
+            self._pool.submit(self._run_in_slot, db_task_result)
         with self._slots:  # claim the next task only once a slot is free again
             pass
+
+    async def _run_on_loop(self, db_task_result: DBTaskResult[..., Any]) -> None:
+        """django-tasks-db's run_task for an async task, awaited on the shared loop
+        (its own calls the task through async_to_sync: a new event loop per task)."""
+        task = db_task_result.task
+        task_result = db_task_result.task_result
+        sender = type(task.get_backend())
+        try:
+            await sync_to_async(task_started.send)(sender=sender, task_result=task_result)
+            value = await task.acall(*task_result.args, **task_result.kwargs)
+            await sync_to_async(db_task_result.set_successful)(value)
+        except Exception as exc:
+            logger.exception("task %s failed", db_task_result.id)
+            await sync_to_async(db_task_result.set_failed)(exc)
+        await sync_to_async(task_finished.send)(sender=sender,
+                                                task_result=db_task_result.task_result)
+
+    def _loop_task_done(self, future: Future[Any]) -> None:
+        self._on_loop.discard(future)
+        self._count(-1)
+        self._run_tasks += 1
+        self._slots.release()
 
     def _run_in_slot(self, db_task_result: DBTaskResult[..., Any]) -> None:
         try:
@@ -88,6 +124,7 @@ class RunWorker(db_worker.Worker):
             if self._pool is not None:
                 # After a stop signal: the runs in flight checkpoint at their next step.
                 self._pool.shutdown(wait=True)
+                wait(list(self._on_loop))
 
     def shutdown(self, signum: int, frame: FrameType | None) -> None:
         """The first SIGTERM/SIGINT also asks the runs in progress to stop at their next
@@ -171,3 +208,4 @@ class Command(db_worker.Command):
         finally:
             db_worker.Worker = original  # type: ignore[misc]
             stop.set()
+            close_at_exit()  # the shared loop's provider HTTP clients
