@@ -298,3 +298,39 @@ def test_a_streamed_piece_reaches_viewers_after_the_stored_events_before_it(
 
     async_to_sync(scenario)()
     assert [next(iter(m)) for m in messages] == ["seq", "fragment"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_reads_the_runs_cancellation_so_the_heartbeat_need_not_ask(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tools_app.runs import runner
+    from tools_app.runs.runner import _cancelled
+
+    asked: list[str] = []
+    real_ask = runner.cancel_requested
+
+    def ask(run_id: str) -> bool:
+        asked.append(run_id)
+        return real_ask(run_id)
+
+    monkeypatch.setattr(runner, "cancel_requested", ask)
+
+    run, token = recording_run(endpoint, tools, policy)
+    writer = RunRecorder(str(run.pk), token)
+    writer.record(RoundStarted(round_index=0), {})
+    assert writer.cancel_seen is not None
+    assert writer.cancel_seen[1] is False
+
+    Run.objects.filter(pk=run.pk).update(cancel_requested=True)
+    # Fresh: the last batch's answer (it predates the request), not asked.
+    assert async_to_sync(_cancelled)(str(run.pk), writer, 60.0) is False
+    assert asked == []
+    writer.record(started_event("c1"), {})
+    assert writer.cancel_seen[1] is True  # read by the batch's own UPDATE
+    assert async_to_sync(_cancelled)(str(run.pk), writer, 60.0) is True
+    assert asked == []
+    # A run that has not written lately: asked of the database.
+    assert async_to_sync(_cancelled)(str(run.pk), writer, 0.0) is True
+    assert asked == [str(run.pk)]

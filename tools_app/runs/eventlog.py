@@ -97,25 +97,27 @@ def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, A
 
 
 def append_events(run_id: str, token: int | None, events: Sequence[tuple[str, dict[str, Any]]],
-                  run_changes: Mapping[str, Any] | None = None) -> int:
+                  run_changes: Mapping[str, Any] | None = None) -> tuple[int, bool]:
     """Append (kind, payload) events with consecutive seqs (inside a transaction): one
     fenced UPDATE of the run allocates them and applies `run_changes` (values, or
     `rowsql.Add` increments) to the run's row, one INSERT stores them. Returns the last
-    seq."""
+    seq, and whether the run's cancellation is requested (read by the same statement,
+    so a run that writes needs no separate poll for it)."""
     where: dict[str, Any] = {"id": run_id}
     if token is not None:
         where["lease_token"] = token
     values = {"last_seq": Add(len(events)), **(run_changes or {})}
-    last = rowsql.update(Run, where, values, returning="last_seq")
-    if last is None:
+    row = rowsql.update(Run, where, values, returning=("last_seq", "cancel_requested"))
+    if row is None:
         raise LeaseLost(f"run {run_id}: lease token {token} is no longer valid")
+    last, cancel_requested = int(row[0]), bool(row[1])
     first = last - len(events) + 1
     now = timezone.now()
     rowsql.insert(RunEvent, [
         {"run": run_id, "seq": first + offset, "kind": kind, "payload": payload,
          "created_at": now} for offset, (kind, payload) in enumerate(events)],
         fill_defaults=False)
-    return int(last)
+    return last, cancel_requested
 
 
 async def notify(run_id: str, message: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -74,6 +75,9 @@ class RunRecorder:
         self._queue: list[Queued] = []
         self._writer: asyncio.Task[None] | None = None
         self._error: BaseException | None = None  # a failed batch nobody waited for
+        # (when, cancel_requested) as the last batch's own UPDATE read it: the heartbeat
+        # needs no query of its own while the run writes.
+        self.cancel_seen: tuple[float, bool] | None = None
 
     async def __call__(self, event: Any) -> None:
         if isinstance(event, RoundStarted):
@@ -178,10 +182,11 @@ class RunRecorder:
                 if apply is not None:
                     apply(changes, event, payload)
             # The fenced seq allocation first: a lost lease writes nothing.
-            seq = append_events(self.run_id, self.token,
-                                [(event.kind, payload) for event, payload in batch],
-                                changes.run_changes())
+            seq, cancel_requested = append_events(
+                self.run_id, self.token, [(event.kind, payload) for event, payload in batch],
+                changes.run_changes())
             changes.write()
+        self.cancel_seen = (time.monotonic(), cancel_requested)
         # Remembered only once committed: a rolled-back round must not be.
         self._round_ids.update(changes.new_rounds)
         return seq

@@ -34,19 +34,20 @@ class Add:
 
 
 def update(model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any],
-           returning: str | None = None) -> Any:
+           returning: tuple[str, ...] = ()) -> Any:
     """UPDATE the rows matching `where` (equalities, ANDed); with `returning`, the first
-    updated row's value of that column (None if no row matched), else the row count."""
+    updated row's values of those columns (None if no row matched), else the row
+    count."""
     shape = tuple((name, isinstance(value, Add)) for name, value in values.items())
     sql = _update_sql(model, shape, tuple(where), returning, connection.vendor)
     params = [_prepared(model, name, value) for name, value in values.items()]
     params += [_prepared(model, name, value) for name, value in where.items()]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        if returning is None:
+        if not returning:
             return cursor.rowcount
         row = cursor.fetchone()
-    return row[0] if row is not None else None
+    return tuple(row) if row is not None else None
 
 
 def insert(model: type[Model], rows: Sequence[Mapping[str, Any]], *,
@@ -120,14 +121,16 @@ def _column(model: type[Model], name: str) -> str:
 
 @cache
 def _update_sql(model: type[Model], shape: tuple[tuple[str, bool], ...],
-                where: tuple[str, ...], returning: str | None, vendor: str) -> str:
+                where: tuple[str, ...], returning: tuple[str, ...], vendor: str) -> str:
     table = connection.ops.quote_name(model._meta.db_table)
     sets = ", ".join(
         f"{_column(model, name)} = {_column(model, name)} + %s" if increment
         else f"{_column(model, name)} = %s" for name, increment in shape)
     condition = " AND ".join(f"{_column(model, name)} = %s" for name in where)
     sql = f"UPDATE {table} SET {sets} WHERE {condition}"
-    return sql + f" RETURNING {_column(model, returning)}" if returning else sql
+    if returning:
+        sql += " RETURNING " + ", ".join(_column(model, name) for name in returning)
+    return sql
 
 
 def _insert_sql(model: type[Model], names: tuple[str, ...], count: int,

@@ -112,7 +112,7 @@ async def _drive(run_id: str, token: int,
     chat = asyncio.ensure_future(_chat_recorded(
         engine.service.chat(engine.model, messages, snapshot_parameters(run.snapshot),
                             observers=[recorder], resume=resume), recorder))
-    heartbeat = asyncio.ensure_future(_heartbeat(run_id, token, chat, stop))
+    heartbeat = asyncio.ensure_future(_heartbeat(run_id, token, chat, stop, recorder))
     try:
         result = await chat
     except asyncio.CancelledError:
@@ -186,13 +186,14 @@ async def _checkpoint() -> None:
         raise WorkerShutdown("the worker is shutting down; the run will resume elsewhere")
 
 
-async def _heartbeat(run_id: str, token: int, chat: asyncio.Future[Any], stop: _Stop) -> None:
+async def _heartbeat(run_id: str, token: int, chat: asyncio.Future[Any], stop: _Stop,
+                     recorder: RunRecorder) -> None:
     interval = settings.AGENTFORGE_HEARTBEAT_SECONDS
     poll = min(interval, 0.5)
     last_renewal = time.monotonic()
     while not chat.done():
         await asyncio.sleep(poll)
-        if await sync_to_async(cancel_requested)(run_id):
+        if await _cancelled(run_id, recorder, poll):
             stop.reason = "cancelled"
             chat.cancel()
             return
@@ -202,6 +203,15 @@ async def _heartbeat(run_id: str, token: int, chat: asyncio.Future[Any], stop: _
                 chat.cancel()
                 return
             last_renewal = time.monotonic()
+
+
+async def _cancelled(run_id: str, recorder: RunRecorder, fresh_for: float) -> bool:
+    """Whether the run's cancellation is requested: as the recorder's last batch read it
+    if that was within `fresh_for` seconds (a run that writes costs no poll), else asked."""
+    seen = recorder.cancel_seen
+    if seen is not None and time.monotonic() - seen[0] < fresh_for:
+        return seen[1]
+    return await sync_to_async(cancel_requested)(run_id)
 
 
 def _success_fields(result: ToolChatResult, secrets: tuple[str, ...]) -> dict[str, Any]:
