@@ -91,8 +91,12 @@ def _finish_or_cancel_in_process_tasks() -> str:
 
 
 async def _finish_or_cancel() -> list[str]:
+    from tools_app.runs.task_backend import LANE_TASK_NAME
+
     this = asyncio.current_task()
-    others = {task for task in asyncio.all_tasks() if task is not this}
+    # The database lanes' holders live as long as the loop, by design.
+    others = {task for task in asyncio.all_tasks()
+              if task is not this and task.get_name() != LANE_TASK_NAME}
     if not others:
         return []
     _, pending = await asyncio.wait(others, timeout=LEFTOVER_GRACE_SECONDS)

@@ -141,3 +141,29 @@ def test_tasks_share_a_few_database_lanes_however_many_run_at_once(
     assert lanes < 12
     assert len({t for threads in threads_of.values() for t in threads}) <= lanes
     assert len(connections_used) <= lanes
+
+
+def test_a_lane_whose_holder_ended_is_replaced(
+    world: tuple[Any, ToolRegistration, ErrorPolicy],
+) -> None:
+    """A lane's holder cancelled (a loop shutting down, a test's clean-up) leaves no
+    thread behind it: the next task opens a new lane instead of failing."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    async def end_the_lanes() -> int:
+        holders = [t for t in asyncio.all_tasks() if t.get_name() == task_backend.LANE_TASK_NAME]
+        for holder in holders:
+            holder.cancel()
+        await asyncio.gather(*holders, return_exceptions=True)
+        return len(holders)
+
+    async def task() -> bool:
+        return await sync_to_async(Run.objects.exists)()
+
+    task_backend.submit(task()).result(timeout=DEADLINE_SECONDS)  # lanes are open
+    ended = asyncio.run_coroutine_threadsafe(end_the_lanes(), task_backend.worker_loop())
+    assert ended.result(timeout=DEADLINE_SECONDS) > 0
+
+    assert task_backend.submit(task()).result(timeout=DEADLINE_SECONDS) is False

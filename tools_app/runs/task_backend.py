@@ -38,6 +38,7 @@ from django.utils.crypto import get_random_string
 logger = logging.getLogger(__name__)
 
 WORKER_THREAD_NAME = "agentforge-worker"
+LANE_TASK_NAME = "agentforge-db-lane"  # the tasks that hold the lanes open (never end)
 _server_loop: asyncio.AbstractEventLoop | None = None
 _worker_loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
@@ -126,10 +127,13 @@ async def _open_lanes() -> list[_Lane]:
     if lanes is None:
         lanes = _lanes_by_loop[loop] = _Lanes()
     async with lanes.lock:
+        # A lane whose holder ended (cancelled) has no thread left: open another.
+        lanes.lanes = [lane for lane in lanes.lanes if not lane.holder.done()]
         while len(lanes.lanes) < settings.AGENTFORGE_WORKER_DB_THREADS:
             ready: asyncio.Future[contextvars.Context] = loop.create_future()
             # Started in an empty context, so a lane inherits nothing from its opener.
-            holder = loop.create_task(_hold_lane(ready), context=contextvars.Context())
+            holder = loop.create_task(_hold_lane(ready), name=LANE_TASK_NAME,
+                                      context=contextvars.Context())
             lanes.lanes.append(_Lane(await ready, holder))
     return lanes.lanes
 
