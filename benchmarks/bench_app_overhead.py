@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import socket
 import statistics
 import time
@@ -40,7 +41,9 @@ def main() -> None:
     parser.add_argument("--runs", default="1,10,50")
     args = parser.parse_args()
     counts = [int(x) for x in args.runs.split(",")]
-    os.environ["DEBUG"] = "0"
+    os.environ["DEBUG"] = "0"  # as deployed: no query log
+    os.environ["SECRET_KEY"] = secrets.token_urlsafe(40)  # a throwaway database's
+    os.environ["ALLOWED_HOSTS"] = "127.0.0.1"
     os.environ["AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK"] = "1"  # the fake server is local
     setup_django()
     rows = measure_all(counts)

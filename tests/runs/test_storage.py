@@ -159,6 +159,27 @@ def test_clean_json_escapes_keys_and_nested_values() -> None:
 # -- redaction -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("value", [
+    {"plain": ["ascii", 1, 2.5, True, None, {"k": "v"}]},
+    {"nul": "a\x00b", "list": ["x\x00"]},
+    {"k\x00ey": "value"},
+    {"lone": "half a pair: \ud800 end"},
+    {"emoji": "\U0001f600 fine", "accents": "d\u00e9j\u00e0"},
+    {"x": float("nan"), "y": [float("inf"), -float("inf")]},
+    {"big": "x" * 3000},
+    {"big_unicode": "\u00e9" * 1500},
+    ["a", "b" * 2100],
+])
+def test_clean_json_data_cleans_exactly_as_clean_json(value: Any, settings: Any) -> None:
+    """The fast path (the value checked as one serialised text) never skips a value the
+    string-by-string walk would change: NULs, lone surrogates, non-finite numbers,
+    anything over the cap."""
+    from tools_app.runs.storage import clean_json_data
+
+    settings.AGENTFORGE_MAX_VALUE_BYTES = 2048
+    assert clean_json_data(value) == clean_json(value)
+
+
 def test_redact_removes_secrets_from_nested_json() -> None:
     secret = "sk-canary-1234567890"
     value = {

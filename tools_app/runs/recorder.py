@@ -47,7 +47,7 @@ from ..engine.execution import arguments_as_map
 from ..models import Round, ToolCall
 from .eventlog import append_events, notify
 from .row_changes import RowChanges
-from .storage import StreamRedactor, clean_json, clean_text, fit_column, redact
+from .storage import StreamRedactor, clean_json, clean_json_data, clean_text, fit_column, redact
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class RunRecorder:
             # The stream carried a secret in pieces (one per event, each harmless alone,
             # whole when read together), which redacting line by line cannot catch.
             data["raw_stream"] = RAW_STREAM_WITHHELD
-        return clean_json(redact(data, self.secrets))  # type: ignore[no-any-return]
+        return clean_json_data(redact(data, self.secrets))  # type: ignore[no-any-return]
 
     def _fragment(self, event: PartialText | PartialToolCall) -> dict[str, Any] | None:
         """The fragment viewers may see: its text piece redacted as a stream (a secret

@@ -6,6 +6,7 @@ so every string on its way into the database passes through here.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Hashable, Iterable
 from typing import Any, overload
@@ -69,6 +70,23 @@ def clean_json(value: Any, *, limit: int | None = None) -> Any:
     """Apply clean_text to every string (keys included) inside a JSON value."""
     return _clean_json(value, max_value_bytes() if limit is None else limit,
                        max_value_bytes())
+
+
+def clean_json_data(value: Any) -> Any:
+    """clean_json for JSON data (string keys, lists: pydantic's JSON-mode dumps), with
+    a fast path: the value serialised by the C encoder shows at once whether anything
+    needs cleaning. Nothing does when it has no NaN or Infinity, no NUL, no lone
+    surrogate, and is shorter than the cap as a whole (its ASCII-escaped text is never
+    shorter than the UTF-8 of any string in it). A round's wire request, which carries
+    the whole conversation, is most of what the recorder cleans."""
+    cap = max_value_bytes()
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):  # not JSON data, or NaN / Infinity in it
+        return clean_json(value)
+    if len(text) <= cap and "\\u0000" not in text and "\\ud" not in text:
+        return value
+    return clean_json(value)
 
 
 def _clean_json(value: Any, limit: int, key_limit: int) -> Any:
