@@ -450,95 +450,75 @@ load average before / after each scenario is given).
 # Written by hand from the measurements and the attempt described; this script does not
 # re-measure it.
 NOTES = """
-### Targets, the attempt, and what it showed
+### Targets and where they stand
 
 Targets (2 CPUs): embedded 1 run >= 97 %, 50 runs >= 85 % with from emit p95 < 50 ms and
 no "database is locked"; scale-out 1 run >= 97 %, 100 runs >= 80 %, from emit p95 < 100
-ms; the application adds <= 3 ms of server CPU per round on top of the engine. **None is
-met** by the code as it stands (the figures above). Every figure here was taken with the
-machine's 2 CPUs shared with other engineers' test suites and benchmarks (1-minute load
-average 9-17 throughout), so walls are inflated by CPU queueing; the CPU per round is
-the steadier figure.
+ms; the application adds <= 3 ms of server CPU per round on top of the engine.
 
-**Where the time goes.** The server spends about 30 ms of CPU per round in the embedded
-configuration (daphne) and 45-55 ms per round in the scale-out one (daphne + the two
-workers), against the engine's own 0.6-1 ms per model request with an observer
-(docs/benchmarks/providers.md). A run's round emits about 10 stored events (round
-started, model request, wire request, wire response, response, and per call proposed /
-started / finished), and each is one transaction of 3-6 ORM statements (the fenced seq
-increment, the RunEvent insert, the Round / ToolCall / Run updates) plus a thread hop. A
-cProfile of 10 concurrent runs executed in-process showed the top of the list as
-Django's query compilation and execution (`SQLCompiler.as_sql`, `Query.setup_joins`,
-`names_to_path`, model `__init__`, `SQLiteCursorWrapper.execute`), i.e. ORM overhead per
-statement rather than the database itself. Measured directly (the thread CPU time of
-`RunRecorder.record`, 10 concurrent runs executed in-process on SQLite, load 15): 21.5
-ms of process CPU per round, of which 15.3 ms is the recorder's writes (10.3 events per
-round, 1.5 ms of CPU each) and 0.3 ms the heartbeat's cancel checks. By kind, per event:
-an event with no state change (the seq increment and the RunEvent insert only, e.g.
-`model_request_sent`) 0.5 ms; wire request / response (one Round update with the body)
-1.0-1.1 ms; round started (update_or_create + the Run update) 1.9 ms; response 1.6 ms;
-call proposed / started 1.7 ms; call finished (two updates, one through a join) 2.1 ms.
-With 50-100 runs at 200 ms per round that is more CPU than the machine has, so runs
-queue for the CPU and the efficiency falls with the number of runs; on SQLite the runs'
-writers also wait for one another (the "database is locked" lines are the writes that
-waited more than 20 s, among them run creations: the 500s on POST /api/runs at 100
-runs).
+| target | before (load 9-17) | now (table above, other runs) | met |
+|---|---|---|---|
+| embedded, 1 run | 74 % | 95-96 % | no (engine alone: ~95 %) |
+| embedded, 50 runs | 15 %, p95 741 ms, 9 locked | 54-68 %, p95 137-634 ms, 0 locked | no |
+| scale-out, 1 run | 38 % | 86-93 % | no |
+| scale-out, 100 runs | 8 %, 11 of 100 finished | 23-25 %, p95 393-423 ms, all | no |
+| CPU added per round | ~20 ms (in-process) | ~5.2-5.7 ms | no |
 
-**Done in this round:** a call's started / finished update now finds its row by the
-round's pk (known to the recorder once the round committed) instead of through a join on
-the round's index: measured the same way (10 runs in-process, load 7), 1.67 -> 1.13 ms
-of CPU per started event and 2.05 -> 1.51 ms per finished one, about 1 ms per round of 2
-calls; process CPU per round 21.5 -> 21.1 ms (the load differed: 15 then 7). The
-benchmark's table above predates it.
+The last row is measured by `benchmarks/bench_app_overhead.py` (docs/benchmarks/
+app-overhead.md): the same runs in one process, by the engine alone and as a worker
+executes them. The efficiencies at 50-100 runs are bounded by CPU: 100 runs of 5 rounds
+per second each cost ~10-19 ms of server CPU per round here, more than 2 CPUs have;
+each ms of CPU cut per round raises them.
 
-**Tried: a process-wide group-commit writer** (commits 495f728 and d7c2172 on this
-branch, reverted by 800963b and 6e650a4; the code, its tests and the crash tests with it
-are in those commits). One writer thread per process with its own connection took every
-run's queued events and wrote them in one transaction (a lost lease failing only its own
-run's items, any other failure rolling the batch back and writing its items one
-transaction each), notified each run once per batch, and the engine waited for the
-commit only for a call's start and end, a round's response and the chat's last event.
-The tests in tests/runs (crash/resume, leases, shutdown, cancel, the in-process backend)
-and the scale-out crash and shutdown tests passed with it. Measured with this benchmark
-(same machine, load 10-17):
+### What this round changed (each measured, each kept)
 
-| configuration | runs | baseline efficiency / from emit p95 | one writer | 8 writers (scale-out) |
-|---|---|---|---|---|
-| embedded | 1 | 74 % / 14 ms | 80 % / 17 ms | - |
-| embedded | 20 | 30 % / 220 ms | 22 % / 337 ms | - |
-| embedded | 50 | 15 % / 741 ms | 22 % / 387 ms | - |
-| embedded | 100 | 7 % / 674 ms (97 of 100 ran) | 4 % / 2,130 ms (7 ran, 19 POSTs failed) | - |
-| scale-out | 1 | 38 % / 39 ms | 50 % / 83 ms | 56 % / 71 ms |
-| scale-out | 20 | 22 % / 80 ms | 4 % / 2,646 ms | 15 % / 619 ms |
-| scale-out | 50 | 10 % / 166 ms | 2 % / 3,843 ms | 13 % / 858 ms |
+1. **Events written in groups** (`runs/recorder.py`): the recorder queues each event;
+   one writer task per run commits what is queued in one transaction. The engine waits
+   for a commit only for a call's start (before its tool runs), before a round starts
+   (its results are stored before the next model call) and before gates, approvals and
+   the run's end read the rows. About 3 batches per round of 2 parallel calls instead of
+   11 transactions; one notification per batch.
+2. **A batch's row changes folded** (`runs/row_changes.py`): one upsert per round
+   started, one UPDATE per round and per call touched; the run's counters go with the
+   fenced seq increment (`UPDATE ... SET last_seq = last_seq + k ... RETURNING`).
+3. **Statements built once per shape** (`runs/rowsql.py`): the ORM rebuilt every
+   statement (clone, resolve, compile: 0.3-0.5 ms each); the recorder's few shapes are
+   cached SQL, values prepared by the model fields. Recorder CPU per round 7.8 -> 2.5 ms.
+4. **No cancel poll for a run that writes**: each batch's UPDATE returns
+   `cancel_requested`; the heartbeat asks only when the run has been quiet (in a
+   db_worker profile that poll cost as much CPU as the events).
+5. **Payload cleaning**: an ASCII string that fits is returned without an encode; an
+   event's payload is checked as one serialised text (C) before any string-by-string
+   walk.
+6. **API reads are no writes**: a token's `last_used_at` is kept to the minute.
+7. **Runs as tasks of one loop, database work on a few lanes** (`runs/task_backend.py`):
+   a process holds `AGENTFORGE_WORKER_DB_THREADS` connections however many runs it
+   drives; `db_worker --concurrency N` awaits its runs on that shared loop instead of an
+   event loop, a thread and a connection per run. With a psycopg pool per process on
+   PostgreSQL (`AGENTFORGE_DB_POOL_SIZE`), 100 concurrent runs no longer exhaust
+   `max_connections` (before, both workers died on "too many clients" and 0-11 of 100
+   runs finished).
 
-It did not pay: group commit saves commits, but the statements per event stayed the
-same and were now executed by one thread (or 8 on PostgreSQL) for every run of the
-process, one after another. Each statement gives up the GIL for its I/O and must win it
-back from the event loop's thread, which is busy with the engine and the HTTP client, so
-the writer fell behind (from emit in seconds), every durable wait queued behind it, and
-on SQLite its batches held the write lock long enough for run creations to time out. It
-was reverted rather than left half-wired.
+Tried earlier and reverted: a process-wide group-commit writer thread (commits 495f728,
+d7c2172; reverts 800963b, 6e650a4): it batched commits but kept 3-6 ORM statements per
+event and ran them all on one thread that fought the event loop for the GIL, so it was
+slower. Per-run writer tasks with folded, precompiled statements (above) are what paid.
 
-**What would meet the targets** (not done in this round): fewer statements per event
-before any batching: seqs allocated per run per batch in memory under the lease (one
-fenced `UPDATE ... SET last_seq = last_seq + k` per run per batch), RunEvents inserted
-with one `bulk_create` per batch, the Round / ToolCall state derived from the events at
-the end of a round or written with raw SQL instead of per-event ORM updates (the wire
-request and response bodies, the largest payloads, written once), and no per-event
-thread hop (the recorder queuing synchronously). Only then does one writer per process
-stop being the bottleneck, and only then is a worker that drives its runs as tasks of
-one event loop (instead of a thread and a connection per run) worth it for `db_worker`.
-The scale-out 100-run scenario: in each measurement of it one `db_worker` (50 slots)
-exited during it (its peak memory reads "nan"). Measured again with the exit reported
-(load 9-17; 69 of 100 runs finished within 120 s, median efficiency 7 %, from emit p95
-269 ms): the worker died on `OperationalError: ... FATAL: sorry, too many clients
-already`. Each run is a thread with a connection of its own, so 100 runs are 100
-connections (plus daphne's, and on this machine other people's tests on the same
-PostgreSQL server), past PostgreSQL's default `max_connections` of 100; the process
-exited (code 1) on that error, and its runs waited for the reaper. A worker that drives
-its runs as tasks of one event loop with pooled database work, as the issue asks,
-removes that limit too.
+### Where the rest of the CPU goes, and what would cut it
+
+In-process profile of 10 runs (yappi, CPU clock), after the changes: the recorder's
+batches ~45 % (of which preparing values and executing the two statements plus one per
+round and per call; SQLite itself a third), payload building ~12 %, asgiref's thread
+hops (a `sync_to_async` per batch, per heartbeat and per lifecycle step) ~10 %, the
+run's claim / history / end ~10 % (per run, ~10 ORM statements), the rest asyncio. In
+daphne, each API request adds ~4 ms (Django's MiddlewareMixin middleware each hop to the
+request's thread and back in async mode: ~14 hops per request), which the benchmark's
+POST and polling pay. In a db_worker, a notification costs 2 Redis round trips
+(channels_redis `group_send`) per batch. Next steps, none done: fewer batches per round
+(the finished calls, the next round's start and its request in one batch, with the
+model call waiting for that commit: 2 instead of 3); a run's claim, history and end in
+precompiled statements too; async middleware for the API; skipping the notification of
+a run nobody watches.
 """
 
 
