@@ -520,6 +520,11 @@ class ToolCall(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True)
+    # The run's created_at and created_by_id, copied by database triggers
+    # (runs.audit_schema): the calls list's since / until, an ordinary user's calls and
+    # a tool page's chart read them without a join.
+    run_created_at = models.DateTimeField(null=True, blank=True, editable=False)
+    run_owner_id = models.BigIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["round__index", "call_index"]
@@ -535,6 +540,20 @@ class ToolCall(models.Model):
             models.Index(fields=["handled_by"], name="toolcall_handler"),
             # A tool's most recent calls (its page), newest first without a sort.
             models.Index(fields=["tool_name", "id"], name="toolcall_tool_recent"),
+            # The calls list's since / until (the run's creation, kept on the call).
+            models.Index(fields=["run_created_at", "id"], name="toolcall_run_created"),
+            # An ordinary user's calls (their runs', kept on the call): newest first, by
+            # their runs' creation, and one tool's (its page's statistics).
+            models.Index(fields=["run_owner_id", "id"], name="toolcall_owner_recent"),
+            models.Index(fields=["run_owner_id", "run_created_at"],
+                         name="toolcall_owner_created"),
+            models.Index(fields=["tool_name", "run_owner_id", "duration_ms"],
+                         name="toolcall_tool_owner"),
+            # Runs filtered on their calls (has_errors, error_type): one probe per run.
+            models.Index(fields=["run"], condition=models.Q(is_error=True),
+                         name="toolcall_run_erring"),
+            models.Index(fields=["run", "error_type"], condition=~models.Q(error_type=""),
+                         name="toolcall_run_error_type"),
         ]
 
     def __str__(self) -> str:

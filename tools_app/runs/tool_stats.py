@@ -154,8 +154,8 @@ def top_errors(calls: QuerySet[ToolCall]) -> list[ErrorGroup]:
 
 def _moment() -> Coalesce:
     """When a call happened: its start, or its run's creation for a call that never
-    started (hallucinated, refused)."""
-    return Coalesce("started_at", "run__created_at", output_field=DateTimeField())
+    started (hallucinated, refused), kept on the call (`run_created_at`): no join."""
+    return Coalesce("started_at", "run_created_at", output_field=DateTimeField())
 
 
 def over_time(calls: QuerySet[ToolCall]) -> tuple[str, list[Bucket]]:

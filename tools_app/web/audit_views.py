@@ -47,8 +47,8 @@ def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     visible = calls_for_user(request.user)
     status, error = 200, None
     try:
-        page = filtered_calls(call_rows(calls_listed_for_user(request.user)),
-                              {"limit": str(CALLS_PAGE_SIZE)} | filters)
+        page = filtered_calls(calls_listed_for_user(request.user),
+                              {"limit": str(CALLS_PAGE_SIZE)} | filters, call_rows)
     except FilterError as exc:
         status, error, page = 400, f"{exc.field}: {exc}", CallPage([], None)
     shown = {k: v for k, v in filters.items() if k not in ("cursor", "limit")}

@@ -1,0 +1,136 @@
+"""Columns the audit log keeps by database triggers, so they are right whoever writes the
+rows (the recorder, the lifecycle, an import, `seed_audit`'s executemany, a queryset
+`update()`), never by a Python path a writer could skip: created (and backfilled) by
+migration `0014_auditscale2_call_run_copy`, checked after every `migrate`
+(`ensure_audit_triggers`, as `search_schema` does for the search index).
+
+- `ToolCall.run_created_at` and `ToolCall.run_owner_id`: the creation time and the
+  creator (`created_by_id`) of the call's run, copied onto each call. The calls list
+  filters `since` / `until` on the first, an ordinary user's calls (lists, exports, a
+  tool page's statistics) are those whose `run_owner_id` is theirs, and a tool page's
+  chart places a call that never started by its run's creation: none of them needs a
+  join. Set when a call is inserted or moved to another run (a value written by hand is
+  put right), and on every call of a run whose `created_at` or `created_by` changes (a
+  deleted user's runs lose their creator: so do their calls).
+"""
+
+# The SQL below is built only from this module's constant table and column names, never
+# from input.
+# ruff: noqa: S608
+
+from __future__ import annotations
+
+from typing import Any
+
+_RUN = "(SELECT r.{} FROM tools_app_run r WHERE r.id = new.run_id)"
+_STALE = (f"new.run_created_at IS NOT {_RUN.format('created_at')} "
+          f"OR new.run_owner_id IS NOT {_RUN.format('created_by_id')}")
+_SET = (f"UPDATE tools_app_toolcall SET run_created_at = {_RUN.format('created_at')}, "
+        f"run_owner_id = {_RUN.format('created_by_id')} WHERE id = new.id;")
+
+# SQLite: a trigger cannot change the row being inserted, so it updates it after. The
+# nested UPDATE does not fire these triggers again (recursive_triggers is off).
+SQLITE_TRIGGERS = {
+    "tools_app_toolcall_run_copy_insert":
+        f"AFTER INSERT ON tools_app_toolcall WHEN {_STALE} BEGIN {_SET} END",
+    "tools_app_toolcall_run_copy_update":
+        "AFTER UPDATE OF run_id, run_created_at, run_owner_id ON tools_app_toolcall "
+        f"WHEN {_STALE} BEGIN {_SET} END",
+    "tools_app_run_copy_follow":
+        "AFTER UPDATE OF created_at, created_by_id ON tools_app_run "
+        "WHEN new.created_at IS NOT old.created_at "
+        "OR new.created_by_id IS NOT old.created_by_id BEGIN "
+        "UPDATE tools_app_toolcall SET run_created_at = new.created_at, "
+        "run_owner_id = new.created_by_id WHERE run_id = new.id; END",
+}
+
+# One statement, so memory stays bounded whatever the number of calls (the database
+# streams it); also what repairs the columns after triggers were missing.
+SQLITE_BACKFILL = (
+    "UPDATE tools_app_toolcall SET (run_created_at, run_owner_id) = "
+    "(SELECT r.created_at, r.created_by_id FROM tools_app_run r "
+    "WHERE r.id = tools_app_toolcall.run_id) "
+    "WHERE run_created_at IS NOT (SELECT r.created_at FROM tools_app_run r "
+    "WHERE r.id = tools_app_toolcall.run_id) "
+    "OR run_owner_id IS NOT (SELECT r.created_by_id FROM tools_app_run r "
+    "WHERE r.id = tools_app_toolcall.run_id)"
+)
+
+POSTGRES_CREATE = (
+    "CREATE FUNCTION tools_app_toolcall_run_copy() RETURNS trigger "
+    "LANGUAGE plpgsql AS $$ BEGIN "
+    "SELECT r.created_at, r.created_by_id INTO NEW.run_created_at, NEW.run_owner_id "
+    "FROM tools_app_run r WHERE r.id = NEW.run_id; "
+    "RETURN NEW; END $$",
+    "CREATE TRIGGER tools_app_toolcall_run_copy BEFORE INSERT OR UPDATE OF run_id, "
+    "run_created_at, run_owner_id ON tools_app_toolcall FOR EACH ROW "
+    "EXECUTE FUNCTION tools_app_toolcall_run_copy()",
+    "CREATE FUNCTION tools_app_run_copy_follow() RETURNS trigger "
+    "LANGUAGE plpgsql AS $$ BEGIN "
+    "UPDATE tools_app_toolcall SET run_created_at = NEW.created_at, "
+    "run_owner_id = NEW.created_by_id WHERE run_id = NEW.id; "
+    "RETURN NULL; END $$",
+    "CREATE TRIGGER tools_app_run_copy_follow AFTER UPDATE OF created_at, created_by_id "
+    "ON tools_app_run FOR EACH ROW WHEN (OLD.created_at IS DISTINCT FROM NEW.created_at "
+    "OR OLD.created_by_id IS DISTINCT FROM NEW.created_by_id) "
+    "EXECUTE FUNCTION tools_app_run_copy_follow()",
+)
+POSTGRES_BACKFILL = (
+    "UPDATE tools_app_toolcall c SET run_created_at = r.created_at, "
+    "run_owner_id = r.created_by_id FROM tools_app_run r WHERE r.id = c.run_id "
+    "AND (c.run_created_at IS DISTINCT FROM r.created_at "
+    "OR c.run_owner_id IS DISTINCT FROM r.created_by_id)"
+)
+POSTGRES_DROP = (
+    "DROP TRIGGER IF EXISTS tools_app_run_copy_follow ON tools_app_run",
+    "DROP FUNCTION IF EXISTS tools_app_run_copy_follow()",
+    "DROP TRIGGER IF EXISTS tools_app_toolcall_run_copy ON tools_app_toolcall",
+    "DROP FUNCTION IF EXISTS tools_app_toolcall_run_copy()",
+)
+
+
+def create_run_copy_triggers(connection: Any) -> None:
+    """The triggers, then the columns filled for the calls already stored."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for statement in (*POSTGRES_CREATE, POSTGRES_BACKFILL):
+                cursor.execute(statement)
+        elif connection.vendor == "sqlite":
+            for statement in (*_trigger_statements(SQLITE_TRIGGERS), SQLITE_BACKFILL):
+                cursor.execute(statement)
+
+
+def drop_run_copy_triggers(connection: Any) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for statement in POSTGRES_DROP:
+                cursor.execute(statement)
+        elif connection.vendor == "sqlite":
+            for name in SQLITE_TRIGGERS:
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+
+def ensure_audit_triggers(connection: Any) -> bool:
+    """On SQLite, recreate the triggers a table rebuild dropped and repair the columns
+    (rows written meanwhile may lack them). True if anything was missing. Nothing to do
+    before the columns' migration has run, nor on PostgreSQL (its triggers survive a
+    table's changes)."""
+    if connection.vendor != "sqlite":
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        present = {row[0] for row in cursor.fetchall()}
+        columns = {c.name for c in connection.introspection.get_table_description(
+            cursor, "tools_app_toolcall")}
+        if "run_owner_id" not in columns:
+            return False
+        missing = {n: body for n, body in SQLITE_TRIGGERS.items() if n not in present}
+        if not missing:
+            return False
+        for statement in (*_trigger_statements(missing), SQLITE_BACKFILL):
+            cursor.execute(statement)
+    return True
+
+
+def _trigger_statements(triggers: dict[str, str]) -> list[str]:
+    return [f"CREATE TRIGGER IF NOT EXISTS {name} {body}" for name, body in triggers.items()]
