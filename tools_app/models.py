@@ -16,6 +16,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 tool_name_validator = RegexValidator(
@@ -535,7 +537,10 @@ class ToolCall(models.Model):
             # A tool's calls: its page's statistics (counts by state, duration
             # percentiles read in duration order) and the calls filter `tool`.
             models.Index(fields=["tool_name", "duration_ms"], name="toolcall_tool_duration"),
-            models.Index(fields=["tool_name", "state"], name="toolcall_tool_state"),
+            models.Index(fields=["tool_name", "state", "is_error"], name="toolcall_tool_outcome"),
+            # A tool's first and last moment (a chart's span): one index read each.
+            models.Index(F("tool_name"), Coalesce("started_at", "run_created_at"),
+                         name="toolcall_tool_moment"),
             # The handlers filter's choices: read one index seek per distinct name.
             models.Index(fields=["handled_by"], name="toolcall_handler"),
             # A tool's most recent calls (its page), newest first without a sort.
@@ -558,6 +563,26 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.state})"
+
+
+class ToolCallSlot(models.Model):
+    """A tool's calls and errors per quarter hour (UTC) of their moment (the start, or the
+    run's creation for a call that never started): what a tool page's chart draws for
+    staff, without reading the tool's calls. Written only by database triggers on
+    `ToolCall` (runs.audit_schema), so every insert, update and delete of a call, by
+    whatever path, is counted; never edited here."""
+
+    tool_name = models.CharField(max_length=200)
+    slot = models.DateTimeField(help_text="The start of the quarter hour (UTC).")
+    calls = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tool_name", "slot"],
+                                               name="toolcallslot_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.slot:%Y-%m-%d %H:%M}: {self.calls}"
 
 
 class DecisionKind(models.TextChoices):

@@ -1,7 +1,8 @@
 """Columns the audit log keeps by database triggers, so they are right whoever writes the
 rows (the recorder, the lifecycle, an import, `seed_audit`'s executemany, a queryset
 `update()`), never by a Python path a writer could skip: created (and backfilled) by
-migration `0014_auditscale2_call_run_copy`, checked after every `migrate`
+migration `0014_auditscale2_call_run_copy` (and the slots by
+`0014_auditscale2_tool_slots`), checked after every `migrate`
 (`ensure_audit_triggers`, as `search_schema` does for the search index).
 
 - `ToolCall.run_created_at` and `ToolCall.run_owner_id`: the creation time and the
@@ -12,6 +13,13 @@ migration `0014_auditscale2_call_run_copy`, checked after every `migrate`
   join. Set when a call is inserted or moved to another run (a value written by hand is
   put right), and on every call of a run whose `created_at` or `created_by` changes (a
   deleted user's runs lose their creator: so do their calls).
+- `ToolCallSlot`: each tool's calls and errors per quarter hour (UTC) of the call's
+  moment (its start, or its run's creation), what a tool page's chart draws for staff
+  without reading the tool's calls (110,000 of them for a busy tool). A call inserted
+  counts in its slot, a call deleted no longer does, and a call whose tool, moment or
+  error flag changes moves from the old count to the new one (as the recorder starts
+  and finishes it); a quarter hour keeps its row when its count drops to 0 (the chart
+  skips it). Filled from the calls already stored by one INSERT ... SELECT ... GROUP BY.
 """
 
 # The SQL below is built only from this module's constant table and column names, never
@@ -89,6 +97,116 @@ POSTGRES_DROP = (
 )
 
 
+# -- ToolCallSlot ---------------------------------------------------------------------
+
+_SLOTS = "tools_app_toolcallslot"
+
+
+def _sqlite_slot(row: str) -> str:
+    """The quarter hour of a row's moment, as SQLite stores datetimes (UTC text
+    "YYYY-MM-DD HH:MM:SS.ffffff"): "YYYY-MM-DD HH:MM:00", or NULL without a moment."""
+    moment = f"coalesce({row}.started_at, {row}.run_created_at)"
+    return (f"(substr({moment}, 1, 14) || "
+            f"printf('%02d', (CAST(substr({moment}, 15, 2) AS INTEGER) / 15) * 15) || ':00')")
+
+
+def _sqlite_slot_remove(row: str) -> str:
+    return (f"UPDATE {_SLOTS} SET calls = calls - 1, errors = errors - {row}.is_error "
+            f"WHERE tool_name = {row}.tool_name AND slot = {_sqlite_slot(row)};")
+
+
+def _sqlite_slot_add(row: str) -> str:
+    # WHERE also settles SQLite's parsing of an upsert's INSERT ... SELECT
+    return (f"INSERT INTO {_SLOTS} (tool_name, slot, calls, errors) "
+            f"SELECT {row}.tool_name, {_sqlite_slot(row)}, 1, {row}.is_error "
+            f"WHERE {_sqlite_slot(row)} IS NOT NULL "
+            "ON CONFLICT (tool_name, slot) DO UPDATE SET calls = calls + 1, "
+            "errors = errors + excluded.errors;")
+
+
+SQLITE_SLOT_TRIGGERS = {
+    "tools_app_toolcall_slot_insert":
+        f"AFTER INSERT ON tools_app_toolcall BEGIN {_sqlite_slot_add('new')} END",
+    "tools_app_toolcall_slot_delete":
+        f"AFTER DELETE ON tools_app_toolcall BEGIN {_sqlite_slot_remove('old')} END",
+    # Also fired by the run-copy trigger's own UPDATE of run_created_at after an insert:
+    # the call moves from the slot of its moment as inserted to its real one.
+    "tools_app_toolcall_slot_update":
+        "AFTER UPDATE OF tool_name, started_at, run_created_at, is_error "
+        "ON tools_app_toolcall WHEN old.tool_name IS NOT new.tool_name "
+        f"OR {_sqlite_slot('old')} IS NOT {_sqlite_slot('new')} "
+        "OR old.is_error IS NOT new.is_error "
+        f"BEGIN {_sqlite_slot_remove('old')} {_sqlite_slot_add('new')} END",
+}
+SQLITE_SLOT_REBUILD = (
+    f"DELETE FROM {_SLOTS}",
+    f"INSERT INTO {_SLOTS} (tool_name, slot, calls, errors) "
+    f"SELECT c.tool_name, {_sqlite_slot('c')}, count(*), sum(c.is_error) "
+    f"FROM tools_app_toolcall c WHERE {_sqlite_slot('c')} IS NOT NULL GROUP BY 1, 2",
+)
+
+_PG_SLOT = ("(date_trunc('hour', {m} AT TIME ZONE 'UTC') + "
+            "floor(extract(minute FROM {m} AT TIME ZONE 'UTC') / 15) * interval '15 minutes'"
+            ") AT TIME ZONE 'UTC'")
+POSTGRES_SLOT_CREATE = (
+    "CREATE FUNCTION tools_app_toolcall_slot() RETURNS trigger LANGUAGE plpgsql AS $$ "
+    "DECLARE o timestamptz; n timestamptz; BEGIN "
+    "IF TG_OP <> 'INSERT' THEN o := coalesce(OLD.started_at, OLD.run_created_at); END IF; "
+    "IF TG_OP <> 'DELETE' THEN n := coalesce(NEW.started_at, NEW.run_created_at); END IF; "
+    "IF TG_OP = 'UPDATE' AND OLD.tool_name = NEW.tool_name AND OLD.is_error = NEW.is_error "
+    f"AND {_PG_SLOT.format(m='o')} IS NOT DISTINCT FROM {_PG_SLOT.format(m='n')} "
+    "THEN RETURN NULL; END IF; "
+    f"IF o IS NOT NULL THEN UPDATE {_SLOTS} SET calls = calls - 1, "
+    "errors = errors - OLD.is_error::int "
+    f"WHERE tool_name = OLD.tool_name AND slot = {_PG_SLOT.format(m='o')}; END IF; "
+    f"IF n IS NOT NULL THEN INSERT INTO {_SLOTS} (tool_name, slot, calls, errors) "
+    f"VALUES (NEW.tool_name, {_PG_SLOT.format(m='n')}, 1, NEW.is_error::int) "
+    f"ON CONFLICT (tool_name, slot) DO UPDATE SET calls = {_SLOTS}.calls + 1, "
+    f"errors = {_SLOTS}.errors + EXCLUDED.errors; END IF; "
+    "RETURN NULL; END $$",
+    "CREATE TRIGGER tools_app_toolcall_slot AFTER INSERT OR DELETE OR UPDATE OF tool_name, "
+    "started_at, run_created_at, is_error ON tools_app_toolcall FOR EACH ROW "
+    "EXECUTE FUNCTION tools_app_toolcall_slot()",
+)
+_PG_MOMENT = "coalesce(c.started_at, c.run_created_at)"
+POSTGRES_SLOT_REBUILD = (
+    f"DELETE FROM {_SLOTS}",
+    f"INSERT INTO {_SLOTS} (tool_name, slot, calls, errors) "
+    f"SELECT c.tool_name, {_PG_SLOT.format(m=_PG_MOMENT)}, count(*), "
+    f"count(*) FILTER (WHERE c.is_error) FROM tools_app_toolcall c "
+    f"WHERE {_PG_MOMENT} IS NOT NULL GROUP BY 1, 2",
+)
+POSTGRES_SLOT_DROP = (
+    "DROP TRIGGER IF EXISTS tools_app_toolcall_slot ON tools_app_toolcall",
+    "DROP FUNCTION IF EXISTS tools_app_toolcall_slot()",
+)
+
+
+def create_slot_triggers(connection: Any) -> None:
+    """The slots' triggers, then the slots counted from the calls already stored."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for statement in (*POSTGRES_SLOT_CREATE, *POSTGRES_SLOT_REBUILD):
+                cursor.execute(statement)
+        elif connection.vendor == "sqlite":
+            for statement in (*_trigger_statements(SQLITE_SLOT_TRIGGERS),
+                              *SQLITE_SLOT_REBUILD):
+                cursor.execute(statement)
+
+
+def drop_slot_triggers(connection: Any) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for statement in POSTGRES_SLOT_DROP:
+                cursor.execute(statement)
+        elif connection.vendor == "sqlite":
+            for name in SQLITE_SLOT_TRIGGERS:
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+
+# -- the run's copied columns -----------------------------------------------------------
+
+
 def create_run_copy_triggers(connection: Any) -> None:
     """The triggers, then the columns filled for the calls already stored."""
     with connection.cursor() as cursor:
@@ -118,18 +236,24 @@ def ensure_audit_triggers(connection: Any) -> bool:
     if connection.vendor != "sqlite":
         return False
     with connection.cursor() as cursor:
-        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        cursor.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')")
         present = {row[0] for row in cursor.fetchall()}
         columns = {c.name for c in connection.introspection.get_table_description(
             cursor, "tools_app_toolcall")}
         if "run_owner_id" not in columns:
             return False
+        repaired = False
         missing = {n: body for n, body in SQLITE_TRIGGERS.items() if n not in present}
-        if not missing:
-            return False
-        for statement in (*_trigger_statements(missing), SQLITE_BACKFILL):
-            cursor.execute(statement)
-    return True
+        if missing:
+            for statement in (*_trigger_statements(missing), SQLITE_BACKFILL):
+                cursor.execute(statement)
+            repaired = True
+        missing = {n: body for n, body in SQLITE_SLOT_TRIGGERS.items() if n not in present}
+        if missing and _SLOTS in present:
+            for statement in (*_trigger_statements(missing), *SQLITE_SLOT_REBUILD):
+                cursor.execute(statement)
+            repaired = True
+    return repaired
 
 
 def _trigger_statements(triggers: dict[str, str]) -> list[str]:

@@ -11,8 +11,9 @@ ordered LIMIT/OFFSET query: the same linear interpolation, one query per percent
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from django.db import connections
@@ -38,7 +39,7 @@ from django.db.models.functions import (
 )
 from django.utils import timezone
 
-from ..models import ToolCall
+from ..models import ToolCall, ToolCallSlot
 from .call_filters import STATE_LABELS, STATE_NAMES
 
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -98,24 +99,33 @@ class ToolStats:
         return self.errors / self.calls if self.calls else 0.0
 
 
-def tool_stats(calls: QuerySet[ToolCall]) -> ToolStats:
-    """The statistics of `calls` (one tool's visible calls)."""
+def tool_stats(calls: QuerySet[ToolCall], *, every_call_of: str | None = None) -> ToolStats:
+    """The statistics of `calls` (one tool's visible calls). `every_call_of` names the
+    tool when `calls` are all of its calls (staff): the chart then adds up the tool's
+    `ToolCallSlot` counts instead of reading its calls."""
     calls = calls.order_by()
-    totals = calls.aggregate(calls=Count("pk"), errors=Count("pk", filter=Q(is_error=True)))
-    unit, buckets = over_time(calls)
-    return ToolStats(totals["calls"], totals["errors"], outcomes(calls, totals["calls"]),
-                     duration_percentiles(calls), top_errors(calls), buckets, unit)
+    total, errors, shares = outcomes(calls)
+    unit, buckets = over_time(calls, every_call_of=every_call_of)
+    return ToolStats(total, errors, shares, duration_percentiles(calls), top_errors(calls),
+                     buckets, unit)
 
 
-def outcomes(calls: QuerySet[ToolCall], total: int) -> list[OutcomeShare]:
-    """Each outcome's count and share, in the filters' names (most frequent first)."""
+def outcomes(calls: QuerySet[ToolCall]) -> tuple[int, int, list[OutcomeShare]]:
+    """The number of calls, of errors, and each outcome's count and share, in the
+    filters' names (most frequent first): one query, read from the index of a tool's
+    calls by state and error flag."""
     counts: dict[str, int] = {}
-    for state, count in calls.values_list("state").annotate(n=Count("pk")):
+    total = errors = 0
+    for state, is_error, count in calls.values_list("state", "is_error").annotate(
+            n=Count("pk")):
         name = STATE_NAMES.get(state, state)
         counts[name] = counts.get(name, 0) + count
+        total += count
+        errors += count if is_error else 0
     ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    return [OutcomeShare(name, STATE_LABELS.get(name, name), count,
-                         count / total if total else 0.0) for name, count in ordered]
+    return total, errors, [OutcomeShare(name, STATE_LABELS.get(name, name), count,
+                                        count / total if total else 0.0)
+                           for name, count in ordered]
 
 
 def duration_percentiles(calls: QuerySet[ToolCall]) -> dict[str, float | None]:
@@ -158,20 +168,48 @@ def _moment() -> Coalesce:
     return Coalesce("started_at", "run_created_at", output_field=DateTimeField())
 
 
-def over_time(calls: QuerySet[ToolCall]) -> tuple[str, list[Bucket]]:
-    """Calls and errors per hour, day or week (by the span of the calls), oldest first."""
-    bounds = calls.aggregate(first=Min(_moment()), last=Max(_moment()))
-    if bounds["first"] is None:
+def over_time(calls: QuerySet[ToolCall], *,
+              every_call_of: str | None = None) -> tuple[str, list[Bucket]]:
+    """Calls and errors per hour, day or week (by the span of the calls), oldest first.
+    The span's ends are two queries (SQLite reads a MIN or a MAX from an index only when
+    it is alone), each one read of the index of a tool's calls by moment."""
+    first = calls.aggregate(first=Min(_moment()))["first"]
+    last = calls.aggregate(last=Max(_moment()))["last"]
+    if first is None or last is None:
         return "hour", []
-    span = bounds["last"] - bounds["first"]
+    span = last - first
     unit, trunc = (("hour", TruncHour) if span <= HOUR_SPAN else
                    ("day", TruncDay) if span <= DAY_SPAN else ("week", TruncWeek))
+    if every_call_of is not None:
+        return unit, _slot_buckets(every_call_of, unit, calls.db)
     if connections[calls.db].vendor == "sqlite":
         return unit, _sqlite_buckets(calls, unit)
     rows = (calls.annotate(at=_moment()).values(bucket=trunc(F("at")))
             .annotate(calls=Count("pk"), errors=Count("pk", filter=Q(is_error=True)))
             .order_by("bucket"))
     return unit, [Bucket(row["bucket"], row["calls"], row["errors"]) for row in rows]
+
+
+def _slot_buckets(tool_name: str, unit: str, using: str) -> list[Bucket]:
+    """The buckets of every call of a tool, from the quarter hours the database triggers
+    keep counted (`ToolCallSlot`: a few thousand rows for months of calls), folded into
+    local hours, days or weeks as `_sqlite_buckets` folds its own."""
+    rows = (ToolCallSlot.objects.using(using).filter(tool_name=tool_name, calls__gt=0)
+            .values_list("slot", "calls", "errors").order_by("slot"))
+    return _folded(((slot, n, errors) for slot, n, errors in rows), unit)
+
+
+def _folded(slots: Iterable[tuple[datetime, int, int]], unit: str) -> list[Bucket]:
+    """Quarter hours (aware) added up per local hour, day or week (`_local_start`); the
+    local start of each is made aware once (thousands of slots, a few hundred buckets)."""
+    zone = timezone.get_current_timezone()
+    totals: dict[datetime, list[int]] = {}
+    for slot, n, errors in slots:
+        found = totals.setdefault(_local_naive_start(slot, unit, zone), [0, 0])
+        found[0] += n
+        found[1] += errors
+    return [Bucket(timezone.make_aware(naive, zone), n, errors)
+            for naive, (n, errors) in sorted(totals.items())]
 
 
 def _sqlite_buckets(calls: QuerySet[ToolCall], unit: str) -> list[Bucket]:
@@ -185,24 +223,23 @@ def _sqlite_buckets(calls: QuerySet[ToolCall], unit: str) -> list[Bucket]:
                          quarter=Cast(Substr(_moment(), 15, 2), IntegerField()) / 15)
             .annotate(calls=Count("pk"), errors=Count("pk", filter=Q(is_error=True)))
             .order_by("hour", "quarter"))
-    totals: dict[datetime, list[int]] = {}
-    for row in rows:
-        slot = datetime.fromisoformat(f"{row['hour']}:{row['quarter'] * 15:02d}:00+00:00")
-        found = totals.setdefault(_local_start(slot, unit), [0, 0])
-        found[0] += row["calls"]
-        found[1] += row["errors"]
-    return [Bucket(start, n, errors) for start, (n, errors) in sorted(totals.items())]
+    return _folded(((datetime.fromisoformat(f"{row['hour']}:{row['quarter'] * 15:02d}:00+00:00"),
+                     row["calls"], row["errors"]) for row in rows), unit)
 
 
 def _local_start(moment: datetime, unit: str) -> datetime:
     """The start of the local hour, day or week (Monday) holding `moment`, as Django's
     TruncHour / TruncDay / TruncWeek give it (aware, in the current time zone)."""
     zone = timezone.get_current_timezone()
-    local = timezone.localtime(moment, zone).replace(tzinfo=None)
+    return timezone.make_aware(_local_naive_start(moment, unit, zone), zone)
+
+
+def _local_naive_start(moment: datetime, unit: str, zone: tzinfo) -> datetime:
+    """The same start as `_local_start`, as a naive local time."""
+    local = moment.astimezone(zone).replace(tzinfo=None)
     if unit == "hour":
-        naive = local.replace(minute=0, second=0, microsecond=0)
-    else:
-        naive = local.replace(hour=0, minute=0, second=0, microsecond=0)
-        if unit == "week":
-            naive -= timedelta(days=naive.weekday())
-    return timezone.make_aware(naive, zone)
+        return local.replace(minute=0, second=0, microsecond=0)
+    naive = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    if unit == "week":
+        naive -= timedelta(days=naive.weekday())
+    return naive
