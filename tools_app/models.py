@@ -585,6 +585,25 @@ class ToolCallSlot(models.Model):
         return f"{self.tool_name} {self.slot:%Y-%m-%d %H:%M}: {self.calls}"
 
 
+class ToolErrorGroup(models.Model):
+    """A tool's erring calls grouped as its page lists them (error type and the first 300
+    characters of the message): how many, and the newest one's id. Written only by
+    database triggers on `ToolCall` (runs.audit_schema), like `ToolCallSlot`."""
+
+    tool_name = models.CharField(max_length=200)
+    error_type = models.CharField(max_length=200)
+    head = models.TextField(help_text="The first 300 characters of the message.")
+    calls = models.BigIntegerField(default=0)
+    last_call_id = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tool_name", "error_type", "head"],
+                                               name="toolerrorgroup_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.error_type}: {self.calls}"
+
+
 class DecisionKind(models.TextChoices):
     APPROVE = "approve", "Approved"
     REJECT = "reject", "Rejected"

@@ -1,9 +1,10 @@
-"""A tool's calls and errors per quarter hour (`ToolCallSlot`), kept by database triggers
-on the calls (`runs.audit_schema`), are what a tool page's chart draws for staff: they
-must always equal a count of the calls themselves, however the calls are written
-(created as the recorder proposes them, started, finished, moved, deleted, their run
-re-dated), and the chart drawn from them must be the chart drawn from the calls. Marked
-`both`: the triggers are each database's own SQL."""
+"""A tool's calls and errors per quarter hour (`ToolCallSlot`) and its erring calls per
+error group (`ToolErrorGroup`), kept by database triggers on the calls
+(`runs.audit_schema`), are what a tool page's chart and most frequent errors show
+staff: they must always equal a count of the calls themselves, however the calls are
+written (created as the recorder proposes them, started, finished, moved, deleted, their
+run re-dated), and what the page shows from them must be what it shows from the calls.
+Marked `both`: the triggers are each database's own SQL."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import override_settings
 from django.utils import timezone
 
-from tools_app.models import Round, Run, ToolCall, ToolCallSlot
-from tools_app.runs.audit_schema import SQLITE_SLOT_TRIGGERS
+from tools_app.models import Round, Run, ToolCall, ToolCallSlot, ToolErrorGroup
+from tools_app.runs.audit_schema import SQLITE_GROUP_TRIGGERS, SQLITE_SLOT_TRIGGERS
 from tools_app.runs.search_schema import ensure_search_index
-from tools_app.runs.tool_stats import over_time
+from tools_app.runs.tool_stats import over_time, top_errors
 
 pytestmark = pytest.mark.both
 
@@ -43,6 +44,20 @@ def recount() -> dict[tuple[str, datetime], tuple[int, int]]:
         counts[key] += 1
         errors[key] += call.is_error
     return {key: (n, errors[key]) for key, n in counts.items()}
+
+
+def regroup() -> dict[tuple[str, str, str], tuple[int, int]]:
+    """The error groups as the calls themselves say they are: count and newest id."""
+    found: dict[tuple[str, str, str], tuple[int, int]] = {}
+    for call in ToolCall.objects.filter(is_error=True).order_by("pk"):
+        key = (call.tool_name, call.error_type, call.error_message[:300])
+        found[key] = (found.get(key, (0, 0))[0] + 1, call.pk)
+    return found
+
+
+def groups() -> dict[tuple[str, str, str], tuple[int, int]]:
+    return {(g.tool_name, g.error_type, g.head): (g.calls, g.last_call_id)
+            for g in ToolErrorGroup.objects.filter(calls__gt=0)}
 
 
 def slots() -> dict[tuple[str, datetime], tuple[int, int]]:
@@ -73,10 +88,13 @@ def test_the_slots_follow_a_call_through_the_recorders_writes() -> None:
         state="execution_error", is_error=True, error_type="ToolExecutionError",
         started_at=started, finished_at=started + timedelta(seconds=1), duration_ms=1000.0)
     assert slots() == {("get_weather", quarter(started)): (1, 1)} == recount()
+    assert groups() == {("get_weather", "ToolExecutionError", ""): (1, call.pk)} == regroup()
     ToolCall.objects.filter(pk=call.pk).update(tool_name="weather")
     assert slots() == {("weather", quarter(started)): (1, 1)} == recount()
+    assert groups() == {("weather", "ToolExecutionError", ""): (1, call.pk)} == regroup()
     ToolCall.objects.filter(pk=call.pk).delete()
     assert slots() == {} == recount()
+    assert groups() == {} == regroup()
 
 
 @pytest.mark.django_db
@@ -105,6 +123,48 @@ def test_many_calls_and_every_kind_of_write_keep_the_slots_equal_to_a_count() ->
     runs[2][0].delete()  # cascades to its calls
     assert slots() == recount()
     assert sum(n for n, _ in slots().values()) == ToolCall.objects.count()
+
+
+@pytest.mark.django_db
+def test_many_erring_calls_and_every_kind_of_write_keep_the_groups_equal_to_a_count() -> None:
+    run, round_ = make_run(T0)
+    long = "x" * 300
+    messages = ["HTTP 500", "HTTP 500", "timed out", long + "a", long + "b", ""]
+    calls = [ToolCall.objects.create(run=run, round=round_, call_index=i, call_id=f"c{i}",
+                                     tool_name=("calculator", "get_weather")[i % 2],
+                                     is_error=i % 5 != 4, error_message=messages[i % 6],
+                                     error_type=("ToolExecutionError", "ValueError")[i % 3 == 0])
+             for i in range(30)]
+    assert groups() == regroup()
+    assert (long[:300] in {head for _, _, head in groups()})  # 300 characters: one group
+    # the newest call of a group goes: the next newest is its last
+    newest = max((c for c in calls if c.is_error), key=lambda c: c.pk)
+    newest.delete()
+    assert groups() == regroup()
+    # finished as the recorder writes it: one UPDATE sets the flag, type and message
+    ToolCall.objects.filter(pk=calls[4].pk).update(is_error=True, error_type="KeyError",
+                                                   error_message="missing key")
+    ToolCall.objects.filter(pk=calls[1].pk).update(is_error=False, error_type="",
+                                                   error_message="")
+    ToolCall.objects.filter(pk=calls[7].pk).update(error_message="HTTP 502")
+    ToolCall.objects.filter(tool_name="calculator").update(tool_name="calc")
+    assert groups() == regroup()
+    ToolCall.objects.filter(pk__in=[c.pk for c in calls[::4]]).delete()
+    assert groups() == regroup()
+    run.delete()
+    assert groups() == {} == regroup()
+
+
+@pytest.mark.django_db
+def test_the_most_frequent_errors_from_the_groups_are_those_from_the_calls() -> None:
+    run, round_ = make_run(T0)
+    for i in range(40):
+        ToolCall.objects.create(run=run, round=round_, call_index=i, call_id=f"c{i}",
+                                tool_name="get_weather", is_error=i % 7 != 0,
+                                error_type=f"E{i % 4}", error_message=f"failure {i % 13}")
+    calls = ToolCall.objects.filter(tool_name="get_weather")
+    assert top_errors(calls, every_call_of="get_weather") == top_errors(calls)
+    assert len(top_errors(calls)) == 10
 
 
 @pytest.mark.django_db
@@ -154,28 +214,32 @@ def test_the_migration_counts_the_calls_already_stored() -> None:
         for index in range(3):
             call_model.objects.create(
                 run=run, round=round_, call_index=index, call_id=f"c{index}",
-                tool_name="t", is_error=index == 1,
+                tool_name="t", is_error=index == 1, error_message="boom",
                 started_at=T0 + timedelta(minutes=20) if index else None)
         migrate(AFTER)
         assert slots() == recount() == {("t", quarter(T0)): (1, 0),
                                         ("t", quarter(T0 + timedelta(minutes=20))): (2, 1)}
+        assert groups() == regroup() != {}
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
         ensure_search_index(connection)  # going back rebuilt SQLite's calls table
 
 
 @pytest.mark.django_db(transaction=True)
-def test_sqlite_slot_triggers_a_table_rebuild_dropped_come_back_with_a_recount() -> None:
+def test_sqlite_triggers_a_table_rebuild_dropped_come_back_with_a_recount() -> None:
     if connection.vendor != "sqlite":
         pytest.skip("PostgreSQL's triggers survive a table's changes")
     run, round_ = make_run(T0)
     with connection.cursor() as cursor:
         cursor.execute("DROP TRIGGER tools_app_toolcall_slot_insert")
+        cursor.execute("DROP TRIGGER tools_app_toolcall_group_insert")
     ToolCall.objects.create(run=run, round=round_, call_index=0, call_id="a", tool_name="t",
-                            started_at=T0)
-    assert slots() == {}  # missed while the trigger was gone
+                            started_at=T0, is_error=True, error_message="boom")
+    assert slots() == {} == groups()  # missed while the triggers were gone
     call_command("migrate", verbosity=0)  # nothing to apply: the post-migrate check runs
     with connection.cursor() as cursor:
         cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        assert set(SQLITE_SLOT_TRIGGERS) <= {row[0] for row in cursor.fetchall()}
-    assert slots() == recount() == {("t", quarter(T0)): (1, 0)}
+        assert set(SQLITE_SLOT_TRIGGERS) | set(SQLITE_GROUP_TRIGGERS) <= {
+            row[0] for row in cursor.fetchall()}
+    assert slots() == recount() == {("t", quarter(T0)): (1, 1)}
+    assert groups() == regroup() != {}

@@ -20,6 +20,10 @@ migration `0014_auditscale2_call_run_copy` (and the slots by
   error flag changes moves from the old count to the new one (as the recorder starts
   and finishes it); a quarter hour keeps its row when its count drops to 0 (the chart
   skips it). Filled from the calls already stored by one INSERT ... SELECT ... GROUP BY.
+- `ToolErrorGroup`: each tool's erring calls by error type and the first
+  `ERROR_HEAD_CHARS` characters of the message (the page's "most frequent errors"),
+  with the newest call's id, kept the same way: a call counts in its group while it is
+  an error; when the newest call of a group goes, the next newest is looked up.
 """
 
 # The SQL below is built only from this module's constant table and column names, never
@@ -204,6 +208,103 @@ def drop_slot_triggers(connection: Any) -> None:
                 cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
 
 
+# -- ToolErrorGroup --------------------------------------------------------------------
+
+ERROR_HEAD_CHARS = 300  # runs.tool_stats groups messages that agree this far
+_GROUPS = "tools_app_toolerrorgroup"
+
+
+def _head(row: str) -> str:
+    return f"substr({row}.error_message, 1, {ERROR_HEAD_CHARS})"
+
+
+def _group_remove(row: str) -> str:
+    """One call fewer in `row`'s group; its newest id looked up again if it was `row`'s
+    (the row itself is gone or no longer matches: it is the next newest)."""
+    return (f"UPDATE {_GROUPS} SET calls = calls - 1, last_call_id = CASE "
+            f"WHEN last_call_id = {row}.id THEN coalesce((SELECT max(c.id) "
+            "FROM tools_app_toolcall c WHERE c.tool_name = {r}.tool_name AND c.is_error "
+            f"AND c.error_type = {row}.error_type AND substr(c.error_message, 1, "
+            f"{ERROR_HEAD_CHARS}) = {_head(row)}), 0) ELSE last_call_id END "
+            f"WHERE tool_name = {row}.tool_name AND error_type = {row}.error_type "
+            f"AND head = {_head(row)}").replace("{r}", row)
+
+
+SQLITE_GROUP_TRIGGERS = {
+    "tools_app_toolcall_group_insert":
+        "AFTER INSERT ON tools_app_toolcall WHEN new.is_error BEGIN "
+        f"INSERT INTO {_GROUPS} (tool_name, error_type, head, calls, last_call_id) "
+        f"VALUES (new.tool_name, new.error_type, {_head('new')}, 1, new.id) "
+        "ON CONFLICT (tool_name, error_type, head) DO UPDATE SET calls = calls + 1, "
+        "last_call_id = max(last_call_id, excluded.last_call_id); END",
+    "tools_app_toolcall_group_delete":
+        f"AFTER DELETE ON tools_app_toolcall WHEN old.is_error BEGIN {_group_remove('old')}; "
+        "END",
+    "tools_app_toolcall_group_update":
+        "AFTER UPDATE OF tool_name, is_error, error_type, error_message "
+        "ON tools_app_toolcall WHEN (old.is_error OR new.is_error) AND ("
+        "old.tool_name IS NOT new.tool_name OR old.is_error IS NOT new.is_error "
+        f"OR old.error_type IS NOT new.error_type OR {_head('old')} IS NOT {_head('new')}) "
+        f"BEGIN {_group_remove('old')} AND old.is_error; "
+        f"INSERT INTO {_GROUPS} (tool_name, error_type, head, calls, last_call_id) "
+        f"SELECT new.tool_name, new.error_type, {_head('new')}, 1, new.id WHERE new.is_error "
+        "ON CONFLICT (tool_name, error_type, head) DO UPDATE SET calls = calls + 1, "
+        "last_call_id = max(last_call_id, excluded.last_call_id); END",
+}
+_GROUPS_REBUILD = (
+    f"DELETE FROM {_GROUPS}",
+    f"INSERT INTO {_GROUPS} (tool_name, error_type, head, calls, last_call_id) "
+    f"SELECT c.tool_name, c.error_type, {_head('c')}, count(*), max(c.id) "
+    "FROM tools_app_toolcall c WHERE c.is_error GROUP BY 1, 2, 3",
+)
+SQLITE_GROUP_REBUILD = _GROUPS_REBUILD
+POSTGRES_GROUP_REBUILD = _GROUPS_REBUILD
+_PG_GROUP_ADD = (
+    f"INSERT INTO {_GROUPS} (tool_name, error_type, head, calls, last_call_id) "
+    f"VALUES (NEW.tool_name, NEW.error_type, {_head('NEW')}, 1, NEW.id) "
+    f"ON CONFLICT (tool_name, error_type, head) DO UPDATE SET calls = {_GROUPS}.calls + 1, "
+    f"last_call_id = greatest({_GROUPS}.last_call_id, EXCLUDED.last_call_id);")
+POSTGRES_GROUP_CREATE = (
+    "CREATE FUNCTION tools_app_toolcall_group() RETURNS trigger LANGUAGE plpgsql AS $$ "
+    "BEGIN "
+    "IF TG_OP = 'UPDATE' AND OLD.tool_name = NEW.tool_name AND OLD.is_error = NEW.is_error "
+    f"AND OLD.error_type = NEW.error_type AND {_head('OLD')} = {_head('NEW')} "
+    "THEN RETURN NULL; END IF; "
+    f"IF TG_OP <> 'INSERT' AND OLD.is_error THEN {_group_remove('OLD')}; END IF; "
+    f"IF TG_OP <> 'DELETE' AND NEW.is_error THEN {_PG_GROUP_ADD} END IF; "
+    "RETURN NULL; END $$",
+    "CREATE TRIGGER tools_app_toolcall_group AFTER INSERT OR DELETE OR UPDATE OF tool_name, "
+    "is_error, error_type, error_message ON tools_app_toolcall FOR EACH ROW "
+    "EXECUTE FUNCTION tools_app_toolcall_group()",
+)
+POSTGRES_GROUP_DROP = (
+    "DROP TRIGGER IF EXISTS tools_app_toolcall_group ON tools_app_toolcall",
+    "DROP FUNCTION IF EXISTS tools_app_toolcall_group()",
+)
+
+
+def create_group_triggers(connection: Any) -> None:
+    """The error groups' triggers, then the groups counted from the calls stored."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for statement in (*POSTGRES_GROUP_CREATE, *POSTGRES_GROUP_REBUILD):
+                cursor.execute(statement)
+        elif connection.vendor == "sqlite":
+            for statement in (*_trigger_statements(SQLITE_GROUP_TRIGGERS),
+                              *SQLITE_GROUP_REBUILD):
+                cursor.execute(statement)
+
+
+def drop_group_triggers(connection: Any) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            for statement in POSTGRES_GROUP_DROP:
+                cursor.execute(statement)
+        elif connection.vendor == "sqlite":
+            for name in SQLITE_GROUP_TRIGGERS:
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+
 # -- the run's copied columns -----------------------------------------------------------
 
 
@@ -248,11 +349,14 @@ def ensure_audit_triggers(connection: Any) -> bool:
             for statement in (*_trigger_statements(missing), SQLITE_BACKFILL):
                 cursor.execute(statement)
             repaired = True
-        missing = {n: body for n, body in SQLITE_SLOT_TRIGGERS.items() if n not in present}
-        if missing and _SLOTS in present:
-            for statement in (*_trigger_statements(missing), *SQLITE_SLOT_REBUILD):
-                cursor.execute(statement)
-            repaired = True
+        for table, triggers, rebuild in (
+                (_SLOTS, SQLITE_SLOT_TRIGGERS, SQLITE_SLOT_REBUILD),
+                (_GROUPS, SQLITE_GROUP_TRIGGERS, SQLITE_GROUP_REBUILD)):
+            missing = {n: body for n, body in triggers.items() if n not in present}
+            if missing and table in present:
+                for statement in (*_trigger_statements(missing), *rebuild):
+                    cursor.execute(statement)
+                repaired = True
     return repaired
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from django.db import connections
 from django.db.models import (
     Aggregate,
+    CharField,
     Count,
     DateTimeField,
     F,
@@ -28,6 +29,7 @@ from django.db.models import (
     Min,
     Q,
     QuerySet,
+    Sum,
 )
 from django.db.models.functions import (
     Cast,
@@ -37,14 +39,16 @@ from django.db.models.functions import (
     TruncHour,
     TruncWeek,
 )
+from django.db.models.functions.datetime import TruncBase
 from django.utils import timezone
 
-from ..models import ToolCall, ToolCallSlot
+from ..models import ToolCall, ToolCallSlot, ToolErrorGroup
+from .audit_schema import ERROR_HEAD_CHARS
 from .call_filters import STATE_LABELS, STATE_NAMES
 
 PERCENTILES = (0.5, 0.95, 0.99)
 TOP_ERRORS = 10
-ERROR_GROUP_CHARS = 300  # messages that agree this far are one group
+ERROR_GROUP_CHARS = ERROR_HEAD_CHARS  # messages that agree this far are one group
 HOUR_SPAN = timedelta(days=2)  # up to this span the chart has a point per hour
 DAY_SPAN = timedelta(days=120)  # then per day up to this, then per week
 
@@ -101,13 +105,14 @@ class ToolStats:
 
 def tool_stats(calls: QuerySet[ToolCall], *, every_call_of: str | None = None) -> ToolStats:
     """The statistics of `calls` (one tool's visible calls). `every_call_of` names the
-    tool when `calls` are all of its calls (staff): the chart then adds up the tool's
-    `ToolCallSlot` counts instead of reading its calls."""
+    tool when `calls` are all of its calls (staff): the chart and the most frequent
+    errors then come from the counts the database keeps (`ToolCallSlot`,
+    `ToolErrorGroup`) instead of reading the tool's calls."""
     calls = calls.order_by()
     total, errors, shares = outcomes(calls)
     unit, buckets = over_time(calls, every_call_of=every_call_of)
-    return ToolStats(total, errors, shares, duration_percentiles(calls), top_errors(calls),
-                     buckets, unit)
+    return ToolStats(total, errors, shares, duration_percentiles(calls),
+                     top_errors(calls, every_call_of=every_call_of), buckets, unit)
 
 
 def outcomes(calls: QuerySet[ToolCall]) -> tuple[int, int, list[OutcomeShare]]:
@@ -116,8 +121,9 @@ def outcomes(calls: QuerySet[ToolCall]) -> tuple[int, int, list[OutcomeShare]]:
     calls by state and error flag."""
     counts: dict[str, int] = {}
     total = errors = 0
+    # COUNT(*), not of a column: PostgreSQL then reads the index alone
     for state, is_error, count in calls.values_list("state", "is_error").annotate(
-            n=Count("pk")):
+            n=Count("*")):
         name = STATE_NAMES.get(state, state)
         counts[name] = counts.get(name, 0) + count
         total += count
@@ -153,8 +159,16 @@ def _interpolated(timed: QuerySet[ToolCall], count: int, fraction: float) -> flo
     return values[0] + (values[1] - values[0]) * (rank - low)
 
 
-def top_errors(calls: QuerySet[ToolCall]) -> list[ErrorGroup]:
-    """The most frequent errors, grouped by type and the start of the message."""
+def top_errors(calls: QuerySet[ToolCall], *,
+               every_call_of: str | None = None) -> list[ErrorGroup]:
+    """The most frequent errors, grouped by type and the start of the message: for every
+    call of a tool (`every_call_of`), the groups the database triggers keep
+    (`ToolErrorGroup`), else counted from `calls`."""
+    if every_call_of is not None:
+        groups = (ToolErrorGroup.objects.using(calls.db)
+                  .filter(tool_name=every_call_of, calls__gt=0)
+                  .order_by("-calls", "error_type", "head")[:TOP_ERRORS])
+        return [ErrorGroup(g.error_type, g.head, g.calls, g.last_call_id) for g in groups]
     rows = (calls.filter(is_error=True)
             .values("error_type", head=Substr("error_message", 1, ERROR_GROUP_CHARS))
             .annotate(n=Count("pk"), last=Max("pk"))
@@ -181,7 +195,7 @@ def over_time(calls: QuerySet[ToolCall], *,
     unit, trunc = (("hour", TruncHour) if span <= HOUR_SPAN else
                    ("day", TruncDay) if span <= DAY_SPAN else ("week", TruncWeek))
     if every_call_of is not None:
-        return unit, _slot_buckets(every_call_of, unit, calls.db)
+        return unit, _slot_buckets(every_call_of, unit, trunc, calls.db)
     if connections[calls.db].vendor == "sqlite":
         return unit, _sqlite_buckets(calls, unit)
     rows = (calls.annotate(at=_moment()).values(bucket=trunc(F("at")))
@@ -190,13 +204,21 @@ def over_time(calls: QuerySet[ToolCall], *,
     return unit, [Bucket(row["bucket"], row["calls"], row["errors"]) for row in rows]
 
 
-def _slot_buckets(tool_name: str, unit: str, using: str) -> list[Bucket]:
+def _slot_buckets(tool_name: str, unit: str, trunc: type[TruncBase],
+                  using: str) -> list[Bucket]:
     """The buckets of every call of a tool, from the quarter hours the database triggers
-    keep counted (`ToolCallSlot`: a few thousand rows for months of calls), folded into
-    local hours, days or weeks as `_sqlite_buckets` folds its own."""
-    rows = (ToolCallSlot.objects.using(using).filter(tool_name=tool_name, calls__gt=0)
-            .values_list("slot", "calls", "errors").order_by("slot"))
-    return _folded(((slot, n, errors) for slot, n, errors in rows), unit)
+    keep counted (`ToolCallSlot`: a few thousand rows for months of calls; each lies
+    inside one local hour): PostgreSQL adds them up per local hour, day or week in SQL,
+    SQLite folds them here as `_sqlite_buckets` folds its own."""
+    slots = ToolCallSlot.objects.using(using).filter(tool_name=tool_name, calls__gt=0)
+    if connections[using].vendor == "postgresql":
+        summed = (slots.values(bucket=trunc("slot"))
+                  .annotate(n=Sum("calls"), errors=Sum("errors")).order_by("bucket"))
+        return [Bucket(row["bucket"], row["n"], row["errors"]) for row in summed]
+    # the stored UTC text, parsed here: Django's datetime converter per row costs more
+    rows = slots.values_list(Cast("slot", CharField()), "calls", "errors").order_by("slot")
+    return _folded(((datetime.fromisoformat(f"{text}+00:00"), int(n), int(errors))
+                    for text, n, errors in rows), unit)
 
 
 def _folded(slots: Iterable[tuple[datetime, int, int]], unit: str) -> list[Bucket]:
