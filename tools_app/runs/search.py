@@ -24,19 +24,21 @@ Both databases tokenize the stored text the same way (migration
 Only the first `INDEXED_CHARS` characters of each field are indexed (a tsvector holds at
 most 1 MB; both databases keep the same prefix so they agree).
 
-Runs are found in one of two ways, chosen by how many rows the words are in (counted
-from the index, up to `FEW_MATCHES`: one query). Few: the ids of the matching runs
-(their own text, or the run of each matching call) are read from the index and the
-list keeps those. Many (a common word is in a third of all calls): reading the run of
-every matching call costs a random read each (350,000 for one word, seconds), so the
-list walks its own order instead (newest first, under its other filters) and checks
-each run as it goes: its own text, or one of its calls (found by the calls' `run_id`
-index), against the matches read once from the index, until the page is full. Both
-give the same runs.
+Runs are found in one of two ways, chosen by how many rows the words are in (SQLite:
+counted from the index up to `FEW_MATCHES`, one query; PostgreSQL: its planner's
+estimates, two EXPLAINs, as counting there rechecks each match's row). Few: the ids
+of the matching runs (their own text, or the run of each matching call) are read from
+the index and the list keeps those. Many (a common word is in a third of all calls):
+reading the run of every matching call costs a random read each (350,000 for one
+word, seconds), so the list walks its own order instead (newest first, under its
+other filters) and checks each run as it goes: its own text, or one of its calls
+(found by the calls' `run_id` index), against the matches read once from the index,
+until the page is full. Both give the same runs.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -77,10 +79,14 @@ _SQLITE_COUNT = ("SELECT (SELECT count(*) FROM (SELECT rowid FROM tools_app_tool
                  "WHERE tools_app_toolcall_fts MATCH %s LIMIT %s)), "
                  "(SELECT count(*) FROM (SELECT rowid FROM tools_app_run_fts "
                  "WHERE tools_app_run_fts MATCH %s LIMIT %s))")
-_POSTGRES_COUNT = ("SELECT (SELECT count(*) FROM (SELECT 1 FROM tools_app_toolcall "
-                   "WHERE search_vector @@ to_tsquery('simple', %s) LIMIT %s) c), "
-                   "(SELECT count(*) FROM (SELECT 1 FROM tools_app_run "
-                   "WHERE search_vector @@ to_tsquery('simple', %s) LIMIT %s) r)")
+# PostgreSQL: the planner's estimate from the columns' statistics (counting would read
+# each match's row to recheck it: a second for a common word).
+_POSTGRES_ESTIMATES = (
+    "EXPLAIN (FORMAT JSON) SELECT 1 FROM tools_app_toolcall "
+    "WHERE search_vector @@ to_tsquery('simple', %s)",
+    "EXPLAIN (FORMAT JSON) SELECT 1 FROM tools_app_run "
+    "WHERE search_vector @@ to_tsquery('simple', %s)",
+)
 # One run checked as the list reaches it ({run} is the runs table's alias in the list's
 # query). SQLite computes each `IN (SELECT rowid ... MATCH)` once per query (the index's
 # matches, no row reads), then probes it (`+c.id`: with `c.id` SQLite would instead
@@ -132,14 +138,28 @@ def search_runs(runs: QuerySet[Run], text: str) -> QuerySet[Run]:
         return runs.none()
     postgres = _vendor(runs) == "postgresql"
     query = postgres_query(found) if postgres else sqlite_query(found)
-    with connections[runs.db].cursor() as cursor:
-        cursor.execute(_POSTGRES_COUNT if postgres else _SQLITE_COUNT,
-                       [query, FEW_MATCHES + 1] * 2)
-        calls, own = cursor.fetchone()
-    if calls > FEW_MATCHES or own > FEW_MATCHES:
+    if max(_matches(runs.db, query, postgres)) > FEW_MATCHES:
         return runs.filter(RunMatches(_POSTGRES_RUN_CHECK if postgres else _SQLITE_RUN_CHECK,
                                       query))
     return runs.filter(pk__in=_ids(_POSTGRES_RUNS if postgres else _SQLITE_RUNS, [query] * 2))
+
+
+def _matches(using: str, query: str, postgres: bool) -> tuple[int, int]:
+    """How many calls and runs (by their own text) hold the words: counted up to
+    FEW_MATCHES + 1 from SQLite's index (its matches cost no row reads), estimated by
+    PostgreSQL's planner."""
+    with connections[using].cursor() as cursor:
+        if not postgres:
+            cursor.execute(_SQLITE_COUNT, [query, FEW_MATCHES + 1] * 2)
+            calls, own = cursor.fetchone()
+            return int(calls), int(own)
+        found = []
+        for statement in _POSTGRES_ESTIMATES:
+            cursor.execute(statement, [query])
+            plan = cursor.fetchone()[0]
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            found.append(int(plan[0]["Plan"]["Plan Rows"]))
+        return found[0], found[1]
 
 
 class RunMatches(Expression):
