@@ -3,9 +3,10 @@
 request makes (must not grow with the data: also measured at 10,000 runs), and an
 export of every call streamed with flat memory.
 
-For each database (a SQLite file, and PostgreSQL's `agentforge_bench`, created and
-dropped here), in a process of its own: migrate, `seed_audit` the small size, measure,
-seed the rest up to the full size, measure again, export. Requests go through Django's
+For each database (a SQLite file, and a PostgreSQL database, `agentforge_bench` unless
+--postgres-db names another, created and dropped here), in a process of its own:
+migrate, `seed_audit` the small size, measure, seed the rest up to the full size,
+measure again, export (unless --skip-export). Requests go through Django's
 test Client (middleware, templates, the real views) as a logged-in staff user and as an
 ordinary user (who sees about 1/20 of the runs); API requests carry a bearer token.
 Each request is made once to warm up, then REPEAT times; its queries are counted on
@@ -35,7 +36,7 @@ from benchmarks.common import ROOT, setup_django, summary, write_result
 
 TARGET_MS = 200.0
 POSTGRES_ADMIN = ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-qAtc"]
-POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/agentforge_bench"
+POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/{name}"
 STAFF, USER = "audit-user-00", "audit-user-01"  # seed_audit's users: the first is staff
 
 
@@ -204,11 +205,12 @@ def child(database: str, args: argparse.Namespace) -> dict[str, Any]:
     os.environ.update({"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(40),
                        "ALLOWED_HOSTS": "testserver", "LOG_LEVEL": "ERROR"})
     previous = _previous(args.reuse, database)
+    name = args.postgres_db
     if database == "postgres":
-        url = POSTGRES_URL
+        url = POSTGRES_URL.format(name=name)
         if previous is None:
-            _postgres("DROP DATABASE IF EXISTS agentforge_bench")
-            _postgres("CREATE DATABASE agentforge_bench")
+            _postgres(f"DROP DATABASE IF EXISTS {name}")
+            _postgres(f"CREATE DATABASE {name}")
     else:
         url = f"sqlite:///{Path(args.workdir) / 'audit.sqlite3'}"
         if previous is None:
@@ -222,7 +224,8 @@ def child(database: str, args: argparse.Namespace) -> dict[str, Any]:
             from tools_app.models import Run, ToolCall
 
             full = {"runs": Run.objects.count(), "calls": ToolCall.objects.count(),
-                    "seed_s": float("nan"), "export": measure_export()}
+                    "seed_s": float("nan"),
+                    "export": None if args.skip_export else measure_export()}
         result["phases"] = [previous["phases"][0], {
             **full, "requests": measure_requests(args.repeat), "remeasured": True}]
     else:
@@ -234,7 +237,7 @@ def child(database: str, args: argparse.Namespace) -> dict[str, Any]:
         from django.db import connections
 
         connections.close_all()
-        _postgres("DROP DATABASE IF EXISTS agentforge_bench")
+        _postgres(f"DROP DATABASE IF EXISTS {name}")
     return result
 
 
@@ -285,7 +288,8 @@ def _seed_and_measure(database: str, size: int, done: int, seed: int,
 
 def _measure(size: int, args: argparse.Namespace, seeded: float) -> dict[str, Any]:
     return {"runs": size, "calls": size * args.calls_per_run, "seed_s": seeded,
-            "requests": measure_requests(args.repeat), "export": measure_export()}
+            "requests": measure_requests(args.repeat),
+            "export": None if args.skip_export else measure_export()}
 
 
 def _postgres(statement: str) -> None:
@@ -371,7 +375,10 @@ MISSES = """
 def _database_section(result: dict[str, Any]) -> str:
     small, full = result["phases"][0], result["phases"][-1]
     small_queries = {(r["who"], r["label"]): r["queries"] for r in small["requests"]}
-    note = (" The small size's figures come from a first measurement, taken before the "
+    note = (" The small size's figures come from a separate run on a database of that "
+            "size, with the same code; the full size's from a database seeded once and kept."
+            if small.get("same_code") else
+            " The small size's figures come from a first measurement, taken before the "
             "fixes listed above; the full size's with them."
             if full.get("remeasured") else "")
     load = full["requests"][0].get("load") if full["requests"] else None
@@ -421,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the PostgreSQL database for a later --reuse")
     parser.add_argument("--reuse", help="measure the kept database again (after a fix): "
                         "the JSON --save kept, whose small-size figures are reused")
+    parser.add_argument("--postgres-db", default="agentforge_bench",
+                        help="the PostgreSQL database to use (created and dropped here)")
+    parser.add_argument("--skip-export", action="store_true",
+                        help="measure the requests only, not the export")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -442,10 +453,11 @@ def main(argv: list[str] | None = None) -> int:
 def _in_child(database: str, args: argparse.Namespace) -> dict[str, Any]:
     forwarded = [f"--{name.replace('_', '-')}={value}" for name, value in vars(args).items()
                  if name in ("runs", "small_runs", "calls_per_run", "repeat", "workdir",
-                             "reuse") and value is not None]
+                             "reuse", "postgres_db") and value is not None]
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         subprocess.run([sys.executable, "-m", "benchmarks.audit_scale", "--child", database,
-                        "--out", out.name, *forwarded, *(["--keep"] if args.keep else [])],
+                        "--out", out.name, *forwarded, *(["--keep"] if args.keep else []),
+                        *(["--skip-export"] if args.skip_export else [])],
                        cwd=ROOT, check=True)
         loaded: dict[str, Any] = json.loads(Path(out.name).read_text())
         return loaded

@@ -13,7 +13,7 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from ..models import RunStatus, ToolRegistration
+from ..models import RunStatus, ToolCall, ToolRegistration
 from ..runs import selectors
 from ..runs.audit import (
     DiffError,
@@ -106,7 +106,9 @@ def tool_page_context(request: AuthenticatedHttpRequest, name: str) -> dict[str,
         "name": name, "registration": registration, "stats": stats,
         "chart": calls_chart(stats.buckets, stats.bucket_unit),
         "recent": [(call, STATE_NAMES.get(call.state, call.state))
-                   for call in call_rows(calls).order_by("-pk")[:RECENT_CALLS]],
+                   for call in call_rows(ToolCall.objects.filter(
+                       pk__in=calls.order_by("-pk").values("pk")[:RECENT_CALLS]))
+                   .order_by("-pk")],
         "versions": versions_of(registration) if registration else [],
         "percentiles": list(stats.percentiles.items()),
     }
