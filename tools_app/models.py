@@ -552,8 +552,10 @@ class ToolCall(models.Model):
             models.Index(fields=["run_owner_id", "id"], name="toolcall_owner_recent"),
             models.Index(fields=["run_owner_id", "run_created_at"],
                          name="toolcall_owner_created"),
-            models.Index(fields=["tool_name", "run_owner_id", "duration_ms"],
-                         name="toolcall_tool_owner"),
+            # (and what a user's tool page counts, so it reads the index alone)
+            models.Index(fields=["tool_name", "run_owner_id", "duration_ms", "state",
+                                 "is_error", "started_at", "run_created_at"],
+                         name="toolcall_tool_owner_stats"),
             # Runs filtered on their calls (has_errors, error_type): one probe per run.
             models.Index(fields=["run"], condition=models.Q(is_error=True),
                          name="toolcall_run_erring"),

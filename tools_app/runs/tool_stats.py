@@ -24,6 +24,7 @@ from django.db.models import (
     DateTimeField,
     F,
     FloatField,
+    Func,
     IntegerField,
     Max,
     Min,
@@ -215,10 +216,38 @@ def _slot_buckets(tool_name: str, unit: str, trunc: type[TruncBase],
         summed = (slots.values(bucket=trunc("slot"))
                   .annotate(n=Sum("calls"), errors=Sum("errors")).order_by("bucket"))
         return [Bucket(row["bucket"], row["n"], row["errors"]) for row in summed]
+    if _in_utc():
+        return _utc_buckets(slots.annotate(at=Cast("slot", CharField())), unit,
+                            Sum("calls"), Sum("errors"))
     # the stored UTC text, parsed here: Django's datetime converter per row costs more
     rows = slots.values_list(Cast("slot", CharField()), "calls", "errors").order_by("slot")
     return _folded(((datetime.fromisoformat(f"{text}+00:00"), int(n), int(errors))
                     for text, n, errors in rows), unit)
+
+
+def _in_utc() -> bool:
+    """Whether the current time zone is UTC, where SQLite can cut its stored UTC text to
+    hours, days or weeks itself (any other zone's hours are folded in Python)."""
+    return str(timezone.get_current_timezone()) in ("UTC", "Etc/UTC")
+
+
+class _SqliteWeek(Func):
+    """The Monday on or before a stored "YYYY-MM-DD ..." text, as "YYYY-MM-DD"."""
+
+    template = "date(substr(%(expressions)s, 1, 10), '-6 days', 'weekday 1')"
+    output_field = CharField()
+
+
+def _utc_buckets(rows: QuerySet[Any], unit: str, calls: Any, errors: Any) -> list[Bucket]:
+    """SQLite, in UTC: `rows` annotated with their moment as stored text (`at`) added up
+    per hour ("YYYY-MM-DD HH"), day or week in SQL: a few hundred rows, no Python per
+    call or slot."""
+    key = (Substr("at", 1, 13) if unit == "hour" else
+           Substr("at", 1, 10) if unit == "day" else _SqliteWeek("at"))
+    summed = rows.values(key=key).annotate(n=calls, e=errors).order_by("key")
+    suffix = ":00:00+00:00" if unit == "hour" else " 00:00:00+00:00"
+    return [Bucket(datetime.fromisoformat(f"{row['key']}{suffix}"), int(row["n"]),
+                   int(row["e"])) for row in summed]
 
 
 def _folded(slots: Iterable[tuple[datetime, int, int]], unit: str) -> list[Bucket]:
@@ -240,7 +269,10 @@ def _sqlite_buckets(calls: QuerySet[ToolCall], unit: str) -> list[Bucket]:
     TruncWeek there is a Python function: seconds for 100,000 calls), then folded into
     local hours, days or weeks here (every time zone's offset is a whole number of
     quarter hours, so a slot lies inside one local hour; a few thousand slots at most
-    per 120 days)."""
+    per 120 days). In UTC, added up per hour, day or week in SQL instead."""
+    if _in_utc():
+        return _utc_buckets(calls.annotate(at=Cast(_moment(), CharField())), unit,
+                            Count("pk"), Count("pk", filter=Q(is_error=True)))
     rows = (calls.values(hour=Substr(_moment(), 1, 13),
                          quarter=Cast(Substr(_moment(), 15, 2), IntegerField()) / 15)
             .annotate(calls=Count("pk"), errors=Count("pk", filter=Q(is_error=True)))
