@@ -1,7 +1,7 @@
 """Columns the audit log keeps by database triggers, so they are right whoever writes the
 rows (the recorder, the lifecycle, an import, `seed_audit`'s executemany, a queryset
 `update()`), never by a Python path a writer could skip: created (and backfilled) by
-migration `0014_auditscale2_call_run_copy` (and the slots by
+migration `0014_auditscale2_call_run_copy` (the slots and error groups by
 `0014_auditscale2_tool_slots`), checked after every `migrate`
 (`ensure_audit_triggers`, as `search_schema` does for the search index).
 
@@ -24,6 +24,13 @@ migration `0014_auditscale2_call_run_copy` (and the slots by
   `ERROR_HEAD_CHARS` characters of the message (the page's "most frequent errors"),
   with the newest call's id, kept the same way: a call counts in its group while it is
   an error; when the newest call of a group goes, the next newest is looked up.
+
+The counts are changed inside the writer's own transaction, so they commit or roll back
+with the call; on PostgreSQL two transactions that count calls of the same tool in the
+same quarter hour (or error group) take turns on that row until the first commits. A
+transaction that writes one call, as the recorder does here, changes one tool's rows in
+time order; one that wrote calls of several tools in different orders in concurrent
+transactions could deadlock on them (PostgreSQL would then abort one).
 """
 
 # The SQL below is built only from this module's constant table and column names, never
