@@ -3,9 +3,10 @@
 request makes (must not grow with the data: also measured at 10,000 runs), and an
 export of every call streamed with flat memory.
 
-For each database (a SQLite file, and PostgreSQL's `agentforge_bench`, created and
-dropped here), in a process of its own: migrate, `seed_audit` the small size, measure,
-seed the rest up to the full size, measure again, export. Requests go through Django's
+For each database (a SQLite file, and a PostgreSQL database, `agentforge_bench` unless
+--postgres-db names another, created and dropped here), in a process of its own:
+migrate, `seed_audit` the small size, measure, seed the rest up to the full size,
+measure again, export (unless --skip-export). Requests go through Django's
 test Client (middleware, templates, the real views) as a logged-in staff user and as an
 ordinary user (who sees about 1/20 of the runs); API requests carry a bearer token.
 Each request is made once to warm up, then REPEAT times; its queries are counted on
@@ -35,7 +36,7 @@ from benchmarks.common import ROOT, setup_django, summary, write_result
 
 TARGET_MS = 200.0
 POSTGRES_ADMIN = ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-qAtc"]
-POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/agentforge_bench"
+POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/{name}"
 STAFF, USER = "audit-user-00", "audit-user-01"  # seed_audit's users: the first is staff
 
 
@@ -204,11 +205,12 @@ def child(database: str, args: argparse.Namespace) -> dict[str, Any]:
     os.environ.update({"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(40),
                        "ALLOWED_HOSTS": "testserver", "LOG_LEVEL": "ERROR"})
     previous = _previous(args.reuse, database)
+    name = args.postgres_db
     if database == "postgres":
-        url = POSTGRES_URL
+        url = POSTGRES_URL.format(name=name)
         if previous is None:
-            _postgres("DROP DATABASE IF EXISTS agentforge_bench")
-            _postgres("CREATE DATABASE agentforge_bench")
+            _postgres(f"DROP DATABASE IF EXISTS {name}")
+            _postgres(f"CREATE DATABASE {name}")
     else:
         url = f"sqlite:///{Path(args.workdir) / 'audit.sqlite3'}"
         if previous is None:
@@ -222,7 +224,8 @@ def child(database: str, args: argparse.Namespace) -> dict[str, Any]:
             from tools_app.models import Run, ToolCall
 
             full = {"runs": Run.objects.count(), "calls": ToolCall.objects.count(),
-                    "seed_s": float("nan"), "export": measure_export()}
+                    "seed_s": float("nan"),
+                    "export": None if args.skip_export else measure_export()}
         result["phases"] = [previous["phases"][0], {
             **full, "requests": measure_requests(args.repeat), "remeasured": True}]
     else:
@@ -234,7 +237,7 @@ def child(database: str, args: argparse.Namespace) -> dict[str, Any]:
         from django.db import connections
 
         connections.close_all()
-        _postgres("DROP DATABASE IF EXISTS agentforge_bench")
+        _postgres(f"DROP DATABASE IF EXISTS {name}")
     return result
 
 
@@ -285,7 +288,8 @@ def _seed_and_measure(database: str, size: int, done: int, seed: int,
 
 def _measure(size: int, args: argparse.Namespace, seeded: float) -> dict[str, Any]:
     return {"runs": size, "calls": size * args.calls_per_run, "seed_s": seeded,
-            "requests": measure_requests(args.repeat), "export": measure_export()}
+            "requests": measure_requests(args.repeat),
+            "export": None if args.skip_export else measure_export()}
 
 
 def _postgres(statement: str) -> None:
@@ -326,6 +330,19 @@ new `handled_by` index, plus an existence check per name for an ordinary user);
 SQLite's tool-page chart called Django's Python Trunc function per call (now counted per
 UTC quarter hour in SQL); a tool's recent calls were sorted (now an index on
 `tool_name, id`); the runs list got keyset indexes under a user and a status.
+
+Second pass (migrations `0014_auditscale2_*`, from the misses of the first full-size
+measurement): each call keeps its run's creation time and creator, copied by database
+triggers (`run_created_at`, `run_owner_id`, indexed), so the calls list's `until` and
+an ordinary user's calls need no join, and a calls page picks its ids from the calls
+alone before reading its rows with their joins; a runs search for a common word
+checks the runs in the list's order against the index's matches (read once) instead of
+reading the run of each of 350,000 matching calls (SQLite counts the matches in FTS5,
+PostgreSQL reads its planner's estimate, to choose); a tool page reads its chart and
+its most frequent errors, for staff, from counts the triggers keep per tool and
+quarter hour and per error group, its outcome counts and span from indexes, and a
+user's from one index holding what it counts; PostgreSQL got partial indexes for
+`has_errors` / `error_type` and statistics on the snapshot's text for `tool_version`.
 """]
     for result in results:
         parts.append(_database_section(result))
@@ -334,44 +351,36 @@ UTC quarter hour in SQL); a tool's recent calls were sorted (now an index on
 
 
 MISSES = """
-### What still misses the target, and why
+### What is still close to the target, or would miss it, and why
 
-- **A search for a common word** (`q=kubernetes`, `q=zürich invoice`: the seed's small
-  vocabulary puts each of its words in about a third of all calls). The index finds the
-  matching calls at once, but a run matches through any of its calls, so the runs list
-  reads the run id of every matching call (some 350,000 random reads) before it can keep
-  the newest 25; the calls list (which needs no run ids) stays within the target. A
-  specific word (an order id, a name, an error) is fast on both lists. Checking each
-  candidate run against the index instead (tried: a correlated EXISTS per run) is worse
-  on SQLite: FTS5 rebuilds a prefix query's whole match list for every probe. A real fix
-  is to index each run's calls' text in the run's own document (written by the
-  recorder as a run's calls finish), not done yet.
-- **The calls list with `until` far in the past**: the calls list is newest first by
-  call id and `until` is on the run's creation, so the newest five sixths of all calls
-  are read and rejected before the first match; it would need the run's creation time
-  on each call (an indexed, denormalised column), not done yet.
-- **A tool's page for a tool with 110,000 calls**: each statistic (counts by state,
-  percentiles, error groups, the chart's buckets) reads all of the tool's calls the
-  viewer may see. The indexes keep each read inside the tool's calls, but 110,000 rows
-  several times is seconds on SQLite. It would need statistics kept per tool and hour as
-  calls finish (a rollup table), or a page limited to a recent window.
-- **PostgreSQL, runs filtered on their calls** (`error_type`, `has_errors`,
-  `tool_version`): the planner picks a hash semi-join over every erring call (or casts
-  every snapshot to text) rather than probing the newest runs one by one; partial
-  indexes (`run_id WHERE is_error`, `run_id, error_type`) are the next thing to try.
-- **The calls list with a rare combination** (an ordinary user's calls with a 1% state
-  or handler): newest first, it reads calls until it has a page, about a thousand calls
-  per match.
-- Figures above 200 ms that are not in this list were measured while other processes
-  kept both cores busy (see the load average); the same requests are far below the
-  target in quieter moments of the same run.
+- **A runs search for a common word on SQLite** (`q=kubernetes`, `q=zürich invoice`:
+  each word in about a third of all calls) reads the index's matches into a set (some
+  350,000 call ids, a few tens of milliseconds) on every request before checking the
+  newest runs against it: about 80-100 ms with the cores free, near 200 ms at p95 when
+  other work keeps both cores busy (a load average of 4). FTS5 cannot check one call
+  against a prefix query cheaply (each probe rebuilds the prefix's match list), so the
+  set is read whole.
+- **A common word whose matches are all in old runs**: the runs list then walks the
+  newest runs (under its other filters) until it finds a page; a document per run
+  (every call's words in the run's own index row) would find them directly. Not built:
+  it costs a rewrite of the run's document as each call finishes.
+- **The calls list with `until` near the middle of the calls' time span**: the order
+  by the time index is chosen when `until` is in the older half, so up to half of the
+  calls' index entries are read and sorted.
+- **An ordinary user's tool page** counts their own calls (from one index, no kept
+  counts per user): a user with most of a busy tool's calls reads them all.
+- Figures above the target under load: every figure includes waiting for a core when
+  other processes keep both busy (see the load average).
 """
 
 
 def _database_section(result: dict[str, Any]) -> str:
     small, full = result["phases"][0], result["phases"][-1]
     small_queries = {(r["who"], r["label"]): r["queries"] for r in small["requests"]}
-    note = (" The small size's figures come from a first measurement, taken before the "
+    note = (" The small size's figures come from a separate run on a database of that "
+            "size, with the same code; the full size's from a database seeded once and kept."
+            if small.get("same_code") else
+            " The small size's figures come from a first measurement, taken before the "
             "fixes listed above; the full size's with them."
             if full.get("remeasured") else "")
     load = full["requests"][0].get("load") if full["requests"] else None
@@ -421,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the PostgreSQL database for a later --reuse")
     parser.add_argument("--reuse", help="measure the kept database again (after a fix): "
                         "the JSON --save kept, whose small-size figures are reused")
+    parser.add_argument("--postgres-db", default="agentforge_bench",
+                        help="the PostgreSQL database to use (created and dropped here)")
+    parser.add_argument("--skip-export", action="store_true",
+                        help="measure the requests only, not the export")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -442,10 +455,11 @@ def main(argv: list[str] | None = None) -> int:
 def _in_child(database: str, args: argparse.Namespace) -> dict[str, Any]:
     forwarded = [f"--{name.replace('_', '-')}={value}" for name, value in vars(args).items()
                  if name in ("runs", "small_runs", "calls_per_run", "repeat", "workdir",
-                             "reuse") and value is not None]
+                             "reuse", "postgres_db") and value is not None]
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         subprocess.run([sys.executable, "-m", "benchmarks.audit_scale", "--child", database,
-                        "--out", out.name, *forwarded, *(["--keep"] if args.keep else [])],
+                        "--out", out.name, *forwarded, *(["--keep"] if args.keep else []),
+                        *(["--skip-export"] if args.skip_export else [])],
                        cwd=ROOT, check=True)
         loaded: dict[str, Any] = json.loads(Path(out.name).read_text())
         return loaded

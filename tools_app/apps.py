@@ -14,6 +14,7 @@ class ToolsAppConfig(AppConfig):
         from .live import notify, sessions  # noqa: F401  (connects the receivers)
 
         post_migrate.connect(_ensure_search_index, sender=self)
+        post_migrate.connect(_ensure_audit_triggers, sender=self)
 
 
 def _ensure_search_index(using: str = "default", **kwargs: Any) -> None:
@@ -22,3 +23,11 @@ def _ensure_search_index(using: str = "default", **kwargs: Any) -> None:
     from .runs.search_schema import ensure_search_index
 
     ensure_search_index(connections[using])
+
+
+def _ensure_audit_triggers(using: str = "default", **kwargs: Any) -> None:
+    """The same for the triggers that keep the audit log's copied columns
+    (`runs.audit_schema`)."""
+    from .runs.audit_schema import ensure_audit_triggers
+
+    ensure_audit_triggers(connections[using])

@@ -16,6 +16,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 tool_name_validator = RegexValidator(
@@ -520,6 +522,11 @@ class ToolCall(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True)
+    # The run's created_at and created_by_id, copied by database triggers
+    # (runs.audit_schema): the calls list's since / until, an ordinary user's calls and
+    # a tool page's chart read them without a join.
+    run_created_at = models.DateTimeField(null=True, blank=True, editable=False)
+    run_owner_id = models.BigIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["round__index", "call_index"]
@@ -530,15 +537,73 @@ class ToolCall(models.Model):
             # A tool's calls: its page's statistics (counts by state, duration
             # percentiles read in duration order) and the calls filter `tool`.
             models.Index(fields=["tool_name", "duration_ms"], name="toolcall_tool_duration"),
-            models.Index(fields=["tool_name", "state"], name="toolcall_tool_state"),
+            models.Index(fields=["tool_name", "state", "is_error"], name="toolcall_tool_outcome"),
+            # A tool's first and last moment (a chart's span): one index read each.
+            models.Index(F("tool_name"), Coalesce("started_at", "run_created_at"),
+                         name="toolcall_tool_moment"),
             # The handlers filter's choices: read one index seek per distinct name.
             models.Index(fields=["handled_by"], name="toolcall_handler"),
             # A tool's most recent calls (its page), newest first without a sort.
             models.Index(fields=["tool_name", "id"], name="toolcall_tool_recent"),
+            # The calls list's since / until (the run's creation, kept on the call).
+            models.Index(fields=["run_created_at", "id"], name="toolcall_run_created"),
+            # An ordinary user's calls (their runs', kept on the call): newest first, by
+            # their runs' creation, and one tool's (its page's statistics).
+            models.Index(fields=["run_owner_id", "id"], name="toolcall_owner_recent"),
+            models.Index(fields=["run_owner_id", "run_created_at"],
+                         name="toolcall_owner_created"),
+            # (and what a user's tool page counts, so it reads the index alone)
+            models.Index(fields=["tool_name", "run_owner_id", "duration_ms", "state",
+                                 "is_error", "started_at", "run_created_at"],
+                         name="toolcall_tool_owner_stats"),
+            # Runs filtered on their calls (has_errors, error_type): one probe per run.
+            models.Index(fields=["run"], condition=models.Q(is_error=True),
+                         name="toolcall_run_erring"),
+            models.Index(fields=["run", "error_type"], condition=~models.Q(error_type=""),
+                         name="toolcall_run_error_type"),
         ]
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.state})"
+
+
+class ToolCallSlot(models.Model):
+    """A tool's calls and errors per quarter hour (UTC) of their moment (the start, or the
+    run's creation for a call that never started): what a tool page's chart draws for
+    staff, without reading the tool's calls. Written only by database triggers on
+    `ToolCall` (runs.audit_schema), so every insert, update and delete of a call, by
+    whatever path, is counted; never edited here."""
+
+    tool_name = models.CharField(max_length=200)
+    slot = models.DateTimeField(help_text="The start of the quarter hour (UTC).")
+    calls = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tool_name", "slot"],
+                                               name="toolcallslot_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.slot:%Y-%m-%d %H:%M}: {self.calls}"
+
+
+class ToolErrorGroup(models.Model):
+    """A tool's erring calls grouped as its page lists them (error type and the first 300
+    characters of the message): how many, and the newest one's id. Written only by
+    database triggers on `ToolCall` (runs.audit_schema), like `ToolCallSlot`."""
+
+    tool_name = models.CharField(max_length=200)
+    error_type = models.CharField(max_length=200)
+    head = models.TextField(help_text="The first 300 characters of the message.")
+    calls = models.BigIntegerField(default=0)
+    last_call_id = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tool_name", "error_type", "head"],
+                                               name="toolerrorgroup_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.error_type}: {self.calls}"
 
 
 class DecisionKind(models.TextChoices):

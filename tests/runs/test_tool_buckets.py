@@ -1,7 +1,8 @@
 """On SQLite a tool page's chart counts calls per quarter hour of UTC in SQL and folds
 them into local hours, days and weeks in Python (Django's Trunc there is a Python
-function per row): the buckets are the ones TruncHour / TruncDay / TruncWeek give, in
-any time zone, half-hour offsets and daylight saving included."""
+function per row), or in UTC cuts the stored text to hours, days and weeks in SQL: the
+buckets are the ones TruncHour / TruncDay / TruncWeek give, in any time zone, half-hour
+offsets and daylight saving included."""
 
 from __future__ import annotations
 

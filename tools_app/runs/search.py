@@ -23,14 +23,27 @@ Both databases tokenize the stored text the same way (migration
 
 Only the first `INDEXED_CHARS` characters of each field are indexed (a tsvector holds at
 most 1 MB; both databases keep the same prefix so they agree).
+
+Runs are found in one of two ways, chosen by how many rows the words are in (SQLite:
+counted from the index up to `FEW_MATCHES`, one query; PostgreSQL: its planner's
+estimates, two EXPLAINs, as counting there rechecks each match's row). Few: the ids
+of the matching runs (their own text, or the run of each matching call) are read from
+the index and the list keeps those. Many (a common word is in a third of all calls):
+reading the run of every matching call costs a random read each (350,000 for one
+word, seconds), so the list walks its own order instead (newest first, under its
+other filters) and checks each run as it goes: its own text, or one of its calls
+(found by the calls' `run_id` index), against the matches read once from the index,
+until the page is full. Both give the same runs.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import BooleanField, Expression, QuerySet
 from django.db.models.expressions import RawSQL
 
 from ..models import Run, ToolCall
@@ -38,6 +51,9 @@ from .search_schema import INDEXED_CHARS
 
 __all__ = ["INDEXED_CHARS", "search_calls", "search_runs", "words"]
 MAX_WORDS = 16  # a longer query is cut: each word is one more index lookup
+# Up to this many matching calls (or runs by their own text), a runs search reads the
+# runs of the matches; beyond, it checks the runs in the list's order (module docstring).
+FEW_MATCHES = 5_000
 
 # Letters and digits, as FTS5's unicode61 tokenizer (categories L*, N*) and
 # PostgreSQL's [[:alnum:]] see them; the underscore separates words in both.
@@ -56,6 +72,35 @@ _POSTGRES_CALLS = ("SELECT id FROM tools_app_toolcall "
 _POSTGRES_RUNS = ("SELECT id FROM tools_app_run WHERE search_vector @@ to_tsquery('simple', %s) "
                   "UNION SELECT run_id FROM tools_app_toolcall "
                   "WHERE search_vector @@ to_tsquery('simple', %s)")
+
+
+# How many calls and runs match, each counted up to FEW_MATCHES + 1 (index reads only).
+_SQLITE_COUNT = ("SELECT (SELECT count(*) FROM (SELECT rowid FROM tools_app_toolcall_fts "
+                 "WHERE tools_app_toolcall_fts MATCH %s LIMIT %s)), "
+                 "(SELECT count(*) FROM (SELECT rowid FROM tools_app_run_fts "
+                 "WHERE tools_app_run_fts MATCH %s LIMIT %s))")
+# PostgreSQL: the planner's estimate from the columns' statistics (counting would read
+# each match's row to recheck it: a second for a common word).
+_POSTGRES_ESTIMATES = (
+    "EXPLAIN (FORMAT JSON) SELECT 1 FROM tools_app_toolcall "
+    "WHERE search_vector @@ to_tsquery('simple', %s)",
+    "EXPLAIN (FORMAT JSON) SELECT 1 FROM tools_app_run "
+    "WHERE search_vector @@ to_tsquery('simple', %s)",
+)
+# One run checked as the list reaches it ({run} is the runs table's alias in the list's
+# query). SQLite computes each `IN (SELECT rowid ... MATCH)` once per query (the index's
+# matches, no row reads), then probes it (`+c.id`: with `c.id` SQLite would instead
+# look up every match among the run's calls); PostgreSQL reads the run's calls by run_id and
+# tests their stored tsvectors (OFFSET 0 keeps it from hashing every matching call).
+_SQLITE_RUN_CHECK = (
+    "((SELECT m.docid FROM tools_app_run_fts_map m WHERE m.run_id = {run}.id) IN "
+    "(SELECT rowid FROM tools_app_run_fts WHERE tools_app_run_fts MATCH %s) "
+    "OR EXISTS (SELECT 1 FROM tools_app_toolcall c WHERE c.run_id = {run}.id AND +c.id IN "
+    "(SELECT rowid FROM tools_app_toolcall_fts WHERE tools_app_toolcall_fts MATCH %s)))")
+_POSTGRES_RUN_CHECK = (
+    "({run}.search_vector @@ to_tsquery('simple', %s) "
+    "OR EXISTS (SELECT 1 FROM tools_app_toolcall c WHERE c.run_id = {run}.id "
+    "AND c.search_vector @@ to_tsquery('simple', %s) OFFSET 0))")
 
 
 def words(text: str) -> list[str]:
@@ -91,9 +136,46 @@ def search_runs(runs: QuerySet[Run], text: str) -> QuerySet[Run]:
     found = words(text)
     if not found:
         return runs.none()
-    if _vendor(runs) == "postgresql":
-        return runs.filter(pk__in=_ids(_POSTGRES_RUNS, [postgres_query(found)] * 2))
-    return runs.filter(pk__in=_ids(_SQLITE_RUNS, [sqlite_query(found)] * 2))
+    postgres = _vendor(runs) == "postgresql"
+    query = postgres_query(found) if postgres else sqlite_query(found)
+    if max(_matches(runs.db, query, postgres)) > FEW_MATCHES:
+        return runs.filter(RunMatches(_POSTGRES_RUN_CHECK if postgres else _SQLITE_RUN_CHECK,
+                                      query))
+    return runs.filter(pk__in=_ids(_POSTGRES_RUNS if postgres else _SQLITE_RUNS, [query] * 2))
+
+
+def _matches(using: str, query: str, postgres: bool) -> tuple[int, int]:
+    """How many calls and runs (by their own text) hold the words: counted up to
+    FEW_MATCHES + 1 from SQLite's index (its matches cost no row reads), estimated by
+    PostgreSQL's planner."""
+    with connections[using].cursor() as cursor:
+        if not postgres:
+            cursor.execute(_SQLITE_COUNT, [query, FEW_MATCHES + 1] * 2)
+            calls, own = cursor.fetchone()
+            return int(calls), int(own)
+        found = []
+        for statement in _POSTGRES_ESTIMATES:
+            cursor.execute(statement, [query])
+            plan = cursor.fetchone()[0]
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            found.append(int(plan[0]["Plan"]["Plan Rows"]))
+        return found[0], found[1]
+
+
+class RunMatches(Expression):
+    """True for a run whose own text or one of whose calls' holds every word: the check
+    of one run as the list reaches it (the SQL is one of this module's constants, the
+    words travel as parameters)."""
+
+    output_field = BooleanField()
+
+    def __init__(self, template: str, query: str) -> None:
+        super().__init__()
+        self.template, self.query = template, query
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[str, ...]]:
+        run = compiler.quote_name(compiler.query.get_initial_alias())
+        return self.template.format(run=run), (self.query, self.query)
 
 
 def _ids(sql: str, params: list[str]) -> RawSQL:

@@ -32,7 +32,8 @@ from .export import calls_export_response
 @token_required
 def calls(request: HttpRequest) -> JsonResponse:
     try:
-        page = filtered_calls(call_rows(calls_listed_for_user(request.user)), request.GET.dict())
+        page = filtered_calls(calls_listed_for_user(request.user), request.GET.dict(),
+                              call_rows)
     except FilterError as exc:
         raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
     return JsonResponse({"calls": [call_json(c) for c in page.calls],

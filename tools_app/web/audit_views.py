@@ -13,7 +13,7 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from ..models import RunStatus, ToolRegistration
+from ..models import RunStatus, ToolCall, ToolRegistration
 from ..runs import selectors
 from ..runs.audit import (
     DiffError,
@@ -47,8 +47,8 @@ def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     visible = calls_for_user(request.user)
     status, error = 200, None
     try:
-        page = filtered_calls(call_rows(calls_listed_for_user(request.user)),
-                              {"limit": str(CALLS_PAGE_SIZE)} | filters)
+        page = filtered_calls(calls_listed_for_user(request.user),
+                              {"limit": str(CALLS_PAGE_SIZE)} | filters, call_rows)
     except FilterError as exc:
         status, error, page = 400, f"{exc.field}: {exc}", CallPage([], None)
     shown = {k: v for k, v in filters.items() if k not in ("cursor", "limit")}
@@ -100,12 +100,15 @@ def tool_page_context(request: AuthenticatedHttpRequest, name: str) -> dict[str,
     calls = calls_for_user(request.user).filter(tool_name=name)
     if registration is None and not calls.exists():
         raise Http404("No such tool")
-    stats = tool_stats(calls)
+    # staff see every call of the tool: the chart adds up the counts kept per quarter hour
+    stats = tool_stats(calls, every_call_of=name if request.user.is_staff else None)
     return {
         "name": name, "registration": registration, "stats": stats,
         "chart": calls_chart(stats.buckets, stats.bucket_unit),
         "recent": [(call, STATE_NAMES.get(call.state, call.state))
-                   for call in call_rows(calls).order_by("-pk")[:RECENT_CALLS]],
+                   for call in call_rows(ToolCall.objects.filter(
+                       pk__in=calls.order_by("-pk").values("pk")[:RECENT_CALLS]))
+                   .order_by("-pk")],
         "versions": versions_of(registration) if registration else [],
         "percentiles": list(stats.percentiles.items()),
     }
