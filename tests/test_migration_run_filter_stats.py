@@ -1,5 +1,5 @@
 """PostgreSQL keeps statistics on the runs' snapshot as text (migration
-`0014_auditscale2_run_filter_stats`), so the `tool_version` filter is planned from how
+`0016_auditscale2_run_filter_stats`), so the `tool_version` filter is planned from how
 many runs hold a version, not from a guess."""
 
 from __future__ import annotations
@@ -8,11 +8,9 @@ import pytest
 from django.db import connection
 
 
-@pytest.mark.both
+@pytest.mark.scaleout  # PostgreSQL only: SQLite reads the newest runs first whatever it estimates
 @pytest.mark.django_db
 def test_the_snapshot_text_has_statistics_on_postgresql() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("SQLite reads the newest runs first whatever it estimates")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_get_statisticsobjdef(oid) FROM pg_statistic_ext "
                        "WHERE stxname = 'tools_app_run_snapshot_text'")

@@ -2,7 +2,7 @@
 rows (the recorder, the lifecycle, an import, `seed_audit`'s executemany, a queryset
 `update()`), never by a Python path a writer could skip: created (and backfilled) by
 migration `0014_auditscale2_call_run_copy` (the slots and error groups by
-`0014_auditscale2_tool_slots`), checked after every `migrate`
+`0015_auditscale2_tool_slots`), checked after every `migrate`
 (`ensure_audit_triggers`, as `search_schema` does for the search index).
 
 - `ToolCall.run_created_at` and `ToolCall.run_owner_id`: the creation time and the

@@ -257,12 +257,14 @@ def on_proposed(changes: RowChanges, event: ToolCallProposed, payload: dict[str,
 
 def on_started(changes: RowChanges, event: ToolCallStarted, payload: dict[str, Any]) -> None:
     changes.update_call(event.round_index or 0, fit_column(ToolCall, "call_id", event.call_id),
+                        fit_column(ToolCall, "tool_name", event.tool_name),
                         {"state": "started", "started_at": _dt(event.at), "finished_at": None},
                         started=True)
 
 
 def on_finished(changes: RowChanges, event: ToolCallFinished, payload: dict[str, Any]) -> None:
-    changes.update_call(event.round_index or 0, fit_column(ToolCall, "call_id", event.call_id), {
+    changes.update_call(event.round_index or 0, fit_column(ToolCall, "call_id", event.call_id),
+                        fit_column(ToolCall, "tool_name", event.tool_name), {
         "state": event.outcome,
         "result_text": clean_text(event.text),
         "result_json": payload["result_json"],

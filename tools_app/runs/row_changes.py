@@ -47,6 +47,7 @@ class RowChanges:
     round_updates: dict[int, dict[str, Any]] = field(default_factory=dict)
     proposed_calls: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     call_updates: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
+    call_tools: dict[tuple[int, str], str] = field(default_factory=dict)
     call_starts: Counter[tuple[int, str]] = field(default_factory=Counter)
     run_counters: Counter[str] = field(default_factory=Counter)
     rounds_count: int | None = None
@@ -75,9 +76,10 @@ class RowChanges:
     def propose_call(self, round_index: int, call: dict[str, Any]) -> None:
         self.proposed_calls.append((round_index, call))
 
-    def update_call(self, round_index: int, call_id: str, fields: dict[str, Any],
-                    *, started: bool = False) -> None:
+    def update_call(self, round_index: int, call_id: str, tool_name: str,
+                    fields: dict[str, Any], *, started: bool = False) -> None:
         self.call_updates.setdefault((round_index, call_id), {}).update(fields)
+        self.call_tools[(round_index, call_id)] = tool_name
         if started:
             self.call_starts[(round_index, call_id)] += 1
 
@@ -100,7 +102,10 @@ class RowChanges:
         for index, fields in self.round_updates.items():
             rowsql.update(Round, {"id": self.round_id(index)}, fields)
         self._write_proposed_calls()
-        for (round_index, call_id), fields in self.call_updates.items():
+        # In tool order: the triggers keeping each tool's counts (runs.audit_schema) lock
+        # its rows, and two runs' batches taking them in opposite orders could deadlock.
+        for (round_index, call_id), fields in sorted(
+                self.call_updates.items(), key=lambda item: (self.call_tools[item[0]], item[0])):
             starts = self.call_starts[(round_index, call_id)]
             if starts:
                 fields = {**fields, "attempts": Add(starts)}
@@ -131,7 +136,10 @@ class RowChanges:
             self.new_rounds.update(zip(indexes, ids, strict=True))
 
     def _write_proposed_calls(self) -> None:
+        # In tool order, as the updates are (the count triggers' locks); stable, so one
+        # tool's calls keep their order.
         rows = [{**call, "round": self.round_id(round_index)}
-                for round_index, call in self.proposed_calls]
+                for round_index, call in sorted(self.proposed_calls,
+                                                key=lambda item: item[1]["tool_name"])]
         # A call stored before (a run resumed from its history) stays as it is.
         rowsql.insert(ToolCall, rows, conflict=("round", "call_index"))

@@ -24,6 +24,6 @@ def drop(apps, schema_editor):
 
 class Migration(migrations.Migration):
 
-    dependencies = [("tools_app", "0014_auditscale2_tool_slots")]
+    dependencies = [("tools_app", "0015_auditscale2_tool_slots")]
 
     operations = [migrations.RunPython(create, drop, elidable=False)]
