@@ -78,6 +78,9 @@ class RunRecorder:
         # (when, cancel_requested) as the last batch's own UPDATE read it: the heartbeat
         # needs no query of its own while the run writes.
         self.cancel_seen: tuple[float, bool] | None = None
+        # What each new call row copies from its run (runs.audit_schema's triggers would
+        # otherwise put it right with one more UPDATE per call): set by the runner.
+        self.call_row_defaults: dict[str, Any] = {}
 
     async def __call__(self, event: Any) -> None:
         if isinstance(event, RoundStarted):
@@ -175,7 +178,7 @@ class RunRecorder:
 
     def record_batch(self, batch: Sequence[tuple[Any, dict[str, Any]]]) -> int:
         """Write events in one transaction, in order; returns the last seq."""
-        changes = RowChanges(self.run_id, self._round_ids)
+        changes = RowChanges(self.run_id, self._round_ids, self.call_row_defaults)
         with transaction.atomic():
             for event, payload in batch:
                 apply = _APPLIERS.get(event.kind)

@@ -43,6 +43,7 @@ class RowChanges:
 
     run_id: str
     known_rounds: dict[int, int]  # round index -> pk, of rounds committed before
+    call_defaults: dict[str, Any] = field(default_factory=dict)  # copied from the run
     started_rounds: dict[int, dict[str, Any]] = field(default_factory=dict)
     round_updates: dict[int, dict[str, Any]] = field(default_factory=dict)
     proposed_calls: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
@@ -138,7 +139,7 @@ class RowChanges:
     def _write_proposed_calls(self) -> None:
         # In tool order, as the updates are (the count triggers' locks); stable, so one
         # tool's calls keep their order.
-        rows = [{**call, "round": self.round_id(round_index)}
+        rows = [{**self.call_defaults, **call, "round": self.round_id(round_index)}
                 for round_index, call in sorted(self.proposed_calls,
                                                 key=lambda item: item[1]["tool_name"])]
         # A call stored before (a run resumed from its history) stays as it is.

@@ -101,6 +101,8 @@ async def _drive(run_id: str, token: int,
     recorder = RunRecorder(run_id, token, engine.secrets)
     recorder.before_round = _checkpoint
     recorder.streamed = streamed  # kept on a round the run ends before its response
+    recorder.call_row_defaults = {"run_created_at": run.created_at,
+                                  "run_owner_id": run.created_by_id}
     # Flagged calls wait for a stored decision (runs.approvals), never run without one.
     # Gates read the run's rows: what the engine reported is committed first.
     engine.service.approver = after_drain(recorder, RunApprover(run_id))
