@@ -10,18 +10,13 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from tests.migration_support import migrate
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = [("tools_app", "0005_moved_modules")]
 AFTER = [("tools_app", "0006_audit_tool_versions")]
 OLD_RUN = datetime(2026, 10, 1, 9, 0, tzinfo=UTC)
-
-
-def migrate(targets: list[tuple[str, str]]) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return MigrationExecutor(connection)
 
 
 def snapshot_tool(pk: str, digest: str, description: str) -> dict[str, object]:

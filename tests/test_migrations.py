@@ -9,17 +9,12 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django_tasks_db.models import DBTaskResult
 
+from tests.migration_support import migrate
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = [("tools_app", "0004_tool_requires_approval_help")]
 AFTER = [("tools_app", "0005_moved_modules")]
-
-
-def migrate(targets: list[tuple[str, str]]) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return MigrationExecutor(connection)
 
 
 def test_old_module_paths_are_moved_to_the_packages() -> None:

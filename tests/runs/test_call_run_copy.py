@@ -14,6 +14,7 @@ from django.contrib.auth.models import AbstractUser
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from tests.migration_support import migrate
 from tools_app.models import Round, Run, ToolCall
 from tools_app.runs.search_schema import ensure_search_index
 
@@ -124,13 +125,6 @@ def test_the_calls_time_filters_read_it() -> None:
 
 BEFORE = [("tools_app", "0013_auditscale_more_indexes")]
 AFTER = [("tools_app", "0014_auditscale2_call_run_copy")]
-
-
-def migrate(targets: list[tuple[str, str]]) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return MigrationExecutor(connection)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -3,7 +3,6 @@ engine waiting only where crash safety needs it, failures never lost."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -238,7 +237,7 @@ def test_a_failed_batch_nobody_waited_for_stops_the_engine_at_its_next_event(
     async def scenario() -> None:
         writer = RunRecorder(str(run.pk), token)
         await writer(RoundStarted(round_index=0))
-        await asyncio.sleep(0.05)  # its batch fails meanwhile
+        await writer._written()  # its batch is written (and fails) meanwhile
         with pytest.raises(OperationalError):
             await writer(started_event("c1"))
         seen.append("raised at the next event")

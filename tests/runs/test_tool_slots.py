@@ -18,6 +18,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import override_settings
 from django.utils import timezone
 
+from tests.migration_support import migrate
 from tools_app.models import Round, Run, ToolCall, ToolCallSlot, ToolErrorGroup
 from tools_app.runs.search_schema import ensure_search_index
 from tools_app.runs.tool_stats import over_time, top_errors
@@ -190,13 +191,6 @@ def test_the_chart_from_the_slots_is_the_chart_from_the_calls(zone: str,
 
 BEFORE = [("tools_app", "0014_auditscale2_call_run_copy")]
 AFTER = [("tools_app", "0015_auditscale2_tool_slots")]
-
-
-def migrate(targets: list[tuple[str, str]]) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return MigrationExecutor(connection)
 
 
 @pytest.mark.django_db(transaction=True)
