@@ -461,8 +461,8 @@ ms; the application adds <= 3 ms of server CPU per round on top of the engine.
 | embedded, 1 run | 74 % | 95-96 % | no (engine alone: ~95 %) |
 | embedded, 50 runs | 15 %, p95 741 ms, 9 locked | 54-68 %, p95 137-634 ms, 0 locked | no |
 | scale-out, 1 run | 38 % | 86-93 % | no |
-| scale-out, 100 runs | 8 %, 11 of 100 finished | 23-25 %, p95 393-423 ms, all | no |
-| CPU added per round | ~20 ms (in-process) | ~5.2-5.7 ms | no |
+| scale-out, 100 runs | 8 %, 11 of 100 finished | 23-27 %, p95 387-423 ms, all | no |
+| CPU added per round | ~20 ms (in-process) | ~5.5-6.2 ms | no |
 
 The last row is measured by `benchmarks/bench_app_overhead.py` (docs/benchmarks/
 app-overhead.md): the same runs in one process, by the engine alone and as a worker
@@ -483,7 +483,8 @@ each ms of CPU cut per round raises them.
    fenced seq increment (`UPDATE ... SET last_seq = last_seq + k ... RETURNING`).
 3. **Statements built once per shape** (`runs/rowsql.py`): the ORM rebuilt every
    statement (clone, resolve, compile: 0.3-0.5 ms each); the recorder's few shapes are
-   cached SQL, values prepared by the model fields. Recorder CPU per round 7.8 -> 2.5 ms.
+   cached SQL, values prepared by the model fields. Recorder CPU per round 7.8 -> 2.5 ms
+   (3.0 ms since the audit log's count triggers, migrations 0014-0015, run on each call).
 4. **No cancel poll for a run that writes**: each batch's UPDATE returns
    `cancel_requested`; the heartbeat asks only when the run has been quiet (in a
    db_worker profile that poll cost as much CPU as the events).
