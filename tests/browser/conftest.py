@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 DAPHNE = str(Path(PYTHON).with_name("daphne"))
 TOOL_MODULES = ("tools_app.tools.example_tools,tests.browser.xss_tools,"
-                "tests.browser.approval_tools")
+                "tests.browser.approval_tools,tests.browser.gate_tools")
 START_TIMEOUT = 30.0
 PASSWORDS = {"alice": "alice-browser-pw-7Q", "bob": "bob-browser-pw-9Z"}
 

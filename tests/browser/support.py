@@ -227,6 +227,17 @@ async def eventually(condition: Callable[[], bool], timeout: float = WAIT_MS / 1
         await asyncio.sleep(0.02)
 
 
+async def until_live(page: Any, condition_js: str, timeout: float = WAIT_MS / 1000) -> None:
+    """Wait until one of the live updates the page recorded (`window.__live`, each as
+    `e`) satisfies the JavaScript `condition_js`."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await page.evaluate(f"window.__live.some(e => {condition_js})"):
+        if asyncio.get_running_loop().time() >= deadline:
+            seen = await page.evaluate("window.__live")
+            raise AssertionError(f"no live update where {condition_js}: {seen}")
+        await asyncio.sleep(0.05)
+
+
 async def snapshot(page: Any) -> dict[str, Any]:
     return dict(await page.evaluate(SNAPSHOT_JS))
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .gate_tools import RELEASE_FILE
 from .support import (
     CLOSE_SOCKET_JS,
     Server,
@@ -20,10 +22,11 @@ from .support import (
     status,
     submit_run,
     tool_box,
+    until_live,
     wait_round,
     wait_status,
 )
-from .world import SLOW_ENDPOINT, SLOW_ROUNDS
+from .world import SLOW_ENDPOINT, SLOW_ROUNDS, WATCHED_ENDPOINT
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
@@ -46,8 +49,8 @@ async def test_a_run_streams_live_and_ends_equal_to_a_reload(
     page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
     await log_in(page, server, "alice")
 
-    await fill_playground(page, endpoint=FAILING_AND_SLOW,
-                          tools=["always_fails", "slow_tool", "calculator"],
+    await fill_playground(page, endpoint=WATCHED_ENDPOINT,
+                          tools=["always_fails", "watched_nap", "calculator"],
                           message="Check the status service, take a short nap and work out "
                                   "(2 + 3) * 7, all at once.",
                           system_prompt="", policy="Default", tool_choice="auto",
@@ -69,6 +72,9 @@ async def test_a_run_streams_live_and_ends_equal_to_a_reload(
     # Live: the page was served while the run was going, and the socket brought the rest.
     assert await page.locator("#timeline[ws-connect]").count() == 1
     assert await status(page) in ("queued", "running")
+    # The nap is held until the page has shown its call running (live), then let go.
+    await until_live(page, "e.status === 'running' && e.states.includes('started')")
+    (Path(server.env["DATA_DIR"]) / RELEASE_FILE).write_text("seen")
     assert await wait_status(page, "succeeded") == "succeeded"
     live = await page.evaluate("window.__live")
     assert any(e["status"] == "running" and e["rounds"] for e in live), live
@@ -88,7 +94,7 @@ async def test_a_run_streams_live_and_ends_equal_to_a_reload(
     handled = await failing.locator("p.muted").inner_text()
     assert "decided by execution_error_to_model" in handled
     assert "sent the text above to the model" in handled
-    assert await slow.locator("code.tool-name").inner_text() == "slow_tool"
+    assert await slow.locator("code.tool-name").inner_text() == "watched_nap"
     assert await slow.get_attribute("data-state") == "succeeded"
     assert "Slept 1.5 s" in await slow.inner_text()
     assert await calc.locator("code.tool-name").inner_text() == "calculator"

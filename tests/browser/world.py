@@ -22,6 +22,17 @@ SLOW_ENDPOINT = "Browser: slow rounds"
 # Runs for 30 rounds of 0.4 s at least: still running while a test looks, until cancelled.
 LONG_ENDPOINT = "Browser: long run"
 LONG_ROUNDS = 30
+WATCHED_ENDPOINT = "Browser: failing + watched tools"
+# seed_demo's "Scripted: failing + slow tools", its slow call held until the test has
+# seen it running (tests/browser/gate_tools.py).
+WATCHED_SCRIPT: list[dict[str, Any]] = [
+    {"tool_calls": [
+        {"name": "always_fails", "arguments": {"reason": "the demo service is down"}},
+        {"name": "watched_nap", "arguments": {"seconds": 1.5}},
+        {"name": "calculator", "arguments": {"expression": "(2 + 3) * 7"}},
+    ]},
+    {"text": "One tool failed, the others answered:\n{last_results}"},
+]
 XSS_ENDPOINT = "Browser: XSS <img src=x onerror=alert(1)> {{7*7}}"
 XSS_FAILING_ENDPOINT = "Browser: XSS stops <script>alert(1)</script>"
 XSS_POLICY = "Browser: XSS <b>policy</b>"
@@ -113,6 +124,9 @@ def setup() -> None:
         ModelEndpoint.objects.update_or_create(
             name=name, defaults={"kind": ProviderKind.SCRIPTED, "model": "scripted",
                                  "script": script, "stream": True})
+    ModelEndpoint.objects.update_or_create(  # as seed_demo's, not streamed
+        name=WATCHED_ENDPOINT, defaults={"kind": ProviderKind.SCRIPTED, "model": "scripted",
+                                         "script": WATCHED_SCRIPT})
     ErrorPolicy.objects.update_or_create(
         name=XSS_POLICY,
         defaults={"hallucinated_tool": "tell_model", "arguments_error": "to_model",
