@@ -12,14 +12,19 @@ from pathlib import Path
 
 from tools_app.engine import tool
 
-RELEASE_FILE = "release-watched-nap"  # in the server's DATA_DIR, written by the test
 MAX_WAIT_SECONDS = 60.0  # a test that never releases it still ends
 
 
+def release_file(data_dir: str, key: str) -> Path:
+    """The file a test writes (in the server's DATA_DIR) to let the naps of `key` go."""
+    return Path(data_dir) / f"release-{key}"
+
+
 @tool
-async def watched_nap(seconds: float) -> str:
-    """Wait until a viewer has watched this call running, then sleep `seconds`."""
-    release = Path(os.environ["DATA_DIR"]) / RELEASE_FILE
+async def watched_nap(seconds: float, key: str) -> str:
+    """Wait until a viewer has watched this call running (the test releases `key`), then
+    sleep `seconds`."""
+    release = release_file(os.environ["DATA_DIR"], key)
     deadline = time.monotonic() + MAX_WAIT_SECONDS
     while not release.exists() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)

@@ -238,6 +238,13 @@ async def until_live(page: Any, condition_js: str, timeout: float = WAIT_MS / 10
         await asyncio.sleep(0.05)
 
 
+async def release_naps(server: Any, key: str) -> None:
+    """Let the `watched_nap` calls of `key` go (tests/browser/gate_tools.py)."""
+    from .gate_tools import release_file
+
+    release_file(server.env["DATA_DIR"], key).write_text("seen")
+
+
 async def snapshot(page: Any) -> dict[str, Any]:
     return dict(await page.evaluate(SNAPSHOT_JS))
 

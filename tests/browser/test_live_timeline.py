@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .gate_tools import RELEASE_FILE
 from .support import (
     CLOSE_SOCKET_JS,
     Server,
@@ -18,6 +16,7 @@ from .support import (
     fill_playground,
     log_in,
     next_round,
+    release_naps,
     start_run,
     status,
     submit_run,
@@ -26,7 +25,7 @@ from .support import (
     wait_round,
     wait_status,
 )
-from .world import SLOW_ENDPOINT, SLOW_ROUNDS, WATCHED_ENDPOINT
+from .world import SLOW_ENDPOINT, SLOW_ROUNDS, watched_endpoint
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
@@ -49,7 +48,7 @@ async def test_a_run_streams_live_and_ends_equal_to_a_reload(
     page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
     await log_in(page, server, "alice")
 
-    await fill_playground(page, endpoint=WATCHED_ENDPOINT,
+    await fill_playground(page, endpoint=watched_endpoint("live"),
                           tools=["always_fails", "watched_nap", "calculator"],
                           message="Check the status service, take a short nap and work out "
                                   "(2 + 3) * 7, all at once.",
@@ -74,7 +73,7 @@ async def test_a_run_streams_live_and_ends_equal_to_a_reload(
     assert await status(page) in ("queued", "running")
     # The nap is held until the page has shown its call running (live), then let go.
     await until_live(page, "e.status === 'running' && e.states.includes('started')")
-    (Path(server.env["DATA_DIR"]) / RELEASE_FILE).write_text("seen")
+    await release_naps(server, "live")
     assert await wait_status(page, "succeeded") == "succeeded"
     live = await page.evaluate("window.__live")
     assert any(e["status"] == "running" and e["rounds"] for e in live), live

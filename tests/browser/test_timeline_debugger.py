@@ -15,8 +15,16 @@ from tools_app.fake_llm import BackgroundServer
 from tools_app.fake_llm.app import FakeLLMApp
 from tools_app.fake_llm.script import ScriptSet
 
-from .support import Server, assert_equals_reload, start_run, status, wait_status
-from .world import LONG_ENDPOINT, STREAMING_ENDPOINTS
+from .support import (
+    Server,
+    assert_equals_reload,
+    release_naps,
+    start_run,
+    status,
+    until_live,
+    wait_status,
+)
+from .world import LONG_ENDPOINT, STREAMING_ENDPOINTS, watched_endpoint
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
@@ -63,16 +71,17 @@ def fake_provider(server: Server) -> Iterator[BackgroundServer]:
 
 
 async def test_a_rounds_calls_share_a_time_axis_and_a_running_call_ticks(
-    open_page: Any,
+    open_page: Any, server: Server,
 ) -> None:
     page = await open_page(user="alice", record=True)
     await page.context.add_init_script(COUNTS_JS)
-    await start_run(page, endpoint=FAILING_AND_SLOW,
-                    tools=["always_fails", "slow_tool", "calculator"], message="Go",
+    await start_run(page, endpoint=watched_endpoint("axis"),
+                    tools=["always_fails", "watched_nap", "calculator"], message="Go",
                     system_prompt="", policy="Default", tool_choice="auto", parallel=True,
                     max_rounds="")
 
-    # slow_tool sleeps 1.5 s: its elapsed time ticks on between live updates.
+    # The nap is held until released below: its elapsed time ticks on between live
+    # updates.
     ticking = page.locator('#round-0 article.lane[data-state="started"] .elapsed[data-ticking]')
     await ticking.wait_for()
     first = await ticking.inner_text()
@@ -83,6 +92,7 @@ async def test_a_rounds_calls_share_a_time_axis_and_a_running_call_ticks(
           return el !== null && el.textContent !== first;
         }""", arg=first)
     await shot(page, "timeline-running.png", "#round-0")
+    await release_naps(server, "axis")
 
     assert await wait_status(page, "succeeded") == "succeeded"
     await assert_equals_reload(page)
@@ -92,11 +102,11 @@ async def test_a_rounds_calls_share_a_time_axis_and_a_running_call_ticks(
     rows = axis.locator(".wf-row:not(.wf-scale)")
     assert await rows.count() == 3
     names = [await rows.nth(i).locator("code").inner_text() for i in range(3)]
-    assert names == ["always_fails", "slow_tool", "calculator"]
+    assert names == ["always_fails", "watched_nap", "calculator"]
     widths = [int(await rows.nth(i).locator("rect").get_attribute("width") or "0")
               for i in range(3)]
     assert widths[1] == max(widths)
-    assert widths[1] > 900  # slow_tool spans the round
+    assert widths[1] > 900  # the nap spans the round
     starts = [int(await rows.nth(i).locator("rect").get_attribute("x") or "-1")
               for i in range(3)]
     assert all(0 <= x < 100 for x in starts), starts  # parallel: they started together
@@ -110,14 +120,17 @@ async def test_a_rounds_calls_share_a_time_axis_and_a_running_call_ticks(
 
 
 async def test_header_counts_agree_with_the_lanes_at_every_live_moment(
-    open_page: Any,
+    open_page: Any, server: Server,
 ) -> None:
     page = await open_page(user="alice", record=True)
     await page.context.add_init_script(COUNTS_JS)
-    await start_run(page, endpoint=FAILING_AND_SLOW,
-                    tools=["always_fails", "slow_tool", "calculator"], message="Go",
+    await start_run(page, endpoint=watched_endpoint("counts"),
+                    tools=["always_fails", "watched_nap", "calculator"], message="Go",
                     system_prompt="", policy="Default", tool_choice="auto", parallel=True,
                     max_rounds="")
+    # Held until a live message has come, so the counts are seen while the run goes.
+    await until_live(page, "e.status === 'running'")
+    await release_naps(server, "counts")
     assert await wait_status(page, "succeeded") == "succeeded"
 
     counts = await page.evaluate("window.__counts")

@@ -22,17 +22,24 @@ SLOW_ENDPOINT = "Browser: slow rounds"
 # Runs for 30 rounds of 0.4 s at least: still running while a test looks, until cancelled.
 LONG_ENDPOINT = "Browser: long run"
 LONG_ROUNDS = 30
-WATCHED_ENDPOINT = "Browser: failing + watched tools"
 # seed_demo's "Scripted: failing + slow tools", its slow call held until the test has
-# seen it running (tests/browser/gate_tools.py).
-WATCHED_SCRIPT: list[dict[str, Any]] = [
-    {"tool_calls": [
-        {"name": "always_fails", "arguments": {"reason": "the demo service is down"}},
-        {"name": "watched_nap", "arguments": {"seconds": 1.5}},
-        {"name": "calculator", "arguments": {"expression": "(2 + 3) * 7"}},
-    ]},
-    {"text": "One tool failed, the others answered:\n{last_results}"},
-]
+# seen it running (tests/browser/gate_tools.py): one endpoint per test, each its own key.
+WATCHED_KEYS = ("live", "axis", "counts")
+
+
+def watched_endpoint(key: str) -> str:
+    return f"Browser: failing + watched tools ({key})"
+
+
+def watched_script(key: str) -> list[dict[str, Any]]:
+    return [
+        {"tool_calls": [
+            {"name": "always_fails", "arguments": {"reason": "the demo service is down"}},
+            {"name": "watched_nap", "arguments": {"seconds": 1.5, "key": key}},
+            {"name": "calculator", "arguments": {"expression": "(2 + 3) * 7"}},
+        ]},
+        {"text": "One tool failed, the others answered:\n{last_results}"},
+    ]
 XSS_ENDPOINT = "Browser: XSS <img src=x onerror=alert(1)> {{7*7}}"
 XSS_FAILING_ENDPOINT = "Browser: XSS stops <script>alert(1)</script>"
 XSS_POLICY = "Browser: XSS <b>policy</b>"
@@ -124,9 +131,11 @@ def setup() -> None:
         ModelEndpoint.objects.update_or_create(
             name=name, defaults={"kind": ProviderKind.SCRIPTED, "model": "scripted",
                                  "script": script, "stream": True})
-    ModelEndpoint.objects.update_or_create(  # as seed_demo's, not streamed
-        name=WATCHED_ENDPOINT, defaults={"kind": ProviderKind.SCRIPTED, "model": "scripted",
-                                         "script": WATCHED_SCRIPT})
+    for key in WATCHED_KEYS:  # as seed_demo's, not streamed
+        ModelEndpoint.objects.update_or_create(
+            name=watched_endpoint(key), defaults={
+                "kind": ProviderKind.SCRIPTED, "model": "scripted",
+                "script": watched_script(key)})
     ErrorPolicy.objects.update_or_create(
         name=XSS_POLICY,
         defaults={"hallucinated_tool": "tell_model", "arguments_error": "to_model",
