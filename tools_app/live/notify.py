@@ -32,10 +32,15 @@ async def send_to_group(group: str, message: dict[str, Any]) -> None:
     if layer is None:
         return
     try:
-        send = layer.group_send(group, message)
         if isinstance(layer, InMemoryChannelLayer):
-            await on_server_loop(send)  # the in-memory layer is bound to the serving loop
+            if not layer.groups.get(group):
+                # Nobody in the group: sending would only cost a hop to the serving loop
+                # (a run's every batch, watched or not). A viewer that joins later reads
+                # what was committed before it joined.
+                return
+            # The in-memory layer is bound to the serving loop.
+            await on_server_loop(layer.group_send(group, message))
         else:
-            await send
+            await layer.group_send(group, message)
     except Exception:
         logger.warning("could not send to group %s", group, exc_info=True)
