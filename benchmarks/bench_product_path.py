@@ -459,9 +459,9 @@ ms; the application adds <= 3 ms of server CPU per round on top of the engine.
 | target | before (load 9-17) | now (table above, other runs) | met |
 |---|---|---|---|
 | embedded, 1 run | 74 % | 95-96 % | no (engine alone: ~95 %) |
-| embedded, 50 runs | 15 %, p95 741 ms, 9 locked | 54-68 %, p95 137-634 ms, 0 locked | no |
-| scale-out, 1 run | 38 % | 86-93 % | no |
-| scale-out, 100 runs | 8 %, 11 of 100 finished | 23-27 %, p95 387-423 ms, all | no |
+| embedded, 50 runs | 15 %, p95 741 ms, 9 locked | 54-71 %, p95 137-634 ms, 0 locked | no |
+| scale-out, 1 run | 38 % | 86-94 % | no |
+| scale-out, 100 runs | 8 %, 11 of 100 finished | 23-28 %, p95 363-423 ms, all | no |
 | CPU added per round | ~20 ms (in-process) | ~5.5-6.2 ms | no |
 
 The last row is measured by `benchmarks/bench_app_overhead.py` (docs/benchmarks/
@@ -491,7 +491,9 @@ each ms of CPU cut per round raises them.
 5. **Payload cleaning**: an ASCII string that fits is returned without an encode; an
    event's payload is checked as one serialised text (C) before any string-by-string
    walk.
-6. **API reads are no writes**: a token's `last_used_at` is kept to the minute.
+6. **API reads are no writes**: a token's `last_used_at` is kept to the minute. **An
+   unwatched run's notifications cost nothing** on the embedded layer (no hop to the
+   serving loop for a group nobody is in).
 7. **Runs as tasks of one loop, database work on a few lanes** (`runs/task_backend.py`):
    a process holds `AGENTFORGE_WORKER_DB_THREADS` connections however many runs it
    drives; `db_worker --concurrency N` awaits its runs on that shared loop instead of an
