@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Model
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -33,15 +32,10 @@ from ..engine.definitions import schema_problems
 from ..engine.providers.scripted import ScriptStep
 from ..models import (
     ApiToken,
-    CallReexecution,
     ErrorPolicy,
     ModelEndpoint,
     PolicyRevision,
     ProviderKind,
-    Round,
-    Run,
-    RunEvent,
-    ToolCall,
     ToolKind,
     ToolRegistration,
     env_var_validator,
@@ -49,12 +43,12 @@ from ..models import (
 from ..runs.access import secret_variable_problem
 from ..runs.mcp_tools import mcp_config_problems
 from ..runs.policy import template_problem
-from ..runs.selectors import format_ms
 from ..tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
 from ..tools.kinds import config_help, config_problems
 from ..tools.registry import compute_version_hash, record_version, resolve_tool_function
 from ..web.api_tokens import assign_new_secret
 from . import mcp  # noqa: F401  (registers the MCP servers' admin)
+from .audit import ReadOnlyAdmin
 from .credentials import SECRET_HEADER_WORDS
 
 admin.site.site_header = "AgentForge admin"
@@ -475,110 +469,6 @@ class ErrorPolicyAdmin(admin.ModelAdmin[ErrorPolicy]):
             '<tbody>{}</tbody></table><p><a href="{}">All revisions of this policy</a></p>',
             rows, url,
         )
-
-
-# -- the audit log (read-only) ---------------------------------------------------------
-
-
-class ReadOnlyAdmin[M: Model](admin.ModelAdmin[M]):
-    """Viewable, never added, changed or deleted through the admin."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: M | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: M | None = None) -> bool:
-        return False
-
-
-def timeline_link(run_id: object, anchor: str = "") -> SafeString:
-    """A link to the run's timeline page (at one round or call with `anchor`)."""
-    url = reverse("run_detail", args=[run_id]) + (f"#{anchor}" if anchor else "")
-    return format_html('<a href="{}">timeline</a>', url)
-
-
-@admin.register(Run)
-class RunAdmin(ReadOnlyAdmin[Run]):
-    list_display = ("id", "title", "status", "created_by", "rounds_count", "tool_calls_count",
-                    "errors_count", "wall_time", "created_at", "timeline")
-    list_filter = ("status", "endpoint", "policy", "created_by")
-    search_fields = ("title", "error_type", "error_message")
-    list_select_related = ("created_by",)
-    date_hierarchy = "created_at"
-
-    @admin.display(description="wall time", ordering="wall_ms")
-    def wall_time(self, obj: Run) -> str:
-        return format_ms(obj.wall_ms)
-
-    @admin.display(description="timeline")
-    def timeline(self, obj: Run) -> SafeString:
-        return timeline_link(obj.pk)
-
-
-@admin.register(Round)
-class RoundAdmin(ReadOnlyAdmin[Round]):
-    list_display = ("id", "run", "index", "status", "finish_reason", "input_tokens",
-                    "output_tokens", "latency", "started_at", "timeline")
-    list_filter = ("status", "finish_reason")
-    search_fields = ("run__title",)
-    list_select_related = ("run",)
-
-    @admin.display(description="latency", ordering="latency_ms")
-    def latency(self, obj: Round) -> str:
-        return format_ms(obj.latency_ms)
-
-    @admin.display(description="timeline")
-    def timeline(self, obj: Round) -> SafeString:
-        return timeline_link(obj.run_id, f"round-{obj.index}")
-
-
-class CallColumns:
-    """The duration and timeline columns of a list of tool calls or of their
-    re-executions (a re-execution links to its call's place on the timeline)."""
-
-    @admin.display(description="duration", ordering="duration_ms")
-    def duration(self, obj: ToolCall | CallReexecution) -> str:
-        return format_ms(obj.duration_ms)
-
-    @admin.display(description="timeline")
-    def timeline(self, obj: ToolCall | CallReexecution) -> SafeString:
-        call_id = obj.tool_call_id if isinstance(obj, CallReexecution) else obj.pk
-        return timeline_link(obj.run_id, f"call-{call_id}")
-
-
-@admin.register(ToolCall)
-class ToolCallAdmin(CallColumns, ReadOnlyAdmin[ToolCall]):
-    list_display = ("id", "run", "round_index", "call_index", "tool_name", "state", "is_error",
-                    "duration", "started_at", "timeline")
-    list_filter = ("state", "is_error", "stopped_run", "tool_name")
-    search_fields = ("tool_name", "call_id", "error_type", "error_message")
-    list_select_related = ("run", "round")
-
-    @admin.display(description="round", ordering="round__index")
-    def round_index(self, obj: ToolCall) -> int:
-        return obj.round.index
-
-
-@admin.register(CallReexecution)
-class CallReexecutionAdmin(CallColumns, ReadOnlyAdmin[CallReexecution]):
-    """Re-executions of tool calls by people (runs/reexecution.py): who ran what, how it
-    ended."""
-
-    list_display = ("id", "run", "tool_call", "number", "tool_name", "state", "approved",
-                    "requested_by_label", "requested_at", "duration", "timeline")
-    list_filter = ("state", "approved", "tool_name")
-    search_fields = ("tool_name", "requested_by_label", "error_type", "error_message")
-    list_select_related = ("run", "tool_call")
-
-
-@admin.register(RunEvent)
-class RunEventAdmin(ReadOnlyAdmin[RunEvent]):
-    list_display = ("id", "run", "seq", "kind", "created_at")
-    list_filter = ("kind",)
-    search_fields = ("run__title", "kind")
-    list_select_related = ("run",)
 
 
 @admin.register(PolicyRevision)

@@ -2,7 +2,8 @@
 tells viewers a new one is committed.
 
 The seq is allocated by incrementing `Run.last_seq` under the writer's lease token
-(`UPDATE run SET last_seq = last_seq + 1 WHERE id = ? AND lease_token = ?`), so a
+(`UPDATE run SET last_seq = last_seq + k WHERE id = ? AND lease_token = ? RETURNING`,
+one statement for a batch of k events), so a
 worker that lost its lease writes nothing (`LeaseLost`) and the numbers have no gaps.
 
 Viewers are told through `run_event_committed` (the live layer connects the
@@ -18,8 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.db import connection, transaction
-from django.db.models import F, Field
+from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -39,61 +39,17 @@ class LeaseLost(Exception):
     """This worker no longer holds the run's lease: it must stop writing and leave."""
 
 
-def next_seq(run_id: str | uuid.UUID, token: int | None, count: int = 1) -> int:
-    """Allocate the run's next `count` event seqs, fenced on the lease token (inside a
-    transaction); returns the last of them (the first is `last - count + 1`).
+def next_seq(run_id: str | uuid.UUID, token: int | None) -> int:
+    """Allocate the run's next event seq, fenced on the lease token (inside a transaction).
 
     token=None is for writers that already own the row in this transaction (the reaper,
     services acting on a run that is not executing).
     """
-    if connection.features.can_return_columns_from_insert:  # RETURNING: PostgreSQL, SQLite
-        seq = _increment_returning(run_id, token, count)
-    else:
-        rows = Run.objects.filter(pk=run_id)
-        if token is not None:
-            rows = rows.filter(lease_token=token)
-        updated = rows.update(last_seq=F("last_seq") + count)
-        seq = Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).get() \
-            if updated == 1 else None
-    if seq is None:
-        raise LeaseLost(f"run {run_id}: lease token {token} is no longer valid")
-    return seq
-
-
-def _increment_returning(run_id: str | uuid.UUID, token: int | None,
-                         count: int) -> int | None:
-    """The fenced increment and its result in one statement (the ORM's update() returns
-    only a row count, which would cost a second query per event)."""
-    quote = connection.ops.quote_name
-    meta = Run._meta
-    pk = meta.pk
-    assert pk is not None
-    seq_column = quote(_column(meta.get_field("last_seq")))
-    # Only quoted identifiers from the model's metadata are formatted in; values are
-    # parameters.
-    sql = (f"UPDATE {quote(meta.db_table)} SET {seq_column} = {seq_column} + %s "  # noqa: S608
-           f"WHERE {quote(_column(pk))} = %s")
-    params: list[Any] = [count, pk.get_db_prep_value(run_id, connection)]
-    if token is not None:
-        sql += f" AND {quote(_column(meta.get_field('lease_token')))} = %s"
-        params.append(token)
-    with connection.cursor() as cursor:
-        cursor.execute(f"{sql} RETURNING {seq_column}", params)
-        row = cursor.fetchone()
-    return int(row[0]) if row is not None else None
-
-
-def _column(field: Field[Any, Any]) -> str:
-    """A concrete field's column: None only before the field is bound to its model."""
-    column = field.column
-    assert column is not None
-    return column
+    return _allocate(run_id, token, 1, {})[0]
 
 
 def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, Any]) -> int:
-    seq = next_seq(run_id, token)
-    RunEvent.objects.create(run_id=run_id, seq=seq, kind=kind, payload=payload)
-    return seq
+    return append_events(run_id, token, [(kind, payload)])[0]
 
 
 def append_events(run_id: str, token: int | None, events: Sequence[tuple[str, dict[str, Any]]],
@@ -103,14 +59,7 @@ def append_events(run_id: str, token: int | None, events: Sequence[tuple[str, di
     `rowsql.Add` increments) to the run's row, one INSERT stores them. Returns the last
     seq, and whether the run's cancellation is requested (read by the same statement,
     so a run that writes needs no separate poll for it)."""
-    where: dict[str, Any] = {"id": run_id}
-    if token is not None:
-        where["lease_token"] = token
-    values = {"last_seq": Add(len(events)), **(run_changes or {})}
-    row = rowsql.update(Run, where, values, returning=("last_seq", "cancel_requested"))
-    if row is None:
-        raise LeaseLost(f"run {run_id}: lease token {token} is no longer valid")
-    last, cancel_requested = int(row[0]), bool(row[1])
+    last, cancel_requested = _allocate(run_id, token, len(events), run_changes or {})
     first = last - len(events) + 1
     now = timezone.now()
     rowsql.insert(RunEvent, [
@@ -118,6 +67,20 @@ def append_events(run_id: str, token: int | None, events: Sequence[tuple[str, di
          "created_at": now} for offset, (kind, payload) in enumerate(events)],
         fill_defaults=False)
     return last, cancel_requested
+
+
+def _allocate(run_id: str | uuid.UUID, token: int | None, count: int,
+              run_changes: Mapping[str, Any]) -> tuple[int, bool]:
+    """The fenced increment of the run's seq by `count` (with `run_changes`) and its
+    result in one statement: (the last seq, cancel_requested)."""
+    where: dict[str, Any] = {"id": run_id}
+    if token is not None:
+        where["lease_token"] = token
+    row = rowsql.update(Run, where, {"last_seq": Add(count), **run_changes},
+                        returning=("last_seq", "cancel_requested"))
+    if row is None:
+        raise LeaseLost(f"run {run_id}: lease token {token} is no longer valid")
+    return int(row[0]), bool(row[1])
 
 
 async def notify(run_id: str, message: dict[str, Any]) -> None:

@@ -1,11 +1,9 @@
 """The row changes of one batch of a run's events, folded into few statements.
 
 A round's events touch the same rows again and again (its Round row four times, each
-ToolCall row three times, the Run's counters per call). Written one event at a time
-that was 3-6 ORM statements per event, and the ORM's cost per statement was most of
-the application's CPU per round (docs/benchmarks/product-path.md). The recorder folds
-a batch's changes here instead, then writes them in a fixed order, all inside the
-batch's transaction:
+ToolCall row three times, the Run's counters per call): written one event at a time
+that was 3-6 ORM statements per event. The recorder folds a batch's changes here
+instead, then writes them in a fixed order, all inside the batch's transaction:
 
 1. the run: its counters folded into the UPDATE that allocates the batch's seqs
    (`eventlog.append_events`, before everything else: it is the lease's fence);
@@ -17,7 +15,8 @@ batch's transaction:
 5. calls: one UPDATE per call, its start and end merged.
 
 The statements are `rowsql`'s, built once per shape: the ORM's cost of building each
-statement again was most of the application's CPU per round.
+statement again was most of the application's CPU per round
+(docs/benchmarks/product-path.md).
 
 The order is the events' order where it matters (a row exists before it is updated;
 a call's started then finished fields, in that order, win over earlier ones).
@@ -32,8 +31,6 @@ from typing import Any
 from ..models import Round, ToolCall
 from . import rowsql
 from .rowsql import Add
-
-ROUND_START_FIELDS = ("status", "started_at", "attempts", "finished_at")
 
 
 @dataclass

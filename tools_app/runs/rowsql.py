@@ -66,7 +66,8 @@ def insert(model: type[Model], rows: Sequence[Mapping[str, Any]], *,
         names = _insertable(model)
         rows = [{name: row[name] if name in row else _field(model, name).get_default()
                  for name in names} for row in rows]
-    sql = _insert_sql(model, names, len(rows), conflict, on_conflict_update, returning)
+    sql = _insert_sql(model, names, len(rows), conflict, on_conflict_update, returning,
+                      connection.vendor)
     params = [_prepared(model, name, row[name]) for row in rows for name in names]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -119,6 +120,8 @@ def _column(model: type[Model], name: str) -> str:
     return str(connection.ops.quote_name(column))
 
 
+# The statement builders are cached by shape; `vendor` is part of the key because the
+# quoting is the connection's.
 @cache
 def _update_sql(model: type[Model], shape: tuple[tuple[str, bool], ...],
                 where: tuple[str, ...], returning: tuple[str, ...], vendor: str) -> str:
@@ -133,17 +136,10 @@ def _update_sql(model: type[Model], shape: tuple[tuple[str, bool], ...],
     return sql
 
 
+@cache
 def _insert_sql(model: type[Model], names: tuple[str, ...], count: int,
                 conflict: tuple[str, ...], on_conflict_update: tuple[str, ...],
-                returning: str | None) -> str:
-    return _insert_sql_cached(model, names, count, conflict, on_conflict_update, returning,
-                              connection.vendor)
-
-
-@cache
-def _insert_sql_cached(model: type[Model], names: tuple[str, ...], count: int,
-                       conflict: tuple[str, ...], on_conflict_update: tuple[str, ...],
-                       returning: str | None, vendor: str) -> str:
+                returning: str | None, vendor: str) -> str:
     table = connection.ops.quote_name(model._meta.db_table)
     columns = ", ".join(_column(model, name) for name in names)
     row = "(" + ", ".join(["%s"] * len(names)) + ")"
