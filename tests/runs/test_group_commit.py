@@ -3,6 +3,7 @@ engine waiting only where crash safety needs it, failures never lost."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -13,14 +14,17 @@ from pydantic import TypeAdapter
 
 from tools_app.engine.events import (
     EngineEvent,
+    ModelRequestSent,
     ModelResponseReceived,
     ProviderAttempt,
     ProviderWireRequest,
     ProviderWireResponse,
     RoundStarted,
     ToolCallFinished,
+    ToolCallProposed,
     ToolCallStarted,
 )
+from tools_app.engine.messages import ToolExecutionRequest
 from tools_app.models import (
     ErrorPolicy,
     ModelEndpoint,
@@ -139,8 +143,9 @@ def test_a_rounds_batch_takes_a_handful_of_statements_not_some_per_event(
 
     statements = [q["sql"] for q in queries.captured_queries
                   if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE", "BEGIN"))]
-    # seq with the run's counters, events, round upsert, call insert, one update per call
-    assert len(statements) <= 6, statements
+    # seq with the run's counters, events, round upsert, and the calls inserted with
+    # their start and end (no update per call)
+    assert len(statements) == 4, statements
     assert [c.state for c in ToolCall.objects.filter(run=run)] == ["succeeded", "succeeded"]
 
 
@@ -169,7 +174,33 @@ def test_a_round_asked_again_keeps_what_it_stored_but_its_start(
     assert run.rounds_count == 1
 
 
+def test_a_call_stored_before_gets_the_changes_its_proposal_carried(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    """A run resumed mid-round proposes a stored call again: the INSERT leaves its row
+    as it is, and the start and end the batch carried for it are written by UPDATE."""
+    run, token = recording_run(endpoint, tools, policy)
+    proposed = ToolCallProposed(round_index=0, call_index=0, request=ToolExecutionRequest(
+        id="c1", name="lookup", arguments='{"key": "a"}'), known_tool=True)
+    RunRecorder(str(run.pk), token).record_batch([
+        (RoundStarted(round_index=0), {}), (proposed, {}), (started_event("c1"), {})])
+
+    resumed = RunRecorder(str(run.pk), token)  # a new process: the call row exists
+    resumed.record_batch([(proposed, {}), (started_event("c1"), {}), (finished_event("c1"), {
+        "result_json": None, "error_details": None})])
+
+    call = ToolCall.objects.get(run=run)
+    assert (call.state, call.result_text, call.attempts) == ("succeeded", "ok", 2)
+    assert ToolCall.objects.filter(run=run).count() == 1
+
+
 # -- the writer task ---------------------------------------------------------------------
+
+
+def finished_event(call_id: str) -> ToolCallFinished:
+    return ToolCallFinished(round_index=0, call_id=call_id, tool_name="lookup",
+                            outcome="succeeded", text="ok")
+
 
 
 def started_event(call_id: str) -> ToolCallStarted:
@@ -333,3 +364,86 @@ def test_a_batch_reads_the_runs_cancellation_so_the_heartbeat_need_not_ask(
     # A run that has not written lately: asked of the database.
     assert async_to_sync(_cancelled)(str(run.pk), writer, 0.0) is True
     assert asked == [str(run.pk)]
+
+
+def stored_kinds(run: Run) -> list[str]:
+    return list(RunEvent.objects.filter(run=run).order_by("seq").values_list("kind",
+                                                                          flat=True))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("announced", [True, False], ids=["http-model", "scripted-model"])
+def test_a_rounds_results_start_and_request_share_one_batch_committed_before_the_call(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch, announced: bool,
+) -> None:
+    """Two batches a round: the calls' starts (with the response), then the results
+    with the next round's start and request, committed before the model is asked (at
+    the announced HTTP request, or at ModelRequestSent for a model that announces
+    none)."""
+    run, token = recording_run(endpoint, tools, policy)
+    batches: list[list[str]] = []
+    real_batch = RunRecorder.record_batch
+
+    def counted(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+        batches.append([event.kind for event, _ in batch])
+        return real_batch(self, batch)
+
+    monkeypatch.setattr(RunRecorder, "record_batch", counted)
+    monkeypatch.setattr(recorder_module, "LINGER_SECONDS", 60.0)  # never, in this test
+    seen: dict[str, list[str]] = {}
+
+    async def stored() -> list[str]:
+        return await sync_to_async(stored_kinds)(run)
+
+    async def scenario() -> None:
+        writer = RunRecorder(str(run.pk), token)
+        writer.requests_announced = announced
+        await writer(started_event("c1"))
+        await writer(finished_event("c1"))
+        await writer(RoundStarted(round_index=1))
+        seen["before the request"] = await stored()
+        await writer(ModelRequestSent(round_index=1, message_count=3, tool_names=["lookup"]))
+        seen["at the request"] = await stored()
+        if announced:
+            await writer(ProviderWireRequest(round_index=1, provider="openai",
+                                             url="http://127.0.0.1/v1", body={}))
+            seen["at the wire request"] = await stored()
+
+    async_to_sync(scenario)()
+
+    committed = ["tool_call_started", "tool_call_finished", "round_started",
+                 "model_request_sent"]
+    assert seen["before the request"] == ["tool_call_started"]
+    if announced:
+        assert seen["at the request"] == ["tool_call_started"]
+        assert seen["at the wire request"] == [*committed, "provider_wire_request"]
+        assert batches == [["tool_call_started"], [*committed[1:], "provider_wire_request"]]
+    else:
+        assert seen["at the request"] == committed
+        assert batches == [["tool_call_started"], committed[1:]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_nobody_waits_for_is_committed_after_a_short_linger(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    """A call that finished while its sibling still runs is stored (and shown) without
+    waiting for the round's end."""
+    run, token = recording_run(endpoint, tools, policy)
+    seen: list[list[str]] = []
+
+    async def scenario() -> None:
+        writer = RunRecorder(str(run.pk), token)
+        await writer(started_event("c1"))
+        await writer(finished_event("c1"))
+        seen.append(await sync_to_async(stored_kinds)(run))
+        for _ in range(500):  # bounded: 5 s for a 20 ms linger
+            await asyncio.sleep(0.01)
+            if len(await sync_to_async(stored_kinds)(run)) == 2:
+                break
+        seen.append(await sync_to_async(stored_kinds)(run))
+
+    async_to_sync(scenario)()
+
+    assert seen == [["tool_call_started"], ["tool_call_started", "tool_call_finished"]]

@@ -113,33 +113,37 @@ def test_a_worker_that_is_already_stopping_starts_no_round(
     assert not Round.objects.filter(run=run).exists()
 
 
-def test_a_database_failure_mid_run_hands_the_run_back_instead_of_failing_it(
-    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
-    django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A dropped connection or a database restart is not the run's fault: the run is
-    interrupted and re-queued, and resumes from what was stored."""
+def _database_down_for(monkeypatch: pytest.MonkeyPatch, kinds: list[str]) -> list[str]:
+    """Fail the batches carrying these kinds (round 1's or the run's own), one each, in
+    order, as a dropped connection would; returns the kinds failed so far."""
     from django.db import OperationalError
 
     from tools_app.runs.recorder import RunRecorder
 
-    run = start(make_endpoint(THREE_ROUNDS), [tools["lookup"]], policy)
-    enqueued: list[str] = []
-    monkeypatch.setattr(tasks, "enqueue_run", enqueued.append)
     real_record = RunRecorder.record_batch
-    down: list[str] = []  # the database fails round 1's start, then the failure report
+    down: list[str] = []
 
     def flaky(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
-        failing = ["round_started", "chat_failed"]
-        if len(down) < len(failing) and any(
-                event.kind == failing[len(down)] and event.round_index in (1, None)
+        if len(down) < len(kinds) and any(
+                event.kind == kinds[len(down)] and event.round_index in (1, None)
                 for event, _ in batch):
-            down.append(failing[len(down)])
+            down.append(kinds[len(down)])
             raise OperationalError("server closed the connection unexpectedly")
         return real_record(self, batch)
 
     monkeypatch.setattr(RunRecorder, "record_batch", flaky)
-    with django_capture_on_commit_callbacks(execute=True):
+    return down
+
+
+def _hand_back_after_database_failure(run: Run, monkeypatch: pytest.MonkeyPatch,
+                                      capture: Any) -> None:
+    """The database fails the batch that stores round 0's results with round 1's start
+    (committed before round 1's model call), then the failure report: the run is
+    interrupted and re-queued, not failed."""
+    enqueued: list[str] = []
+    monkeypatch.setattr(tasks, "enqueue_run", enqueued.append)
+    down = _database_down_for(monkeypatch, ["round_started", "chat_failed"])
+    with capture(execute=True):
         status = execute(run)
 
     assert status == "interrupted"
@@ -147,9 +151,43 @@ def test_a_database_failure_mid_run_hands_the_run_back_instead_of_failing_it(
     assert run.status == RunStatus.INTERRUPTED
     assert (run.lease_owner, run.error_type) == ("", "")
     assert enqueued == [str(run.pk)]
+    # What the failed batch carried is not stored: round 0's call started, no result.
+    assert [c.state for c in calls(run)] == ["started"]
+    assert [r.index for r in rounds(run)] == [0]
+
+
+def test_a_database_failure_mid_run_hands_the_run_back_instead_of_failing_it(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dropped connection or a database restart is not the run's fault: the run is
+    interrupted and re-queued, and resumes from what was stored. An idempotent call
+    whose result was lost with the batch is run again (the contract allows it)."""
+    run = start(make_endpoint(THREE_ROUNDS), [tools["lookup"]], policy)
+    _hand_back_after_database_failure(run, monkeypatch, django_capture_on_commit_callbacks)
 
     assert execute(run) == "succeeded"
     assert run.final_text == "model saw: value of second"
     assert statuses(run) == ["queued", "interrupted", "succeeded"]
-    assert STATE.calls == [("lookup", "first"), ("lookup", "second")]  # none twice
+    assert STATE.calls == [("lookup", "first"), ("lookup", "first"), ("lookup", "second")]
+    assert [c.attempts for c in calls(run)] == [2, 1]
+    assert_seqs_gapless(run)
+
+
+def test_a_non_idempotent_call_whose_result_a_database_failure_lost_is_never_run_again(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = start(make_endpoint([
+        {"tool_calls": [{"name": "transfer", "arguments": {"to": "alice"}}]},
+        {"text": "model saw: {last_result}"},
+    ]), [tools["transfer"]], policy)
+    _hand_back_after_database_failure(run, monkeypatch, django_capture_on_commit_callbacks)
+
+    assert execute(run) == "succeeded"
+    assert STATE.count("transfer") == 1  # its start was stored: in doubt, not re-run
+    (transfer,) = calls(run)
+    assert (transfer.state, transfer.error_type) == ("unknown_outcome",
+                                                     "ToolUnknownOutcomeError")
+    assert run.final_text == f"model saw: {transfer.result_text}"
     assert_seqs_gapless(run)

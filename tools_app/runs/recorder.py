@@ -55,6 +55,9 @@ EPHEMERAL_KINDS = frozenset({"partial_text", "partial_tool_call"})
 # The engine waits for these to be committed: a call's start before its tool runs (a
 # crash after it leaves the call in doubt, never silently re-run).
 DURABLE_KINDS = frozenset({"tool_call_started"})
+# How long an event nobody waits for may stay queued (so what follows shares its batch)
+# before the writer starts anyway: short enough that a viewer never notices.
+LINGER_SECONDS = 0.02
 
 Queued = tuple[Any, dict[str, Any], "asyncio.Future[int] | None"]
 
@@ -74,6 +77,12 @@ class RunRecorder:
         self.streamed: dict[int, str] = {}
         self._queue: list[Queued] = []
         self._writer: asyncio.Task[None] | None = None
+        self._linger: asyncio.TimerHandle | None = None  # the writer's delayed start
+        self._drains = 0  # tasks waiting for the queue to be committed
+        # Whether the model announces each HTTP request (ProviderWireRequest) before
+        # sending it: the last moment to commit what the model will be told. Otherwise
+        # (scripted, recorded models) it is the ModelRequestSent before the call.
+        self.requests_announced = False
         self._error: BaseException | None = None  # a failed batch nobody waited for
         # (when, cancel_requested) as the last batch's own UPDATE read it: the heartbeat
         # needs no query of its own while the run writes.
@@ -83,12 +92,8 @@ class RunRecorder:
         self.call_row_defaults: dict[str, Any] = {}
 
     async def __call__(self, event: Any) -> None:
-        if isinstance(event, RoundStarted):
-            # A round's results are committed before the next model call: a failure
-            # to store them stops the run here, not after the model saw them.
-            await self.drain()
-            if self.before_round is not None:
-                await self.before_round()
+        if isinstance(event, RoundStarted) and self.before_round is not None:
+            await self.before_round()
         if event.kind in EPHEMERAL_KINDS:
             fragment = self._fragment(event)
             if fragment is not None:
@@ -104,11 +109,26 @@ class RunRecorder:
         waiter = asyncio.get_running_loop().create_future() \
             if event.kind in DURABLE_KINDS else None
         self._queue.append((event, payload, waiter))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_queued())
         if waiter is not None:
+            self._write_now()
             # Shielded: a cancelled run stops waiting, the batch is still written.
             await asyncio.shield(waiter)
+        elif event.kind == self._drain_at and self._results_queued():
+            # The round's results (and its start) are committed before the model is
+            # asked: a failure to store them stops the run here, before the model saw
+            # them. Queued with the request's own events, they share one batch.
+            await self.drain()
+        elif event.kind == self._drain_at:
+            self._write_now()  # nothing the model is told waits: written meanwhile
+        else:
+            self._write_soon()
+
+    def _results_queued(self) -> bool:
+        return any(event.kind == "tool_call_finished" for event, _, _ in self._queue)
+
+    @property
+    def _drain_at(self) -> str:
+        return "provider_wire_request" if self.requests_announced else "model_request_sent"
 
     async def drain(self) -> None:
         """Wait until every queued event is committed; raise a failure nobody saw yet."""
@@ -116,8 +136,32 @@ class RunRecorder:
         self._raise_failure()
 
     async def _written(self) -> None:
-        while self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
+        self._drains += 1
+        try:
+            self._write_now()
+            while self._writer is not None and not self._writer.done():
+                await asyncio.shield(self._writer)
+        finally:
+            self._drains -= 1
+
+    def _write_now(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        if self._queue and (self._writer is None or self._writer.done()):
+            self._writer = asyncio.get_running_loop().create_task(self._write_queued())
+
+    def _write_soon(self) -> None:
+        """Start the writer after a short linger, unless something waits for it first:
+        the events that follow (a round's results, its start, its request) then share
+        the batch the request's drain commits."""
+        if self._linger is None and (self._writer is None or self._writer.done()):
+            self._linger = asyncio.get_running_loop().call_later(LINGER_SECONDS,
+                                                                 self._write_now)
+
+    def _waited_for(self) -> bool:
+        """Whether the engine waits for what is queued (a call's start, a drain)."""
+        return self._drains > 0 or any(waiter is not None for _, _, waiter in self._queue)
 
     def _raise_failure(self) -> None:
         error, self._error = self._error, None
@@ -143,6 +187,12 @@ class RunRecorder:
                 if not waiter.done():
                     waiter.set_result(seq)
             await notify(self.run_id, {"seq": seq})
+            if self._queue and not self._waited_for():
+                # Queued while this batch was written, and nobody waits for it: it
+                # lingers for what follows, as if the writer had been idle.
+                self._linger = asyncio.get_running_loop().call_later(LINGER_SECONDS,
+                                                                     self._write_now)
+                return
 
     def _payload(self, event: Any) -> dict[str, Any]:
         data = event.model_dump(mode="json")

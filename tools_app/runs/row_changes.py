@@ -10,9 +10,11 @@ instead, then writes them in a fixed order, all inside the batch's transaction:
 2. rounds started in the batch: one upsert (INSERT ... ON CONFLICT (run, index) DO
    UPDATE), carrying every later change of the batch to those rounds;
 3. other rounds: one UPDATE per round, with its changes merged;
-4. calls proposed in the batch: one INSERT (a call stored before, by a run resumed
-   from its history, is left as it is, as `get_or_create` did);
-5. calls: one UPDATE per call, its start and end merged.
+4. calls proposed in the batch: one INSERT, carrying the batch's later changes to
+   them (a call usually starts in the batch that proposes it); a call stored before,
+   by a run resumed from its history, is left as it is, as `get_or_create` did, and
+   gets those changes by UPDATE;
+5. other calls: one UPDATE per call, its start and end merged.
 
 The statements are `rowsql`'s, built once per shape: the ORM's cost of building each
 statement again was most of the application's CPU per round
@@ -99,11 +101,11 @@ class RowChanges:
         self._write_started_rounds()
         for index, fields in self.round_updates.items():
             rowsql.update(Round, {"id": self.round_id(index)}, fields)
-        self._write_proposed_calls()
+        updates = self._write_proposed_calls()
         # In tool order: the triggers keeping each tool's counts (runs.audit_schema) lock
         # its rows, and two runs' batches taking them in opposite orders could deadlock.
         for (round_index, call_id), fields in sorted(
-                self.call_updates.items(), key=lambda item: (self.call_tools[item[0]], item[0])):
+                updates.items(), key=lambda item: (self.call_tools[item[0]], item[0])):
             starts = self.call_starts[(round_index, call_id)]
             if starts:
                 fields = {**fields, "attempts": Add(starts)}
@@ -133,11 +135,28 @@ class RowChanges:
                                 on_conflict_update=changed, returning="id")
             self.new_rounds.update(zip(indexes, ids, strict=True))
 
-    def _write_proposed_calls(self) -> None:
+    def _write_proposed_calls(self) -> dict[tuple[int, str], dict[str, Any]]:
+        """INSERT the proposed calls with their later changes in this batch; returns
+        the call changes still to be written by UPDATE."""
+        updates = dict(self.call_updates)
+        carried: dict[tuple[int, int], tuple[int, str]] = {}  # (round pk, index) -> key
+        rows = []
         # In tool order, as the updates are (the count triggers' locks); stable, so one
         # tool's calls keep their order.
-        rows = [{**self.call_defaults, **call, "round": self.round_id(round_index)}
-                for round_index, call in sorted(self.proposed_calls,
-                                                key=lambda item: item[1]["tool_name"])]
-        # A call stored before (a run resumed from its history) stays as it is.
-        rowsql.insert(ToolCall, rows, conflict=("round", "call_index"))
+        for round_index, call in sorted(self.proposed_calls,
+                                        key=lambda item: item[1]["tool_name"]):
+            row = {**self.call_defaults, **call, "round": self.round_id(round_index)}
+            key = (round_index, call["call_id"])
+            if key in updates:
+                row.update(updates[key], attempts=self.call_starts[key])
+                carried[(row["round"], call["call_index"])] = key
+            rows.append(row)
+        # A call stored before (a run resumed from its history) stays as it is: the
+        # INSERT skips it, and the changes it would have carried go by UPDATE.
+        inserted = rowsql.insert(ToolCall, rows, conflict=("round", "call_index"),
+                                 returning=("round", "call_index"))
+        for round_id, call_index in inserted:
+            written = carried.get((round_id, call_index))
+            if written is not None:
+                del updates[written]
+        return updates

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -29,6 +30,7 @@ from ..engine import (
     ToolExecutionResultMessage,
     UserMessage,
 )
+from ..engine.providers.adapter import WireChatModel
 from ..models import Round, Run, RunStatus, ToolCall, ToolCallState
 from .approver import RunApprover
 from .breakpoint_hooks import RunBreakpoints, added_messages
@@ -70,36 +72,62 @@ class _Stop:
 async def execute_run(run_id: str) -> str | None:
     """Run (or resume) a run to its end. Returns the final status, or None if not claimed."""
     worker_id = new_worker_id()
-    token = await sync_to_async(claim)(run_id, worker_id)
-    if token is None:
+    claimed = await sync_to_async(_claimed)(run_id, worker_id)
+    if claimed is None:
         return None
     started = time.perf_counter()
     streamed: dict[int, str] = {}  # round index -> text streamed so far (redacted)
     try:
-        status, fields = await _drive(run_id, token, streamed)
+        status, fields = await _drive(claimed, streamed)
     except LeaseLost:
         logger.warning("run %s: lease lost, leaving it to its new owner", run_id)
         return None
     if status != RunStatus.WAITING:
-        fields["wall_ms"] = await sync_to_async(_wall_ms)(run_id, started)
+        fields["wall_ms"] = _wall_ms(claimed.run, started)
     try:
-        seq = await sync_to_async(_finish)(run_id, token, status, fields, streamed)
+        seq = await sync_to_async(_finish)(run_id, claimed.token, status, fields, streamed)
     except LeaseLost:
         return None
     await notify(run_id, {"seq": seq})
     return str(status)
 
 
-async def _drive(run_id: str, token: int,
+@dataclass
+class _Claimed:
+    """A run as its claim left it, read with its history in the same trip to the
+    database thread (the run's first model call waits for them)."""
+
+    run: Run
+    token: int
+    history: tuple[list[ChatMessage], ResumeState | None] | None = None
+    history_error: Exception | None = None
+
+
+def _claimed(run_id: str, worker_id: str) -> _Claimed | None:
+    token = claim(run_id, worker_id)
+    if token is None:
+        return None
+    claimed = _Claimed(run=Run.objects.get(pk=run_id), token=token)
+    try:
+        claimed.history = load_history(claimed.run)
+    except Exception as exc:  # a broken snapshot: reported as the run's failure below
+        claimed.history_error = exc
+    return claimed
+
+
+async def _drive(claimed: _Claimed,
                  streamed: dict[int, str]) -> tuple[RunStatus, dict[str, Any]]:
-    run = await sync_to_async(Run.objects.get)(pk=run_id)
+    run, token, run_id = claimed.run, claimed.token, str(claimed.run.pk)
     try:
         engine = engine_for_snapshot(run.snapshot)
-        messages, resume = await sync_to_async(load_history)(run)
+        if claimed.history is None:
+            raise claimed.history_error or RuntimeError("the run's history was not read")
+        messages, resume = claimed.history
     except Exception as exc:  # a broken snapshot (missing key, tool gone) fails the run
         return RunStatus.FAILED, {"error_type": type(exc).__name__, "error_message": str(exc)}
     recorder = RunRecorder(run_id, token, engine.secrets)
     recorder.before_round = _checkpoint
+    recorder.requests_announced = isinstance(engine.model, WireChatModel)
     recorder.streamed = streamed  # kept on a round the run ends before its response
     recorder.call_row_defaults = {"run_created_at": run.created_at,
                                   "run_owner_id": run.created_by_id}
@@ -222,8 +250,8 @@ def _success_fields(result: ToolChatResult, secrets: tuple[str, ...]) -> dict[st
             "error_message": ""}
 
 
-def _wall_ms(run_id: str, started: float) -> float:
-    run = Run.objects.only("started_at").get(pk=run_id)
+def _wall_ms(run: Run, started: float) -> float:
+    """From the run's start as stored (its first claim, for a resumed run) to now."""
     if run.started_at is None:
         return (time.perf_counter() - started) * 1000
     return (timezone.now() - run.started_at).total_seconds() * 1000
