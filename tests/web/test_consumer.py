@@ -453,7 +453,7 @@ async def test_dropped_notifications_leave_no_gap(
     execution = asyncio.ensure_future(execute_run(str(run.pk)))
     received = await watch_until_done(comm, execution, run.pk)
 
-    assert calls["dropped"] >= 2  # every other batch's notification
+    assert calls["dropped"] >= 1  # every other batch's notification (3-4 batches)
     seen = set().union(*(Tree(m).ids() for m in received))
     assert {"round-0", "round-1"} <= seen
     assert await call_ids(run.pk) <= seen
