@@ -57,6 +57,59 @@ def test_claiming_bumps_the_token_and_takes_the_lease(queued_run: Run) -> None:
     assert claim(str(queued_run.pk), "worker-2") is None  # the lease is live
 
 
+def test_a_run_claimed_again_keeps_its_first_start(queued_run: Run) -> None:
+    """The first claim of a run starts its clock; a claim after it waited or was handed
+    back (the general path, not the one-statement first claim) keeps it."""
+    first = claim(str(queued_run.pk), "worker-1")
+    queued_run.refresh_from_db()
+    started = queued_run.started_at
+    assert first == 1
+    assert started is not None
+    Run.objects.filter(pk=queued_run.pk).update(status=RunStatus.QUEUED, lease_owner="")
+
+    second = claim(str(queued_run.pk), "worker-2")
+
+    queued_run.refresh_from_db()
+    assert second == 2
+    assert (queued_run.status, queued_run.lease_owner) == (RunStatus.RUNNING, "worker-2")
+    assert queued_run.started_at == started
+
+
+def test_a_queued_run_cancelled_before_its_claim_is_ended_not_claimed(
+    queued_run: Run,
+) -> None:
+    Run.objects.filter(pk=queued_run.pk).update(cancel_requested=True)
+
+    assert claim(str(queued_run.pk), "worker-1") is None
+
+    queued_run.refresh_from_db()
+    assert queued_run.status == RunStatus.CANCELLED
+    assert (queued_run.lease_owner, queued_run.started_at) == ("", None)
+
+
+def test_a_run_that_is_no_longer_running_cannot_be_finished_with_its_token(
+    queued_run: Run,
+) -> None:
+    """The end is fenced by the token and the status: a run its worker moved to waiting
+    keeps its token, but its worker can no longer end it."""
+    from django.db import transaction
+
+    from tools_app.runs.lifecycle import wait
+
+    token = claim(str(queued_run.pk), "worker-1")
+    assert token is not None
+    with transaction.atomic():
+        wait(str(queued_run.pk), token, {"reason": "approval"})
+    before = RunEvent.objects.filter(run=queued_run).count()
+
+    with pytest.raises(LeaseLost):
+        runner._finish(str(queued_run.pk), token, RunStatus.SUCCEEDED, {"final_text": "late"})
+
+    queued_run.refresh_from_db()
+    assert (queued_run.status, queued_run.final_text) == (RunStatus.WAITING, None)
+    assert RunEvent.objects.filter(run=queued_run).count() == before
+
+
 def test_a_stale_token_cannot_append_events(queued_run: Run) -> None:
     stale, current = stolen(queued_run)
     before = RunEvent.objects.filter(run=queued_run).count()

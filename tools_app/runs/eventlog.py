@@ -48,18 +48,23 @@ def next_seq(run_id: str | uuid.UUID, token: int | None) -> int:
     return _allocate(run_id, token, 1, {})[0]
 
 
-def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, Any]) -> int:
-    return append_events(run_id, token, [(kind, payload)])[0]
+def append_event(run_id: str, token: int | None, kind: str, payload: dict[str, Any],
+                 run_changes: Mapping[str, Any] | None = None,
+                 expect: Mapping[str, Any] | None = None) -> int:
+    return append_events(run_id, token, [(kind, payload)], run_changes, expect)[0]
 
 
 def append_events(run_id: str, token: int | None, events: Sequence[tuple[str, dict[str, Any]]],
-                  run_changes: Mapping[str, Any] | None = None) -> tuple[int, bool]:
+                  run_changes: Mapping[str, Any] | None = None,
+                  expect: Mapping[str, Any] | None = None) -> tuple[int, bool]:
     """Append (kind, payload) events with consecutive seqs (inside a transaction): one
     fenced UPDATE of the run allocates them and applies `run_changes` (values, or
-    `rowsql.Add` increments) to the run's row, one INSERT stores them. Returns the last
-    seq, and whether the run's cancellation is requested (read by the same statement,
-    so a run that writes needs no separate poll for it)."""
-    last, cancel_requested = _allocate(run_id, token, len(events), run_changes or {})
+    `rowsql.Add` increments) to the run's row, one INSERT stores them. `expect`: more
+    column values the run's row must have (else `LeaseLost`, as for the token). Returns
+    the last seq, and whether the run's cancellation is requested (read by the same
+    statement, so a run that writes needs no separate poll for it)."""
+    last, cancel_requested = _allocate(run_id, token, len(events), run_changes or {},
+                                       expect or {})
     first = last - len(events) + 1
     now = timezone.now()
     rowsql.insert(RunEvent, [
@@ -70,16 +75,18 @@ def append_events(run_id: str, token: int | None, events: Sequence[tuple[str, di
 
 
 def _allocate(run_id: str | uuid.UUID, token: int | None, count: int,
-              run_changes: Mapping[str, Any]) -> tuple[int, bool]:
+              run_changes: Mapping[str, Any],
+              expect: Mapping[str, Any] | None = None) -> tuple[int, bool]:
     """The fenced increment of the run's seq by `count` (with `run_changes`) and its
     result in one statement: (the last seq, cancel_requested)."""
-    where: dict[str, Any] = {"id": run_id}
+    where: dict[str, Any] = {"id": run_id, **(expect or {})}
     if token is not None:
         where["lease_token"] = token
     row = rowsql.update(Run, where, {"last_seq": Add(count), **run_changes},
                         returning=("last_seq", "cancel_requested"))
     if row is None:
-        raise LeaseLost(f"run {run_id}: lease token {token} is no longer valid")
+        raise LeaseLost(f"run {run_id}: lease token {token} is no longer valid"
+                        + (f" (or the run is not {dict(expect)})" if expect else ""))
     return int(row[0]), bool(row[1])
 
 

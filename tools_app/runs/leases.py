@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -20,8 +20,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from ..models import Run, RunStatus
+from . import rowsql
 from .eventlog import LeaseLost
-from .lifecycle import CLAIMABLE, claim_locked, claimable, move_locked
+from .lifecycle import CLAIMABLE, check_move, claim_locked, claimable, move_locked
+from .rowsql import Add
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,9 @@ def lease_duration() -> timedelta:
 def claim(run_id: str, worker_id: str) -> int | None:
     """Take the run's lease if it is claimable; return the fencing token or None."""
     now = timezone.now()
+    token = _claim_new(run_id, worker_id, now)
+    if token is not None:
+        return token
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(claimable(now), pk=run_id).first()
         if run is None:
@@ -56,6 +61,20 @@ def claim(run_id: str, worker_id: str) -> int | None:
             cancel_now(run, "Cancelled by the user")
             return None
         return claim_locked(run, worker_id=worker_id, lease_until=now + lease_duration())
+
+
+def _claim_new(run_id: str, worker_id: str, now: datetime) -> int | None:
+    """The claim of a run never started (every run's first claim): one statement that
+    moves it queued -> running only if it still is, not cancelled; None for any other
+    run, which takes the general path (a resumed, interrupted or cancelled one)."""
+    check_move(RunStatus.QUEUED, RunStatus.RUNNING)
+    row = rowsql.update(
+        Run, {"id": run_id, "status": RunStatus.QUEUED, "cancel_requested": False,
+              "started_at": None},
+        {"status": RunStatus.RUNNING, "lease_owner": worker_id, "lease_token": Add(1),
+         "lease_expires_at": now + lease_duration(), "started_at": now},
+        returning=("lease_token",))
+    return int(row[0]) if row is not None else None
 
 
 def cancel_now(run: Run, message: str) -> None:

@@ -26,6 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ..models import Round, Run, RunStatus, ToolCall, ToolCallState
+from . import rowsql
 from .eventlog import LeaseLost, append_event, notify_after_commit
 from .storage import clean_text
 
@@ -131,14 +132,14 @@ def finish(run_id: str, token: int, to: RunStatus, fields: Mapping[str, Any],
     check_move(RUNNING, to)
     terminal = to in (SUCCEEDED, FAILED, CANCELLED)
     closed = close_unfinished(run_id, to, streamed) if terminal else {}
-    seq = append_event(run_id, token, "run_status", {"status": to, **fields, **closed})
-    moved = Run.objects.filter(pk=run_id, lease_token=token, status=RUNNING).update(
-        status=to, lease_owner="", lease_expires_at=None,
-        finished_at=timezone.now() if terminal else None, **fields,
-    )
-    if moved != 1:  # rolls the event back with it: never an event without its move
-        raise LeaseLost(f"run {run_id}: it is no longer running under token {token}")
-    return seq
+    # The move goes with the event's seq, in one statement fenced by the token and the
+    # status: never an event without its move (the precompiled statements of `rowsql`:
+    # a run's end is on every run's path).
+    return append_event(run_id, token, "run_status", {"status": to, **fields, **closed},
+                        run_changes={"status": to, "lease_owner": "", "lease_expires_at": None,
+                                     "finished_at": timezone.now() if terminal else None,
+                                     **fields},
+                        expect={"status": RUNNING})
 
 
 # A finished run leaves nothing in flight: its unanswered round and its calls that never
@@ -154,18 +155,18 @@ def close_unfinished(run_id: str, to: RunStatus,
     run_status event carries so the live timeline re-renders the round it touched."""
     now = timezone.now()
     round_state = "cancelled" if to == CANCELLED else "failed"
-    for round_ in Round.objects.filter(run_id=run_id, status="requested").only("pk", "index"):
-        text = clean_text((streamed or {}).get(round_.index) or None)
-        Round.objects.filter(pk=round_.pk).update(status=round_state, finished_at=now,
-                                                  ai_text=text)
-    calls = ToolCall.objects.filter(run_id=run_id, state__in=UNFINISHED_CALLS)
-    calls.filter(state=ToolCallState.STARTED).update(state=ToolCallState.CANCELLED,
-                                                     finished_at=now)
-    calls.update(state=ToolCallState.CANCELLED)
+    for pk, index in rowsql.select(Round, ("id", "index"), {"run": run_id,
+                                                            "status": "requested"}):
+        text = clean_text((streamed or {}).get(index) or None)
+        rowsql.update(Round, {"id": pk}, {"status": round_state, "finished_at": now,
+                                          "ai_text": text})
+    rowsql.update(ToolCall, {"run": run_id, "state": ToolCallState.STARTED},
+                  {"state": ToolCallState.CANCELLED, "finished_at": now})
+    rowsql.update(ToolCall, {"run": run_id, "state": ToolCallState.PROPOSED},
+                  {"state": ToolCallState.CANCELLED})
     # One round index (the live timeline re-renders one round per event): the last one,
     # the only one that can be in flight when a run ends, and the one whose view
     # changes with the end (the final answer moves to the header, calls that never ran
     # are shown).
-    last = Round.objects.filter(run_id=run_id).order_by("-index").values_list(
-        "index", flat=True).first()
-    return {"round_index": last} if last is not None else {}
+    indexes = [index for (index,) in rowsql.select(Round, ("index",), {"run": run_id})]
+    return {"round_index": max(indexes)} if indexes else {}

@@ -38,20 +38,46 @@ class Add:
 
 def update(model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any],
            returning: tuple[str, ...] = ()) -> Any:
-    """UPDATE the rows matching `where` (equalities, ANDed); with `returning`, the first
-    updated row's values of those columns (None if no row matched), else the row
-    count."""
+    """UPDATE the rows matching `where` (equalities, ANDed; None is IS NULL); with
+    `returning`, the first updated row's values of those columns (None if no row
+    matched), else the row count."""
     connection = _connection()
     shape = tuple((name, isinstance(value, Add)) for name, value in values.items())
-    sql = _update_sql(model, shape, tuple(where), returning, connection)
+    sql = _update_sql(model, shape, _where_shape(where), returning, connection)
     params = [_prepared(model, name, value, connection) for name, value in values.items()]
-    params += [_prepared(model, name, value, connection) for name, value in where.items()]
+    params += _where_params(model, where, connection)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         if not returning:
             return cursor.rowcount
         row = cursor.fetchone()
     return tuple(row) if row is not None else None
+
+
+def select(model: type[Model], columns: tuple[str, ...],
+           where: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """The `columns` of the rows matching `where` (as for `update`), as the database
+    returns them: for ids, numbers and text, which need no conversion."""
+    connection = _connection()
+    sql = _select_sql_for(model, columns, _where_shape(where), connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _where_params(model, where, connection))
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+def _where_shape(where: Mapping[str, Any]) -> tuple[tuple[str, bool], ...]:
+    return tuple((name, value is None) for name, value in where.items())
+
+
+def _where_params(model: type[Model], where: Mapping[str, Any],
+                  connection: BaseDatabaseWrapper) -> list[Any]:
+    return [_prepared(model, name, value, connection)
+            for name, value in where.items() if value is not None]
+
+
+def _condition(model: type[Model], where: tuple[tuple[str, bool], ...]) -> str:
+    return " AND ".join(f"{_column(model, name)} IS NULL" if is_null
+                        else f"{_column(model, name)} = %s" for name, is_null in where)
 
 
 def insert(model: type[Model], rows: Sequence[Mapping[str, Any]], *,
@@ -158,7 +184,7 @@ def _insertable(model: type[Model]) -> tuple[str, ...]:
 # The statement builders are cached by shape and by vendor (the quoting is the
 # connection's); the connection itself is not part of the key.
 def _update_sql(model: type[Model], shape: tuple[tuple[str, bool], ...],
-                where: tuple[str, ...], returning: tuple[str, ...],
+                where: tuple[tuple[str, bool], ...], returning: tuple[str, ...],
                 connection: BaseDatabaseWrapper) -> str:
     return _update_sql_for(model, shape, where, returning, connection.vendor)
 
@@ -183,16 +209,24 @@ def _column(model: type[Model], name: str) -> str:
 
 @cache
 def _update_sql_for(model: type[Model], shape: tuple[tuple[str, bool], ...],
-                    where: tuple[str, ...], returning: tuple[str, ...], vendor: str) -> str:
+                    where: tuple[tuple[str, bool], ...], returning: tuple[str, ...],
+                    vendor: str) -> str:
     table = _quote(model._meta.db_table)
     sets = ", ".join(
         f"{_column(model, name)} = {_column(model, name)} + %s" if increment
         else f"{_column(model, name)} = %s" for name, increment in shape)
-    condition = " AND ".join(f"{_column(model, name)} = %s" for name in where)
-    sql = f"UPDATE {table} SET {sets} WHERE {condition}"
+    sql = f"UPDATE {table} SET {sets} WHERE {_condition(model, where)}"
     if returning:
         sql += " RETURNING " + ", ".join(_column(model, name) for name in returning)
     return sql
+
+
+@cache
+def _select_sql_for(model: type[Model], columns: tuple[str, ...],
+                    where: tuple[tuple[str, bool], ...], vendor: str) -> str:
+    selected = ", ".join(_column(model, name) for name in columns)
+    return (f"SELECT {selected} FROM {_quote(model._meta.db_table)} "
+            f"WHERE {_condition(model, where)}")
 
 
 @cache
