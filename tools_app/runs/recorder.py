@@ -4,16 +4,19 @@ Events are written in groups: the recorder queues each event and one writer task
 run commits everything queued so far in ONE transaction (the seqs allocated together
 under the worker's lease token, the RunEvents inserted together, each event's state
 change applied in order). While a batch is being written the engine goes on, and what
-it emits meanwhile forms the next batch: a round's events cost about four transactions
-instead of one each (docs/benchmarks/product-path.md).
+it emits meanwhile forms the next batch.
 
 The engine waits for durability only where crash safety needs it: a tool call's start
 is committed before the tool runs (and, batches being written in order, so is the
-round's response it belongs to), a round's results before the next round starts, and
-the runner drains the queue before anything reads the run's rows to decide (gates,
-approvals, the end of the run). Only after a commit
-are viewers notified (`eventlog.notify`), with the batch's last seq: the WebSocket
-consumer reads rows by seq, so a dropped notification never loses anything.
+round's response it belongs to); a round's results before the model is asked again
+(at the model's announced HTTP request, `ProviderWireRequest`, or at
+`ModelRequestSent` for a model that announces none); and the runner drains the queue
+before anything reads the run's rows to decide (gates, approvals, the end of the run).
+An event nobody waits for lingers a moment (`LINGER_SECONDS`) before the writer starts,
+so a round's results, the next round's start and its request share the batch that
+request commits: two batches a round (docs/benchmarks/product-path.md). Only after a
+commit are viewers notified (`eventlog.notify`), with the batch's last seq: the
+WebSocket consumer reads rows by seq, so a dropped notification never loses anything.
 Streaming fragments (partial text / tool-call pieces) are not stored: they are only
 broadcast, after the stored events before them, and the stored response supersedes them.
 """
