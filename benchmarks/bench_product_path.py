@@ -456,72 +456,85 @@ Targets (2 CPUs): embedded 1 run >= 97 %, 50 runs >= 85 % with from emit p95 < 5
 no "database is locked"; scale-out 1 run >= 97 %, 100 runs >= 80 %, from emit p95 < 100
 ms; the application adds <= 3 ms of server CPU per round on top of the engine.
 
-| target | before (load 9-17) | now (table above, other runs) | met |
-|---|---|---|---|
-| embedded, 1 run | 74 % | 95-96 % | no (engine alone: ~95 %) |
-| embedded, 50 runs | 15 %, p95 741 ms, 9 locked | 54-71 %, p95 137-634 ms, 0 locked | no |
-| scale-out, 1 run | 38 % | 86-94 % | no |
-| scale-out, 100 runs | 8 %, 11 of 100 finished | 23-28 %, p95 363-423 ms, all | no |
-| CPU added per round | ~20 ms (in-process) | ~5.5-6.2 ms | no |
+| target | first (load 9-17) | last round | now (load 0.3-1.3) | met |
+|---|---|---|---|---|
+| embedded, 1 run | 74 % | 95-96 % | 96 % (engine alone: 98 %) | no |
+| embedded, 50 runs | 15 %, p95 741 ms | 54-71 %, p95 137+ ms | 65-84 %, p95 55-204 ms | no |
+| scale-out, 1 run | 38 % | 86-94 % | 94 % | no |
+| scale-out, 100 runs | 8 %, 11 finished | 23-28 %, p95 363+ ms | 37 %, p95 191-208 ms | no |
+| CPU added per round | ~20 ms | ~5.5-6.2 ms | 4.1-5.1 ms | no |
+
+No "database is locked" in any run (it was 9 in the first measurement). Embedded 50
+runs with the default four lanes, eight samples: 65, 72, 79, 80, 82, 83, 84, 84 %, p95
+55-204 ms; one lane reached 85 % at p95 46 ms once (below).
 
 The last row is measured by `benchmarks/bench_app_overhead.py` (docs/benchmarks/
 app-overhead.md): the same runs in one process, by the engine alone and as a worker
-executes them. The efficiencies at 50-100 runs are bounded by CPU: 100 runs of 5 rounds
-per second each cost ~10-19 ms of server CPU per round here, more than 2 CPUs have;
-each ms of CPU cut per round raises them.
+executes them. Why the rest is not met:
+
+- **One run** waits for two commits a round on its critical path (a call's start
+  before its tool runs; the round's results before the next model call), each a trip
+  to the database thread and a SQLite commit: 1.2-2 ms each, measured per event in
+  process. The engine alone takes 1,221-1,229 ms of the 1,200 ideal (the HTTP round
+  trips to the fake server), so 97 % (<= 1,237 ms) leaves the application 8-16 ms a
+  run for 6 rounds, their 11 commits, the claim and the end; it takes 20-30.
+- **50-100 runs** are bounded by CPU: the embedded server is one process (one GIL), and
+  each round costs it ~8-9 ms of CPU (the engine's HTTP client, the application, the
+  API requests that start and poll the runs); 50 runs of 5 rounds a second need more
+  than that process has. Scale-out: 100 runs make ~500 rounds a second, at ~11 ms of
+  server CPU a round plus PostgreSQL's, Redis's and the fake server's own, on 2 CPUs.
+  Each ms cut per round raises these; no configuration knob does (below).
 
 ### What this round changed (each measured, each kept)
 
-1. **Events written in groups** (`runs/recorder.py`): the recorder queues each event;
-   one writer task per run commits what is queued in one transaction. The engine waits
-   for a commit only for a call's start (before its tool runs), before a round starts
-   (its results are stored before the next model call) and before gates, approvals and
-   the run's end read the rows. About 3 batches per round of 2 parallel calls instead of
-   11 transactions; one notification per batch.
-2. **A batch's row changes folded** (`runs/row_changes.py`): one upsert per round
-   started, one UPDATE per round and per call touched; the run's counters go with the
-   fenced seq increment (`UPDATE ... SET last_seq = last_seq + k ... RETURNING`).
-3. **Statements built once per shape** (`runs/rowsql.py`): the ORM rebuilt every
-   statement (clone, resolve, compile: 0.3-0.5 ms each); the recorder's few shapes are
-   cached SQL, values prepared by the model fields. Recorder CPU per round 7.8 -> 2.5 ms
-   (3.0 ms since the audit log's count triggers, migrations 0014-0015, run on each call).
-4. **No cancel poll for a run that writes**: each batch's UPDATE returns
-   `cancel_requested`; the heartbeat asks only when the run has been quiet (in a
-   db_worker profile that poll cost as much CPU as the events).
-5. **Payload cleaning**: an ASCII string that fits is returned without an encode; an
-   event's payload is checked as one serialised text (C) before any string-by-string
-   walk.
-6. **API reads are no writes**: a token's `last_used_at` is kept to the minute. **An
-   unwatched run's notifications cost nothing** on the embedded layer (no hop to the
-   serving loop for a group nobody is in).
-7. **Runs as tasks of one loop, database work on a few lanes** (`runs/task_backend.py`):
-   a process holds `AGENTFORGE_WORKER_DB_THREADS` connections however many runs it
-   drives; `db_worker --concurrency N` awaits its runs on that shared loop instead of an
-   event loop, a thread and a connection per run. With a psycopg pool per process on
-   PostgreSQL (`AGENTFORGE_DB_POOL_SIZE`), 100 concurrent runs no longer exhaust
-   `max_connections` (before, both workers died on "too many clients" and 0-11 of 100
-   runs finished).
+1. **Two batches a round instead of three** (`runs/recorder.py`): an event nobody waits
+   for lingers up to 20 ms before the writer starts, and the round's results are
+   committed at the model's announced HTTP request (`ProviderWireRequest`; at
+   `ModelRequestSent` for a scripted or recorded model), so the results, the next
+   round's start and its request share one batch, still committed before the model is
+   asked. A request with no results queued (a run's first) does not wait.
+2. **Calls inserted with their start** (`runs/row_changes.py`): a call proposed and
+   started in one batch is one INSERT, not an INSERT and an UPDATE (which also moved
+   its audit-log slot counts twice); a call stored before (a resumed run) gets the
+   changes by UPDATE.
+3. **Repeated values prepared once** (`runs/rowsql.py`): the run's id in every row and
+   the batch's one `created_at` (a datetime's preparation alone was a tenth of the
+   recorder's CPU); the connection looked up once per statement.
+4. **A run's claim and end in one statement each**: the first claim is one fenced
+   `UPDATE ... WHERE status = 'queued' ... RETURNING lease_token` (was a locked SELECT
+   and an UPDATE through the ORM: 3.8 -> 1.8 ms of CPU with the history read); the end
+   moves the run with its `run_status` event's seq in the fenced UPDATE, and what the
+   run left in flight is closed by precompiled statements (3.1 -> 0.75 ms). The claim,
+   the run row and its history are read in one trip to the database thread; the wall
+   time needs no query.
+5. **One thread hop per request** (`agentforge_web/handler.py`): Django's ASGI handler
+   ran the middleware in async mode, each `MiddlewareMixin` method through its own
+   `sync_to_async`: 19 hops a request. Loaded in sync mode, the chain and the (sync)
+   view run in one (a refused API call: 3.2 -> 1.3 ms of CPU). Embedded server CPU per
+   round at 50 runs: 11.2-12.5 -> 8.1-9.5 ms; 50 runs 54-71 % -> 65-85 %.
 
-Tried earlier and reverted: a process-wide group-commit writer thread (commits 495f728,
-d7c2172; reverts 800963b, 6e650a4): it batched commits but kept 3-6 ORM statements per
-event and ran them all on one thread that fought the event loop for the GIL, so it was
-slower. Per-run writer tasks with folded, precompiled statements (above) are what paid.
+Tried this round and dropped: one SQLite writer at a time in the process (a lock
+around the worker's write transactions, so lanes never nap in SQLite's busy handler):
+no measurable change at 50 runs (72-84 % with, 82-83 % without). One database lane
+instead of four (`AGENTFORGE_WORKER_DB_THREADS=1`): at 50 runs p95 46-55 ms instead of
+70-94 ms and 82-85 %, but at 100 runs 38-41 % instead of 54-61 % (the lane saturates);
+the default stays 4. Earlier rounds: a process-wide group-commit writer thread (commits
+495f728, d7c2172; reverted 800963b, 6e650a4) kept 3-6 ORM statements per event on one
+thread that fought the loop for the GIL, and was slower.
 
 ### Where the rest of the CPU goes, and what would cut it
 
-In-process profile of 10 runs (yappi, CPU clock), after the changes: the recorder's
-batches ~45 % (of which preparing values and executing the two statements plus one per
-round and per call; SQLite itself a third), payload building ~12 %, asgiref's thread
-hops (a `sync_to_async` per batch, per heartbeat and per lifecycle step) ~10 %, the
-run's claim / history / end ~10 % (per run, ~10 ORM statements), the rest asyncio. In
-daphne, each API request adds ~4 ms (Django's MiddlewareMixin middleware each hop to the
-request's thread and back in async mode: ~14 hops per request), which the benchmark's
-POST and polling pay. In a db_worker, a notification costs 2 Redis round trips
-(channels_redis `group_send`) per batch. Next steps, none done: fewer batches per round
-(the finished calls, the next round's start and its request in one batch, with the
-model call waiting for that commit: 2 instead of 3); a run's claim, history and end in
-precompiled statements too; async middleware for the API; skipping the notification of
-a run nobody watches.
+In process, per round: the recorder's two batches ~2.3-2.5 ms (each: the seq UPDATE,
+the events INSERT, the round upsert, the calls INSERT whose audit-log and search
+triggers are ~0.4 ms, the commit ~0.3 ms, values prepared ~0.3 ms), building and
+cleaning the 11 events' payloads ~0.5 ms, the thread hops and the writer ~0.4 ms, the
+claim / history / end ~0.4 ms (per run / 6). In a db_worker, each batch's notification
+costs two Redis round trips (channels_redis `group_send`) even when nobody watches.
+Next steps, none done: skip the notification of a run nobody watches (the group's
+membership would need a cheap, fresh answer in each worker); pre-serialised JSON
+(each payload is dumped once to check it and once to store it); the run detail API
+(5 ORM queries, ~5 ms per poll); a multi-process embedded worker, the only way past
+one GIL there.
 """
 
 
