@@ -447,3 +447,54 @@ def test_an_event_nobody_waits_for_is_committed_after_a_short_linger(
     async_to_sync(scenario)()
 
     assert seen == [["tool_call_started"], ["tool_call_started", "tool_call_finished"]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_model_is_not_asked_while_a_batch_with_results_is_still_being_written(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The results' batch left on its linger just before the next request: nothing is
+    queued any more, but the request still waits for that batch's commit."""
+    import threading
+
+    run, token = recording_run(endpoint, tools, policy)
+    entered, release = threading.Event(), threading.Event()
+    real_batch = RunRecorder.record_batch
+
+    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+        if any(event.kind == "tool_call_finished" for event, _ in batch):
+            entered.set()
+            assert release.wait(10), "the test never released the batch"
+        return real_batch(self, batch)
+
+    monkeypatch.setattr(RunRecorder, "record_batch", held)
+    monkeypatch.setattr(recorder_module, "LINGER_SECONDS", 0.0)
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        writer = RunRecorder(str(run.pk), token)
+        await writer(started_event("c1"))
+        await writer(finished_event("c1"))  # lingers 0 s: its batch starts at once
+        for _ in range(500):  # bounded: 5 s
+            if entered.is_set():
+                break
+            await asyncio.sleep(0.01)
+        seen["results in flight"] = entered.is_set()
+        await writer(RoundStarted(round_index=1))
+        request = asyncio.ensure_future(writer(ModelRequestSent(
+            round_index=1, message_count=3, tool_names=["lookup"])))
+        await asyncio.sleep(0.05)
+        seen["asked before the commit"] = request.done()
+        release.set()
+        await request
+        seen["stored when asked"] = await sync_to_async(stored_kinds)(run)
+
+    try:
+        async_to_sync(scenario)()
+    finally:
+        release.set()
+
+    assert seen["results in flight"] is True
+    assert seen["asked before the commit"] is False
+    assert seen["stored when asked"][:2] == ["tool_call_started", "tool_call_finished"]

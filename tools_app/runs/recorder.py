@@ -82,6 +82,9 @@ class RunRecorder:
         self._writer: asyncio.Task[None] | None = None
         self._linger: asyncio.TimerHandle | None = None  # the writer's delayed start
         self._drains = 0  # tasks waiting for the queue to be committed
+        # Call results queued or being written: what the model must not be told before
+        # it is committed (a batch in flight counts until it commits or fails).
+        self._unwritten_results = 0
         # Whether the model announces each HTTP request (ProviderWireRequest) before
         # sending it: the last moment to commit what the model will be told. Otherwise
         # (scripted, recorded models) it is the ModelRequestSent before the call.
@@ -112,11 +115,13 @@ class RunRecorder:
         waiter = asyncio.get_running_loop().create_future() \
             if event.kind in DURABLE_KINDS else None
         self._queue.append((event, payload, waiter))
+        if event.kind == "tool_call_finished":
+            self._unwritten_results += 1
         if waiter is not None:
             self._write_now()
             # Shielded: a cancelled run stops waiting, the batch is still written.
             await asyncio.shield(waiter)
-        elif event.kind == self._drain_at and self._results_queued():
+        elif event.kind == self._drain_at and self._unwritten_results:
             # The round's results (and its start) are committed before the model is
             # asked: a failure to store them stops the run here, before the model saw
             # them. Queued with the request's own events, they share one batch.
@@ -126,8 +131,6 @@ class RunRecorder:
         else:
             self._write_soon()
 
-    def _results_queued(self) -> bool:
-        return any(event.kind == "tool_call_finished" for event, _, _ in self._queue)
 
     @property
     def _drain_at(self) -> str:
@@ -176,16 +179,19 @@ class RunRecorder:
         while self._queue:
             batch, self._queue = self._queue, []
             waiters = [waiter for _, _, waiter in batch if waiter is not None]
+            results = sum(1 for event, _, _ in batch if event.kind == "tool_call_finished")
             try:
                 seq = await sync_to_async(self.record_batch)(
                     [(event, payload) for event, payload, _ in batch])
             except Exception as exc:  # the run's own task decides what a failure means
+                self._unwritten_results -= results
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_exception(exc)
                 if not waiters:
                     self._error = exc
                 continue
+            self._unwritten_results -= results
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(seq)
