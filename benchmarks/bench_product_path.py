@@ -456,17 +456,18 @@ Targets (2 CPUs): embedded 1 run >= 97 %, 50 runs >= 85 % with from emit p95 < 5
 no "database is locked"; scale-out 1 run >= 97 %, 100 runs >= 80 %, from emit p95 < 100
 ms; the application adds <= 3 ms of server CPU per round on top of the engine.
 
-| target | first (load 9-17) | last round | now (load 0.3-1.3) | met |
+| target | first (load 9-17) | last round | now (load 0.3-1.5) | met |
 |---|---|---|---|---|
-| embedded, 1 run | 74 % | 95-96 % | 96 % (engine alone: 98 %) | no |
+| embedded, 1 run | 74 % | 95-96 % | 95-96 % (engine alone: 98 %) | no |
 | embedded, 50 runs | 15 %, p95 741 ms | 54-71 %, p95 137+ ms | 65-84 %, p95 55-204 ms | no |
 | scale-out, 1 run | 38 % | 86-94 % | 94 % | no |
-| scale-out, 100 runs | 8 %, 11 finished | 23-28 %, p95 363+ ms | 37 %, p95 191-208 ms | no |
-| CPU added per round | ~20 ms | ~5.5-6.2 ms | 4.1-5.1 ms | no |
+| scale-out, 100 runs | 8 %, 11 finished | 23-28 %, p95 363+ ms | 37-41 %, p95 168-216 ms | no |
+| CPU added per round | ~20 ms | ~5.5-6.2 ms | 3.8-5.1 ms | no |
 
 No "database is locked" in any run (it was 9 in the first measurement). Embedded 50
-runs with the default four lanes, eight samples: 65, 72, 79, 80, 82, 83, 84, 84 %, p95
-55-204 ms; one lane reached 85 % at p95 46 ms once (below).
+runs with the default four lanes, ten samples: 65, 68, 72, 79, 80, 82, 82, 83, 84, 84 %,
+p95 55-204 ms; one lane reached 85 % at p95 46 ms once (below). The machine's noise
+is large: the same code measured 8.1-11.2 ms of embedded server CPU a round at 50 runs.
 
 The last row is measured by `benchmarks/bench_app_overhead.py` (docs/benchmarks/
 app-overhead.md): the same runs in one process, by the engine alone and as a worker
@@ -513,6 +514,15 @@ executes them. Why the rest is not met:
    view run in one (a refused API call: 3.2 -> 1.3 ms of CPU). Embedded server CPU per
    round at 50 runs: 11.2-12.5 -> 8.1-9.5 ms; 50 runs 54-71 % -> 65-85 %.
 
+6. **Parameters bound by PostgreSQL** (`server_side_binding`): psycopg's client-side
+   binding quoted every parameter into the SQL text in Python, a fifth of a db_worker's
+   CPU a round; statements stay unnamed (Django keeps psycopg's prepared statements
+   off), so each is still planned with its values. Scale-out 100 runs, same session,
+   back to back: 13.2 -> 9.9 ms of server CPU a round, 33 -> 41 %.
+7. **A request waits for results still being written**, not only for queued ones (a
+   results batch its linger started just before the request): a race the first version
+   of item 1 had, found in review, with its test.
+
 Tried this round and dropped: one SQLite writer at a time in the process (a lock
 around the worker's write transactions, so lanes never nap in SQLite's busy handler):
 no measurable change at 50 runs (72-84 % with, 82-83 % without). One database lane
@@ -524,12 +534,13 @@ thread that fought the loop for the GIL, and was slower.
 
 ### Where the rest of the CPU goes, and what would cut it
 
-In process, per round: the recorder's two batches ~2.3-2.5 ms (each: the seq UPDATE,
+In process, per round: the recorder's two batches ~2.2-2.7 ms (each: the seq UPDATE,
 the events INSERT, the round upsert, the calls INSERT whose audit-log and search
 triggers are ~0.4 ms, the commit ~0.3 ms, values prepared ~0.3 ms), building and
 cleaning the 11 events' payloads ~0.5 ms, the thread hops and the writer ~0.4 ms, the
 claim / history / end ~0.4 ms (per run / 6). In a db_worker, each batch's notification
-costs two Redis round trips (channels_redis `group_send`) even when nobody watches.
+costs two Redis round trips (channels_redis `group_send`) even when nobody watches: in a
+profile, a third of what the recorder costs there.
 Next steps, none done: skip the notification of a run nobody watches (the group's
 membership would need a cheap, fresh answer in each worker); pre-serialised JSON
 (each payload is dumped once to check it and once to store it); the run detail API
