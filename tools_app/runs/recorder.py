@@ -131,7 +131,6 @@ class RunRecorder:
         else:
             self._write_soon()
 
-
     @property
     def _drain_at(self) -> str:
         return "provider_wire_request" if self.requests_announced else "model_request_sent"
