@@ -519,9 +519,13 @@ executes them. Why the rest is not met:
    CPU a round; statements stay unnamed (Django keeps psycopg's prepared statements
    off), so each is still planned with its values. Scale-out 100 runs, same session,
    back to back: 13.2 -> 9.9 ms of server CPU a round, 33 -> 41 %.
-7. **A request waits for results still being written**, not only for queued ones (a
-   results batch its linger started just before the request): a race the first version
-   of item 1 had, found in review, with its test.
+7. **Review fixes** (each with its test): a request waits for results still being
+   written, not only for queued ones (a results batch its linger started just before
+   the request); the runner settles the recorder before it writes the run's end, and a
+   batch is fenced by the run's status too (a batch still in flight at a cancel is
+   refused, never stored after the last event); two calls with one id in a batch (a
+   provider that repeats ids) no longer fail it; an INSERT past 30,000 parameters is
+   split (both databases cap them).
 
 Tried this round and dropped: one SQLite writer at a time in the process (a lock
 around the worker's write transactions, so lanes never nap in SQLite's busy handler):

@@ -31,6 +31,7 @@ from tools_app.models import (
     Round,
     Run,
     RunEvent,
+    RunStatus,
     ToolCall,
     ToolRegistration,
 )
@@ -498,3 +499,101 @@ def test_the_model_is_not_asked_while_a_batch_with_results_is_still_being_writte
     assert seen["results in flight"] is True
     assert seen["asked before the commit"] is False
     assert seen["stored when asked"][:2] == ["tool_call_started", "tool_call_finished"]
+
+
+def test_two_calls_with_one_id_in_a_batch_are_both_stored(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    """A provider that repeats a call id (nothing dedupes Anthropic's): both rows get
+    the changes the batch carried for that id, as one UPDATE matching both did."""
+    run, token = recording_run(endpoint, tools, policy)
+    proposals = [ToolCallProposed(round_index=0, call_index=index, known_tool=True,
+                                  request=ToolExecutionRequest(id="same", name="lookup",
+                                                               arguments='{"key": "a"}'))
+                 for index in (0, 1)]
+    RunRecorder(str(run.pk), token).record_batch([
+        (RoundStarted(round_index=0), {}), *((p, {}) for p in proposals),
+        (started_event("same"), {}), (started_event("same"), {}),
+        (finished_event("same"), {"result_json": None, "error_details": None})])
+
+    stored = ToolCall.objects.filter(run=run).order_by("call_index")
+    assert [(c.call_index, c.state, c.attempts) for c in stored] == [
+        (0, "succeeded", 2), (1, "succeeded", 2)]
+
+
+def test_a_batch_after_the_runs_end_is_refused_not_stored(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    """The worker's own end does not change the token: the status fences a batch
+    still in flight then, so nothing is stored after the run's last event."""
+    from tools_app.runs import runner
+    from tools_app.runs.eventlog import LeaseLost
+
+    run, token = recording_run(endpoint, tools, policy)
+    writer = RunRecorder(str(run.pk), token)
+    writer.record(RoundStarted(round_index=0), {})
+    runner._finish(str(run.pk), token, RunStatus.CANCELLED, {"error_type": "Cancelled"})
+    last = stored_kinds(run)
+
+    with pytest.raises(LeaseLost):
+        writer.record(started_event("c1"), {})
+
+    assert stored_kinds(run) == last
+    assert last[-1] == "run_status"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_settling_commits_what_lingers_and_logs_a_failure_instead_of_raising(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    run, token = recording_run(endpoint, tools, policy)
+    monkeypatch.setattr(recorder_module, "LINGER_SECONDS", 60.0)
+    seen: list[list[str]] = []
+
+    async def scenario() -> None:
+        writer = RunRecorder(str(run.pk), token)
+        await writer(started_event("c1"))
+        await writer(finished_event("c1"))  # lingers (a minute, here)
+        seen.append(await sync_to_async(stored_kinds)(run))
+        await writer.settle()
+        seen.append(await sync_to_async(stored_kinds)(run))
+        await sync_to_async(Run.objects.filter(pk=run.pk).update)(status=RunStatus.CANCELLED)
+        await writer(finished_event("c2"))
+        await writer.settle()  # refused (the run ended): logged, not raised
+
+    async_to_sync(scenario)()
+
+    assert seen == [["tool_call_started"],
+                    ["tool_call_started", "tool_call_finished"]]
+    assert "could not be stored" in caplog.text
+    assert stored_kinds(run) == seen[-1]
+
+
+def test_a_batch_too_big_for_one_statement_is_written_in_several(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both databases cap a statement's parameters (a round of thousands of calls would
+    pass them): an INSERT is split, here at 60 parameters (two calls, twelve events)."""
+    from tools_app.runs import rowsql
+
+    monkeypatch.setattr(rowsql, "MAX_PARAMETERS", 60)
+    run, token = recording_run(endpoint, tools, policy)
+    proposals = [ToolCallProposed(round_index=0, call_index=index, known_tool=True,
+                                  request=ToolExecutionRequest(id=f"c{index}", name="lookup",
+                                                               arguments='{"key": "a"}'))
+                 for index in range(5)]
+    batch = [(RoundStarted(round_index=0), {}), *((p, {}) for p in proposals),
+             *((started_event(f"c{index}"), {}) for index in range(5))]
+    with CaptureQueriesContext(connection) as queries:
+        RunRecorder(str(run.pk), token).record_batch(batch)
+
+    inserts = [q["sql"] for q in queries.captured_queries
+               if q["sql"].startswith('INSERT INTO "tools_app_toolcall"')]
+    assert len(inserts) == 3
+    stored = ToolCall.objects.filter(run=run).order_by("call_index")
+    assert [(c.call_id, c.state, c.attempts) for c in stored] == [
+        (f"c{index}", "started", 1) for index in range(5)]
+    assert stored_kinds(run) == [event.kind for event, _ in batch]
+    assert_seqs_gapless(run)

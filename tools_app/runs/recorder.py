@@ -58,6 +58,10 @@ EPHEMERAL_KINDS = frozenset({"partial_text", "partial_tool_call"})
 # The engine waits for these to be committed: a call's start before its tool runs (a
 # crash after it leaves the call in doubt, never silently re-run).
 DURABLE_KINDS = frozenset({"tool_call_started"})
+# A batch is written only while the run is running under this worker: the token fences
+# another worker out, the status this worker's own end (a batch still in flight then
+# is refused, never stored after the run's last event).
+RUNNING = {"status": "running"}
 # How long an event nobody waits for may stay queued (so what follows shares its batch)
 # before the writer starts anyway: short enough that a viewer never notices.
 LINGER_SECONDS = 0.02
@@ -139,6 +143,17 @@ class RunRecorder:
         """Wait until every queued event is committed; raise a failure nobody saw yet."""
         await self._written()
         self._raise_failure()
+
+    async def settle(self) -> None:
+        """Before the run's end is written: commit what is still queued, whatever
+        stopped the chat (a chat cancelled in its last drain stopped waiting for it).
+        A failure is logged, not raised: the run is ending anyway, and a batch that
+        would come after the end is refused (its UPDATE expects the run running)."""
+        try:
+            await self.drain()
+        except Exception:
+            logger.warning("run %s: events queued at its end could not be stored",
+                           self.run_id, exc_info=True)
 
     async def _written(self) -> None:
         self._drains += 1
@@ -245,7 +260,7 @@ class RunRecorder:
             # The fenced seq allocation first: a lost lease writes nothing.
             seq, cancel_requested = append_events(
                 self.run_id, self.token, [(event.kind, payload) for event, payload in batch],
-                changes.run_changes())
+                changes.run_changes(), expect=RUNNING)
             changes.write()
         self.cancel_seen = (time.monotonic(), cancel_requested)
         # Remembered only once committed: a rolled-back round must not be.

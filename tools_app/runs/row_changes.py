@@ -158,5 +158,6 @@ class RowChanges:
         for round_id, call_index in inserted:
             written = carried.get((round_id, call_index))
             if written is not None:
-                del updates[written]
+                # Two calls with one id (a provider that repeats ids) both carried it.
+                updates.pop(written, None)
         return updates

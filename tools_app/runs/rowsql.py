@@ -28,6 +28,10 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
 
+# Parameters per statement, under both databases' limits (SQLite 32,766; PostgreSQL
+# 65,535 when the server binds them): a round of thousands of calls is several INSERTs.
+MAX_PARAMETERS = 30_000
+
 
 @dataclass(frozen=True)
 class Add:
@@ -99,16 +103,21 @@ def insert(model: type[Model], rows: Sequence[Mapping[str, Any]], *,
         rows = [{name: row[name] if name in row else _field(model, name).get_default()
                  for name in names} for row in rows]
     connection = _connection()
-    sql = _insert_sql(model, names, len(rows), conflict, on_conflict_update, returning,
-                      connection)
-    params = [_prepared(model, name, row[name], connection) for row in rows for name in names]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        if not returning:
-            return []
-        if isinstance(returning, tuple):
-            return [tuple(r) for r in cursor.fetchall()]
-        return [r[0] for r in cursor.fetchall()]
+    per_statement = max(1, MAX_PARAMETERS // len(names))
+    returned: list[Any] = []
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start:start + per_statement]
+        sql = _insert_sql(model, names, len(chunk), conflict, on_conflict_update, returning,
+                          connection)
+        params = [_prepared(model, name, row[name], connection)
+                  for row in chunk for name in names]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            if returning:
+                returned += cursor.fetchall()
+    if isinstance(returning, tuple):
+        return [tuple(r) for r in returned]
+    return [r[0] for r in returned] if returning else []
 
 
 # Fields whose values the database drivers take as Python gives them (str, int, float,

@@ -176,6 +176,7 @@ async def _drive(claimed: _Claimed,
                                                                      engine.secrets)) or ""}
     finally:
         heartbeat.cancel()
+        await recorder.settle()
         await _close_model(engine.model)
     return RunStatus.SUCCEEDED, _success_fields(result, engine.secrets)
 
