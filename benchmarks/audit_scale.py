@@ -237,6 +237,12 @@ def child(database: str, args: argparse.Namespace) -> dict[str, Any]:
         from django.db import connections
 
         connections.close_all()
+        # Closed connections go back to the process's pool, which still holds them open:
+        # PostgreSQL refuses to drop a database in use.
+        for connection in connections.all(initialized_only=True):
+            close_pool = getattr(connection, "close_pool", None)
+            if close_pool is not None:
+                close_pool()
         _postgres(f"DROP DATABASE IF EXISTS {name}")
     return result
 
