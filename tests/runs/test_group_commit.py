@@ -175,14 +175,28 @@ def test_a_round_asked_again_keeps_what_it_stored_but_its_start(
     assert run.rounds_count == 1
 
 
+def proposed_event(call_index: int, call_id: str) -> ToolCallProposed:
+    return ToolCallProposed(round_index=0, call_index=call_index, known_tool=True,
+                            request=ToolExecutionRequest(id=call_id, name="lookup",
+                                                         arguments='{"key": "a"}'))
+
+
+def started_event(call_id: str) -> ToolCallStarted:
+    return ToolCallStarted(round_index=0, call_id=call_id, tool_name="lookup")
+
+
+def finished_event(call_id: str) -> ToolCallFinished:
+    return ToolCallFinished(round_index=0, call_id=call_id, tool_name="lookup",
+                            outcome="succeeded", text="ok")
+
+
 def test_a_call_stored_before_gets_the_changes_its_proposal_carried(
     endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
 ) -> None:
     """A run resumed mid-round proposes a stored call again: the INSERT leaves its row
     as it is, and the start and end the batch carried for it are written by UPDATE."""
     run, token = recording_run(endpoint, tools, policy)
-    proposed = ToolCallProposed(round_index=0, call_index=0, request=ToolExecutionRequest(
-        id="c1", name="lookup", arguments='{"key": "a"}'), known_tool=True)
+    proposed = proposed_event(0, "c1")
     RunRecorder(str(run.pk), token).record_batch([
         (RoundStarted(round_index=0), {}), (proposed, {}), (started_event("c1"), {})])
 
@@ -196,16 +210,6 @@ def test_a_call_stored_before_gets_the_changes_its_proposal_carried(
 
 
 # -- the writer task ---------------------------------------------------------------------
-
-
-def finished_event(call_id: str) -> ToolCallFinished:
-    return ToolCallFinished(round_index=0, call_id=call_id, tool_name="lookup",
-                            outcome="succeeded", text="ok")
-
-
-
-def started_event(call_id: str) -> ToolCallStarted:
-    return ToolCallStarted(round_index=0, call_id=call_id, tool_name="lookup")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -507,10 +511,7 @@ def test_two_calls_with_one_id_in_a_batch_are_both_stored(
     """A provider that repeats a call id (nothing dedupes Anthropic's): both rows get
     the changes the batch carried for that id, as one UPDATE matching both did."""
     run, token = recording_run(endpoint, tools, policy)
-    proposals = [ToolCallProposed(round_index=0, call_index=index, known_tool=True,
-                                  request=ToolExecutionRequest(id="same", name="lookup",
-                                                               arguments='{"key": "a"}'))
-                 for index in (0, 1)]
+    proposals = [proposed_event(index, "same") for index in (0, 1)]
     RunRecorder(str(run.pk), token).record_batch([
         (RoundStarted(round_index=0), {}), *((p, {}) for p in proposals),
         (started_event("same"), {}), (started_event("same"), {}),
@@ -580,10 +581,7 @@ def test_a_batch_too_big_for_one_statement_is_written_in_several(
 
     monkeypatch.setattr(rowsql, "MAX_PARAMETERS", 60)
     run, token = recording_run(endpoint, tools, policy)
-    proposals = [ToolCallProposed(round_index=0, call_index=index, known_tool=True,
-                                  request=ToolExecutionRequest(id=f"c{index}", name="lookup",
-                                                               arguments='{"key": "a"}'))
-                 for index in range(5)]
+    proposals = [proposed_event(index, f"c{index}") for index in range(5)]
     batch = [(RoundStarted(round_index=0), {}), *((p, {}) for p in proposals),
              *((started_event(f"c{index}"), {}) for index in range(5))]
     with CaptureQueriesContext(connection) as queries:

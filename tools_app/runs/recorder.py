@@ -47,7 +47,7 @@ from ..engine.events import (
     ToolCallStarted,
 )
 from ..engine.execution import arguments_as_map
-from ..models import Round, ToolCall
+from ..models import Round, RunStatus, ToolCall
 from .eventlog import append_events, notify
 from .row_changes import RowChanges
 from .storage import StreamRedactor, clean_json, clean_json_data, clean_text, fit_column, redact
@@ -61,7 +61,8 @@ DURABLE_KINDS = frozenset({"tool_call_started"})
 # A batch is written only while the run is running under this worker: the token fences
 # another worker out, the status this worker's own end (a batch still in flight then
 # is refused, never stored after the run's last event).
-RUNNING = {"status": "running"}
+WHILE_RUNNING = {"status": RunStatus.RUNNING}
+RESULT_KIND = "tool_call_finished"  # what the model is told next: committed first
 # How long an event nobody waits for may stay queued (so what follows shares its batch)
 # before the writer starts anyway: short enough that a viewer never notices.
 LINGER_SECONDS = 0.02
@@ -119,7 +120,7 @@ class RunRecorder:
         waiter = asyncio.get_running_loop().create_future() \
             if event.kind in DURABLE_KINDS else None
         self._queue.append((event, payload, waiter))
-        if event.kind == "tool_call_finished":
+        if event.kind == RESULT_KIND:
             self._unwritten_results += 1
         if waiter is not None:
             self._write_now()
@@ -175,7 +176,11 @@ class RunRecorder:
         """Start the writer after a short linger, unless something waits for it first:
         the events that follow (a round's results, its start, its request) then share
         the batch the request's drain commits."""
-        if self._linger is None and (self._writer is None or self._writer.done()):
+        if self._writer is None or self._writer.done():
+            self._linger_then_write()
+
+    def _linger_then_write(self) -> None:
+        if self._linger is None:
             self._linger = asyncio.get_running_loop().call_later(LINGER_SECONDS,
                                                                  self._write_now)
 
@@ -193,19 +198,19 @@ class RunRecorder:
         while self._queue:
             batch, self._queue = self._queue, []
             waiters = [waiter for _, _, waiter in batch if waiter is not None]
-            results = sum(1 for event, _, _ in batch if event.kind == "tool_call_finished")
+            results = sum(1 for event, _, _ in batch if event.kind == RESULT_KIND)
             try:
                 seq = await sync_to_async(self.record_batch)(
                     [(event, payload) for event, payload, _ in batch])
             except Exception as exc:  # the run's own task decides what a failure means
-                self._unwritten_results -= results
                 for waiter in waiters:
                     if not waiter.done():
                         waiter.set_exception(exc)
                 if not waiters:
                     self._error = exc
                 continue
-            self._unwritten_results -= results
+            finally:
+                self._unwritten_results -= results
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(seq)
@@ -213,8 +218,7 @@ class RunRecorder:
             if self._queue and not self._waited_for():
                 # Queued while this batch was written, and nobody waits for it: it
                 # lingers for what follows, as if the writer had been idle.
-                self._linger = asyncio.get_running_loop().call_later(LINGER_SECONDS,
-                                                                     self._write_now)
+                self._linger_then_write()
                 return
 
     def _payload(self, event: Any) -> dict[str, Any]:
@@ -260,7 +264,7 @@ class RunRecorder:
             # The fenced seq allocation first: a lost lease writes nothing.
             seq, cancel_requested = append_events(
                 self.run_id, self.token, [(event.kind, payload) for event, payload in batch],
-                changes.run_changes(), expect=RUNNING)
+                changes.run_changes(), expect=WHILE_RUNNING)
             changes.write()
         self.cancel_seen = (time.monotonic(), cancel_requested)
         # Remembered only once committed: a rolled-back round must not be.

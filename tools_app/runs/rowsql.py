@@ -47,7 +47,7 @@ def update(model: type[Model], where: Mapping[str, Any], values: Mapping[str, An
     matched), else the row count."""
     connection = _connection()
     shape = tuple((name, isinstance(value, Add)) for name, value in values.items())
-    sql = _update_sql(model, shape, _where_shape(where), returning, connection)
+    sql = _update_sql(model, shape, _where_shape(where), returning, connection.vendor)
     params = [_prepared(model, name, value, connection) for name, value in values.items()]
     params += _where_params(model, where, connection)
     with connection.cursor() as cursor:
@@ -63,7 +63,7 @@ def select(model: type[Model], columns: tuple[str, ...],
     """The `columns` of the rows matching `where` (as for `update`), as the database
     returns them: for ids, numbers and text, which need no conversion."""
     connection = _connection()
-    sql = _select_sql_for(model, columns, _where_shape(where), connection.vendor)
+    sql = _select_sql(model, columns, _where_shape(where), connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(sql, _where_params(model, where, connection))
         return [tuple(row) for row in cursor.fetchall()]
@@ -108,7 +108,7 @@ def insert(model: type[Model], rows: Sequence[Mapping[str, Any]], *,
     for start in range(0, len(rows), per_statement):
         chunk = rows[start:start + per_statement]
         sql = _insert_sql(model, names, len(chunk), conflict, on_conflict_update, returning,
-                          connection)
+                          connection.vendor)
         params = [_prepared(model, name, row[name], connection)
                   for row in chunk for name in names]
         with connection.cursor() as cursor:
@@ -161,18 +161,20 @@ def _prepared_once(model: type[Model], name: str, kind: str, value: Any,
     return _field(model, name).get_db_prep_save(value, connections[DEFAULT_DB_ALIAS])
 
 
-@cache
 def _is_plain(model: type[Model], name: str) -> bool:
-    field = _field(model, name)
-    target = field.target_field if field.is_relation else field  # type: ignore[attr-defined]
-    return target.get_internal_type() in _PLAIN_TYPES
+    return _stored_type(model, name) in _PLAIN_TYPES
+
+
+def _is_repeated(model: type[Model], name: str) -> bool:
+    return _stored_type(model, name) in _REPEATED_TYPES
 
 
 @cache
-def _is_repeated(model: type[Model], name: str) -> bool:
+def _stored_type(model: type[Model], name: str) -> str:
+    """The internal type of the column's values (a key's is its target's)."""
     field = _field(model, name)
     target = field.target_field if field.is_relation else field  # type: ignore[attr-defined]
-    return target.get_internal_type() in _REPEATED_TYPES
+    return str(target.get_internal_type())
 
 
 @cache
@@ -190,22 +192,6 @@ def _insertable(model: type[Model]) -> tuple[str, ...]:
                  if not (f is pk and getattr(f, "db_returning", False)))
 
 
-# The statement builders are cached by shape and by vendor (the quoting is the
-# connection's); the connection itself is not part of the key.
-def _update_sql(model: type[Model], shape: tuple[tuple[str, bool], ...],
-                where: tuple[tuple[str, bool], ...], returning: tuple[str, ...],
-                connection: BaseDatabaseWrapper) -> str:
-    return _update_sql_for(model, shape, where, returning, connection.vendor)
-
-
-def _insert_sql(model: type[Model], names: tuple[str, ...], count: int,
-                conflict: tuple[str, ...], on_conflict_update: tuple[str, ...],
-                returning: str | tuple[str, ...] | None,
-                connection: BaseDatabaseWrapper) -> str:
-    return _insert_sql_for(model, names, count, conflict, on_conflict_update, returning,
-                           connection.vendor)
-
-
 def _quote(name: str) -> str:
     return str(connections[DEFAULT_DB_ALIAS].ops.quote_name(name))
 
@@ -216,8 +202,10 @@ def _column(model: type[Model], name: str) -> str:
     return _quote(column)
 
 
+# The statement builders are cached by shape and by vendor (the quoting is the
+# connection's); the connection itself is not part of the key.
 @cache
-def _update_sql_for(model: type[Model], shape: tuple[tuple[str, bool], ...],
+def _update_sql(model: type[Model], shape: tuple[tuple[str, bool], ...],
                     where: tuple[tuple[str, bool], ...], returning: tuple[str, ...],
                     vendor: str) -> str:
     table = _quote(model._meta.db_table)
@@ -231,7 +219,7 @@ def _update_sql_for(model: type[Model], shape: tuple[tuple[str, bool], ...],
 
 
 @cache
-def _select_sql_for(model: type[Model], columns: tuple[str, ...],
+def _select_sql(model: type[Model], columns: tuple[str, ...],
                     where: tuple[tuple[str, bool], ...], vendor: str) -> str:
     selected = ", ".join(_column(model, name) for name in columns)
     return (f"SELECT {selected} FROM {_quote(model._meta.db_table)} "
@@ -239,7 +227,7 @@ def _select_sql_for(model: type[Model], columns: tuple[str, ...],
 
 
 @cache
-def _insert_sql_for(model: type[Model], names: tuple[str, ...], count: int,
+def _insert_sql(model: type[Model], names: tuple[str, ...], count: int,
                     conflict: tuple[str, ...], on_conflict_update: tuple[str, ...],
                     returning: str | tuple[str, ...] | None, vendor: str) -> str:
     table = _quote(model._meta.db_table)

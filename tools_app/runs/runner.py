@@ -99,20 +99,20 @@ class _Claimed:
 
     run: Run
     token: int
-    history: tuple[list[ChatMessage], ResumeState | None] | None = None
-    history_error: Exception | None = None
+    # The conversation and resume state, or why they could not be rebuilt (a broken
+    # snapshot: reported as the run's failure once the engine is built).
+    history: tuple[list[ChatMessage], ResumeState | None] | Exception
 
 
 def _claimed(run_id: str, worker_id: str) -> _Claimed | None:
     token = claim(run_id, worker_id)
     if token is None:
         return None
-    claimed = _Claimed(run=Run.objects.get(pk=run_id), token=token)
+    run = Run.objects.get(pk=run_id)
     try:
-        claimed.history = load_history(claimed.run)
-    except Exception as exc:  # a broken snapshot: reported as the run's failure below
-        claimed.history_error = exc
-    return claimed
+        return _Claimed(run, token, load_history(run))
+    except Exception as exc:
+        return _Claimed(run, token, exc)
 
 
 async def _drive(claimed: _Claimed,
@@ -120,8 +120,8 @@ async def _drive(claimed: _Claimed,
     run, token, run_id = claimed.run, claimed.token, str(claimed.run.pk)
     try:
         engine = engine_for_snapshot(run.snapshot)
-        if claimed.history is None:
-            raise claimed.history_error or RuntimeError("the run's history was not read")
+        if isinstance(claimed.history, Exception):
+            raise claimed.history
         messages, resume = claimed.history
     except Exception as exc:  # a broken snapshot (missing key, tool gone) fails the run
         return RunStatus.FAILED, {"error_type": type(exc).__name__, "error_message": str(exc)}
