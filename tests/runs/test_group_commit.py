@@ -253,7 +253,7 @@ def test_the_engine_waits_for_a_calls_start_to_commit_and_not_for_the_rest(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_failed_batch_nobody_waited_for_stops_the_engine_at_its_next_event(
+def test_a_failed_batch_nobody_waited_for_stops_the_engine_and_nothing_after_it_is_stored(
     endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -277,15 +277,18 @@ def test_a_failed_batch_nobody_waited_for_stops_the_engine_at_its_next_event(
         with pytest.raises(OperationalError):
             await writer(started_event("c1"))
         seen.append("raised at the next event")
-        await writer(started_event("c1"))  # the failure is reported once
-        await writer.drain()
+        # The database is back, but a later batch would leave a hole in the log.
+        with pytest.raises(OperationalError):
+            await writer(started_event("c1"))
+        seen.append("raised again")
+        with pytest.raises(OperationalError):
+            await writer.drain()
 
     async_to_sync(scenario)()
 
-    assert seen == ["raised at the next event"]
-    assert list(RunEvent.objects.filter(run=run).values_list("kind", flat=True)) == [
-        "tool_call_started"]
-    assert_seqs_gapless(run)
+    assert seen == ["raised at the next event", "raised again"]
+    assert failing["left"] == 0
+    assert not RunEvent.objects.filter(run=run).exists()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -304,7 +307,8 @@ def test_a_durable_event_whose_batch_fails_raises_where_the_engine_waits(
         writer = RunRecorder(str(run.pk), token)
         with pytest.raises(OperationalError, match="down"):
             await writer(started_event("c1"))
-        await writer.drain()  # given to the one who waited: not raised twice
+        with pytest.raises(OperationalError, match="down"):
+            await writer.drain()  # the run's end reads its rows: it must know
 
     async_to_sync(scenario)()
     assert not RunEvent.objects.filter(run=run).exists()
@@ -378,28 +382,31 @@ def stored_kinds(run: Run) -> list[str]:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("announced", [True, False], ids=["http-model", "scripted-model"])
-def test_a_rounds_results_start_and_request_share_one_batch_committed_before_the_call(
+def test_a_rounds_results_start_and_request_share_one_batch_written_while_the_model_answers(
     endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
     monkeypatch: pytest.MonkeyPatch, announced: bool,
 ) -> None:
     """Two batches a round: the calls' starts (with the response), then the results
-    with the next round's start and request, committed before the model is asked (at
-    the announced HTTP request, or at ModelRequestSent for a model that announces
-    none)."""
+    with the next round's start and request. That batch starts at the request (the
+    announced HTTP request, or ModelRequestSent for a model that announces none), and
+    the model is asked without waiting for its commit."""
+    import threading
+
     run, token = recording_run(endpoint, tools, policy)
     batches: list[list[str]] = []
+    entered, release = threading.Event(), threading.Event()
     real_batch = RunRecorder.record_batch
 
-    def counted(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
         batches.append([event.kind for event, _ in batch])
+        if any(event.kind == "tool_call_finished" for event, _ in batch):
+            entered.set()
+            assert release.wait(10), "the test never released the batch"
         return real_batch(self, batch)
 
-    monkeypatch.setattr(RunRecorder, "record_batch", counted)
+    monkeypatch.setattr(RunRecorder, "record_batch", held)
     monkeypatch.setattr(recorder_module, "LINGER_SECONDS", 60.0)  # never, in this test
-    seen: dict[str, list[str]] = {}
-
-    async def stored() -> list[str]:
-        return await sync_to_async(stored_kinds)(run)
+    seen: dict[str, Any] = {}
 
     async def scenario() -> None:
         writer = RunRecorder(str(run.pk), token)
@@ -407,26 +414,33 @@ def test_a_rounds_results_start_and_request_share_one_batch_committed_before_the
         await writer(started_event("c1"))
         await writer(finished_event("c1"))
         await writer(RoundStarted(round_index=1))
-        seen["before the request"] = await stored()
         await writer(ModelRequestSent(round_index=1, message_count=3, tool_names=["lookup"]))
-        seen["at the request"] = await stored()
         if announced:
+            seen["written at ModelRequestSent"] = entered.is_set()
             await writer(ProviderWireRequest(round_index=1, provider="openai",
                                              url="http://127.0.0.1/v1", body={}))
-            seen["at the wire request"] = await stored()
+        seen["asked while its batch is written"] = not release.is_set()
+        for _ in range(500):  # bounded: 5 s
+            if entered.is_set():
+                break
+            await asyncio.sleep(0.01)
+        seen["batch started"] = entered.is_set()
+        release.set()
+        await writer.drain()
 
-    async_to_sync(scenario)()
+    try:
+        async_to_sync(scenario)()
+    finally:
+        release.set()
 
-    committed = ["tool_call_started", "tool_call_finished", "round_started",
-                 "model_request_sent"]
-    assert seen["before the request"] == ["tool_call_started"]
+    committed = ["tool_call_finished", "round_started", "model_request_sent"]
     if announced:
-        assert seen["at the request"] == ["tool_call_started"]
-        assert seen["at the wire request"] == [*committed, "provider_wire_request"]
-        assert batches == [["tool_call_started"], [*committed[1:], "provider_wire_request"]]
-    else:
-        assert seen["at the request"] == committed
-        assert batches == [["tool_call_started"], committed[1:]]
+        assert seen["written at ModelRequestSent"] is False
+        committed.append("provider_wire_request")
+    assert seen["asked while its batch is written"] is True
+    assert seen["batch started"] is True
+    assert batches == [["tool_call_started"], committed]
+    assert stored_kinds(run) == ["tool_call_started", *committed]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -455,54 +469,53 @@ def test_an_event_nobody_waits_for_is_committed_after_a_short_linger(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_model_is_not_asked_while_a_batch_with_results_is_still_being_written(
+def test_when_the_results_batch_fails_the_calls_queued_behind_it_never_run(
     endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The results' batch left on its linger just before the next request: nothing is
-    queued any more, but the request still waits for that batch's commit."""
+    """The model answered while its request's batch was written, and that batch fails:
+    the next round's call, queued behind it, gets the failure where it waits for its
+    start (so its tool never runs), and neither is stored."""
     import threading
 
     run, token = recording_run(endpoint, tools, policy)
     entered, release = threading.Event(), threading.Event()
     real_batch = RunRecorder.record_batch
 
-    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def failing(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
         if any(event.kind == "tool_call_finished" for event, _ in batch):
             entered.set()
             assert release.wait(10), "the test never released the batch"
+            raise OperationalError("server closed the connection unexpectedly")
         return real_batch(self, batch)
 
-    monkeypatch.setattr(RunRecorder, "record_batch", held)
-    monkeypatch.setattr(recorder_module, "LINGER_SECONDS", 0.0)
+    monkeypatch.setattr(RunRecorder, "record_batch", failing)
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
         writer = RunRecorder(str(run.pk), token)
         await writer(started_event("c1"))
-        await writer(finished_event("c1"))  # lingers 0 s: its batch starts at once
+        await writer(finished_event("c1"))
+        await writer(RoundStarted(round_index=1))
+        await writer(ModelRequestSent(round_index=1, message_count=3, tool_names=["lookup"]))
         for _ in range(500):  # bounded: 5 s
             if entered.is_set():
                 break
             await asyncio.sleep(0.01)
-        seen["results in flight"] = entered.is_set()
-        await writer(RoundStarted(round_index=1))
-        request = asyncio.ensure_future(writer(ModelRequestSent(
-            round_index=1, message_count=3, tool_names=["lookup"])))
+        next_call = asyncio.ensure_future(writer(started_event("c2")))
         await asyncio.sleep(0.05)
-        seen["asked before the commit"] = request.done()
+        seen["next call waiting"] = not next_call.done()
         release.set()
-        await request
-        seen["stored when asked"] = await sync_to_async(stored_kinds)(run)
+        with pytest.raises(OperationalError):
+            await next_call
 
     try:
         async_to_sync(scenario)()
     finally:
         release.set()
 
-    assert seen["results in flight"] is True
-    assert seen["asked before the commit"] is False
-    assert seen["stored when asked"][:2] == ["tool_call_started", "tool_call_finished"]
+    assert seen["next call waiting"] is True
+    assert stored_kinds(run) == ["tool_call_started"]
 
 
 def test_two_calls_with_one_id_in_a_batch_are_both_stored(

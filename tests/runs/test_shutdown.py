@@ -10,7 +10,17 @@ import pytest
 from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolCall, ToolRegistration
 from tools_app.runs import runner, tasks
 
-from .support import ModelSpy, assert_seqs_gapless, calls, events, execute, rounds, start, statuses
+from .support import (
+    ModelSpy,
+    assert_seqs_gapless,
+    calls,
+    events,
+    execute,
+    kinds,
+    rounds,
+    start,
+    statuses,
+)
 from .tools_for_tests import STATE
 
 pytestmark = pytest.mark.both
@@ -113,9 +123,9 @@ def test_a_worker_that_is_already_stopping_starts_no_round(
     assert not Round.objects.filter(run=run).exists()
 
 
-def _database_down_for(monkeypatch: pytest.MonkeyPatch, kinds: list[str]) -> list[str]:
-    """Fail the batches carrying these kinds (round 1's or the run's own), one each, in
-    order, as a dropped connection would; returns the kinds failed so far."""
+def _database_down_for(monkeypatch: pytest.MonkeyPatch, kind: str) -> list[str]:
+    """Fail the first batch that carries round 1's (or the run's own) event of this
+    kind, as a dropped connection would; returns the kinds failed so far."""
     from django.db import OperationalError
 
     from tools_app.runs.recorder import RunRecorder
@@ -124,10 +134,9 @@ def _database_down_for(monkeypatch: pytest.MonkeyPatch, kinds: list[str]) -> lis
     down: list[str] = []
 
     def flaky(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
-        if len(down) < len(kinds) and any(
-                event.kind == kinds[len(down)] and event.round_index in (1, None)
-                for event, _ in batch):
-            down.append(kinds[len(down)])
+        if not down and any(event.kind == kind and event.round_index in (1, None)
+                            for event, _ in batch):
+            down.append(kind)
             raise OperationalError("server closed the connection unexpectedly")
         return real_record(self, batch)
 
@@ -138,22 +147,24 @@ def _database_down_for(monkeypatch: pytest.MonkeyPatch, kinds: list[str]) -> lis
 def _hand_back_after_database_failure(run: Run, monkeypatch: pytest.MonkeyPatch,
                                       capture: Any) -> None:
     """The database fails the batch that stores round 0's results with round 1's start
-    (committed before round 1's model call), then the failure report: the run is
-    interrupted and re-queued, not failed."""
+    (written while round 1's model call is made): nothing after it is stored, not
+    round 1's response nor the failure's report, and the run is interrupted and
+    re-queued, not failed."""
     enqueued: list[str] = []
     monkeypatch.setattr(tasks, "enqueue_run", enqueued.append)
-    down = _database_down_for(monkeypatch, ["round_started", "chat_failed"])
+    down = _database_down_for(monkeypatch, "round_started")
     with capture(execute=True):
         status = execute(run)
 
     assert status == "interrupted"
-    assert down == ["round_started", "chat_failed"]
+    assert down == ["round_started"]
     assert run.status == RunStatus.INTERRUPTED
     assert (run.lease_owner, run.error_type) == ("", "")
     assert enqueued == [str(run.pk)]
     # What the failed batch carried is not stored: round 0's call started, no result.
     assert [c.state for c in calls(run)] == ["started"]
     assert [r.index for r in rounds(run)] == [0]
+    assert kinds(run)[-2:] == ["tool_call_started", "run_status"]
 
 
 def test_a_database_failure_mid_run_hands_the_run_back_instead_of_failing_it(

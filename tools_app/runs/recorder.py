@@ -8,13 +8,16 @@ it emits meanwhile forms the next batch.
 
 The engine waits for durability only where crash safety needs it: a tool call's start
 is committed before the tool runs (and, batches being written in order, so is the
-round's response it belongs to); a round's results before the model is asked again
-(at the model's announced HTTP request, `ProviderWireRequest`, or at
-`ModelRequestSent` for a model that announces none); and the runner drains the queue
-before anything reads the run's rows to decide (gates, approvals, the end of the run).
-An event nobody waits for lingers a moment (`LINGER_SECONDS`) before the writer starts,
-so a round's results, the next round's start and its request share the batch that
-request commits: two batches a round (docs/benchmarks/product-path.md). Only after a
+round's response it belongs to), and the runner drains the queue before anything reads
+the run's rows to decide (gates, approvals, the end of the run). What the model is told
+next (a round's results, the next round's start and its request) is written while the
+model answers: its batch starts at the model's announced HTTP request
+(`ProviderWireRequest`, or `ModelRequestSent` for a model that announces none) and
+nothing waits for it. An event nobody waits for lingers a moment (`LINGER_SECONDS`)
+before the writer starts, so a round's results, the next round's start and its request
+share one batch: two batches a round (docs/benchmarks/product-path.md). A failed batch
+stops the run: nothing after it is ever stored (the log would have a hole), and the
+failure is raised where the engine waits or at its next event. Only after a
 commit are viewers notified (`eventlog.notify`), with the batch's last seq: the
 WebSocket consumer reads rows by seq, so a dropped notification never loses anything.
 Streaming fragments (partial text / tool-call pieces) are not stored: they are only
@@ -62,7 +65,6 @@ DURABLE_KINDS = frozenset({"tool_call_started"})
 # another worker out, the status this worker's own end (a batch still in flight then
 # is refused, never stored after the run's last event).
 WHILE_RUNNING = {"status": RunStatus.RUNNING}
-RESULT_KIND = "tool_call_finished"  # what the model is told next: committed first
 # How long an event nobody waits for may stay queued (so what follows shares its batch)
 # before the writer starts anyway: short enough that a viewer never notices.
 LINGER_SECONDS = 0.02
@@ -87,14 +89,16 @@ class RunRecorder:
         self._writer: asyncio.Task[None] | None = None
         self._linger: asyncio.TimerHandle | None = None  # the writer's delayed start
         self._drains = 0  # tasks waiting for the queue to be committed
-        # Call results queued or being written: what the model must not be told before
-        # it is committed (a batch in flight counts until it commits or fails).
-        self._unwritten_results = 0
+        # Something queued must be written as soon as the writer is free (the model's
+        # request was queued while a batch was being written): no linger for it.
+        self._write_next = False
         # Whether the model announces each HTTP request (ProviderWireRequest) before
-        # sending it: the last moment to commit what the model will be told. Otherwise
+        # sending it: where the batch of what the model is told starts. Otherwise
         # (scripted, recorded models) it is the ModelRequestSent before the call.
         self.requests_announced = False
-        self._error: BaseException | None = None  # a failed batch nobody waited for
+        # The first batch that failed: every later event and drain raises it, and
+        # nothing queued after it is written.
+        self._error: BaseException | None = None
         # (when, cancel_requested) as the last batch's own UPDATE read it: the heartbeat
         # needs no query of its own while the run writes.
         self.cancel_seen: tuple[float, bool] | None = None
@@ -103,6 +107,7 @@ class RunRecorder:
         self.call_row_defaults: dict[str, Any] = {}
 
     async def __call__(self, event: Any) -> None:
+        self._raise_failure()
         if isinstance(event, RoundStarted) and self.before_round is not None:
             await self.before_round()
         if event.kind in EPHEMERAL_KINDS:
@@ -111,7 +116,6 @@ class RunRecorder:
                 await self._written()  # viewers see the round before its pieces
                 await notify(self.run_id, {"fragment": fragment})
             return
-        self._raise_failure()
         payload = self._payload(event)
         if self.secrets:
             # The one boundary every stored value crosses: the rows are written from the
@@ -120,28 +124,26 @@ class RunRecorder:
         waiter = asyncio.get_running_loop().create_future() \
             if event.kind in DURABLE_KINDS else None
         self._queue.append((event, payload, waiter))
-        if event.kind == RESULT_KIND:
-            self._unwritten_results += 1
         if waiter is not None:
             self._write_now()
             # Shielded: a cancelled run stops waiting, the batch is still written.
             await asyncio.shield(waiter)
-        elif event.kind == self._drain_at and self._unwritten_results:
-            # The round's results (and its start) are committed before the model is
-            # asked: a failure to store them stops the run here, before the model saw
-            # them. Queued with the request's own events, they share one batch.
-            await self.drain()
-        elif event.kind == self._drain_at:
-            self._write_now()  # nothing the model is told waits: written meanwhile
+        elif event.kind == self._request_kind:
+            # The model is about to be asked: what it is told (the round's results, the
+            # round's start and this request) is written while it answers. Crash
+            # safety does not need it first: a result lost with this batch is that of a
+            # call whose start is stored, which a resumed run runs again if the tool is
+            # idempotent and reports as an unknown outcome if not.
+            self._write_now()
         else:
             self._write_soon()
 
     @property
-    def _drain_at(self) -> str:
+    def _request_kind(self) -> str:
         return "provider_wire_request" if self.requests_announced else "model_request_sent"
 
     async def drain(self) -> None:
-        """Wait until every queued event is committed; raise a failure nobody saw yet."""
+        """Wait until every queued event is committed; raise the failure of any batch."""
         await self._written()
         self._raise_failure()
 
@@ -153,8 +155,8 @@ class RunRecorder:
         try:
             await self.drain()
         except Exception:
-            logger.warning("run %s: events queued at its end could not be stored",
-                           self.run_id, exc_info=True)
+            logger.warning("run %s: events queued since a batch failed, or at its end, "
+                           "could not be stored", self.run_id, exc_info=True)
 
     async def _written(self) -> None:
         self._drains += 1
@@ -169,8 +171,12 @@ class RunRecorder:
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
-        if self._queue and (self._writer is None or self._writer.done()):
+        if not self._queue:
+            return
+        if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_queued())
+        else:
+            self._write_next = True  # the busy writer takes it next, without a linger
 
     def _write_soon(self) -> None:
         """Start the writer after a short linger, unless something waits for it first:
@@ -185,34 +191,28 @@ class RunRecorder:
                                                                  self._write_now)
 
     def _waited_for(self) -> bool:
-        """Whether the engine waits for what is queued (a call's start, a drain)."""
-        return self._drains > 0 or any(waiter is not None for _, _, waiter in self._queue)
+        """Whether what is queued must be written at once: the engine waits for it (a
+        call's start, a drain), or the model's request is among it."""
+        return (self._write_next or self._drains > 0
+                or any(waiter is not None for _, _, waiter in self._queue))
 
     def _raise_failure(self) -> None:
-        error, self._error = self._error, None
-        if error is not None:
-            raise error
+        if self._error is not None:
+            raise self._error
 
     async def _write_queued(self) -> None:
         """The run's writer: commit what is queued, one batch at a time, in order."""
         while self._queue:
             batch, self._queue = self._queue, []
-            waiters = [waiter for _, _, waiter in batch if waiter is not None]
-            results = sum(1 for event, _, _ in batch if event.kind == RESULT_KIND)
+            self._write_next = False
             try:
                 seq = await sync_to_async(self.record_batch)(
                     [(event, payload) for event, payload, _ in batch])
             except Exception as exc:  # the run's own task decides what a failure means
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_exception(exc)
-                if not waiters:
-                    self._error = exc
-                continue
-            finally:
-                self._unwritten_results -= results
-            for waiter in waiters:
-                if not waiter.done():
+                self._fail(exc, batch)
+                return
+            for _, _, waiter in batch:
+                if waiter is not None and not waiter.done():
                     waiter.set_result(seq)
             await notify(self.run_id, {"seq": seq})
             if self._queue and not self._waited_for():
@@ -220,6 +220,15 @@ class RunRecorder:
                 # lingers for what follows, as if the writer had been idle.
                 self._linger_then_write()
                 return
+
+    def _fail(self, error: Exception, batch: list[Queued]) -> None:
+        """A batch failed: it and everything queued after it are never written (a later
+        batch would leave a hole in the log); whoever waits on them gets the error."""
+        self._error = error
+        for _, _, waiter in [*batch, *self._queue]:
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(error)
+        self._queue = []
 
     def _payload(self, event: Any) -> dict[str, Any]:
         data = event.model_dump(mode="json")
