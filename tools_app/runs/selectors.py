@@ -157,12 +157,15 @@ def _pretty_arguments(raw: str) -> str:
         return raw
 
 
-def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[dict[str, Any]]:
+def round_views(run: Run, indexes: Iterable[int] | None = None, *,
+                display: bool = True) -> list[dict[str, Any]]:
     """Rounds with their calls, as plain dicts with display values computed here.
 
     Rows are read with values() (no model instances) and the template gets plain dicts
     and precomputed strings: a finished run with 1,000 tool calls must render fast
-    (see docs/benchmarks.md).
+    (see docs/benchmarks.md). `display=False` gives the rows' own values only, what the
+    JSON API reports: no wire bodies (a round's request repeats the whole conversation),
+    pretty JSON or bars, which were half the cost of a client polling a run.
     """
     rounds = Round.objects.filter(run=run).order_by("index")
     calls = ToolCall.objects.filter(run=run).order_by("call_index")
@@ -177,9 +180,10 @@ def round_views(run: Run, indexes: Iterable[int] | None = None) -> list[dict[str
         by_round.setdefault(call["round_id"], []).append(reexecutions(approval(call)))
     added = _added_messages(run)
     finished = run.is_terminal
-    return [_round_view(r, by_round.get(r["id"], []), finished) | {
+    fields = ROUND_FIELDS if display else RECORD_ROUND_FIELDS
+    return [_round_view(r, by_round.get(r["id"], []), finished, fields, display) | {
         "added_messages": added.get(r["index"], []), "final": _is_final(run, r)}
-        for r in rounds.values("id", "response", *ROUND_FIELDS)]
+        for r in rounds.values("id", "response", *fields)]
 
 
 def _is_final(run: Run, round_: dict[str, Any]) -> bool:
@@ -213,7 +217,8 @@ def _not_executed_call(round_index: int, call_index: int,
             "result_text": None, "result_json": None, "is_error": False, "error_type": "",
             "error_message": "", "handled_by": "", "stopped_run": False, "traceback": "",
             "started_at": None, "finished_at": None, "decision": None,
-            "awaiting_decision": False, "held_at_breakpoint": False}
+            "awaiting_decision": False, "held_at_breakpoint": False,
+            "reexecutable": False, "reexecutions": []}
 
 
 def _added_messages(run: Run) -> dict[int, list[dict[str, Any]]]:
@@ -260,21 +265,24 @@ def _approval_state(run: Run) -> Any:
     return add
 
 
-ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_token_ms",
-                "input_tokens", "output_tokens", "attempts", "thinking", "ai_text",
-                "request_json", "response_json", "raw_stream")
+# A round's own values, then what only the page shows: its wire bodies and stream.
+RECORD_ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_token_ms",
+                       "input_tokens", "output_tokens", "attempts", "thinking", "ai_text")
+ROUND_FIELDS = (*RECORD_ROUND_FIELDS, "request_json", "response_json", "raw_stream")
 CALL_FIELDS = ("call_id", "tool_name", "state", "duration_ms", "attempts", "arguments",
                "arguments_raw", "error_details", "result_text", "result_json", "is_error",
                "error_type", "error_message", "handled_by", "stopped_run", "traceback",
                "started_at", "finished_at")
 
 
-def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]],
-                finished: bool) -> dict[str, Any]:
-    view = {name: round_[name] for name in ROUND_FIELDS}
+def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]], finished: bool,
+                fields: tuple[str, ...], display: bool) -> dict[str, Any]:
+    view = {name: round_[name] for name in fields}
     if finished:  # while the run goes on, the rows of proposed calls are about to come
         calls = calls + [_not_executed_call(round_["index"], len(calls) + n, request)
                          for n, request in enumerate(unexecuted_requests(round_, len(calls)))]
+    if not display:
+        return view | {"calls": calls}
     view["calls"], view["axis"] = _call_views(calls)
     view["not_executed"] = sum(1 for c in calls if c["state"] == "not_executed")
     view["awaiting_decisions"] = sum(1 for c in calls if c["awaiting_decision"])

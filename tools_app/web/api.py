@@ -265,7 +265,7 @@ def run_export(request: HttpRequest, run_id: Any) -> HttpResponseBase:
 @token_required
 def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
     run = visible(request, run_id)
-    rounds = selectors.round_views(run)
+    rounds = selectors.round_views(run, display=False)
     return JsonResponse(_run_summary(run) | {
         "final_answer": run.final_text,
         "error": {"type": run.error_type, "message": run.error_message} if run.error_type else None,
