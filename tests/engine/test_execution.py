@@ -359,3 +359,38 @@ async def test_sync_tools_do_not_need_the_event_loops_default_executor() -> None
     thread_name, _, value = result.partition(" ")
     assert thread_name.startswith("agentforge-tool")
     assert value == "from the caller"
+
+
+# -- the arguments model, built once per function ---------------------------------------
+
+
+def test_a_functions_arguments_model_is_built_once_per_strictness() -> None:
+    """A worker builds each run's executors afresh: the pydantic model of a function's
+    parameters is built once, not per run; strictness gives a model of its own."""
+
+    def lookup(city: str, days: int = 1) -> str:
+        return f"{city} x{days}"
+
+    first, second = FunctionToolExecutor(lookup), FunctionToolExecutor(lookup)
+    strict = FunctionToolExecutor(lookup, strict=True)
+
+    assert first.arguments.model is second.arguments.model
+    assert strict.arguments.model is not first.arguments.model
+    assert first.validate(request('{"city": "Oslo", "extra": 1}')).model_dump() == {
+        "city": "Oslo", "days": 1}
+    with pytest.raises(ToolArgumentsError):
+        strict.validate(request('{"city": "Oslo", "extra": 1}'))
+
+
+def test_an_unhashable_callable_tool_still_gets_its_arguments_model() -> None:
+    @dataclasses.dataclass  # eq=True without frozen: instances are unhashable
+    class Greeter:
+        greeting: str
+        __name__ = "greet"
+
+        def __call__(self, name: str) -> str:
+            return f"{self.greeting}, {name}"
+
+    executor = FunctionToolExecutor(Greeter("Hello"))
+
+    assert executor.validate(request('{"name": "Ada"}')).model_dump() == {"name": "Ada"}

@@ -8,6 +8,7 @@ and the validation the tool gets can never drift apart.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -172,7 +173,22 @@ class ArgumentsModel:
 
 
 def arguments_model_for(func: Callable[..., Any], *, strict: bool = False) -> ArgumentsModel:
-    """Build the pydantic model of `func`'s parameters (self/cls excluded)."""
+    """The pydantic model of `func`'s parameters (self/cls excluded), built once per
+    function and strictness: a worker builds each run's tool executors afresh, and
+    creating a pydantic model costs about as much as a round's tool call."""
+    try:
+        hash(func)
+    except TypeError:  # a callable object that cannot be a cache key: built each time
+        return _build_arguments_model(func, strict)
+    return _cached_arguments_model(func, strict)
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_arguments_model(func: Callable[..., Any], strict: bool) -> ArgumentsModel:
+    return _build_arguments_model(func, strict)
+
+
+def _build_arguments_model(func: Callable[..., Any], strict: bool) -> ArgumentsModel:
     signature = inspect.signature(func)
     hints = _resolved_hints(func)
     fields: dict[str, Any] = {}
