@@ -13,6 +13,9 @@ parallel `get_weather` calls, then a text answer, 200 ms per reply):
 CPU is this process's user + system time (`time.process_time`) over the scenario,
 divided by the model calls made (6 per run); the fake server's CPU is not in it. The
 recorder's own share is the thread CPU time spent in `RunRecorder.record_batch`.
+Efficiency = the ideal 1,200 ms / a run's wall time (the engine alone: its `chat()`;
+the application: `Run.wall_ms`), median over the runs: the engine alone's is the
+ceiling the product-path benchmark's efficiency can reach on the same machine.
 
 Run: python -m benchmarks.bench_app_overhead [--runs 1,10,50]
 Results: docs/benchmarks/app-overhead.md
@@ -34,6 +37,7 @@ from benchmarks.common import setup_django, write_result
 
 ROUNDS_PER_RUN = 6
 REPEATS = 3
+IDEAL_MS = 1200.0  # 6 model replies of 200 ms
 
 
 def main() -> None:
@@ -84,9 +88,12 @@ def measure_all(counts: list[int]) -> list[dict[str, Any]]:
 
 
 def measure(count: int, new_runs: Callable[[int], list[Any]]) -> dict[str, Any]:
+    from tools_app.models import Run
     from tools_app.runs.recorder import RunRecorder
 
     engine_cpu, app_cpu, recorder_cpu, batches = [], [], [], []
+    engine_walls: list[float] = []
+    app_walls: list[float] = []
     real = RunRecorder.record_batch
     spent = {"cpu": 0.0, "batches": 0}
 
@@ -101,9 +108,14 @@ def measure(count: int, new_runs: Callable[[int], list[Any]]) -> dict[str, Any]:
     RunRecorder.record_batch = timed  # type: ignore[method-assign]
     try:
         for _ in range(REPEATS):
-            engine_cpu.append(scenario(engine_alone, new_runs(count)) / (count * ROUNDS_PER_RUN))
+            cpu, walls = scenario(engine_alone, new_runs(count))
+            engine_cpu.append(cpu / (count * ROUNDS_PER_RUN))
+            engine_walls += walls
             spent.update(cpu=0.0, batches=0)
-            app_cpu.append(scenario(application, new_runs(count)) / (count * ROUNDS_PER_RUN))
+            runs = new_runs(count)
+            cpu, _ = scenario(application, runs)
+            app_cpu.append(cpu / (count * ROUNDS_PER_RUN))
+            app_walls += [run.wall_ms for run in Run.objects.filter(pk__in=[r.pk for r in runs])]
             recorder_cpu.append(spent["cpu"] / (count * ROUNDS_PER_RUN))
             batches.append(spent["batches"] / (count * ROUNDS_PER_RUN))
     finally:
@@ -111,19 +123,23 @@ def measure(count: int, new_runs: Callable[[int], list[Any]]) -> dict[str, Any]:
     row = {"runs": count, "engine_ms": statistics.median(engine_cpu) * 1000,
            "app_ms": statistics.median(app_cpu) * 1000,
            "recorder_ms": statistics.median(recorder_cpu) * 1000,
-           "batches": statistics.median(batches), "load": os.getloadavg()[0]}
+           "batches": statistics.median(batches), "load": os.getloadavg()[0],
+           "engine_efficiency": IDEAL_MS / statistics.median(engine_walls),
+           "app_efficiency": IDEAL_MS / statistics.median(app_walls)}
     print(row, flush=True)
     return row
 
 
-def scenario(body: Callable[[list[Any]], Coroutine[Any, Any, None]], runs: list[Any]) -> float:
-    """CPU seconds of this process while `body` drives `runs` at once."""
+def scenario(body: Callable[[list[Any]], Coroutine[Any, Any, list[float]]],
+             runs: list[Any]) -> tuple[float, list[float]]:
+    """CPU seconds of this process while `body` drives `runs` at once, and what it
+    reports (the engine alone: each run's wall time in ms)."""
     started = time.process_time()
-    asyncio.run(body(runs))
-    return time.process_time() - started
+    walls = asyncio.run(body(runs))
+    return time.process_time() - started, walls
 
 
-async def engine_alone(runs: list[Any]) -> None:
+async def engine_alone(runs: list[Any]) -> list[float]:
     from tools_app.runs.provider_clients import PROVIDER_CLIENTS
     from tools_app.runs.snapshot import (
         engine_for_snapshot,
@@ -131,16 +147,19 @@ async def engine_alone(runs: list[Any]) -> None:
         snapshot_parameters,
     )
 
-    async def one(run: Any) -> None:
+    async def one(run: Any) -> float:
+        started = time.perf_counter()
         engine = engine_for_snapshot(run.snapshot)
         await engine.service.chat(engine.model, snapshot_messages(run.snapshot),
                                   snapshot_parameters(run.snapshot))
+        return (time.perf_counter() - started) * 1000
 
-    await asyncio.gather(*(one(run) for run in runs))
+    walls = await asyncio.gather(*(one(run) for run in runs))
     await PROVIDER_CLIENTS.aclose_this_loop()  # this loop ends with the scenario
+    return list(walls)
 
 
-async def application(runs: list[Any]) -> None:
+async def application(runs: list[Any]) -> list[float]:
     from tools_app.runs import task_backend
     from tools_app.runs.runner import execute_run
 
@@ -148,6 +167,7 @@ async def application(runs: list[Any]) -> None:
     statuses = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
     if set(statuses) != {"succeeded"}:
         raise RuntimeError(f"runs did not all succeed: {statuses}")
+    return []  # their wall times are stored (Run.wall_ms)
 
 
 def wait_for_port(url: str) -> None:
@@ -176,14 +196,16 @@ def report(rows: list[dict[str, Any]]) -> str:
         "2 CPUs shared with other work (the 1-minute load average is given).",
         "",
         "| concurrent runs | engine alone | application | added by the application "
-        "| of which the recorder's writes | batches per round | load |",
-        "|---|---|---|---|---|---|---|",
+        "| of which the recorder's writes | batches per round "
+        "| efficiency: engine alone / application | load |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
             f"| {row['runs']} | {row['engine_ms']:.2f} ms | {row['app_ms']:.2f} ms | "
             f"**{row['app_ms'] - row['engine_ms']:.2f} ms** | {row['recorder_ms']:.2f} ms | "
-            f"{row['batches']:.1f} | {row['load']:.1f} |")
+            f"{row['batches']:.1f} | {row['engine_efficiency']:.1%} / "
+            f"{row['app_efficiency']:.1%} | {row['load']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
