@@ -193,6 +193,9 @@ def report(rows: list[dict[str, Any]]) -> str:
         "worker executes runs (`runner.execute_run` in the in-process backend's lanes,",
         "SQLite). CPU = this process's user + system time / model calls (6 per run),",
         f"median of {REPEATS}; the recorder's share is its thread CPU in `record_batch`.",
+        "Efficiency = the ideal 1,200 ms / a run's wall time, median over the runs (the",
+        "engine alone: its `chat()`; the application: `Run.wall_ms`): the engine alone's",
+        "is the ceiling the product path can reach on this machine.",
         "2 CPUs shared with other work (the 1-minute load average is given).",
         "",
         "| concurrent runs | engine alone | application | added by the application "
