@@ -195,7 +195,9 @@ def report(rows: list[dict[str, Any]]) -> str:
         f"median of {REPEATS}; the recorder's share is its thread CPU in `record_batch`.",
         "Efficiency = the ideal 1,200 ms / a run's wall time, median over the runs (the",
         "engine alone: its `chat()`; the application: `Run.wall_ms`): the engine alone's",
-        "is the ceiling the product path can reach on this machine.",
+        "is the ceiling the product path can reach on this machine. Tables of different",
+        "sessions come from different machines: compare the rows of one table (the engine",
+        "alone's column says how fast the machine was).",
         "2 CPUs shared with other work (the 1-minute load average is given).",
         "",
         "| concurrent runs | engine alone | application | added by the application "

@@ -456,100 +456,83 @@ Targets (2 CPUs): embedded 1 run >= 97 %, 50 runs >= 85 % with from emit p95 < 5
 no "database is locked"; scale-out 1 run >= 97 %, 100 runs >= 80 %, from emit p95 < 100
 ms; the application adds <= 3 ms of server CPU per round on top of the engine.
 
-| target | first (load 9-17) | last round | now (load 0.3-1.5) | met |
+The machine changes from session to session, and the last one was about half as fast as
+the one before (the same code, the engine alone: 2.4 -> 3.5 ms of CPU a round; 98 -> 97.5 %
+for one run). On this one, `benchmarks/bench_app_overhead.py` (docs/benchmarks/
+app-overhead.md) measures the ceiling: the engine alone, in process, no database,
+reaches 97.5 % with 1 run, 92 % with 10 and 80 % with 50 concurrent runs; so neither
+1 run >= 97 % nor 50 runs >= 85 % can be reached here by any application around it.
+
+| target | first (load 9-17) | session 7 (faster machine) | session 8 (this one) | met |
 |---|---|---|---|---|
-| embedded, 1 run | 74 % | 95-96 % | 95-96 % (engine alone: 98 %) | no |
-| embedded, 50 runs | 15 %, p95 741 ms | 54-71 %, p95 137+ ms | 65-84 %, p95 55-204 ms | no |
-| scale-out, 1 run | 38 % | 86-94 % | 94 % | no |
-| scale-out, 100 runs | 8 %, 11 finished | 23-28 %, p95 363+ ms | 37-41 %, p95 168-216 ms | no |
-| CPU added per round | ~20 ms | ~5.5-6.2 ms | 3.8-5.1 ms | no |
+| embedded, 1 run | 74 % | 95-96 % (engine alone 98) | 91-92 -> 93-94 % (engine alone 97.5) | no |
+| embedded, 50 runs | 15 %, p95 741 ms | 65-84 %, p95 55-204 ms | 32-55 %, p95 0.6-1.1 s | no |
+| scale-out, 1 run | 38 % | 94 % | 91 % | no |
+| scale-out, 100 runs | 8 %, 11 finished | 37-41 %, p95 168-216 ms | 20 %, p95 571 ms | no |
+| CPU added per round | ~20 ms | 3.8-5.1 ms | 9.9-11.7 ms (engine alone 2.3-3.5) | no |
 
-No "database is locked" in any run (it was 9 in the first measurement). Embedded 50
-runs with the default four lanes, ten samples: 65, 68, 72, 79, 80, 82, 82, 83, 84, 84 %,
-p95 55-204 ms; one lane reached 85 % at p95 46 ms once (below). The machine's noise
-is large: the same code measured 8.1-11.2 ms of embedded server CPU a round at 50 runs.
+No "database is locked" in any run. The machine's noise is large: embedded 50 runs
+measured 36-55 % with the same code within the hour.
 
-The last row is measured by `benchmarks/bench_app_overhead.py` (docs/benchmarks/
-app-overhead.md): the same runs in one process, by the engine alone and as a worker
-executes them. Why the rest is not met:
+Why the rest is not met:
 
-- **One run** waits for two commits a round on its critical path (a call's start
-  before its tool runs; the round's results before the next model call), each a trip
-  to the database thread and a SQLite commit: 1.2-2 ms each, measured per event in
-  process. The engine alone takes 1,221-1,229 ms of the 1,200 ideal (the HTTP round
-  trips to the fake server), so 97 % (<= 1,237 ms) leaves the application 8-16 ms a
-  run for 6 rounds, their 11 commits, the claim and the end; it takes 20-30.
-- **50-100 runs** are bounded by CPU: the embedded server is one process (one GIL), and
-  each round costs it ~8-9 ms of CPU (the engine's HTTP client, the application, the
-  API requests that start and poll the runs); 50 runs of 5 rounds a second need more
-  than that process has. Scale-out: 100 runs make ~500 rounds a second, at ~11 ms of
-  server CPU a round plus PostgreSQL's, Redis's and the fake server's own, on 2 CPUs.
-  Each ms cut per round raises these; no configuration knob does (below).
+- **One run** now waits for one commit a round on its critical path (a call's start,
+  with the round's response, before the tool runs: what crash safety needs), ~3.9 ms
+  on this machine, plus the claim, history and engine (~10 ms a run) and the end
+  (~2 ms). Measured per event in process, a round's HTTP call to the model now takes
+  what it takes the engine alone (204.5 vs 205 ms from request to response; 208 ms
+  before this session's change).
+- **20-100 runs** are bounded by CPU: the embedded server is one process (one GIL), and
+  each round costs it ~14 ms of CPU in process (here), ~23-26 ms with the API requests
+  that start and poll the runs; scale-out 100 runs = ~500 rounds a second at ~22 ms of
+  server CPU each, on 2 CPUs. Each ms cut per round raises these.
 
-### What this round changed (each measured, each kept)
+### What session 8 changed (each measured, each kept)
 
-1. **Two batches a round instead of three** (`runs/recorder.py`): an event nobody waits
-   for lingers up to 20 ms before the writer starts, and the round's results are
-   committed at the model's announced HTTP request (`ProviderWireRequest`; at
-   `ModelRequestSent` for a scripted or recorded model), so the results, the next
-   round's start and its request share one batch, still committed before the model is
-   asked. A request with no results queued (a run's first) does not wait.
-2. **Calls inserted with their start** (`runs/row_changes.py`): a call proposed and
-   started in one batch is one INSERT, not an INSERT and an UPDATE (which also moved
-   its audit-log slot counts twice); a call stored before (a resumed run) gets the
-   changes by UPDATE.
-3. **Repeated values prepared once** (`runs/rowsql.py`): the run's id in every row and
-   the batch's one `created_at` (a datetime's preparation alone was a tenth of the
-   recorder's CPU); the connection looked up once per statement.
-4. **A run's claim and end in one statement each**: the first claim is one fenced
-   `UPDATE ... WHERE status = 'queued' ... RETURNING lease_token` (was a locked SELECT
-   and an UPDATE through the ORM: 3.8 -> 1.8 ms of CPU with the history read); the end
-   moves the run with its `run_status` event's seq in the fenced UPDATE, and what the
-   run left in flight is closed by precompiled statements (3.1 -> 0.75 ms). The claim,
-   the run row and its history are read in one trip to the database thread; the wall
-   time needs no query.
-5. **One thread hop per request** (`agentforge_web/handler.py`): Django's ASGI handler
-   ran the middleware in async mode, each `MiddlewareMixin` method through its own
-   `sync_to_async`: 19 hops a request. Loaded in sync mode, the chain and the (sync)
-   view run in one (a refused API call: 3.2 -> 1.3 ms of CPU). Embedded server CPU per
-   round at 50 runs: 11.2-12.5 -> 8.1-9.5 ms; 50 runs 54-71 % -> 65-85 %.
+1. **One commit a round on a run's critical path, not two** (`runs/recorder.py`): what
+   the model is told next (a round's results, the next round's start and its request)
+   is written while the model answers; its batch starts at the request and nothing
+   waits for it (crash safety needs a call's start stored before its tool runs, and so
+   the response before it; a result lost with a failed batch is that of a call whose
+   start is stored: run again if idempotent, an unknown outcome if not, tested). A
+   failed batch is now final: nothing the recorder queued after it is ever written
+   (before, later batches were, leaving a hole in the log), nor after a cancelled
+   writer; a streamed piece is never broadcast for a round whose batch failed. One
+   run, in process: 1,300 -> 1,273-1,287 ms (engine alone 1,237); embedded 1 run 91-92
+   -> 93-94 %.
+2. **The run detail API reads rounds without the page's display values** (wire bodies
+   that repeat the whole conversation, pretty JSON, bars): a poll of a finished 6-round
+   run 12.2 -> 9.3 ms of CPU (median of 6 x 100). It also no longer fails with a 500 for
+   a run stopped on its round-trip cap (its never-executed calls lacked two keys).
+3. **A Python tool's arguments model built once per function**, not for every run
+   (0.77 -> 0.01 ms per tool and run, held weakly).
 
-6. **Parameters bound by PostgreSQL** (`server_side_binding`): psycopg's client-side
-   binding quoted every parameter into the SQL text in Python, a fifth of a db_worker's
-   CPU a round; statements stay unnamed (Django keeps psycopg's prepared statements
-   off), so each is still planned with its values. Scale-out 100 runs, same session,
-   back to back: 13.2 -> 9.9 ms of server CPU a round, 33 -> 41 %.
-7. **Review fixes** (each with its test): a request waits for results still being
-   written, not only for queued ones (a results batch its linger started just before
-   the request); the runner settles the recorder before it writes the run's end, and a
-   batch is fenced by the run's status too (a batch still in flight at a cancel is
-   refused, never stored after the last event); two calls with one id in a batch (a
-   provider that repeats ids) no longer fail it; an INSERT past 30,000 parameters is
-   split (both databases cap them).
-
-Tried this round and dropped: one SQLite writer at a time in the process (a lock
-around the worker's write transactions, so lanes never nap in SQLite's busy handler):
-no measurable change at 50 runs (72-84 % with, 82-83 % without). One database lane
-instead of four (`AGENTFORGE_WORKER_DB_THREADS=1`): at 50 runs p95 46-55 ms instead of
-70-94 ms and 82-85 %, but at 100 runs 38-41 % instead of 54-61 % (the lane saturates);
-the default stays 4. Earlier rounds: a process-wide group-commit writer thread (commits
-495f728, d7c2172; reverted 800963b, 6e650a4) kept 3-6 ORM statements per event on one
-thread that fought the loop for the GIL, and was slower.
+Tried this session and dropped: the interpreter's GIL switch interval (embedded, 20
+and 50 runs): 0.5 ms was worse at 50 runs (36-37 % against 37-52 % at the default 5 ms),
+20 ms was not distinguishable from the default in the noise. Grouping the batches of
+several runs in one transaction (measured by replaying one run's 12 batches into 30
+runs, 10 runs a transaction, SQLite): with a savepoint per run, so one run's failure
+cannot fail the others, 2.07-2.15 -> 1.89-2.09 ms of CPU per run-batch (nothing);
+without savepoints 1.54 ms (-27 %), but then one run's bad batch fails every run
+grouped with it. Skipping the history read of a run's first claim: unsafe (a fork's
+new run holds its parent's rounds before it is first claimed).
 
 ### Where the rest of the CPU goes, and what would cut it
 
-In process, per round: the recorder's two batches ~2.2-2.7 ms (each: the seq UPDATE,
-the events INSERT, the round upsert, the calls INSERT whose audit-log and search
-triggers are ~0.4 ms, the commit ~0.3 ms, values prepared ~0.3 ms), building and
-cleaning the 11 events' payloads ~0.5 ms, the thread hops and the writer ~0.4 ms, the
-claim / history / end ~0.4 ms (per run / 6). In a db_worker, each batch's notification
-costs two Redis round trips (channels_redis `group_send`) even when nobody watches: in a
-profile, a third of what the recorder costs there.
-Next steps, none done: skip the notification of a run nobody watches (the group's
-membership would need a cheap, fresh answer in each worker); pre-serialised JSON
-(each payload is dumped once to check it and once to store it); the run detail API
-(5 ORM queries, ~5 ms per poll); a multi-process embedded worker, the only way past
-one GIL there.
+In process, per round (this machine): the recorder's two batches ~4-4.6 ms (each: the
+seq UPDATE, the events INSERT, the round upsert, the calls INSERT or UPDATE with their
+audit-log, search and 14 index updates; the commit alone ~0.8 ms of SQLite's own
+work), building and cleaning the 11 events' payloads ~0.65 ms, the thread hops and the
+writer, the claim / history / end (per run / 6). In a db_worker, each batch's
+notification costs two Redis round trips (channels_redis `group_send`) even when
+nobody watches.
+Next steps, none done: the batches of several runs in one transaction with a cheap
+per-run isolation (a raw SAVEPOINT, not Django's atomic; or a retry of each run alone
+when a group fails); skip the notification of a run nobody watches in a db_worker (a
+fresh check after the commit is race-free, a cached one needs a second catch-up read
+by a viewer that joins); pre-serialised JSON (each payload is dumped once to check it
+and once to store it); a multi-process embedded worker, the only way past one GIL
+there.
 """
 
 

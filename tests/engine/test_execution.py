@@ -382,6 +382,23 @@ def test_a_functions_arguments_model_is_built_once_per_strictness() -> None:
         strict.validate(request('{"city": "Oslo", "extra": 1}'))
 
 
+def test_a_methods_arguments_model_is_shared_by_its_instances_and_held_weakly() -> None:
+    import gc
+    import weakref
+
+    class Forecasts:
+        def lookup(self, city: str) -> str:
+            return city
+
+    one, two = Forecasts(), Forecasts()
+    assert (FunctionToolExecutor(one.lookup).arguments.model
+            is FunctionToolExecutor(two.lookup).arguments.model)
+    gone = weakref.ref(one)
+    del one
+    gc.collect()
+    assert gone() is None  # the cache keeps no instance alive
+
+
 def test_an_unhashable_callable_tool_still_gets_its_arguments_model() -> None:
     @dataclasses.dataclass  # eq=True without frozen: instances are unhashable
     class Greeter:

@@ -315,6 +315,85 @@ def test_a_durable_event_whose_batch_fails_raises_where_the_engine_waits(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_no_streamed_piece_of_a_round_whose_request_batch_failed_reaches_viewers(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tools_app.engine.events import PartialText
+
+    run, token = recording_run(endpoint, tools, policy)
+    messages: list[dict[str, Any]] = []
+
+    async def viewers(run_id: str, message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    def down(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(recorder_module, "notify", viewers)
+    monkeypatch.setattr(RunRecorder, "record_batch", down)
+
+    async def scenario() -> None:
+        writer = RunRecorder(str(run.pk), token)
+        await writer(RoundStarted(round_index=0))
+        await writer(ModelRequestSent(round_index=0, message_count=1, tool_names=[]))
+        with pytest.raises(OperationalError):
+            await writer(PartialText(round_index=0, delta="Hel"))
+
+    async_to_sync(scenario)()
+    assert messages == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_writer_stops_the_run_and_writes_nothing_more(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whether the batch in flight committed is unknown once its writer is cancelled
+    (its loop closing): the run stops at its next event, and nothing more is queued."""
+    import threading
+
+    run, token = recording_run(endpoint, tools, policy)
+    entered, release = threading.Event(), threading.Event()
+    real_batch = RunRecorder.record_batch
+
+    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+        entered.set()
+        assert release.wait(10), "the test never released the batch"
+        return real_batch(self, batch)
+
+    monkeypatch.setattr(RunRecorder, "record_batch", held)
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        writer = RunRecorder(str(run.pk), token)
+        await writer(RoundStarted(round_index=0))
+        await writer(ModelRequestSent(round_index=0, message_count=1, tool_names=[]))
+        for _ in range(500):  # bounded: 5 s
+            if entered.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert writer._writer is not None
+        writer._writer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await writer._writer
+        release.set()
+        with pytest.raises(RuntimeError, match="writer was cancelled"):
+            await writer(started_event("c1"))
+        with pytest.raises(RuntimeError, match="writer was cancelled"):
+            await writer.drain()
+        seen["queued"] = list(writer._queue)
+
+    try:
+        async_to_sync(scenario)()
+    finally:
+        release.set()
+
+    assert seen["queued"] == []
+    assert "tool_call_started" not in stored_kinds(run)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_streamed_piece_reaches_viewers_after_the_stored_events_before_it(
     endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
     monkeypatch: pytest.MonkeyPatch,
@@ -419,7 +498,9 @@ def test_a_rounds_results_start_and_request_share_one_batch_written_while_the_mo
             seen["written at ModelRequestSent"] = entered.is_set()
             await writer(ProviderWireRequest(round_index=1, provider="openai",
                                              url="http://127.0.0.1/v1", body={}))
-        seen["asked while its batch is written"] = not release.is_set()
+        # The request returned: its batch is in flight (started, held), not committed.
+        seen["asked while its batch is written"] = (writer._writer is not None
+                                                    and not writer._writer.done())
         for _ in range(500):  # bounded: 5 s
             if entered.is_set():
                 break
@@ -466,6 +547,61 @@ def test_an_event_nobody_waits_for_is_committed_after_a_short_linger(
     async_to_sync(scenario)()
 
     assert seen == [["tool_call_started"], ["tool_call_started", "tool_call_finished"]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_queued_behind_a_busy_writer_is_written_next_without_a_linger(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The next request arrives while the previous request's batch is still being
+    written: once that batch commits, the new one is written at once (it would
+    otherwise linger, here a minute, for what follows)."""
+    import threading
+
+    run, token = recording_run(endpoint, tools, policy)
+    entered, release = threading.Event(), threading.Event()
+    real_batch = RunRecorder.record_batch
+    batches: list[list[str]] = []
+
+    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+        batches.append([event.kind for event, _ in batch])
+        if len(batches) == 1:
+            entered.set()
+            assert release.wait(10), "the test never released the batch"
+        return real_batch(self, batch)
+
+    monkeypatch.setattr(RunRecorder, "record_batch", held)
+    monkeypatch.setattr(recorder_module, "LINGER_SECONDS", 60.0)
+    seen: dict[str, Any] = {}
+
+    def request(index: int) -> ModelRequestSent:
+        return ModelRequestSent(round_index=index, message_count=1, tool_names=["lookup"])
+
+    async def scenario() -> None:
+        writer = RunRecorder(str(run.pk), token)
+        await writer(RoundStarted(round_index=0))
+        await writer(request(0))  # its batch starts, and is held
+        for _ in range(500):  # bounded: 5 s
+            if entered.is_set():
+                break
+            await asyncio.sleep(0.01)
+        await writer(RoundStarted(round_index=1))
+        await writer(request(1))  # queued behind the busy writer
+        release.set()
+        for _ in range(500):  # bounded: 5 s, a twelfth of the linger
+            if len(await sync_to_async(stored_kinds)(run)) == 4:
+                break
+            await asyncio.sleep(0.01)
+        seen["stored"] = await sync_to_async(stored_kinds)(run)
+
+    try:
+        async_to_sync(scenario)()
+    finally:
+        release.set()
+
+    assert seen["stored"] == ["round_started", "model_request_sent"] * 2
+    assert batches == [["round_started", "model_request_sent"]] * 2
 
 
 @pytest.mark.django_db(transaction=True)

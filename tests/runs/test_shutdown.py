@@ -150,8 +150,12 @@ def _hand_back_after_database_failure(run: Run, monkeypatch: pytest.MonkeyPatch,
     (written while round 1's model call is made): nothing after it is stored, not
     round 1's response nor the failure's report, and the run is interrupted and
     re-queued, not failed."""
+    from tools_app.runs import recorder
+
     enqueued: list[str] = []
     monkeypatch.setattr(tasks, "enqueue_run", enqueued.append)
+    # The results always ride with the request, however slow the machine.
+    monkeypatch.setattr(recorder, "LINGER_SECONDS", 60.0)
     down = _database_down_for(monkeypatch, "round_started")
     with capture(execute=True):
         status = execute(run)

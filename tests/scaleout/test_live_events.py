@@ -182,8 +182,11 @@ async def test_a_socket_follows_a_run_executed_by_a_worker_process(
 
 async def test_dropped_notifications_still_end_in_the_final_state(
     watched_run: Run, bob: AbstractUser, workers: WorkerPool,
-    sockets: list[WebsocketCommunicator], paused_channel: asyncio.Event,
+    sockets: list[WebsocketCommunicator], paused_channel: asyncio.Event, settings: Any,
 ) -> None:
+    # The socket's own poll (every few seconds, for a channel layer that lost its
+    # connection) must not read while the worker starts and runs: only notifications.
+    settings.AGENTFORGE_LIVE_POLL_SECONDS = 600
     run = watched_run
     comm = await open_socket(sockets, run, bob)
     first = await comm.receive_from(timeout=RECEIVE_TIMEOUT)  # the resume reads the database

@@ -8,12 +8,12 @@ and the validation the tool gets can never drift apart.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import re
 import types
 import typing
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -175,17 +175,22 @@ class ArgumentsModel:
 def arguments_model_for(func: Callable[..., Any], *, strict: bool = False) -> ArgumentsModel:
     """The pydantic model of `func`'s parameters (self/cls excluded), built once per
     function and strictness: a worker builds each run's tool executors afresh, and
-    creating a pydantic model costs about as much as a round's tool call."""
+    creating a pydantic model costs about as much as a round's tool call. Held weakly
+    (by the function under a bound method, whose every instance has the same model), so
+    a tool made per run (a closure, a partial) is forgotten with it."""
+    key = func.__func__ if inspect.ismethod(func) else func
     try:
-        hash(func)
-    except TypeError:  # a callable object that cannot be a cache key: built each time
+        known = _ARGUMENT_MODELS.setdefault(key, {})
+    except TypeError:  # no weak reference to it, or no hash: built each time
         return _build_arguments_model(func, strict)
-    return _cached_arguments_model(func, strict)
+    model = known.get(strict)
+    if model is None:
+        model = known[strict] = _build_arguments_model(func, strict)
+    return model
 
 
-@functools.lru_cache(maxsize=512)
-def _cached_arguments_model(func: Callable[..., Any], strict: bool) -> ArgumentsModel:
-    return _build_arguments_model(func, strict)
+_ARGUMENT_MODELS: weakref.WeakKeyDictionary[Any, dict[bool, ArgumentsModel]] = (
+    weakref.WeakKeyDictionary())
 
 
 def _build_arguments_model(func: Callable[..., Any], strict: bool) -> ArgumentsModel:

@@ -15,8 +15,10 @@ model answers: its batch starts at the model's announced HTTP request
 (`ProviderWireRequest`, or `ModelRequestSent` for a model that announces none) and
 nothing waits for it. An event nobody waits for lingers a moment (`LINGER_SECONDS`)
 before the writer starts, so a round's results, the next round's start and its request
-share one batch: two batches a round (docs/benchmarks/product-path.md). A failed batch
-stops the run: nothing after it is ever stored (the log would have a hole), and the
+share one batch: two batches a round (docs/benchmarks/product-path.md); only a
+streamed answer's first piece waits for that batch (viewers see a round before its
+pieces). A failed batch stops the run: nothing the recorder queued after it is ever
+written (the log would have a hole; the runner still writes the run's end), and the
 failure is raised where the engine waits or at its next event. Only after a
 commit are viewers notified (`eventlog.notify`), with the batch's last seq: the
 WebSocket consumer reads rows by seq, so a dropped notification never loses anything.
@@ -113,7 +115,10 @@ class RunRecorder:
         if event.kind in EPHEMERAL_KINDS:
             fragment = self._fragment(event)
             if fragment is not None:
-                await self._written()  # viewers see the round before its pieces
+                # Viewers see the round before its pieces, and none of a round whose
+                # batch failed: the one wait on the request's batch (a streamed answer's
+                # first piece comes long after it commits).
+                await self.drain()
                 await notify(self.run_id, {"fragment": fragment})
             return
         payload = self._payload(event)
@@ -123,6 +128,7 @@ class RunRecorder:
             event = type(event).model_validate(payload)
         waiter = asyncio.get_running_loop().create_future() \
             if event.kind in DURABLE_KINDS else None
+        self._raise_failure()  # a batch may have failed while the checkpoint ran
         self._queue.append((event, payload, waiter))
         if waiter is not None:
             self._write_now()
@@ -151,12 +157,15 @@ class RunRecorder:
         """Before the run's end is written: commit what is still queued, whatever
         stopped the chat (a chat cancelled in its last drain stopped waiting for it).
         A failure is logged, not raised: the run is ending anyway, and a batch that
-        would come after the end is refused (its UPDATE expects the run running)."""
+        would come after the end is refused (its UPDATE expects the run running). A
+        batch that failed before was raised to the run already: nothing is left."""
+        if self._error is not None:
+            return
         try:
             await self.drain()
         except Exception:
-            logger.warning("run %s: events queued since a batch failed, or at its end, "
-                           "could not be stored", self.run_id, exc_info=True)
+            logger.warning("run %s: events queued at its end could not be stored",
+                           self.run_id, exc_info=True)
 
     async def _written(self) -> None:
         self._drains += 1
@@ -171,7 +180,7 @@ class RunRecorder:
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
-        if not self._queue:
+        if not self._queue or self._error is not None:
             return
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_queued())
@@ -179,9 +188,9 @@ class RunRecorder:
             self._write_next = True  # the busy writer takes it next, without a linger
 
     def _write_soon(self) -> None:
-        """Start the writer after a short linger, unless something waits for it first:
-        the events that follow (a round's results, its start, its request) then share
-        the batch the request's drain commits."""
+        """Start the writer after a short linger, unless something needs it first: the
+        events that follow (a round's results, its start, its request) then share the
+        batch the request starts."""
         if self._writer is None or self._writer.done():
             self._linger_then_write()
 
@@ -192,7 +201,8 @@ class RunRecorder:
 
     def _waited_for(self) -> bool:
         """Whether what is queued must be written at once: the engine waits for it (a
-        call's start, a drain), or the model's request is among it."""
+        call's start, a drain), or it was asked for while a batch was being written
+        (the model's request)."""
         return (self._write_next or self._drains > 0
                 or any(waiter is not None for _, _, waiter in self._queue))
 
@@ -211,6 +221,12 @@ class RunRecorder:
             except Exception as exc:  # the run's own task decides what a failure means
                 self._fail(exc, batch)
                 return
+            except BaseException:
+                # The writer itself was cancelled (its loop is closing): whether the
+                # batch committed is unknown, so nothing after it may be written.
+                self._fail(RuntimeError(f"run {self.run_id}: the event writer was "
+                                        "cancelled"), batch)
+                raise
             for _, _, waiter in batch:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(seq)
