@@ -314,6 +314,17 @@ def test_a_durable_event_whose_batch_fails_raises_where_the_engine_waits(
     assert not RunEvent.objects.filter(run=run).exists()
 
 
+def viewer_messages(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """What the recorder tells live viewers, in order."""
+    messages: list[dict[str, Any]] = []
+
+    async def viewers(run_id: str, message: dict[str, Any]) -> None:
+        messages.append(message)
+
+    monkeypatch.setattr(recorder_module, "notify", viewers)
+    return messages
+
+
 @pytest.mark.django_db(transaction=True)
 def test_no_streamed_piece_of_a_round_whose_request_batch_failed_reaches_viewers(
     endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
@@ -322,15 +333,11 @@ def test_no_streamed_piece_of_a_round_whose_request_batch_failed_reaches_viewers
     from tools_app.engine.events import PartialText
 
     run, token = recording_run(endpoint, tools, policy)
-    messages: list[dict[str, Any]] = []
-
-    async def viewers(run_id: str, message: dict[str, Any]) -> None:
-        messages.append(message)
+    messages = viewer_messages(monkeypatch)
 
     def down(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(recorder_module, "notify", viewers)
     monkeypatch.setattr(RunRecorder, "record_batch", down)
 
     async def scenario() -> None:
@@ -401,12 +408,7 @@ def test_a_streamed_piece_reaches_viewers_after_the_stored_events_before_it(
     from tools_app.engine.events import PartialText
 
     run, token = recording_run(endpoint, tools, policy)
-    messages: list[dict[str, Any]] = []
-
-    async def viewers(run_id: str, message: dict[str, Any]) -> None:
-        messages.append(message)
-
-    monkeypatch.setattr(recorder_module, "notify", viewers)
+    messages = viewer_messages(monkeypatch)
 
     async def scenario() -> None:
         writer = RunRecorder(str(run.pk), token)
