@@ -100,7 +100,7 @@ class RunRecorder:
         self.requests_announced = False
         # The first batch that failed: every later event and drain raises it, and
         # nothing queued after it is written.
-        self._error: BaseException | None = None
+        self._error: Exception | None = None
         # (when, cancel_requested) as the last batch's own UPDATE read it: the heartbeat
         # needs no query of its own while the run writes.
         self.cancel_seen: tuple[float, bool] | None = None
@@ -109,9 +109,11 @@ class RunRecorder:
         self.call_row_defaults: dict[str, Any] = {}
 
     async def __call__(self, event: Any) -> None:
-        self._raise_failure()
         if isinstance(event, RoundStarted) and self.before_round is not None:
             await self.before_round()
+        # After the checkpoint's await (a batch may have failed meanwhile); from here to
+        # the queue nothing yields, so nothing is queued behind a failed batch.
+        self._raise_failure()
         if event.kind in EPHEMERAL_KINDS:
             fragment = self._fragment(event)
             if fragment is not None:
@@ -128,7 +130,6 @@ class RunRecorder:
             event = type(event).model_validate(payload)
         waiter = asyncio.get_running_loop().create_future() \
             if event.kind in DURABLE_KINDS else None
-        self._raise_failure()  # a batch may have failed while the checkpoint ran
         self._queue.append((event, payload, waiter))
         if waiter is not None:
             self._write_now()

@@ -206,8 +206,8 @@ def _column(model: type[Model], name: str) -> str:
 # connection's); the connection itself is not part of the key.
 @cache
 def _update_sql(model: type[Model], shape: tuple[tuple[str, bool], ...],
-                    where: tuple[tuple[str, bool], ...], returning: tuple[str, ...],
-                    vendor: str) -> str:
+                where: tuple[tuple[str, bool], ...], returning: tuple[str, ...],
+                vendor: str) -> str:
     table = _quote(model._meta.db_table)
     sets = ", ".join(
         f"{_column(model, name)} = {_column(model, name)} + %s" if increment
@@ -220,7 +220,7 @@ def _update_sql(model: type[Model], shape: tuple[tuple[str, bool], ...],
 
 @cache
 def _select_sql(model: type[Model], columns: tuple[str, ...],
-                    where: tuple[tuple[str, bool], ...], vendor: str) -> str:
+                where: tuple[tuple[str, bool], ...], vendor: str) -> str:
     selected = ", ".join(_column(model, name) for name in columns)
     return (f"SELECT {selected} FROM {_quote(model._meta.db_table)} "
             f"WHERE {_condition(model, where)}")
@@ -228,8 +228,8 @@ def _select_sql(model: type[Model], columns: tuple[str, ...],
 
 @cache
 def _insert_sql(model: type[Model], names: tuple[str, ...], count: int,
-                    conflict: tuple[str, ...], on_conflict_update: tuple[str, ...],
-                    returning: str | tuple[str, ...] | None, vendor: str) -> str:
+                conflict: tuple[str, ...], on_conflict_update: tuple[str, ...],
+                returning: str | tuple[str, ...] | None, vendor: str) -> str:
     table = _quote(model._meta.db_table)
     columns = ", ".join(_column(model, name) for name in names)
     row = "(" + ", ".join(["%s"] * len(names)) + ")"

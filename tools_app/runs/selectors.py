@@ -181,7 +181,7 @@ def round_views(run: Run, indexes: Iterable[int] | None = None, *,
     added = _added_messages(run)
     finished = run.is_terminal
     fields = ROUND_FIELDS if display else RECORD_ROUND_FIELDS
-    return [_round_view(r, by_round.get(r["id"], []), finished, fields, display) | {
+    return [_round_view(r, by_round.get(r["id"], []), finished, display) | {
         "added_messages": added.get(r["index"], []), "final": _is_final(run, r)}
         for r in rounds.values("id", "response", *fields)]
 
@@ -276,8 +276,8 @@ CALL_FIELDS = ("call_id", "tool_name", "state", "duration_ms", "attempts", "argu
 
 
 def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]], finished: bool,
-                fields: tuple[str, ...], display: bool) -> dict[str, Any]:
-    view = {name: round_[name] for name in fields}
+                display: bool) -> dict[str, Any]:
+    view = {name: round_[name] for name in (ROUND_FIELDS if display else RECORD_ROUND_FIELDS)}
     if finished:  # while the run goes on, the rows of proposed calls are about to come
         calls = calls + [_not_executed_call(round_["index"], len(calls) + n, request)
                          for n, request in enumerate(unexecuted_requests(round_, len(calls)))]
