@@ -5,6 +5,7 @@ lanes at every live moment, cancelling a streaming run, and the raw event stream
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,15 +82,20 @@ async def test_a_rounds_calls_share_a_time_axis_and_a_running_call_ticks(
                     max_rounds="")
 
     # The nap is held until released below: its elapsed time ticks on between live
-    # updates.
-    ticking = page.locator('#round-0 article.lane[data-state="started"] .elapsed[data-ticking]')
+    # updates. The three calls may start in one live update, so the nap's lane is found
+    # by its tool's name, not by being the one running lane.
+    nap = page.locator('#round-0 article.lane[data-state="started"]').filter(
+        has=page.locator("code.tool-name", has_text=re.compile(r"^watched_nap$")))
+    ticking = nap.locator(".elapsed[data-ticking]")
     await ticking.wait_for()
     first = await ticking.inner_text()
     await page.wait_for_function(
         """first => {
-          const el = document.querySelector(
-            '#round-0 article.lane[data-state="started"] .elapsed[data-ticking]');
-          return el !== null && el.textContent !== first;
+          const lane = [...document.querySelectorAll(
+            '#round-0 article.lane[data-state="started"]')].find(
+            l => l.querySelector('code.tool-name').textContent === 'watched_nap');
+          const el = lane && lane.querySelector('.elapsed[data-ticking]');
+          return el && el.textContent !== first;
         }""", arg=first)
     await shot(page, "timeline-running.png", "#round-0")
     await release_naps(server, "axis")
