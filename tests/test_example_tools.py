@@ -221,10 +221,10 @@ def test_lookup_order_answers_clearly_for_an_unknown_order() -> None:
     assert answer.startswith("No order 'Z9'")
 
 
-def test_only_lookup_order_is_idempotent() -> None:
+def test_only_the_read_only_lookups_are_idempotent() -> None:
     idempotent = [
         f.__name__ for f in (get_weather, calculator, convert_units, always_fails, slow_tool,
                              lookup_order)
         if (options := tool_options(f)) is not None and options.idempotent
     ]
-    assert idempotent == ["lookup_order"]
+    assert idempotent == ["get_weather", "lookup_order"]

@@ -12,6 +12,7 @@ from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 from pydantic import TypeAdapter
 
+from tools_app.engine import ChatRequest, ChatResponse, ScriptedChatModel
 from tools_app.engine.events import (
     EngineEvent,
     ModelRequestSent,
@@ -250,6 +251,116 @@ def test_the_engine_waits_for_a_calls_start_to_commit_and_not_for_the_rest(
     assert notified[-1][0] == 3
     assert all(committed >= seq for seq, committed in notified)
     assert_seqs_gapless(run)
+
+
+def test_an_idempotent_tools_call_runs_without_waiting_for_its_start_to_commit(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The runner tells the recorder which tools are idempotent (the snapshot's flag):
+    a call on one runs while its start is still being written (a crash may lose that
+    start; the resumed run calls it again), a call on any other tool only once its start
+    is committed."""
+    import threading
+
+    run, token = recording_run(endpoint, tools, policy)
+    writer = RunRecorder(str(run.pk), token)
+    writer.idempotent_tools = frozenset({"lookup"})
+    entered = {"lookup": threading.Event(), "nul_echo": threading.Event()}
+    ran_while_written: dict[str, bool] = {}
+    real_batch = RunRecorder.record_batch
+
+    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+        for event, _ in batch:
+            if isinstance(event, ToolCallStarted):
+                # Bounded: a tool that waits for this batch never enters.
+                patience = 10 if event.tool_name == "lookup" else 0.3
+                ran_while_written[event.tool_name] = entered[event.tool_name].wait(patience)
+        return real_batch(self, batch)
+
+    monkeypatch.setattr(RunRecorder, "record_batch", held)
+
+    async def call(tool_name: str, call_id: str) -> None:
+        await writer(ToolCallStarted(round_index=0, call_id=call_id, tool_name=tool_name))
+        entered[tool_name].set()  # what the engine does next: run the tool
+        await writer(ToolCallFinished(round_index=0, call_id=call_id, tool_name=tool_name,
+                                      outcome="succeeded", text="ok"))
+
+    async def scenario() -> None:
+        await writer(RoundStarted(round_index=0))
+        await call("lookup", "c1")
+        await writer.drain()  # its start, written while the tool ran
+        await call("nul_echo", "c2")
+        await writer.drain()
+
+    async_to_sync(scenario)()
+
+    assert ran_while_written == {"lookup": True, "nul_echo": False}
+    assert stored_kinds(run) == ["round_started", "tool_call_started", "tool_call_finished",
+                                 "tool_call_started", "tool_call_finished"]
+    assert_seqs_gapless(run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_runs_idempotent_calls_share_one_batch_a_round_with_what_the_model_is_told(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A whole run as a worker executes it: a round whose calls are all idempotent
+    writes its response, its calls and their results with the next round's start and
+    request, in one batch; a call on another tool still has its start committed
+    before it runs, in a batch of its own."""
+    run = start(make_endpoint([
+        {"tool_calls": [{"name": "lookup", "arguments": {"key": "a"}},
+                        {"name": "lookup", "arguments": {"key": "b"}}]},
+        {"tool_calls": [{"name": "transfer", "arguments": {"to": "bob"}}]},
+        {"text": "done"},
+    ]), [tools["lookup"], tools["transfer"]], policy)
+    batches: list[list[str]] = []
+    real_batch = RunRecorder.record_batch
+
+    def spied(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+        batches.append([event.kind for event, _ in batch])
+        return real_batch(self, batch)
+
+    monkeypatch.setattr(RunRecorder, "record_batch", spied)
+    # Batches start only where the engine waits or at a request, however slow the
+    # machine (a linger could otherwise split a round).
+    monkeypatch.setattr(recorder_module, "LINGER_SECONDS", 60.0)
+    recorders: list[RunRecorder] = []
+    real_init = RunRecorder.__init__
+
+    def kept(self: RunRecorder, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        recorders.append(self)
+
+    monkeypatch.setattr(RunRecorder, "__init__", kept)
+    answer = ScriptedChatModel.chat
+
+    async def answered_later(self: ScriptedChatModel, request: ChatRequest) -> ChatResponse:
+        # A model over HTTP answers after its request's batch is stored (it takes longer
+        # than a commit); the scripted one would answer at once.
+        await recorders[-1].drain()
+        return await answer(self, request)
+
+    monkeypatch.setattr(ScriptedChatModel, "chat", answered_later)
+
+    assert execute(run) == "succeeded"
+    lookups = ["model_response_received", "tool_call_proposed", "tool_call_proposed",
+               "tool_call_started", "tool_call_finished", "tool_call_started",
+               "tool_call_finished", "round_started", "model_request_sent"]
+    assert batches[:4] == [
+        ["chat_started", "round_started", "model_request_sent"],
+        lookups,  # nothing waited for the lookups' starts
+        ["model_response_received", "tool_call_proposed", "tool_call_started"],  # transfer
+        ["tool_call_finished", "round_started", "model_request_sent"],
+    ]
+    assert [c.state for c in calls_of(run)] == ["succeeded", "succeeded", "succeeded"]
+    assert_seqs_gapless(run)
+
+
+def calls_of(run: Run) -> list[ToolCall]:
+    return list(ToolCall.objects.filter(run=run).order_by("round__index", "call_index"))
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,16 +6,20 @@ under the worker's lease token, the RunEvents inserted together, each event's st
 change applied in order). While a batch is being written the engine goes on, and what
 it emits meanwhile forms the next batch.
 
-The engine waits for durability only where crash safety needs it: a tool call's start
-is committed before the tool runs (and, batches being written in order, so is the
-round's response it belongs to), and the runner drains the queue before anything reads
-the run's rows to decide (gates, approvals, the end of the run). What the model is told
-next (a round's results, the next round's start and its request) is written while the
-model answers: its batch starts at the model's announced HTTP request
-(`ProviderWireRequest`, or `ModelRequestSent` for a model that announces none) and
-nothing waits for it. An event nobody waits for lingers a moment (`LINGER_SECONDS`)
-before the writer starts, so a round's results, the next round's start and its request
-share one batch: two batches a round (docs/benchmarks/product-path.md); only a
+The engine waits for durability only where crash safety needs it: a call's start on a
+tool that is not idempotent is committed before the tool runs (and, batches being
+written in order, so is the round's response it belongs to), and the runner drains the
+queue before anything reads the run's rows to decide (gates, approvals, the end of the
+run). A call on an idempotent tool runs at once, its start written with what follows:
+whatever a crash loses of it, the resumed run calls it again (or asks the model again,
+if the round's response was lost with it; runner.load_history), which is what
+idempotent permits. What the model is told next (a round's results, the next round's
+start and its request) is written while the model answers: its batch starts at the
+model's announced HTTP request (`ProviderWireRequest`, or `ModelRequestSent` for a
+model that announces none) and nothing waits for it. An event nobody waits for lingers
+a moment (`LINGER_SECONDS`) before the writer starts, so a round's results, the next
+round's start and its request share one batch: two batches a round, one if its calls
+are idempotent and quick (docs/benchmarks/product-path.md); only a
 streamed answer's first piece waits for that batch (viewers see a round before its
 pieces). A failed batch stops the run: nothing the recorder queued after it is ever
 written (the log would have a hole; the runner still writes the run's end), and the
@@ -60,9 +64,6 @@ from .storage import StreamRedactor, clean_json, clean_json_data, clean_text, fi
 logger = logging.getLogger(__name__)
 
 EPHEMERAL_KINDS = frozenset({"partial_text", "partial_tool_call"})
-# The engine waits for these to be committed: a call's start before its tool runs (a
-# crash after it leaves the call in doubt, never silently re-run).
-DURABLE_KINDS = frozenset({"tool_call_started"})
 # A batch is written only while the run is running under this worker: the token fences
 # another worker out, the status this worker's own end (a batch still in flight then
 # is refused, never stored after the run's last event).
@@ -107,6 +108,9 @@ class RunRecorder:
         # What each new call row copies from its run (runs.audit_schema's triggers would
         # otherwise put it right with one more UPDATE per call): set by the runner.
         self.call_row_defaults: dict[str, Any] = {}
+        # Tools a resumed run may call again (the snapshot's idempotent flag, as
+        # runner.load_history reads it): their calls' starts are not waited for.
+        self.idempotent_tools: frozenset[str] = frozenset()
 
     async def __call__(self, event: Any) -> None:
         if isinstance(event, RoundStarted) and self.before_round is not None:
@@ -129,7 +133,7 @@ class RunRecorder:
             # redacted event, whichever path (streamed or not) the values came by.
             event = type(event).model_validate(payload)
         waiter = asyncio.get_running_loop().create_future() \
-            if event.kind in DURABLE_KINDS else None
+            if self._must_be_durable(event) else None
         self._queue.append((event, payload, waiter))
         if waiter is not None:
             self._write_now()
@@ -144,6 +148,13 @@ class RunRecorder:
             self._write_now()
         else:
             self._write_soon()
+
+    def _must_be_durable(self, event: Any) -> bool:
+        """Whether the engine waits for this event's commit: a call's start on a tool
+        that must not run twice (a crash after the commit leaves the call in doubt,
+        reported as an unknown outcome, never silently run again)."""
+        return (isinstance(event, ToolCallStarted)
+                and event.tool_name not in self.idempotent_tools)
 
     @property
     def _request_kind(self) -> str:

@@ -131,6 +131,7 @@ async def _drive(claimed: _Claimed,
     recorder.streamed = streamed  # kept on a round the run ends before its response
     recorder.call_row_defaults = {"run_created_at": run.created_at,
                                   "run_owner_id": run.created_by_id}
+    recorder.idempotent_tools = idempotent_tools(run)
     # Flagged calls wait for a stored decision (runs.approvals), never run without one.
     # Gates read the run's rows: what the engine reported is committed first.
     engine.service.approver = after_drain(recorder, RunApprover(run_id))
@@ -275,7 +276,7 @@ def load_history(run: Run) -> tuple[list[ChatMessage], ResumeState | None]:
     rounds = list(Round.objects.filter(run=run).order_by("index").prefetch_related("tool_calls"))
     if not rounds:
         return messages, None
-    idempotent = {t["name"]: t["idempotent"] for t in run.snapshot["tools"]}
+    idempotent = idempotent_tools(run)
     added = added_messages(str(run.pk)) if run.snapshot.get("breakpoints") else {}
     round_trips = 0
     for round_ in rounds:
@@ -296,6 +297,11 @@ def load_history(run: Run) -> tuple[list[ChatMessage], ResumeState | None]:
         return messages, _pending(round_, response, calls, idempotent, round_trips)
     last = rounds[-1]
     return messages, ResumeState(round_index=last.index + 1, round_trips_done=round_trips)
+
+
+def idempotent_tools(run: Run) -> frozenset[str]:
+    """The run's tools a crash-resumed run may call again (their snapshot's flag)."""
+    return frozenset(t["name"] for t in run.snapshot["tools"] if t["idempotent"])
 
 
 def _stored_response(round_: Round) -> ChatResponse | None:
@@ -326,14 +332,14 @@ def _result_message(call: ToolCall,
 
 def _pending(
     round_: Round, response: ChatResponse, calls: list[ToolCall],
-    idempotent: dict[str, bool], round_trips: int,
+    idempotent: frozenset[str], round_trips: int,
 ) -> ResumeState:
     requests = response.ai_message.tool_execution_requests
     done = {_request_of(c, requests)[0]: _result_message(c, requests)
             for c in calls if _finished(c)}
     in_doubt = frozenset(
         _request_of(c, requests)[0] for c in calls
-        if c.state in IN_DOUBT_STATES and not idempotent.get(_request_of(c, requests)[1], False)
+        if c.state in IN_DOUBT_STATES and _request_of(c, requests)[1] not in idempotent
     )
     return ResumeState(round_index=round_.index, round_trips_done=round_trips,
                        pending_response=response, completed_results=done,

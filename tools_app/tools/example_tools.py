@@ -5,7 +5,10 @@ a scripted run gives the same timeline every time. Each one shows something the
 debugger is for: parallel calls (get_weather), argument errors (calculator), a tool
 that always raises (always_fails), a slow tool to demo a policy timeout (slow_tool, which
 sets no timeout of its own on purpose), and a tool safe to re-execute after a worker
-crash (lookup_order, idempotent). None of them touches the network or the file system.
+crash (lookup_order, idempotent). The two read-only lookups (get_weather, lookup_order)
+are declared idempotent, as a user would declare such tools: a resumed run may call
+them again, and their calls run without waiting for their start to be stored. None of
+them touches the network or the file system.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def _canonical_city(city: str) -> str | None:
     return next((name for name in _WEATHER if name.casefold() == folded), None)
 
 
-@tool
+@tool(idempotent=True)  # a read: calling it twice changes nothing
 def get_weather(
     city: Annotated[str, Field(description="City name, e.g. Hangzhou, 杭州 or London")],
 ) -> dict[str, Any] | str:
