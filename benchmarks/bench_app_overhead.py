@@ -12,8 +12,7 @@ parallel `get_weather` calls, then a text answer, 200 ms per reply):
 
 CPU is this process's user + system time (`time.process_time`) over the scenario,
 divided by the model calls made (6 per run); the fake server's CPU is not in it. The
-recorder's own share is the thread CPU time spent writing batches
-(`group_writer.write_group`: each call commits the batches several runs handed in).
+recorder's own share is the thread CPU time spent in `RunRecorder.record_batch`.
 Efficiency = the ideal 1,200 ms / a run's wall time (the engine alone: its `chat()`;
 the application: `Run.wall_ms`), median over the runs: the engine alone's is the
 ceiling the product-path benchmark's efficiency can reach on the same machine.
@@ -90,50 +89,41 @@ def measure_all(counts: list[int]) -> list[dict[str, Any]]:
 
 def measure(count: int, new_runs: Callable[[int], list[Any]]) -> dict[str, Any]:
     from tools_app.models import Run
-    from tools_app.runs import group_writer
     from tools_app.runs.recorder import RunRecorder
 
-    engine_cpu, app_cpu, recorder_cpu, batches, groups = [], [], [], [], []
+    engine_cpu, app_cpu, recorder_cpu, batches = [], [], [], []
     engine_walls: list[float] = []
     app_walls: list[float] = []
-    real_group, real_stage = group_writer.write_group, RunRecorder.stage_batch
-    spent = {"cpu": 0.0, "batches": 0, "groups": 0}
+    real = RunRecorder.record_batch
+    spent = {"cpu": 0.0, "batches": 0}
 
-    def timed(group: Any) -> None:
-        spent["groups"] += 1
+    def timed(self: RunRecorder, batch: Any) -> int:
         started = time.thread_time()
         try:
-            real_group(group)
+            return real(self, batch)
         finally:
             spent["cpu"] += time.thread_time() - started
+            spent["batches"] += 1
 
-    def counted(self: RunRecorder, batch: Any) -> Any:
-        spent["batches"] += 1
-        return real_stage(self, batch)
-
-    group_writer.write_group = timed  # type: ignore[assignment]
-    RunRecorder.stage_batch = counted  # type: ignore[method-assign]
+    RunRecorder.record_batch = timed  # type: ignore[method-assign]
     try:
         for _ in range(REPEATS):
             cpu, walls = scenario(engine_alone, new_runs(count))
             engine_cpu.append(cpu / (count * ROUNDS_PER_RUN))
             engine_walls += walls
-            spent.update(cpu=0.0, batches=0, groups=0)
+            spent.update(cpu=0.0, batches=0)
             runs = new_runs(count)
             cpu, _ = scenario(application, runs)
             app_cpu.append(cpu / (count * ROUNDS_PER_RUN))
             app_walls += [run.wall_ms for run in Run.objects.filter(pk__in=[r.pk for r in runs])]
             recorder_cpu.append(spent["cpu"] / (count * ROUNDS_PER_RUN))
             batches.append(spent["batches"] / (count * ROUNDS_PER_RUN))
-            groups.append(spent["groups"] / (count * ROUNDS_PER_RUN))
     finally:
-        group_writer.write_group = real_group
-        RunRecorder.stage_batch = real_stage  # type: ignore[method-assign]
+        RunRecorder.record_batch = real  # type: ignore[method-assign]
     row = {"runs": count, "engine_ms": statistics.median(engine_cpu) * 1000,
            "app_ms": statistics.median(app_cpu) * 1000,
            "recorder_ms": statistics.median(recorder_cpu) * 1000,
-           "batches": statistics.median(batches), "groups": statistics.median(groups),
-           "load": os.getloadavg()[0],
+           "batches": statistics.median(batches), "load": os.getloadavg()[0],
            "engine_efficiency": IDEAL_MS / statistics.median(engine_walls),
            "app_efficiency": IDEAL_MS / statistics.median(app_walls)}
     print(row, flush=True)
@@ -202,8 +192,7 @@ def report(rows: list[dict[str, Any]]) -> str:
         "(`ToolService.chat()` with the run's engine, no observer, no database), then as a",
         "worker executes runs (`runner.execute_run` in the in-process backend's lanes,",
         "SQLite). CPU = this process's user + system time / model calls (6 per run),",
-        f"median of {REPEATS}; the recorder's share is the thread CPU writing batches",
-        "(`group_writer.write_group`); a group commits the batches several runs handed in.",
+        f"median of {REPEATS}; the recorder's share is its thread CPU in `record_batch`.",
         "Efficiency = the ideal 1,200 ms / a run's wall time, median over the runs (the",
         "engine alone: its `chat()`; the application: `Run.wall_ms`): the engine alone's",
         "is the ceiling the product path can reach on this machine. Tables of different",
@@ -212,7 +201,7 @@ def report(rows: list[dict[str, Any]]) -> str:
         "2 CPUs shared with other work (the 1-minute load average is given).",
         "",
         "| concurrent runs | engine alone | application | added by the application "
-        "| of which the recorder's writes | batches / groups per round "
+        "| of which the recorder's writes | batches per round "
         "| efficiency: engine alone / application | load |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -220,7 +209,7 @@ def report(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {row['runs']} | {row['engine_ms']:.2f} ms | {row['app_ms']:.2f} ms | "
             f"**{row['app_ms'] - row['engine_ms']:.2f} ms** | {row['recorder_ms']:.2f} ms | "
-            f"{row['batches']:.2f} / {row['groups']:.2f} | {row['engine_efficiency']:.1%} / "
+            f"{row['batches']:.1f} | {row['engine_efficiency']:.1%} / "
             f"{row['app_efficiency']:.1%} | {row['load']:.1f} |")
     return "\n".join(lines) + "\n"
 

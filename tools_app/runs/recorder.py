@@ -1,12 +1,10 @@
 """Engine events -> database rows + one RunEvent each, then a live notification.
 
 Events are written in groups: the recorder queues each event and one writer task per
-run hands everything queued so far, as one batch, to the process's group writer
-(runs.group_writer), which commits it in ONE transaction (the seqs allocated together
+run commits everything queued so far in ONE transaction (the seqs allocated together
 under the worker's lease token, the RunEvents inserted together, each event's state
-change applied in order), together with the batches other runs handed in meanwhile.
-While a batch is being written the engine goes on, and what it emits meanwhile forms
-the next batch.
+change applied in order). While a batch is being written the engine goes on, and what
+it emits meanwhile forms the next batch.
 
 The engine waits for durability only where crash safety needs it: a call's start on a
 tool that is not idempotent is committed before the tool runs (and, batches being
@@ -42,6 +40,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from ..engine.events import (
@@ -58,7 +57,6 @@ from ..engine.events import (
 )
 from ..engine.execution import arguments_as_map
 from ..models import Round, RunStatus, ToolCall
-from . import group_writer
 from .eventlog import append_events, notify
 from .row_changes import RowChanges
 from .storage import StreamRedactor, clean_json, clean_json_data, clean_text, fit_column, redact
@@ -230,8 +228,8 @@ class RunRecorder:
             batch, self._queue = self._queue, []
             self._write_next = False
             try:
-                seq = await group_writer.WRITER.write(
-                    self, [(event, payload) for event, payload, _ in batch])
+                seq = await sync_to_async(self.record_batch)(
+                    [(event, payload) for event, payload, _ in batch])
             except Exception as exc:  # the run's own task decides what a failure means
                 self._fail(exc, batch)
                 return
@@ -293,33 +291,22 @@ class RunRecorder:
         return self.record_batch([(event, payload)])
 
     def record_batch(self, batch: Sequence[tuple[Any, dict[str, Any]]]) -> int:
-        """Write events in one transaction of their own, in order; returns the last seq."""
-        with transaction.atomic():
-            seq, new_rounds = self.stage_batch(batch)
-        self.committed(new_rounds)
-        return seq
-
-    def stage_batch(self, batch: Sequence[tuple[Any, dict[str, Any]]],
-                    ) -> tuple[int, dict[int, int]]:
-        """Write events inside the caller's transaction (this run's alone, or a group of
-        runs', runs.group_writer); returns the last seq and the rounds it created, for
-        `committed` once the transaction is."""
+        """Write events in one transaction, in order; returns the last seq."""
         changes = RowChanges(self.run_id, self._round_ids, self.call_row_defaults)
-        for event, payload in batch:
-            apply = _APPLIERS.get(event.kind)
-            if apply is not None:
-                apply(changes, event, payload)
-        # The fenced seq allocation first: a lost lease writes nothing.
-        seq, cancel_requested = append_events(
-            self.run_id, self.token, [(event.kind, payload) for event, payload in batch],
-            changes.run_changes(), expect=WHILE_RUNNING)
-        changes.write()
+        with transaction.atomic():
+            for event, payload in batch:
+                apply = _APPLIERS.get(event.kind)
+                if apply is not None:
+                    apply(changes, event, payload)
+            # The fenced seq allocation first: a lost lease writes nothing.
+            seq, cancel_requested = append_events(
+                self.run_id, self.token, [(event.kind, payload) for event, payload in batch],
+                changes.run_changes(), expect=WHILE_RUNNING)
+            changes.write()
         self.cancel_seen = (time.monotonic(), cancel_requested)
-        return seq, changes.new_rounds
-
-    def committed(self, new_rounds: dict[int, int]) -> None:
         # Remembered only once committed: a rolled-back round must not be.
-        self._round_ids.update(new_rounds)
+        self._round_ids.update(changes.new_rounds)
+        return seq
 
 
 # -- state changes, one per event kind, folded into the batch's RowChanges ----------------
