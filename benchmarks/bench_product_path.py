@@ -456,83 +456,93 @@ Targets (2 CPUs): embedded 1 run >= 97 %, 50 runs >= 85 % with from emit p95 < 5
 no "database is locked"; scale-out 1 run >= 97 %, 100 runs >= 80 %, from emit p95 < 100
 ms; the application adds <= 3 ms of server CPU per round on top of the engine.
 
-The machine changes from session to session, and the last one was about half as fast as
-the one before (the same code, the engine alone: 2.4 -> 3.5 ms of CPU a round; 98 -> 97.5 %
-for one run). On this one, `benchmarks/bench_app_overhead.py` (docs/benchmarks/
-app-overhead.md) measures the ceiling: the engine alone, in process, no database,
-reaches 97.5 % with 1 run, 92 % with 10 and 80 % with 50 concurrent runs; so neither
-1 run >= 97 % nor 50 runs >= 85 % can be reached here by any application around it.
+The machine changes from session to session: session 8's and 9's were about half as
+fast as session 7's (the engine alone: 2.4 -> 3.5-4 ms of CPU a round with one run).
+On them `benchmarks/bench_app_overhead.py` (docs/benchmarks/app-overhead.md) measures
+the ceiling: the engine alone, in process, no database, reaches 97-97.5 % with 1 run,
+92-93 % with 10 and 75-80 % with 50 concurrent runs; so neither 1 run >= 97 % nor 50
+runs >= 85 % can be reached here by any application around it.
 
-| target | first (load 9-17) | session 7 (faster machine) | session 8 (this one) | met |
+| target (p95: from emit) | session 7 (faster machine) | session 8 | session 9 (3 runs) | met |
 |---|---|---|---|---|
-| embedded, 1 run | 74 % | 95-96 % (engine alone 98) | 91-92 -> 92-94 % (engine alone 97.5) | no |
-| embedded, 50 runs | 15 %, p95 741 ms | 65-84 %, p95 55-204 ms | 32-55 %, p95 0.6-1.3 s | no |
-| scale-out, 1 run | 38 % | 94 % | 90-91 % | no |
-| scale-out, 100 runs | 8 %, 11 finished | 37-41 %, p95 168-216 ms | 20-21 %, p95 571-775 ms | no |
-| CPU added per round | ~20 ms | 3.8-5.1 ms | 9.9-11.7 ms (engine alone 2.3-3.5) | no |
+| embedded, 1 run | 95-96 % | 92-94 % | 95 %, p95 8-11 ms | no |
+| embedded, 50 runs | 65-84 %, p95 55-204 ms | 32-55 %, p95 0.6-1.3 s | 69-77 %, 1.0-2.1 s | no |
+| scale-out, 1 run | 94 % | 90-91 % | 95 % | no |
+| scale-out, 100 runs | 37-41 %, p95 168-216 ms | 20-21 %, p95 571-775 ms | 23-28 %, 1.1-1.4 s | no|
+| CPU added per round | 3.8-5.1 ms | 9.9-11.7 ms | 7.6-7.8 ms (5.5 at 50 runs) | no |
+| engine alone, 1 / 50 runs | 98 % / - | 97.5 / 80 % | 97 / 75 % | |
 
-No "database is locked" in any run. The machine's noise is large: embedded 50 runs
-measured 36-55 % with the same code within the hour, and 1 run 92-94 %.
+The first measurement (load 9-17): embedded 1 run 74 %, 50 runs 15 % (p95 741 ms);
+scale-out 1 run 38 %, 100 runs 8 % (11 finished); ~20 ms of CPU added per round.
+Other rows, session 9: embedded 20 runs 89-94 %, 100 runs 49-52 %; scale-out 20 runs
+79-85 %, 50 runs 39-44 %. No "database is locked" in any run. The noise is large: the
+same code measured embedded 50 runs at 69-77 % within the hour.
 
 Why the rest is not met:
 
-- **One run** now waits for one commit a round on its critical path (a call's start,
-  with the round's response, before the tool runs: what crash safety needs), ~3.9 ms
-  on this machine, plus the claim, history and engine (~10 ms a run) and the end
-  (~2 ms). Measured per event in process, a round's HTTP call to the model now takes
-  what it takes the engine alone (204.5 vs 205 ms from request to response; 208 ms
-  before this session's change).
+- **One run** pays the claim, the history read and the engine's set-up (~9 ms a run),
+  the end (~3 ms) and, for a tool that is not idempotent, one commit a round on its
+  critical path (a call's start, with the round's response, before the tool runs: what
+  crash safety needs; ~4-6 ms here). With the scenario's idempotent tool, a round's
+  results reach the model's next request ~1 ms after the tools finish, and a run is 17
+  ms slower than the engine alone (1,248 vs 1,231 ms, in process).
 - **20-100 runs** are bounded by CPU: the embedded server is one process (one GIL), and
-  each round costs it ~14 ms of CPU in process (here), ~23-26 ms with the API requests
-  that start and poll the runs; scale-out 100 runs = ~500 rounds a second at ~22 ms of
-  server CPU each, on 2 CPUs. Each ms cut per round raises these.
+  each round costs it ~8 ms of CPU in process, ~17-23 ms with the API requests that
+  start and poll the runs (and the daphne, HTTP and channel work around them);
+  scale-out 100 runs = ~500 rounds a second at ~21 ms of server CPU each, on 2 CPUs.
+- **From emit** grew under load this session: nothing waits for an idempotent round's
+  batch, so when the CPU is saturated the engine runs ahead of the writes and the
+  batches queue (their events are stored later, the run is not slower). A call on a
+  tool that is not idempotent still waits for its start's commit, which paces its run
+  to the database.
 
-### What session 8 changed (each measured, each kept)
+### What session 9 changed (measured, kept)
 
-1. **One commit a round on a run's critical path, not two** (`runs/recorder.py`): what
-   the model is told next (a round's results, the next round's start and its request)
-   is written while the model answers; its batch starts at the request and nothing
-   waits for it (crash safety needs a call's start stored before its tool runs, and so
-   the response before it; a result lost with a failed batch is that of a call whose
-   start is stored: run again if idempotent, an unknown outcome if not, tested). A
-   failed batch is now final: nothing the recorder queued after it is ever written
-   (before, later batches were, leaving a hole in the log), nor after a cancelled
-   writer; a streamed piece is never broadcast for a round whose batch failed. One
-   run, in process: 1,300 -> 1,273-1,287 ms (engine alone 1,237); embedded 1 run 91-92
-   -> 92-94 %.
-2. **The run detail API reads rounds without the page's display values** (wire bodies
-   that repeat the whole conversation, pretty JSON, bars): a poll of a finished 6-round
-   run 12.2 -> 9.3 ms of CPU (median of 6 x 100). It also no longer fails with a 500 for
-   a run stopped on its round-trip cap (its never-executed calls lacked two keys).
-3. **A Python tool's arguments model built once per function**, not for every run
-   (0.77 -> 0.01 ms per tool and run, held weakly).
+1. **A call on an idempotent tool runs without waiting for its start to be stored.**
+   The crash contract needs that wait only for tools that must not run twice: whatever
+   a crash loses of an idempotent call, the resumed run calls it again (or asks the
+   model again, if the round's response was lost with it), which idempotent permits
+   (tests/runs/test_group_commit.py, tests/runs/test_shutdown.py). The demo's
+   `get_weather` (a read: the same answer every time) is now declared idempotent, as
+   a user declares such a tool, so the scenario's rounds write one batch, not two:
+   recorder CPU 5.3 -> 3.8 ms a round, the application's CPU added 9.85 -> 7.8 ms a
+   round (1 run) and 11.2 -> 5.5 ms (50 runs); one run, in process, 1,272 -> 1,248 ms
+   (engine alone 1,231); embedded 1 run 92-94 -> 95 %, 20 runs 64-84 -> 89-94 %, 50
+   runs 36-55 -> 69-77 %, 100 runs 19-20 -> 49-52 %; scale-out 1 run 90-91 -> 95 %, 20
+   runs 63-72 -> 79-85 %, 100 runs 20-21 -> 23-28 %. A tool that is not idempotent
+   keeps session 8's figures.
+2. A browser test that CI lost: a round's calls can start in one live update now, so
+   the test finds the running call's lane by its tool's name.
 
-Tried this session and dropped: the interpreter's GIL switch interval (embedded, 20
-and 50 runs): 0.5 ms was worse at 50 runs (36-37 % against 37-52 % at the default 5 ms),
-20 ms was not distinguishable from the default in the noise. Grouping the batches of
-several runs in one transaction (measured by replaying one run's 12 batches into 30
-runs, 10 runs a transaction, SQLite): with a savepoint per run, so one run's failure
-cannot fail the others, 2.07-2.15 -> 1.89-2.09 ms of CPU per run-batch (nothing);
-without savepoints 1.54 ms (-27 %), but then one run's bad batch fails every run
-grouped with it. Skipping the history read of a run's first claim: unsafe (a fork's
-new run holds its parent's rounds before it is first claimed).
+Tried this session and dropped: **group commit across runs** (a writer per event loop
+taking the batches several runs handed in, up to 10 in one transaction, each batch
+written alone if the group failed, a failed COMMIT never retried; PostgreSQL cannot
+group safely: two groups could take the tool counters' row locks in opposite orders
+and deadlock). With one driver for the whole process, embedded 50 runs fell to 62 %
+and 100 runs to 45 % (one thread wrote everything the 4 lanes wrote before). With a
+driver per lane: the recorder's CPU per round at 50 runs 2.71 vs 2.78 ms without it
+(groups of ~7.5 batches; the commit is not where the CPU goes, SQLite in WAL with
+synchronous=NORMAL), and the product path's figures within the noise (embedded 50
+runs 76-88 % against 71-77 %, 100 runs 37-68 % against 44-52 %); not worth its
+complexity here. Session 8's trials (GIL switch interval; grouping with per-run
+savepoints; skipping a first claim's history read) are in the history of this file.
 
 ### Where the rest of the CPU goes, and what would cut it
 
-In process, per round (this machine): the recorder's two batches ~4-4.6 ms (each: the
-seq UPDATE, the events INSERT, the round upsert, the calls INSERT or UPDATE with their
-audit-log, search and 14 index updates; the commit alone ~0.8 ms of SQLite's own
-work), building and cleaning the 11 events' payloads ~0.65 ms, the thread hops and the
-writer, the claim / history / end (per run / 6). In a db_worker, each batch's
-notification costs two Redis round trips (channels_redis `group_send`) even when
-nobody watches.
-Next steps, none done: the batches of several runs in one transaction with a cheap
-per-run isolation (a raw SAVEPOINT, not Django's atomic; or a retry of each run alone
-when a group fails); skip the notification of a run nobody watches in a db_worker (a
-fresh check after the commit is race-free, a cached one needs a second catch-up read
-by a viewer that joins); pre-serialised JSON (each payload is dumped once to check it
-and once to store it); a multi-process embedded worker, the only way past one GIL
-there.
+In process, per round, 50 runs (this machine): the recorder's one batch ~2.8 ms (the
+seq UPDATE, the events INSERT, the round upsert, the calls INSERT with their audit-log,
+search and 14 index updates), building and cleaning the 11 events' payloads ~0.6 ms,
+the engine and its HTTP ~2.5 ms, the thread hops, the claim / history / end (per run /
+6: `Run.objects.get` of the run's snapshot and the history query are ORM-compiled, ~4
+ms a run). In daphne, the API requests the benchmark makes: token authentication and
+the run's visibility check are ORM queries compiled again on every request. In a
+db_worker, each batch's notification costs two Redis round trips (channels_redis
+`group_send`) even when nobody watches.
+Next steps, none done: backpressure for idempotent rounds when a run's writes fall
+behind (a bound on how far the engine may run ahead of its last commit), to keep from
+emit low under saturation; skip the notification of a run nobody watches in a
+db_worker; the claim's and the API's few ORM queries as prepared statements (rowsql);
+a multi-process embedded worker, the only way past one GIL there.
 """
 
 
