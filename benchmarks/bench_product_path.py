@@ -524,8 +524,13 @@ driver per lane: the recorder's CPU per round at 50 runs 2.71 vs 2.78 ms without
 (groups of ~7.5 batches; the commit is not where the CPU goes, SQLite in WAL with
 synchronous=NORMAL), and the product path's figures within the noise (embedded 50
 runs 76-88 % against 71-77 %, 100 runs 37-68 % against 44-52 %); not worth its
-complexity here. Session 8's trials (GIL switch interval; grouping with per-run
-savepoints; skipping a first claim's history read) are in the history of this file.
+complexity here. The database lanes of the embedded worker, measured at the end of
+the session (twice each, embedded, 20 / 50 / 100 runs): `AGENTFORGE_WORKER_DB_THREADS=1`
+instead of 4 keeps from emit p95 lower at 20 runs (91-131 ms against 412-524 ms) and
+the worst run better, but the median falls at 50 runs (54-56 % against 67-78 %): a
+trade, not a win, so the default stays 4. Session 8's trials (GIL switch interval;
+grouping with per-run savepoints; skipping a first claim's history read) are in the
+history of this file.
 
 ### Where the rest of the CPU goes, and what would cut it
 
