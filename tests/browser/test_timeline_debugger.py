@@ -22,7 +22,6 @@ from .support import (
     release_naps,
     start_run,
     status,
-    until_live,
     wait_status,
 )
 from .world import LONG_ENDPOINT, STREAMING_ENDPOINTS, watched_endpoint
@@ -134,8 +133,9 @@ async def test_header_counts_agree_with_the_lanes_at_every_live_moment(
                     tools=["always_fails", "watched_nap", "calculator"], message="Go",
                     system_prompt="", policy="Default", tool_choice="auto", parallel=True,
                     max_rounds="")
-    # Held until a live message has come, so the counts are seen while the run goes.
-    await until_live(page, "e.status === 'running'")
+    # The nap holds the run until the page's socket is live (round 0's other calls may
+    # all be stored before it connects): what the run does next reaches the page live.
+    await page.wait_for_selector('#live-state[data-state="live"]')
     await release_naps(server, "counts")
     assert await wait_status(page, "succeeded") == "succeeded"
 
