@@ -19,13 +19,13 @@ model's announced HTTP request (`ProviderWireRequest`, or `ModelRequestSent` for
 model that announces none) and nothing waits for it. An event nobody waits for lingers
 a moment (`LINGER_SECONDS`) before the writer starts, so a round's results, the next
 round's start and its request share one batch: two batches a round, one if its calls
-are idempotent and quick (docs/benchmarks/product-path.md); only a
-streamed answer's first piece waits for that batch (viewers see a round before its
-pieces). A failed batch stops the run: nothing the recorder queued after it is ever
-written (the log would have a hole; the runner still writes the run's end), and the
-failure is raised where the engine waits or at its next event. Only after a
-commit are viewers notified (`eventlog.notify`), with the batch's last seq: the
-WebSocket consumer reads rows by seq, so a dropped notification never loses anything.
+are idempotent and quick (docs/benchmarks/product-path.md); only a streamed answer's
+first piece waits for that batch (viewers see a round before its pieces). A failed
+batch stops the run: nothing the recorder queued after it is ever written (the log
+would have a hole; the runner still writes the run's end), and the failure is raised
+where the engine waits or at its next event. Only after a commit are viewers notified
+(`eventlog.notify`), with the batch's last seq: the WebSocket consumer reads rows by
+seq, so a dropped notification never loses anything.
 Streaming fragments (partial text / tool-call pieces) are not stored: they are only
 broadcast, after the stored events before them, and the stored response supersedes them.
 """
