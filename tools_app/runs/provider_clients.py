@@ -1,11 +1,11 @@
 """This process's provider HTTP clients: one per endpoint configuration and event loop,
 shared by every run (and probe) that calls the endpoint from that loop.
 
-The embedded worker runs every run on one long-lived loop, so its runs share one pool
-per endpoint, closed when the server stops (`close_at_exit`). A `db_worker` gives each
-run an event loop of its own (django-tasks-db calls an async task through asgiref's
-`async_to_sync`, which makes a loop per call and closes it after): there a run's rounds
-share its client, which is closed as the run's loop ends (`close_if_the_loop_ends`).
+The embedded worker and a `db_worker` drive their runs as tasks of one long-lived loop
+(`task_backend`'s), so their runs share one pool per endpoint, closed when the process
+stops (`close_at_exit`). A run driven on a loop of its own (a test calling the task
+through `async_to_sync`, the immediate backend) has its own client, closed as that loop
+ends (`close_if_the_loop_ends`).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from uuid import UUID
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Model
 
 # Parameters per statement, under both databases' limits (SQLite 32,766; PostgreSQL
@@ -50,8 +51,8 @@ def update(model: type[Model], where: Mapping[str, Any], values: Mapping[str, An
     sql = _update_sql(model, shape, _where_shape(where), returning, connection.vendor)
     params = [_prepared(model, name, value, connection) for name, value in values.items()]
     params += _where_params(model, where, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    with _cursor(connection) as cursor:
+        cursor.execute(_bound(sql, connection), params)
         if not returning:
             return cursor.rowcount
         row = cursor.fetchone()
@@ -64,8 +65,8 @@ def select(model: type[Model], columns: tuple[str, ...],
     returns them: for ids, numbers and text, which need no conversion."""
     connection = _connection()
     sql = _select_sql(model, columns, _where_shape(where), connection.vendor)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, _where_params(model, where, connection))
+    with _cursor(connection) as cursor:
+        cursor.execute(_bound(sql, connection), _where_params(model, where, connection))
         return [tuple(row) for row in cursor.fetchall()]
 
 
@@ -111,8 +112,8 @@ def insert(model: type[Model], rows: Sequence[Mapping[str, Any]], *,
                           connection.vendor)
         params = [_prepared(model, name, row[name], connection)
                   for row in chunk for name in names]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+        with _cursor(connection) as cursor:
+            cursor.execute(_bound(sql, connection), params)
             if returning:
                 returned += cursor.fetchall()
     if isinstance(returning, tuple):
@@ -139,6 +140,41 @@ def _connection() -> BaseDatabaseWrapper:
     # Once per statement: each `django.db.connection.x` is a lookup through the
     # thread's connection handler, and preparing a batch's values made thousands.
     return connections[DEFAULT_DB_ALIAS]
+
+
+def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
+    """On PostgreSQL, a cursor that takes `$1, $2...` placeholders (psycopg's
+    `RawCursor`), wrapped as Django wraps its own (error translation, execute wrappers).
+    Django's cursor takes `%s` and has psycopg rewrite each statement into `$n` form in
+    Python; it caches that rewrite only for statements of up to 50 parameters, and a
+    batch's INSERT has more: the rewrite was a tenth of a db_worker's CPU (scale-out,
+    100 runs; docs/benchmarks/product-path.md). Where Django logs queries (DEBUG, the
+    test suite's query counting) its own cursor is used: its log renders the `%s`
+    form."""
+    if not _numbered_placeholders(connection):
+        return connection.cursor()
+    import psycopg  # only installed where PostgreSQL is used
+
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    return CursorWrapper(psycopg.RawCursor(connection.connection), connection)
+
+
+def _numbered_placeholders(connection: BaseDatabaseWrapper) -> bool:
+    return connection.vendor == "postgresql" and not connection.queries_logged
+
+
+def _bound(sql: str, connection: BaseDatabaseWrapper) -> str:
+    """The statement in the placeholder style of `_cursor(connection)`."""
+    return _numbered(sql) if _numbered_placeholders(connection) else sql
+
+
+@lru_cache(maxsize=1024)
+def _numbered(sql: str) -> str:
+    # The builders' only "%s" are placeholders: identifiers come from model metadata
+    # and values are never formatted in.
+    parts = sql.split("%s")
+    return "".join(f"{part}${index}" for index, part in enumerate(parts[:-1], 1)) + parts[-1]
 
 
 def _prepared(model: type[Model], name: str, value: Any,

@@ -1,0 +1,68 @@
+"""rowsql's statements on both databases: a batch of more than psycopg's 50 cached
+parameters, the placeholder style each cursor takes, database errors as Django's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from tools_app.models import ErrorPolicy, ModelEndpoint, RunEvent, ToolRegistration
+from tools_app.runs import rowsql
+
+from .support import start
+
+pytestmark = pytest.mark.both
+
+
+def _events(run_id: Any, seqs: range) -> list[dict[str, Any]]:
+    now = timezone.now()
+    return [{"run": run_id, "seq": seq, "kind": "note", "created_at": now,
+             "payload": {"n": seq, "text": "ü%s$1"}} for seq in seqs]
+
+
+@pytest.fixture
+def run(make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> Any:
+    endpoint: ModelEndpoint = make_endpoint([{"text": "done"}])
+    return start(endpoint, [tools["lookup"]], policy)
+
+
+def test_a_batch_of_many_parameters_is_stored_and_read_back_as_the_orm_would(run: Any) -> None:
+    # 30 rows x 5 columns: well past the 50 parameters psycopg caches a rewrite for.
+    returned = rowsql.insert(RunEvent, _events(run.pk, range(100, 130)), returning="seq")
+    assert returned == list(range(100, 130))
+    stored = RunEvent.objects.filter(run=run, seq__gte=100).order_by("seq")
+    assert [(e.seq, e.payload) for e in stored] == [
+        (seq, {"n": seq, "text": "ü%s$1"}) for seq in range(100, 130)]
+    assert rowsql.select(RunEvent, ("seq",), {"run": run.pk, "kind": "note"}) == [
+        (seq,) for seq in range(100, 130)]
+    assert rowsql.update(RunEvent, {"run": run.pk, "seq": 101}, {"kind": "renamed"},
+                         returning=("seq", "kind")) == (101, "renamed")
+
+
+def test_a_failing_statement_raises_djangos_error_and_leaves_the_transaction_usable(
+        run: Any) -> None:
+    rowsql.insert(RunEvent, _events(run.pk, range(200, 201)))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        rowsql.insert(RunEvent, _events(run.pk, range(199, 202)))
+    assert rowsql.select(RunEvent, ("seq",), {"run": run.pk, "kind": "note"}) == [(200,)]
+
+
+def test_each_cursor_gets_the_placeholders_it_takes(run: Any) -> None:
+    with CaptureQueriesContext(connection) as logged:
+        rowsql.update(RunEvent, {"run": run.pk, "seq": 0}, {"kind": "logged"})
+    # Where Django logs queries, its own cursor runs the "%s" form and logs it rendered.
+    assert "$1" not in logged.captured_queries[-1]["sql"]
+    assert "logged" in logged.captured_queries[-1]["sql"]
+    with rowsql._cursor(connection) as cursor:
+        if connection.vendor == "postgresql":
+            import psycopg
+
+            assert isinstance(cursor.cursor, psycopg.RawCursor)
+            assert rowsql._bound("UPDATE t SET a = %s WHERE b = %s", connection) == \
+                "UPDATE t SET a = $1 WHERE b = $2"
+        else:
+            assert rowsql._bound("UPDATE t SET a = %s", connection) == "UPDATE t SET a = %s"
