@@ -85,14 +85,14 @@ def cancel_now(run: Run, message: str) -> None:
 
 def renew(run_id: str, token: int) -> bool:
     """Extend the lease; False if it was lost."""
-    updated = Run.objects.filter(pk=run_id, lease_token=token).update(
-        lease_expires_at=timezone.now() + lease_duration()
-    )
-    return updated == 1
+    # rowsql's prepared statements: every running run asks these again and again.
+    updated = rowsql.update(Run, {"id": run_id, "lease_token": token},
+                            {"lease_expires_at": timezone.now() + lease_duration()})
+    return bool(updated == 1)
 
 
 def cancel_requested(run_id: str) -> bool:
-    return Run.objects.filter(pk=run_id, cancel_requested=True).exists()
+    return bool(rowsql.select(Run, ("id",), {"id": run_id, "cancel_requested": True}))
 
 
 def release_this_process_runs() -> list[str]:
