@@ -79,7 +79,7 @@ def _authenticated(view: View, request: HttpRequest, *args: Any,
 
 def visible(request: HttpRequest, run_id: Any) -> Run:
     """The run, if the token's user may see it (their own, or any for staff); else 404."""
-    run = selectors.run_get_for_user(run_id, request.user)
+    run = selectors.run_for_api(run_id, request.user)
     if run is None:
         raise ApiError(404, "not_found", "No such run")
     return run
