@@ -85,7 +85,7 @@ def cancel_now(run: Run, message: str) -> None:
 
 def renew(run_id: str, token: int) -> bool:
     """Extend the lease; False if it was lost."""
-    # rowsql's prepared statements: every running run asks these again and again.
+    # rowsql's statements, built once: every running run asks these again and again.
     updated = rowsql.update(Run, {"id": run_id, "lease_token": token},
                             {"lease_expires_at": timezone.now() + lease_duration()})
     return bool(updated == 1)

@@ -17,7 +17,8 @@ parameters.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache, lru_cache
@@ -51,8 +52,7 @@ def update(model: type[Model], where: Mapping[str, Any], values: Mapping[str, An
     sql = _update_sql(model, shape, _where_shape(where), returning, connection.vendor)
     params = [_prepared(model, name, value, connection) for name, value in values.items()]
     params += _where_params(model, where, connection)
-    with _cursor(connection) as cursor:
-        cursor.execute(_bound(sql, connection), params)
+    with _executed(connection, sql, params) as cursor:
         if not returning:
             return cursor.rowcount
         row = cursor.fetchone()
@@ -65,8 +65,7 @@ def select(model: type[Model], columns: tuple[str, ...],
     returns them: for ids, numbers and text, which need no conversion."""
     connection = _connection()
     sql = _select_sql(model, columns, _where_shape(where), connection.vendor)
-    with _cursor(connection) as cursor:
-        cursor.execute(_bound(sql, connection), _where_params(model, where, connection))
+    with _executed(connection, sql, _where_params(model, where, connection)) as cursor:
         return [tuple(row) for row in cursor.fetchall()]
 
 
@@ -112,8 +111,7 @@ def insert(model: type[Model], rows: Sequence[Mapping[str, Any]], *,
                           connection.vendor)
         params = [_prepared(model, name, row[name], connection)
                   for row in chunk for name in names]
-        with _cursor(connection) as cursor:
-            cursor.execute(_bound(sql, connection), params)
+        with _executed(connection, sql, params) as cursor:
             if returning:
                 returned += cursor.fetchall()
     if isinstance(returning, tuple):
@@ -142,37 +140,40 @@ def _connection() -> BaseDatabaseWrapper:
     return connections[DEFAULT_DB_ALIAS]
 
 
-def _cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
-    """On PostgreSQL, a cursor that takes `$1, $2...` placeholders (psycopg's
-    `RawCursor`), wrapped as Django wraps its own (error translation, execute wrappers).
-    Django's cursor takes `%s` and has psycopg rewrite each statement into `$n` form in
-    Python; it caches that rewrite only for statements of up to 50 parameters, and a
-    batch's INSERT has more: the rewrite was a tenth of a db_worker's CPU (scale-out,
-    100 runs; docs/benchmarks/product-path.md). Where Django logs queries (DEBUG, the
-    test suite's query counting) its own cursor is used: its log renders the `%s`
-    form."""
-    if not _numbered_placeholders(connection):
-        return connection.cursor()
+@contextmanager
+def _executed(connection: BaseDatabaseWrapper, sql: str,
+              params: Sequence[Any]) -> Iterator[CursorWrapper]:
+    """A cursor that has executed `sql` (written with `%s` placeholders) with `params`.
+
+    On PostgreSQL the statement runs with `$1, $2...` placeholders through psycopg's
+    `RawCursor`, wrapped as Django wraps its own (error translation, execute wrappers,
+    the broken-transaction check). Django's cursor takes `%s` and has psycopg rewrite
+    each statement into `$n` form in Python; it caches that rewrite only for statements
+    of up to 50 parameters, and a batch's INSERT has more: the rewrite was a tenth of a
+    db_worker's CPU (scale-out, 100 runs; docs/benchmarks/product-path.md). Where Django
+    logs queries (DEBUG, the test suite's query counting) its own cursor is used: its
+    log renders the `%s` form. No statement here returns a timestamp, so the time zone
+    loader Django may register on its cursors is not needed."""
+    if connection.vendor != "postgresql" or connection.queries_logged:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            yield cursor
+        return
     import psycopg  # only installed where PostgreSQL is used
 
     connection.ensure_connection()
     connection.validate_thread_sharing()
-    return CursorWrapper(psycopg.RawCursor(connection.connection), connection)
-
-
-def _numbered_placeholders(connection: BaseDatabaseWrapper) -> bool:
-    return connection.vendor == "postgresql" and not connection.queries_logged
-
-
-def _bound(sql: str, connection: BaseDatabaseWrapper) -> str:
-    """The statement in the placeholder style of `_cursor(connection)`."""
-    return _numbered(sql) if _numbered_placeholders(connection) else sql
+    with CursorWrapper(psycopg.RawCursor(connection.connection), connection) as cursor:
+        cursor.execute(_numbered(sql), params)
+        yield cursor
 
 
 @lru_cache(maxsize=1024)
 def _numbered(sql: str) -> str:
-    # The builders' only "%s" are placeholders: identifiers come from model metadata
-    # and values are never formatted in.
+    """`sql` with its `%s` placeholders numbered `$1, $2...`. The builders' only "%s"
+    are placeholders (identifiers come from model metadata, values are never formatted
+    in) and they write no "%%"."""
+    assert "%%" not in sql, sql
     parts = sql.split("%s")
     return "".join(f"{part}${index}" for index, part in enumerate(parts[:-1], 1)) + parts[-1]
 

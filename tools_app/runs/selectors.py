@@ -36,7 +36,12 @@ User = AbstractBaseUser | AnonymousUser
 
 
 def run_list_for_user(user: User) -> QuerySet[Run]:
-    runs = Run.objects.select_related("endpoint", "created_by").order_by("-created_at")
+    return _visible_to(user, Run.objects.select_related("endpoint", "created_by")
+                       .order_by("-created_at"))
+
+
+def _visible_to(user: User, runs: QuerySet[Run]) -> QuerySet[Run]:
+    """The runs this user may see: any for staff, else their own."""
     if getattr(user, "is_staff", False):
         return runs
     return runs.filter(created_by_id=user.pk)
@@ -48,10 +53,8 @@ def run_for_api(run_id: str | uuid.UUID, user: User) -> Run | None:
     loads them lazily), and a client polling a run pays for a lookup of one table."""
     if not user.is_authenticated:
         return None
-    runs = Run.objects.all() if getattr(user, "is_staff", False) else \
-        Run.objects.filter(created_by_id=user.pk)
     try:
-        return runs.filter(pk=run_id).first()
+        return _visible_to(user, Run.objects.filter(pk=run_id)).order_by().first()
     except (ValueError, TypeError, ValidationError):  # not a UUID
         return None
 
