@@ -49,7 +49,8 @@ def user_for_token(plaintext: str) -> User | None:
     if not plaintext.startswith(TOKEN_PREFIX) or len(plaintext) > _MAX_TOKEN_LENGTH:
         return None
     digest = hash_token(plaintext)
-    token = ApiToken.objects.select_related("user").filter(token_hash=digest).first()
+    # Unordered: the hash is unique, and every API request pays for this lookup.
+    token = ApiToken.objects.select_related("user").filter(token_hash=digest).order_by().first()
     # The index lookup already matched; compare_digest keeps the final check
     # constant-time in case the lookup ever becomes case- or collation-insensitive.
     if token is None or not hmac.compare_digest(token.token_hash, digest):
