@@ -36,8 +36,12 @@ User = AbstractBaseUser | AnonymousUser
 
 
 def run_list_for_user(user: User) -> QuerySet[Run]:
-    return _visible_to(user, Run.objects.select_related("endpoint", "created_by")
-                       .order_by("-created_at"))
+    return _visible_to(user, _listed_runs())
+
+
+def _listed_runs() -> QuerySet[Run]:
+    """Runs as the pages list and show them: with their endpoint and owner, newest first."""
+    return Run.objects.select_related("endpoint", "created_by").order_by("-created_at")
 
 
 def _visible_to(user: User, runs: QuerySet[Run]) -> QuerySet[Run]:
@@ -51,11 +55,16 @@ def run_for_api(run_id: str | uuid.UUID, user: User) -> Run | None:
     """As `run_get_for_user`, without joining the run's endpoint and owner rows: the
     API's answers take those from the run's snapshot (a view that does follow them
     loads them lazily), and a client polling a run pays for a lookup of one table."""
+    return _visible_run(run_id, user, Run.objects.order_by())
+
+
+def _visible_run(run_id: str | uuid.UUID, user: User, runs: QuerySet[Run]) -> Run | None:
+    """The run of `runs` with this id if this user may see it, else None."""
     if not user.is_authenticated:
         return None
     try:
-        return _visible_to(user, Run.objects.filter(pk=run_id)).order_by().first()
-    except (ValueError, TypeError, ValidationError):  # not a UUID
+        return _visible_to(user, runs).filter(pk=run_id).first()
+    except (ValueError, TypeError, ValidationError):  # not a UUID (a query string's id)
         return None
 
 
@@ -73,12 +82,7 @@ def tool_names() -> list[str]:
 
 def run_get_for_user(run_id: str | uuid.UUID, user: User) -> Run | None:
     """The run if this user may see it (their own, or any for staff), else None."""
-    if not user.is_authenticated:
-        return None
-    try:
-        return run_list_for_user(user).filter(pk=run_id).first()
-    except (ValueError, TypeError, ValidationError):  # not a UUID (a query string's id)
-        return None
+    return _visible_run(run_id, user, _listed_runs())
 
 
 def events_after(run_id: str | uuid.UUID, seq: int, limit: int = 500) -> list[RunEvent]:
