@@ -12,7 +12,7 @@ parallel `get_weather` calls, then a text answer, 200 ms per reply):
 
 CPU is this process's user + system time (`time.process_time`) over the scenario,
 divided by the model calls made (6 per run); the fake server's CPU is not in it. The
-recorder's own share is the thread CPU time spent in `RunRecorder.record_batch`.
+recorder's own share is the thread CPU time spent in `batch_writer.write_group`.
 Efficiency = the ideal 1,200 ms / a run's wall time (the engine alone: its `chat()`;
 the application: `Run.wall_ms`), median over the runs: the engine alone's is the
 ceiling the product-path benchmark's efficiency can reach on the same machine.
@@ -89,41 +89,44 @@ def measure_all(counts: list[int]) -> list[dict[str, Any]]:
 
 def measure(count: int, new_runs: Callable[[int], list[Any]]) -> dict[str, Any]:
     from tools_app.models import Run
-    from tools_app.runs.recorder import RunRecorder
+    from tools_app.runs import batch_writer
 
-    engine_cpu, app_cpu, recorder_cpu, batches = [], [], [], []
+    engine_cpu, app_cpu, recorder_cpu, batches, groups = [], [], [], [], []
     engine_walls: list[float] = []
     app_walls: list[float] = []
-    real = RunRecorder.record_batch
-    spent = {"cpu": 0.0, "batches": 0}
+    real = batch_writer.write_group
+    spent = {"cpu": 0.0, "batches": 0, "groups": 0}
 
-    def timed(self: RunRecorder, batch: Any) -> int:
+    def timed(group: Any) -> Any:
         started = time.thread_time()
         try:
-            return real(self, batch)
+            return real(group)
         finally:
             spent["cpu"] += time.thread_time() - started
-            spent["batches"] += 1
+            spent["batches"] += len(group)
+            spent["groups"] += 1
 
-    RunRecorder.record_batch = timed  # type: ignore[method-assign]
+    batch_writer.write_group = timed  # type: ignore[assignment]
     try:
         for _ in range(REPEATS):
             cpu, walls = scenario(engine_alone, new_runs(count))
             engine_cpu.append(cpu / (count * ROUNDS_PER_RUN))
             engine_walls += walls
-            spent.update(cpu=0.0, batches=0)
+            spent.update(cpu=0.0, batches=0, groups=0)
             runs = new_runs(count)
             cpu, _ = scenario(application, runs)
             app_cpu.append(cpu / (count * ROUNDS_PER_RUN))
             app_walls += [run.wall_ms for run in Run.objects.filter(pk__in=[r.pk for r in runs])]
             recorder_cpu.append(spent["cpu"] / (count * ROUNDS_PER_RUN))
             batches.append(spent["batches"] / (count * ROUNDS_PER_RUN))
+            groups.append(spent["groups"] / (count * ROUNDS_PER_RUN))
     finally:
-        RunRecorder.record_batch = real  # type: ignore[method-assign]
+        batch_writer.write_group = real
     row = {"runs": count, "engine_ms": statistics.median(engine_cpu) * 1000,
            "app_ms": statistics.median(app_cpu) * 1000,
            "recorder_ms": statistics.median(recorder_cpu) * 1000,
-           "batches": statistics.median(batches), "load": os.getloadavg()[0],
+           "batches": statistics.median(batches), "groups": statistics.median(groups),
+           "load": os.getloadavg()[0],
            "engine_efficiency": IDEAL_MS / statistics.median(engine_walls),
            "app_efficiency": IDEAL_MS / statistics.median(app_walls)}
     print(row, flush=True)
@@ -192,7 +195,9 @@ def report(rows: list[dict[str, Any]]) -> str:
         "(`ToolService.chat()` with the run's engine, no observer, no database), then as a",
         "worker executes runs (`runner.execute_run` in the in-process backend's lanes,",
         "SQLite). CPU = this process's user + system time / model calls (6 per run),",
-        f"median of {REPEATS}; the recorder's share is its thread CPU in `record_batch`.",
+        f"median of {REPEATS}; the recorder's share is its writer's thread CPU in",
+        "`batch_writer.write_group` (its groups of runs' batches, each in one",
+        "transaction: docs/ARCHITECTURE.md).",
         "Efficiency = the ideal 1,200 ms / a run's wall time, median over the runs (the",
         "engine alone: its `chat()`; the application: `Run.wall_ms`): the engine alone's",
         "is the ceiling the product path can reach on this machine. Tables of different",
@@ -201,15 +206,15 @@ def report(rows: list[dict[str, Any]]) -> str:
         "2 CPUs shared with other work (the 1-minute load average is given).",
         "",
         "| concurrent runs | engine alone | application | added by the application "
-        "| of which the recorder's writes | batches per round "
+        "| of which the recorder's writes | batches per round | groups per round "
         "| efficiency: engine alone / application | load |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
             f"| {row['runs']} | {row['engine_ms']:.2f} ms | {row['app_ms']:.2f} ms | "
             f"**{row['app_ms'] - row['engine_ms']:.2f} ms** | {row['recorder_ms']:.2f} ms | "
-            f"{row['batches']:.1f} | {row['engine_efficiency']:.1%} / "
+            f"{row['batches']:.1f} | {row['groups']:.2f} | {row['engine_efficiency']:.1%} / "
             f"{row['app_efficiency']:.1%} | {row['load']:.1f} |")
     return "\n".join(lines) + "\n"
 

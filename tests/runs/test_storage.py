@@ -332,3 +332,97 @@ def test_streams_are_redacted_apart_and_plain_text_flows_at_once() -> None:
     assert streams.feed("b", "lit ") == "lit "  # another stream is not affected
     assert streams.feed("a", "ace") == "sk-space"  # it was not the key after all
     assert StreamRedactor([]).feed("a", SECRET) == SECRET  # no secrets: nothing to do
+
+
+# -- payloads stored from the text the recorder already wrote ----------------------------
+
+PAYLOAD_VALUES = [
+    {"plain": ["ascii", 1, 2.5, True, None, {"k": "v"}]},
+    {"nul": "a\x00b", "list": ["x\x00"]},
+    {"lone": "half a pair: \ud800 end"},
+    {"emoji": "\U0001f600 fine", "accents": "d\u00e9j\u00e0", "quote": 'say "hi" \\ \n'},
+    {"x": float("nan"), "y": [float("inf"), 1.0]},
+    {"big": "x" * 3000, "small": "kept"},
+    {},
+]
+
+
+@pytest.mark.parametrize("data", PAYLOAD_VALUES)
+def test_a_clean_payload_holds_what_clean_json_gives_and_the_text_json_dumps_writes(
+        data: dict[str, Any], settings: Any) -> None:
+    """Each value is cleaned exactly as before (clean_json); where nothing needed it,
+    the value's text and the whole payload's are what json.dumps (a JSONField's own
+    encoding) writes, so storing them changes nothing but the work."""
+    import json
+
+    from tools_app.runs.storage import CleanPayload, Encoded
+
+    settings.AGENTFORGE_MAX_VALUE_BYTES = 2048
+    payload = CleanPayload.of(data)
+    assert dict(payload) == clean_json(data)
+    for key, text in payload.texts.items():
+        assert text == json.dumps(payload[key])
+    stored = payload.stored()
+    if len(payload.texts) == len(data):  # nothing needed cleaning
+        assert isinstance(stored, Encoded)
+        assert stored.text == json.dumps(clean_json(data))
+    else:  # the database layer encodes the cleaned value, as it always did
+        assert stored == clean_json(data)
+        assert not isinstance(stored, Encoded)
+
+
+def test_a_value_that_is_not_json_data_is_stored_as_pydantics_json_mode_gives_it() -> None:
+    from datetime import UTC, datetime
+
+    from tools_app.runs.storage import CleanPayload
+
+    payload = CleanPayload.of({"body": {"when": datetime(2026, 1, 2, tzinfo=UTC),
+                                        "pair": ("a", "b")}})
+    assert payload == {"body": {"when": "2026-01-02T00:00:00Z", "pair": ["a", "b"]}}
+
+
+@pytest.mark.both
+@pytest.mark.parametrize("data", PAYLOAD_VALUES)
+def test_a_payload_stored_from_its_text_reads_back_as_the_orm_stores_it(
+        data: dict[str, Any], settings: Any, tools: dict[str, ToolRegistration],
+        policy: ErrorPolicy, make_endpoint: Any) -> None:
+    """On both databases: an event row and a JSON column written from the payload's
+    texts read back as the same rows written by the ORM from the plain values."""
+    from django.utils import timezone
+
+    from tools_app.runs import rowsql
+    from tools_app.runs.storage import CleanPayload
+
+    settings.AGENTFORGE_MAX_VALUE_BYTES = 2048
+    run = start(make_endpoint([{"text": "done"}]), [tools["lookup"]], policy)
+    payload = CleanPayload.of({"body": data, **data})
+    now = timezone.now()
+    rowsql.insert(RunEvent, [{"run": run.pk, "seq": 900, "kind": "fast", "created_at": now,
+                              "payload": payload.stored()}], fill_defaults=False)
+    RunEvent.objects.create(run=run, seq=901, kind="orm", created_at=now,
+                            payload=dict(payload))
+    fast, orm = (RunEvent.objects.get(run=run, seq=seq).payload for seq in (900, 901))
+    assert fast == orm == clean_json({"body": data, **data})
+    round_ = run.rounds.create(index=0)
+    rowsql.update(type(round_), {"id": round_.pk}, {"request_json": payload.column("body")})
+    round_.refresh_from_db()
+    assert round_.request_json == clean_json(data)
+
+
+def test_a_wire_events_payload_is_its_json_mode_dump_with_the_body_as_it_is() -> None:
+    """The recorder does not have pydantic walk a wire body (the whole conversation):
+    the payload is still exactly the event's JSON-mode dump, in its fields' order."""
+    from tools_app.engine.events import ProviderWireRequest, ProviderWireResponse
+    from tools_app.runs.recorder import RunRecorder
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "d\u00e9j\u00e0 \x00"}],
+            "temperature": 0.5, "tools": [{"type": "function", "function": {"name": "f"}}]}
+    recorder = RunRecorder("00000000-0000-0000-0000-000000000001", 1)
+    for event in (ProviderWireRequest(round_index=2, provider="openai",
+                                      url="http://127.0.0.1/v1", body=body, stream=True),
+                  ProviderWireResponse(round_index=2, provider="openai", status=200,
+                                       body=[body, 1, "x"], raw_stream="data: {}")):
+        payload = recorder._payload(event)
+        dumped = event.model_dump(mode="json")
+        assert list(payload) == list(dumped)
+        assert dict(payload) == clean_json(dumped)

@@ -38,10 +38,8 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
-
-from asgiref.sync import sync_to_async
-from django.db import transaction
 
 from ..engine.events import (
     ModelResponseReceived,
@@ -56,18 +54,23 @@ from ..engine.events import (
     ToolCallStarted,
 )
 from ..engine.execution import arguments_as_map
-from ..models import Round, RunStatus, ToolCall
-from .eventlog import append_events, notify
+from ..models import Round, ToolCall
+from . import batch_writer
+from .batch_writer import Batch, write_together
+from .eventlog import notify
 from .row_changes import RowChanges
-from .storage import StreamRedactor, clean_json, clean_json_data, clean_text, fit_column, redact
+from .storage import (
+    CleanPayload,
+    StreamRedactor,
+    clean_json,
+    clean_text,
+    fit_column,
+    redact,
+)
 
 logger = logging.getLogger(__name__)
 
 EPHEMERAL_KINDS = frozenset({"partial_text", "partial_tool_call"})
-# A batch is written only while the run is running under this worker: the token fences
-# another worker out, the status this worker's own end (a batch still in flight then
-# is refused, never stored after the run's last event).
-WHILE_RUNNING = {"status": RunStatus.RUNNING}
 # How long an event nobody waits for may stay queued (so what follows shares its batch)
 # before the writer starts anyway: short enough that a viewer never notices.
 LINGER_SECONDS = 0.02
@@ -228,8 +231,8 @@ class RunRecorder:
             batch, self._queue = self._queue, []
             self._write_next = False
             try:
-                seq = await sync_to_async(self.record_batch)(
-                    [(event, payload) for event, payload, _ in batch])
+                seq = await batch_writer.write(
+                    self, [(event, payload) for event, payload, _ in batch])
             except Exception as exc:  # the run's own task decides what a failure means
                 self._fail(exc, batch)
                 return
@@ -258,13 +261,13 @@ class RunRecorder:
                 waiter.set_exception(error)
         self._queue = []
 
-    def _payload(self, event: Any) -> dict[str, Any]:
-        data = event.model_dump(mode="json")
+    def _payload(self, event: Any) -> CleanPayload:
+        data = _dumped(event)
         if data.get("raw_stream") and _mentions_secret(data.get("body"), self.secrets):
             # The stream carried a secret in pieces (one per event, each harmless alone,
             # whole when read together), which redacting line by line cannot catch.
             data["raw_stream"] = RAW_STREAM_WITHHELD
-        return clean_json_data(redact(data, self.secrets))  # type: ignore[no-any-return]
+        return CleanPayload.of(redact(data, self.secrets))
 
     def _fragment(self, event: PartialText | PartialToolCall) -> dict[str, Any] | None:
         """The fragment viewers may see: its text piece redacted as a stream (a secret
@@ -292,21 +295,23 @@ class RunRecorder:
 
     def record_batch(self, batch: Sequence[tuple[Any, dict[str, Any]]]) -> int:
         """Write events in one transaction, in order; returns the last seq."""
+        return write_together([Batch(self, batch)])[0]
+
+    def fold(self, batch: Sequence[tuple[Any, dict[str, Any]]]) -> RowChanges:
+        """The row changes of a batch's events (inside its transaction: a retried
+        attempt's own count reads what is stored)."""
         changes = RowChanges(self.run_id, self._round_ids, self.call_row_defaults)
-        with transaction.atomic():
-            for event, payload in batch:
-                apply = _APPLIERS.get(event.kind)
-                if apply is not None:
-                    apply(changes, event, payload)
-            # The fenced seq allocation first: a lost lease writes nothing.
-            seq, cancel_requested = append_events(
-                self.run_id, self.token, [(event.kind, payload) for event, payload in batch],
-                changes.run_changes(), expect=WHILE_RUNNING)
-            changes.write()
+        for event, payload in batch:
+            apply = _APPLIERS.get(event.kind)
+            if apply is not None:
+                apply(changes, event, payload)
+        return changes
+
+    def committed(self, changes: RowChanges, cancel_requested: bool) -> None:
+        """After the batch's commit (never before: a rolled-back round must not be
+        remembered)."""
         self.cancel_seen = (time.monotonic(), cancel_requested)
-        # Remembered only once committed: a rolled-back round must not be.
         self._round_ids.update(changes.new_rounds)
-        return seq
 
 
 # -- state changes, one per event kind, folded into the batch's RowChanges ----------------
@@ -320,13 +325,14 @@ def on_round_started(changes: RowChanges, event: RoundStarted, payload: dict[str
 
 def on_wire_request(changes: RowChanges, event: ProviderWireRequest,
                     payload: dict[str, Any]) -> None:
-    changes.update_round(event.round_index or 0, {"request_json": payload["body"]})
+    changes.update_round(event.round_index or 0, {"request_json": _column(payload, "body")})
 
 
 def on_wire_response(changes: RowChanges, event: ProviderWireResponse,
                      payload: dict[str, Any]) -> None:
     changes.update_round(event.round_index or 0, {
-        "response_json": payload["body"], "raw_stream": clean_text(payload.get("raw_stream"))})
+        "response_json": _column(payload, "body"),
+        "raw_stream": clean_text(payload.get("raw_stream"))})
 
 
 def on_attempt(changes: RowChanges, event: ProviderAttempt, payload: dict[str, Any]) -> None:
@@ -344,7 +350,7 @@ def on_response(changes: RowChanges, event: ModelResponseReceived,
     usage = response.usage
     changes.update_round(event.round_index or 0, {
         "status": "responded",
-        "response": payload["response"],
+        "response": _column(payload, "response"),
         "ai_text": clean_text(response.ai_message.text),
         "thinking": clean_text(response.ai_message.thinking),
         "finish_reason": fit_column(Round, "finish_reason", response.finish_reason),
@@ -384,11 +390,11 @@ def on_finished(changes: RowChanges, event: ToolCallFinished, payload: dict[str,
                         fit_column(ToolCall, "tool_name", event.tool_name), {
         "state": event.outcome,
         "result_text": clean_text(event.text),
-        "result_json": payload["result_json"],
+        "result_json": _column(payload, "result_json"),
         "is_error": event.is_error,
         "error_type": fit_column(ToolCall, "error_type", event.error_type),
         "error_message": clean_text(event.error_message) or "",
-        "error_details": payload["error_details"],
+        "error_details": _column(payload, "error_details"),
         "traceback": clean_text(event.traceback) or "",
         "handled_by": fit_column(ToolCall, "handled_by", event.handled_by),
         "stopped_run": event.stopped_run,
@@ -402,6 +408,29 @@ def on_finished(changes: RowChanges, event: ToolCallFinished, payload: dict[str,
 RAW_STREAM_WITHHELD = ("(The raw stream is not shown: the response carried a credential, "
                        "which its events split into pieces. The assembled response above "
                        "is shown redacted.)")
+
+
+def _dumped(event: Any) -> dict[str, Any]:
+    """The event in pydantic's JSON mode, but a provider's wire body as it is: JSON data
+    already (what was sent, or parsed from what came back), the whole conversation,
+    which pydantic would walk value by value (a tenth of a worker's CPU at 50 runs,
+    docs/benchmarks/app-overhead.md); CleanPayload still checks it is JSON."""
+    if not isinstance(event, ProviderWireRequest | ProviderWireResponse):
+        return event.model_dump(mode="json")  # type: ignore[no-any-return]
+    dumped = event.model_dump(mode="json", exclude={"body"})
+    # In the fields' order, as a whole dump has them.
+    return {name: event.body if name == "body" else dumped[name]
+            for name in _field_names(type(event)) if name == "body" or name in dumped}
+
+
+@cache
+def _field_names(event_type: type[Any]) -> tuple[str, ...]:
+    return tuple(event_type.model_fields)
+
+
+def _column(payload: dict[str, Any], key: str) -> Any:
+    """A payload value for a JSON column: with its text, when the recorder made it."""
+    return payload.column(key) if isinstance(payload, CleanPayload) else payload[key]
 
 
 def _mentions_secret(body: Any, secrets: tuple[str, ...]) -> bool:

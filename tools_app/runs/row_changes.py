@@ -98,19 +98,7 @@ class RowChanges:
 
     def write(self) -> None:
         """Rounds and calls (the run's own row is written with the batch's seqs)."""
-        self._write_started_rounds()
-        for index, fields in self.round_updates.items():
-            rowsql.update(Round, {"id": self.round_id(index)}, fields)
-        updates = self._write_proposed_calls()
-        # In tool order: the triggers keeping each tool's counts (runs.audit_schema) lock
-        # its rows, and two runs' batches taking them in opposite orders could deadlock.
-        for (round_index, call_id), fields in sorted(
-                updates.items(), key=lambda item: (self.call_tools[item[0]], item[0])):
-            starts = self.call_starts[(round_index, call_id)]
-            if starts:
-                fields = {**fields, "attempts": Add(starts)}
-            rowsql.update(ToolCall, {"round": self.round_id(round_index), "call_id": call_id},
-                          fields)
+        write_all([self])
 
     def round_id(self, index: int) -> int:
         known = self.new_rounds.get(index, self.known_rounds.get(index))
@@ -121,43 +109,83 @@ class RowChanges:
             self.new_rounds[index] = known
         return known
 
-    def _write_started_rounds(self) -> None:
-        # Rounds that changed the same columns share one upsert, which sets only those
-        # on a row that exists (a round asked again on resume keeps the rest, as
-        # update_or_create did).
-        groups: dict[tuple[str, ...], list[int]] = {}
-        for index, fields in self.started_rounds.items():
-            groups.setdefault(tuple(sorted(fields)), []).append(index)
-        for changed, indexes in groups.items():
-            rows = [{"run": self.run_id, "index": index, **self.started_rounds[index]}
-                    for index in indexes]
-            ids = rowsql.insert(Round, rows, conflict=("run", "index"),
-                                on_conflict_update=changed, returning="id")
-            self.new_rounds.update(zip(indexes, ids, strict=True))
 
-    def _write_proposed_calls(self) -> dict[tuple[int, str], dict[str, Any]]:
-        """INSERT the proposed calls with their later changes in this batch; returns
-        the call changes still to be written by UPDATE."""
-        updates = dict(self.call_updates)
-        carried: dict[tuple[int, int], tuple[int, str]] = {}  # (round pk, index) -> key
-        rows = []
-        # In tool order, as the updates are (the count triggers' locks); stable, so one
-        # tool's calls keep their order.
-        for round_index, call in sorted(self.proposed_calls,
-                                        key=lambda item: item[1]["tool_name"]):
-            row = {**self.call_defaults, **call, "round": self.round_id(round_index)}
-            key = (round_index, call["call_id"])
-            if key in updates:
-                row.update(updates[key], attempts=self.call_starts[key])
-                carried[(row["round"], call["call_index"])] = key
-            rows.append(row)
-        # A call stored before (a run resumed from its history) stays as it is: the
-        # INSERT skips it, and the changes it would have carried go by UPDATE.
-        inserted = rowsql.insert(ToolCall, rows, conflict=("round", "call_index"),
-                                 returning=("round", "call_index"))
-        for round_id, call_index in inserted:
-            written = carried.get((round_id, call_index))
-            if written is not None:
-                # Two calls with one id (a provider that repeats ids) both carried it.
-                updates.pop(written, None)
-        return updates
+def write_all(batches: list[RowChanges]) -> None:
+    """The rounds and calls of several runs' batches (each run at most once), phase by
+    phase, each phase's rows in as few statements as their shapes allow: what one
+    batch's statements cost, a group of batches costs about once."""
+    _write_started_rounds(batches)
+    _write_round_updates(batches)
+    updates = _write_proposed_calls(batches)
+    # In tool order: the triggers keeping each tool's counts (runs.audit_schema) lock
+    # its rows, and two batches taking them in opposite orders could deadlock.
+    for changes, (round_index, call_id), fields in sorted(
+            updates, key=lambda item: (item[0].call_tools[item[1]], item[0].run_id, item[1])):
+        starts = changes.call_starts[(round_index, call_id)]
+        if starts:
+            fields = {**fields, "attempts": Add(starts)}
+        rowsql.update(ToolCall, {"round": changes.round_id(round_index), "call_id": call_id},
+                      fields)
+
+
+def _write_started_rounds(batches: list[RowChanges]) -> None:
+    # Rounds that changed the same columns share one upsert, which sets only those on
+    # a row that exists (a round asked again on resume keeps the rest, as
+    # update_or_create did).
+    groups: dict[tuple[str, ...], list[tuple[RowChanges, int]]] = {}
+    for changes in batches:
+        for index, fields in changes.started_rounds.items():
+            groups.setdefault(tuple(sorted(fields)), []).append((changes, index))
+    for changed, started in groups.items():
+        rows = [{"run": changes.run_id, "index": index, **changes.started_rounds[index]}
+                for changes, index in started]
+        ids = rowsql.insert(Round, rows, conflict=("run", "index"),
+                            on_conflict_update=changed, returning="id")
+        for (changes, index), round_id in zip(started, ids, strict=True):
+            changes.new_rounds[index] = round_id
+
+
+def _write_round_updates(batches: list[RowChanges]) -> None:
+    """Rounds started before their batch: one UPDATE for those changing the same
+    columns the same way."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for changes in batches:
+        for index, fields in changes.round_updates.items():
+            groups.setdefault(tuple(fields), []).append(
+                {"id": changes.round_id(index), **fields})
+    for rows in groups.values():
+        rowsql.update_many(Round, ("id",), rows)
+
+
+CallUpdate = tuple["RowChanges", tuple[int, str], dict[str, Any]]
+
+
+def _write_proposed_calls(batches: list[RowChanges]) -> list[CallUpdate]:
+    """INSERT the proposed calls with their later changes in their batch; returns the
+    call changes still to be written by UPDATE."""
+    updates = {(id(changes), key): (changes, key, fields)
+               for changes in batches for key, fields in changes.call_updates.items()}
+    # (round pk, index) -> the update it carries
+    carried: dict[tuple[int, int], tuple[int, tuple[int, str]]] = {}
+    rows = []
+    # In tool order, as the updates are (the count triggers' locks); stable, so one
+    # tool's calls keep their order.
+    proposed = [(changes, round_index, call) for changes in batches
+                for round_index, call in changes.proposed_calls]
+    for changes, round_index, call in sorted(proposed, key=lambda item: item[2]["tool_name"]):
+        row = {**changes.call_defaults, **call, "round": changes.round_id(round_index)}
+        key = (round_index, call["call_id"])
+        if key in changes.call_updates:
+            row.update(changes.call_updates[key], attempts=changes.call_starts[key])
+            carried[(row["round"], call["call_index"])] = (id(changes), key)
+        rows.append(row)
+    # A call stored before (a run resumed from its history) stays as it is: the INSERT
+    # skips it, and the changes it would have carried go by UPDATE.
+    inserted = rowsql.insert(ToolCall, rows, conflict=("round", "call_index"),
+                             returning=("round", "call_index"))
+    for round_id, call_index in inserted:
+        written = carried.get((round_id, call_index))
+        if written is not None:
+            # Two calls with one id (a provider that repeats ids) both carried it.
+            updates.pop(written, None)
+    return list(updates.values())

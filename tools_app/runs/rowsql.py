@@ -30,6 +30,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Model
 
+from .storage import Encoded
+
 # Parameters per statement, under both databases' limits (SQLite 32,766; PostgreSQL
 # 65,535 when the server binds them): a round of thousands of calls is several INSERTs.
 MAX_PARAMETERS = 30_000
@@ -57,6 +59,41 @@ def update(model: type[Model], where: Mapping[str, Any], values: Mapping[str, An
             return cursor.rowcount
         row = cursor.fetchone()
     return tuple(row) if row is not None else None
+
+
+def update_many(model: type[Model], keys: tuple[str, ...], rows: Sequence[Mapping[str, Any]],
+                where: Mapping[str, Any] | None = None,
+                returning: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:
+    """UPDATE one row per entry of `rows` in one statement (`UPDATE ... FROM (VALUES
+    ...)`): each entry names the `keys` columns' values that pick its row, then the
+    values to set there (`Add` increments); every entry has the same columns, in the
+    same order, and the same kind of value (set or `Add`) in each. `where`: equalities
+    every updated row must meet too (no None). With `returning`, those columns of the
+    rows updated, in no particular order; else []. A row no entry picks is left as it is.
+
+    Why: a group of runs' batches changes one row of each run (its seqs and counters)
+    and of each of their rounds; one statement for them all costs about what one of
+    them alone did (docs/benchmarks/product-path.md)."""
+    if not rows:
+        return []
+    first = rows[0]
+    shape = tuple((name, isinstance(value, Add)) for name, value in first.items()
+                  if name not in keys)
+    connection = _connection()
+    conditions = tuple((name, False) for name in (where or {}))
+    per_statement = max(1, (MAX_PARAMETERS - len(conditions)) // len(first))
+    returned: list[tuple[Any, ...]] = []
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start:start + per_statement]
+        sql = _update_many_sql(model, keys, shape, len(chunk), conditions, returning,
+                               connection.vendor)
+        params = [_prepared(model, name, row[name], connection)
+                  for row in chunk for name in (*keys, *(n for n, _ in shape))]
+        params += _where_params(model, where or {}, connection)
+        with _executed(connection, sql, params) as cursor:
+            if returning:
+                returned += [tuple(r) for r in cursor.fetchall()]
+    return returned
 
 
 def select(model: type[Model], columns: tuple[str, ...],
@@ -182,11 +219,28 @@ def _prepared(model: type[Model], name: str, value: Any,
               connection: BaseDatabaseWrapper) -> Any:
     if isinstance(value, Add):
         return value.amount
+    if isinstance(value, Encoded):
+        return _encoded(value, connection.vendor)
     if isinstance(value, _PLAIN_VALUES) and _is_plain(model, name):
         return value
     if isinstance(value, _REPEATED_VALUES) and _is_repeated(model, name):
         return _prepared_once(model, name, type(value).__name__, value, connection.vendor)
     return _field(model, name).get_db_prep_save(value, connection)
+
+
+def _encoded(value: Encoded, vendor: str) -> Any:
+    """A JSON value already written as text, as its JSONField would prepare it: the
+    text itself on SQLite, psycopg's Jsonb carrying it on PostgreSQL (the field's own
+    preparation wraps `json.dumps` in the same way)."""
+    if vendor != "postgresql":
+        return value.text
+    from psycopg.types.json import Jsonb  # only installed where PostgreSQL is used
+
+    return Jsonb(value.text, dumps=_as_is)
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 @lru_cache(maxsize=4096)
@@ -253,6 +307,41 @@ def _update_sql(model: type[Model], shape: tuple[tuple[str, bool], ...],
     if returning:
         sql += " RETURNING " + ", ".join(_column(model, name) for name in returning)
     return sql
+
+
+@cache
+def _update_many_sql(model: type[Model], keys: tuple[str, ...],
+                     shape: tuple[tuple[str, bool], ...], count: int,
+                     conditions: tuple[tuple[str, bool], ...], returning: tuple[str, ...],
+                     vendor: str) -> str:
+    table = _quote(model._meta.db_table)
+    names = (*keys, *(name for name, _ in shape))
+    # Both databases name a VALUES list's columns column1, column2...; PostgreSQL types
+    # them from the values alone, so each is cast to its column's type there.
+    value = {name: _placeholder(model, name, vendor) for name in names}
+    row = "(" + ", ".join(value[name] for name in names) + ")"
+    given = {name: f"v.column{index}" for index, name in enumerate(names, 1)}
+    sets = ", ".join(
+        f"{_column(model, name)} = {table}.{_column(model, name)} + {given[name]}"
+        if increment else f"{_column(model, name)} = {given[name]}"
+        for name, increment in shape)
+    matched = " AND ".join(f"{table}.{_column(model, name)} = {given[name]}"
+                           for name in keys)
+    sql = (f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([row] * count)}) AS v "
+           f"WHERE {matched}")
+    if conditions:
+        sql += " AND " + " AND ".join(f"{table}.{_column(model, name)} = %s"
+                                      for name, _ in conditions)
+    if returning:
+        sql += " RETURNING " + ", ".join(f"{table}.{_column(model, name)}"
+                                         for name in returning)
+    return sql
+
+
+def _placeholder(model: type[Model], name: str, vendor: str) -> str:
+    if vendor != "postgresql":
+        return "%s"
+    return f"CAST(%s AS {_field(model, name).db_type(connections[DEFAULT_DB_ALIAS])})"
 
 
 @cache

@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, overload
 
+import pydantic_core
 from django.conf import settings
 from django.db.models import Field, Model
 
@@ -75,18 +78,83 @@ def clean_json(value: Any, *, limit: int | None = None) -> Any:
 def clean_json_data(value: Any) -> Any:
     """clean_json for JSON data (string keys, lists: pydantic's JSON-mode dumps), with
     a fast path: the value serialised by the C encoder shows at once whether anything
-    needs cleaning. Nothing does when it has no NaN or Infinity, no NUL, no lone
-    surrogate, and is shorter than the cap as a whole (its ASCII-escaped text is never
-    shorter than the UTF-8 of any string in it). A round's wire request, which carries
-    the whole conversation, is most of what the recorder cleans."""
-    cap = max_value_bytes()
+    needs cleaning (`clean_json_encoded`)."""
+    return clean_json_encoded(value)[0]
+
+
+def clean_json_encoded(value: Any, cap: int | None = None) -> tuple[Any, str | None]:
+    """clean_json_data, and the value's JSON text as `json.dumps` writes it (a
+    JSONField's own encoding, so the database layer need not write it again) when
+    nothing needed cleaning; None with a value that did. Nothing does when its text
+    has no NaN or Infinity, no NUL, no lone surrogate, and is shorter than the cap
+    (`max_value_bytes`) as a whole (its ASCII-escaped text is never shorter than the
+    UTF-8 of any string in it). A round's wire request, which carries the whole
+    conversation, is most of what the recorder cleans."""
     try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):  # not JSON data, or NaN / Infinity in it
-        return clean_json(value)
-    if len(text) <= cap and "\\u0000" not in text and "\\ud" not in text:
-        return value
-    return clean_json(value)
+        text = _STRICT_JSON.encode(value)
+    except TypeError:  # not JSON data: as pydantic's JSON mode would have given it
+        return clean_json(pydantic_core.to_jsonable_python(value)), None
+    except ValueError:  # NaN or Infinity in it
+        return clean_json(value), None
+    if (len(text) <= (max_value_bytes() if cap is None else cap)
+            and "\\u0000" not in text and "\\ud" not in text):
+        return value, text
+    return clean_json(value), None
+
+
+# json.dumps' own text (its default separators and ASCII escapes), NaN refused; made
+# once: json.dumps builds a new encoder on every call given any option.
+_STRICT_JSON = json.JSONEncoder(allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """A JSON column's value with its text as `json.dumps` writes it (the JSONField's
+    own encoding): `rowsql` stores the text instead of encoding the value again."""
+
+    value: Any
+    text: str
+
+
+class CleanPayload(dict[str, Any]):
+    """An event's payload, cleaned for storage (`clean_json_data` on each of its
+    values), with the JSON text of each value and of the whole: the event row and the
+    columns that copy its values (a round's request body, a call's result) are stored
+    from these texts, not encoded again. Never changed once made: the texts must stay
+    its values'."""
+
+    texts: dict[str, str]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> CleanPayload:
+        payload = cls()
+        payload.texts = {}
+        cap = max_value_bytes()
+        for key, value in data.items():
+            cleaned, text = clean_json_encoded(value, cap)
+            payload[key] = cleaned
+            if text is not None:
+                payload.texts[key] = text
+        return payload
+
+    def column(self, key: str) -> Any:
+        """One value, as a JSON column stores it (with its text when known)."""
+        value = self[key]
+        text = self.texts.get(key)
+        return value if text is None else Encoded(value, text)
+
+    def stored(self) -> Any:
+        """The whole payload as the event row stores it: its text composed from its
+        values' as `json.dumps` writes a dict (', ' and ': ' separators)."""
+        if len(self.texts) != len(self):
+            return dict(self)  # a value was cleaned: the database layer encodes it
+        return Encoded(dict(self), "{" + ", ".join(
+            f"{_json_key(key)}: {self.texts[key]}" for key in self) + "}")
+
+
+@lru_cache(maxsize=256)
+def _json_key(key: str) -> str:
+    return json.dumps(key)
 
 
 def _clean_json(value: Any, limit: int, key_limit: int) -> Any:

@@ -1,0 +1,258 @@
+"""Several runs' batches written as one group (runs.batch_writer): the same rows as each
+run alone, in the statements of one batch, and every run its own outcome when something
+fails: a lost lease, a failing statement, a failing COMMIT."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, connection, connections
+from django.test.utils import CaptureQueriesContext
+
+from tools_app.engine.events import RoundStarted
+from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolRegistration
+from tools_app.runs import batch_writer
+from tools_app.runs.batch_writer import Batch, write_group
+from tools_app.runs.eventlog import LeaseLost
+from tools_app.runs.recorder import RunRecorder
+
+from .support import assert_seqs_gapless, execute, start
+from .test_group_commit import PARALLEL_TWICE, recording_run, rows, stored_events
+
+pytestmark = pytest.mark.both
+
+
+@pytest.fixture
+def endpoint(make_endpoint: Any) -> ModelEndpoint:
+    return make_endpoint(PARALLEL_TWICE)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def recorded(endpoint: ModelEndpoint, tools: dict[str, ToolRegistration],
+             policy: ErrorPolicy) -> list[tuple[Any, dict[str, Any]]]:
+    """A whole run's events (two rounds of two calls, then an answer), as stored."""
+    source = start(endpoint, [tools["lookup"], tools["nul_echo"]], policy)
+    assert execute(source) == "succeeded"
+    return stored_events(source)
+
+
+def recorders(endpoint: ModelEndpoint, tools: dict[str, ToolRegistration],
+              policy: ErrorPolicy, count: int) -> list[tuple[Run, RunRecorder]]:
+    made = []
+    for _ in range(count):
+        run, token = recording_run(endpoint, tools, policy)
+        made.append((run, RunRecorder(str(run.pk), token)))
+    return made
+
+
+def halves(recorded: list[tuple[Any, dict[str, Any]]]) -> tuple[list[Any], list[Any]]:
+    """The events up to round 1's start, and the rest: a run's second batch changes
+    rows its first stored (a round's response, its calls' ends)."""
+    cut = next(i for i, (event, _) in enumerate(recorded)
+               if isinstance(event, RoundStarted) and event.round_index == 1)
+    return recorded[:cut], recorded[cut:]
+
+
+def test_a_group_stores_for_each_run_the_rows_it_would_store_alone(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]],
+) -> None:
+    first, rest = halves(recorded)
+    (alone_run, alone), *grouped = recorders(endpoint, tools, policy, 4)
+    alone.record_batch(first)
+    alone.record_batch(rest)
+
+    # Batches of the runs at different points: one group holds first and second batches.
+    assert write_group([Batch(grouped[0][1], first), Batch(grouped[1][1], first)]) == [
+        len(first), len(first)]
+    assert write_group([Batch(grouped[0][1], rest), Batch(grouped[1][1], rest),
+                        Batch(grouped[2][1], recorded)]) == [len(recorded)] * 3
+
+    expected = rows(alone_run)
+    assert len(expected[1]) == 4  # the calls, all finished
+    for run, _ in grouped:
+        assert rows(run) == expected
+        assert_seqs_gapless(run)
+
+
+def test_a_group_of_runs_takes_the_statements_of_one_run(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]],
+) -> None:
+    first, rest = halves(recorded)
+    made = recorders(endpoint, tools, policy, 6)
+    write_group([Batch(recorder, first) for _, recorder in made])
+
+    def statements(group: list[tuple[Run, RunRecorder]]) -> list[str]:
+        with CaptureQueriesContext(connection) as queries:
+            outcomes = write_group([Batch(recorder, rest) for _, recorder in group])
+        assert all(isinstance(seq, int) for seq in outcomes), outcomes
+        return [q["sql"] for q in queries.captured_queries
+                if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE", "BEGIN"))]
+
+    one = statements(made[:1])
+    # The seqs with the counters, the events, the new rounds' upsert, the calls
+    # inserted with their ends: the same few statements for five runs as for one.
+    assert len(statements(made[1:])) == len(one) == 4, one
+
+
+def test_a_run_that_lost_its_lease_fails_alone_and_the_rest_of_its_group_is_stored(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]],
+) -> None:
+    (kept_run, kept), (lost_run, lost), (other_run, other) = recorders(
+        endpoint, tools, policy, 3)
+    Run.objects.filter(pk=lost_run.pk).update(lease_token=lost.token + 1)  # reclaimed
+
+    outcomes = write_group([Batch(kept, recorded), Batch(lost, recorded),
+                            Batch(other, recorded)])
+
+    assert outcomes[0] == outcomes[2] == len(recorded)
+    assert isinstance(outcomes[1], LeaseLost)
+    assert not RunEvent.objects.filter(run=lost_run).exists()
+    assert not lost_run.rounds.exists()
+    assert rows(kept_run) == rows(other_run)
+    assert len(rows(kept_run)[3]) == len(recorded)
+
+
+def test_a_statement_failing_for_one_run_fails_that_run_alone(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (kept_run, kept), (broken_run, broken) = recorders(endpoint, tools, policy, 2)
+    # An event row where the run's next seq goes: its INSERT clashes (a log written
+    # behind the recorder's back), and with it the group's.
+    RunEvent.objects.create(run=broken_run, seq=1, kind="stray", payload={})
+    alone: list[str] = []
+    real = RunRecorder.record_batch
+
+    def spied(self: RunRecorder, batch: Any) -> int:
+        alone.append(self.run_id)
+        return real(self, batch)
+
+    monkeypatch.setattr(RunRecorder, "record_batch", spied)
+
+    outcomes = write_group([Batch(kept, recorded), Batch(broken, recorded)])
+
+    assert outcomes[0] == len(recorded)
+    assert isinstance(outcomes[1], IntegrityError)
+    assert alone == [str(kept_run.pk), str(broken_run.pk)]  # written again one by one
+    assert list(RunEvent.objects.filter(run=broken_run).values_list("kind", flat=True)) == [
+        "stray"]
+    assert not broken_run.rounds.exists()
+    broken_run.refresh_from_db()
+    assert broken_run.last_seq == 0
+    assert len(rows(kept_run)[3]) == len(recorded)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_whose_commit_fails_fails_every_batch_and_none_is_written_again(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whether a group whose COMMIT failed is stored is unknown: written again alone,
+    a batch could be stored twice. Each run gets the error (and is handed back)."""
+    made = recorders(endpoint, tools, policy, 2)
+    alone: list[str] = []
+    monkeypatch.setattr(RunRecorder, "record_batch",
+                        lambda self, batch: alone.append(self.run_id))
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    real_commit = wrapper.commit
+    failures = {"left": 1}
+
+    def commit_fails() -> None:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OperationalError("disk I/O error")
+        real_commit()
+
+    monkeypatch.setattr(wrapper, "commit", commit_fails)
+
+    outcomes = write_group([Batch(recorder, recorded) for _, recorder in made])
+
+    assert [type(outcome) for outcome in outcomes] == [OperationalError, OperationalError]
+    assert (alone, failures["left"]) == ([], 0)
+    for run, recorder in made:
+        assert not RunEvent.objects.filter(run=run).exists()
+        assert recorder.cancel_seen is None  # nothing told it the batch committed
+
+
+# -- the writer task of an event loop ----------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_batches_arriving_while_a_group_is_written_make_the_next_group(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made = recorders(endpoint, tools, policy, 4)
+    groups: list[list[str]] = []
+    writing = threading.Event()
+    release = threading.Event()
+    real = batch_writer.write_group
+
+    def held(batches: list[Batch]) -> list[int | Exception]:
+        groups.append([batch.recorder.run_id for batch in batches])
+        if len(groups) == 1:
+            writing.set()
+            assert release.wait(10)  # bounded: the test fails, never hangs
+        return real(batches)
+
+    monkeypatch.setattr(batch_writer, "write_group", held)
+
+    async def scenario() -> list[int]:
+        loop = asyncio.get_running_loop()
+        first = loop.create_task(batch_writer.write(made[0][1], recorded))
+        assert await asyncio.to_thread(writing.wait, 10)
+        later = [loop.create_task(batch_writer.write(recorder, recorded))
+                 for _, recorder in made[1:]]
+        await asyncio.sleep(0)  # queued behind the group being written
+        release.set()
+        return [await first, *[await task for task in later]]
+
+    assert async_to_sync(scenario)() == [len(recorded)] * 4
+    assert groups == [[made[0][1].run_id], [recorder.run_id for _, recorder in made[1:]]]
+    for run, _ in made:
+        assert_seqs_gapless(run)
+        assert RunEvent.objects.filter(run=run).count() == len(recorded)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_writer_fails_the_batches_it_held_and_those_waiting(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its loop closing cancels the writer: whether its group is stored is unknown,
+    and nobody is left to write the batches queued behind it; all of them fail rather
+    than wait forever."""
+    made = recorders(endpoint, tools, policy, 2)
+    writing = threading.Event()
+    release = threading.Event()
+    real = batch_writer.write_group
+
+    def held(batches: list[Batch]) -> list[int | Exception]:
+        writing.set()
+        assert release.wait(10)
+        return real(batches)
+
+    monkeypatch.setattr(batch_writer, "write_group", held)
+
+    async def scenario() -> list[BaseException | int]:
+        loop = asyncio.get_running_loop()
+        first = loop.create_task(batch_writer.write(made[0][1], recorded))
+        assert await asyncio.to_thread(writing.wait, 10)
+        second = loop.create_task(batch_writer.write(made[1][1], recorded))
+        await asyncio.sleep(0)
+        writer = batch_writer._writers[loop].task
+        assert writer is not None
+        writer.cancel()
+        outcomes = await asyncio.gather(first, second, return_exceptions=True)
+        release.set()  # the held thread finishes its group; nobody waits for it
+        return outcomes
+
+    outcomes = async_to_sync(scenario)()
+    assert [str(outcome) for outcome in outcomes] == ["the event writer was cancelled"] * 2

@@ -1,0 +1,204 @@
+"""The runs of one event loop write their batches together: group commit.
+
+Each run's recorder has at most one batch in flight (its batches are written in order);
+it hands that batch here. One writer task per event loop takes every batch waiting and
+writes them in ONE transaction, with statements that carry all of their rows (the runs'
+fenced seq allocations by `UPDATE ... FROM (VALUES ...)`, one INSERT of all their
+events, of all their new rounds, of all their calls). A batch that arrives while a
+group is being written waits for the next group, so the groups grow with the load and
+nothing waits on a timer: alone, a batch is written at once.
+
+Why: the runs a worker drives move in step (their models answer after about the same
+time), so their batches come in bursts, and SQLite takes one writer at a time. Written
+run by run, a burst of 50 batches held the write lock about 2-3 ms each, one after
+another, and the last waited well over 100 ms (docs/benchmarks/product-path.md); the
+statements' cost is mostly per statement, not per row.
+
+What a batch promises is kept whatever its group does:
+
+- Each run's seqs are still allocated under its own lease token (and only while it is
+  running): the fenced UPDATE returns the rows it changed, and a run missing from them
+  has lost its lease.
+- A group whose statements fail (a lost lease, a value a column refuses, a deadlock)
+  is rolled back whole and its batches are written again one by one, each in its own
+  transaction (`RunRecorder.record_batch`): each run then gets its own outcome, as if
+  it had been alone, and no run pays for another's failure.
+- A group whose COMMIT fails may or may not be stored: each of its batches fails with
+  that error (the runs stop and are handed back, resumed from what is stored), never
+  written again (it could be stored twice).
+- Only after the commit are the waiting recorders told (they notify the viewers).
+
+The writer's database work runs where its first batch's recorder would have run its
+own (asgiref's thread-sensitive context of that run's task: a lane of the in-process
+backend or a db_worker, or a test's own thread and transaction); each event loop has
+its own writer, so no loop ever writes another's batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+
+from ..models import RunStatus
+from .eventlog import Append, append_many
+from .row_changes import RowChanges, write_all
+from .storage import CleanPayload
+
+logger = logging.getLogger(__name__)
+
+# A batch is written only while the run is running under this worker: the token fences
+# another worker out, the status this worker's own end (a batch still in flight then
+# is refused, never stored after the run's last event).
+WHILE_RUNNING = {"status": RunStatus.RUNNING}
+# Batches written in one group at most: bounds one transaction's statements and the
+# time the write lock is held (a group of 50 runs' round batches is about 500 events).
+MAX_GROUP = 64
+
+Events = Sequence[tuple[Any, dict[str, Any]]]
+
+
+class Writes(Protocol):
+    """What a batch's writer needs of its run's recorder."""
+
+    run_id: str
+    token: int
+
+    def record_batch(self, batch: Events) -> int: ...
+
+    def fold(self, batch: Events) -> RowChanges: ...
+
+    def committed(self, changes: RowChanges, cancel_requested: bool) -> None: ...
+
+
+@dataclass
+class Batch:
+    recorder: Writes
+    events: Events
+
+
+def write_together(batches: Sequence[Batch], *, group: bool = False) -> list[int]:
+    """Runs' batches (one each) in one transaction; raises what failed, nothing stored
+    then (a group's failed statement as `_StatementFailed`, its cause the error).
+    Returns each batch's last seq, in order."""
+    with transaction.atomic():
+        try:
+            folded = [batch.recorder.fold(batch.events) for batch in batches]
+            # The fenced seq allocations first: a lost lease writes nothing.
+            allocated = append_many([
+                Append(batch.recorder.run_id, batch.recorder.token,
+                       [(event.kind, _stored(payload)) for event, payload in batch.events],
+                       changes.run_changes())
+                for batch, changes in zip(batches, folded, strict=True)],
+                expect=WHILE_RUNNING)
+            write_all(folded)
+        except Exception as exc:
+            if not group:
+                raise
+            raise _StatementFailed from exc
+    for batch, changes, (_, cancel_requested) in zip(batches, folded, allocated, strict=True):
+        batch.recorder.committed(changes, cancel_requested)
+    return [seq for seq, _ in allocated]
+
+
+def _stored(payload: dict[str, Any]) -> Any:
+    """An event's payload as its row stores it (with its JSON text, when the recorder
+    made it)."""
+    return payload.stored() if isinstance(payload, CleanPayload) else payload
+
+
+class _StatementFailed(Exception):
+    """A group's statement failed: the transaction rolled back, nothing is stored."""
+
+
+def write_group(batches: Sequence[Batch]) -> list[int | Exception]:
+    """Each batch's last seq or the error that kept it from being stored, in order
+    (the module docstring tells which error each gets)."""
+    if len(batches) == 1:
+        return [_outcome(batches[0])]
+    try:
+        return list(write_together(batches, group=True))
+    except _StatementFailed as failed:
+        logger.info("a group of %d batches failed (%s); writing them one by one",
+                    len(batches), failed.__cause__)
+        return [_outcome(batch) for batch in batches]
+    except Exception as exc:  # its COMMIT: whether it is stored is unknown
+        logger.warning("the COMMIT of a group of %d batches failed", len(batches),
+                       exc_info=True)
+        return [exc for _ in batches]
+
+
+def _outcome(batch: Batch) -> int | Exception:
+    """The batch written alone, by its recorder (what the crash tests hold or fail)."""
+    try:
+        return batch.recorder.record_batch(batch.events)
+    except Exception as exc:
+        return exc
+
+
+@dataclass
+class _Waiting:
+    batch: Batch
+    future: asyncio.Future[int]
+
+
+@dataclass
+class _LoopWriter:
+    """The batches waiting on one event loop, and the task writing them."""
+
+    waiting: list[_Waiting] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+    async def write_all(self) -> None:
+        while self.waiting:
+            group, self.waiting = self.waiting[:MAX_GROUP], self.waiting[MAX_GROUP:]
+            try:
+                outcomes = await sync_to_async(write_group)([w.batch for w in group])
+            except BaseException:
+                # Cancelled (its loop is closing): whether the group is stored is
+                # unknown, and nothing is left to write what waits after it.
+                error = RuntimeError("the event writer was cancelled")
+                for waiting in [*group, *self.waiting]:
+                    _settle(waiting.future, error)
+                self.waiting = []
+                raise
+            for waiting, outcome in zip(group, outcomes, strict=True):
+                _settle(waiting.future, outcome)
+
+
+def _settle(future: asyncio.Future[int], outcome: int | BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+_writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWriter] = \
+    weakref.WeakKeyDictionary()
+
+
+async def write(recorder: Writes, events: Events) -> int:
+    """Write one batch of a run's events with whatever else this loop's runs have
+    waiting; returns its last seq once committed, or raises what kept it from being
+    stored (the recorder's own failure rules apply)."""
+    loop = asyncio.get_running_loop()
+    writer = _writers.get(loop)
+    if writer is None:
+        writer = _writers[loop] = _LoopWriter()
+    future: asyncio.Future[int] = loop.create_future()
+    writer.waiting.append(_Waiting(Batch(recorder, events), future))
+    if writer.task is None or writer.task.done():
+        # Created here, in the context of this batch's run: the group's database work
+        # runs on that run's thread (module docstring).
+        writer.task = loop.create_task(writer.write_all())
+    # Shielded: a run cancelled while its batch is written stops waiting, and the group
+    # (other runs' batches with it) is still written.
+    return await asyncio.shield(future)
