@@ -1,10 +1,11 @@
 """Engine events -> database rows + one RunEvent each, then a live notification.
 
-Events are written in groups: the recorder queues each event and one writer task per
-run commits everything queued so far in ONE transaction (the seqs allocated together
-under the worker's lease token, the RunEvents inserted together, each event's state
-change applied in order). While a batch is being written the engine goes on, and what
-it emits meanwhile forms the next batch.
+Events are written in batches: the recorder queues each event and one writer task per
+run hands everything queued so far to `batch_writer` as one batch (the seqs allocated
+together under the worker's lease token, the RunEvents inserted together, each event's
+state change applied in order), which commits it in one transaction with the batches
+the loop's other runs have waiting. While a batch is being written the engine goes
+on, and what it emits meanwhile forms the next batch.
 
 The engine waits for durability only where crash safety needs it: a call's start on a
 tool that is not idempotent is committed before the tool runs (and, batches being
