@@ -456,93 +456,98 @@ Targets (2 CPUs): embedded 1 run >= 97 %, 50 runs >= 85 % with from emit p95 < 5
 no "database is locked"; scale-out 1 run >= 97 %, 100 runs >= 80 %, from emit p95 < 100
 ms; the application adds <= 3 ms of server CPU per round on top of the engine.
 
-The machine changes from session to session (session 10's was about twice as fast as
-session 9's: the engine alone 1-3 ms of CPU a round against 3.5-4), and within one
-session by 30-50 % from hour to hour (other work shares the host): compare rows
-measured together. `benchmarks/bench_app_overhead.py` (docs/benchmarks/app-overhead.md)
-measures the ceiling, the engine alone in process with no database.
+The machine changes from session to session (session 11's was about as slow as session
+9's and half as fast as session 10's: the engine alone 2.3-4.8 ms of CPU a round, and
+a 1-minute load of 1-2 from other work on the host before the benchmark started), and
+within one session by 30-50 % from hour to hour: compare rows measured together.
+`benchmarks/bench_app_overhead.py` (docs/benchmarks/app-overhead.md) measures the
+ceiling, the engine alone in process with no database.
 
-| target (p95: from emit) | session 8 | session 9 (3 runs) | session 10 (1-6 runs) | met (10) |
+Session 11, before / after its changes, measured A/B in the same hours (2-3 runs each):
+
+| target (p95: from emit) | session 10 | session 11 before | session 11 after | met |
 |---|---|---|---|---|
-| embedded, 1 run | 92-94 % | 95 %, p95 8-11 ms | 96-97 %, p95 3-10 ms | yes (97 % above) |
-| embedded, 50 runs | 32-55 %, 0.6-1.3 s | 69-77 %, 1.0-2.1 s | 81-96 %, 0.3-0.8 s | % yes, p95 no |
-| scale-out, 1 run | 90-91 % | 95 % | 97 % | yes |
-| scale-out, 100 runs | 20-21 %, p95 571-775 ms | 23-28 %, 1.1-1.4 s | 44-57 %, 0.5-0.9 s | no |
-| CPU added per round | 9.9-11.7 ms | 7.6-7.8 ms (5.5 at 50 runs) | 3.4-5.1 ms | no |
-| engine alone, 1 / 50 runs | 97.5 / 80 % | 97 / 75 % | 97.6-98.2 / 79-92 % | |
+| embedded, 1 run | 96-97 % | 95 %, 9-12 ms | 94 %, 10-16 ms | no |
+| embedded, 50 runs | 81-96 %, 0.3-0.8 s | 72-81 %, 1.6-1.7 s | 68-79 %, 0.3-1.1 s | no |
+| scale-out, 1 run | 97 % | 94-95 % | 94 % | no |
+| scale-out, 100 runs | 44-57 %, 0.5-0.9 s | 20-23 %, 1.6-1.7 s | 31-36 %, 0.9-1.1 s | no |
+| CPU added a round, 50 runs | 4.2 ms | 7.8 ms | 5.6-6.4 ms | no |
+| engine alone, 1 / 50 runs | 98 / 79-92 % | 97 / 81 % | 96.7-97.4 / 77-81 % | |
 
-No "database is locked" in any run. Other rows, session 10: embedded 20 runs 95-97 %
-(p95 7-34 ms), 100 runs 53-91 %; scale-out 20 runs 95 %, 50 runs 65-85 %.
+No "database is locked" in any run. The table above is the last "after" run.
+
+### What session 11 changed (measured, kept)
+
+1. **Group commit across runs, with statements carrying every run's rows**
+   (`tools_app/runs/batch_writer.py`). Each run still has one batch in flight at a
+   time, but hands it to one writer per event loop, which takes every batch waiting
+   and stores them in one transaction: the runs' fenced seq allocations in one
+   `UPDATE run ... FROM (VALUES ...) RETURNING` (a run missing from what it returns
+   lost its lease), all their events in one INSERT, their new rounds in one upsert,
+   their calls in one INSERT. A group costs about what one batch did: 4 statements for
+   5 runs as for 1 (tests/runs/test_batch_groups.py). Groups grow with the load: the
+   writer takes what arrived while it wrote the last group, with no timer. A failed
+   statement writes the group again batch by batch (each run its own outcome); a
+   failed COMMIT fails each batch of the group, never written twice. A/B on the
+   product path, same hour: scale-out 100 runs 20-23 % -> 31-36 % (server CPU per round
+   24.9 -> 16.1-17.4 ms), 50 runs 36-40 % -> 51-63 %, 20 runs 72-73 % -> 84-85 %;
+   embedded from emit p95 at 50 runs 1.6-1.7 s -> 0.3-1.1 s, at 100 runs 2.9-4.0 s ->
+   1.4-2.8 s, embedded server CPU per round at 50 runs 19.0-21.4 -> 15.6-16.6 ms.
+   Embedded efficiency did not move beyond the noise at 50 runs (72-81 % -> 68-79 %)
+   and may be lower at 100 (48-50 % -> 36-47 %): one writer per loop is one pipeline,
+   and under saturation the runs' last drains wait for it (from emit p50 at 100 runs
+   ~1 s in both).
+2. **A payload's JSON written once.** The recorder took every event through pydantic's
+   JSON-mode dump, and the wire request carries the whole conversation: pydantic
+   walked it value by value, the cleaning check encoded it, and the database layer
+   encoded it again for the event row and again for the round's `request_json`. Now
+   a wire body is taken as the JSON data it is (`recorder._dumped`), and
+   `storage.CleanPayload` keeps the JSON text the cleaning check writes (per value,
+   and the whole composed as `json.dumps` writes a dict); `rowsql` stores those texts
+   as they are (`storage.Encoded`; psycopg's Jsonb carrying the text on PostgreSQL).
+   In a profile of the application at 50 runs, `model_dump` fell from 10 % of the CPU
+   to 2 %. Tests: the texts are exactly json.dumps', the rows read back as the ORM's,
+   on both databases (tests/runs/test_storage.py).
+
+In process (docs/benchmarks/app-overhead.md), the application added per round at 50
+runs 7.8 ms before and 5.6-6.4 ms after (the recorder's writes 3.4 -> 1.8-2.3 ms).
 
 Why the rest is not met:
 
-- **From emit, embedded, 50 runs.** The scenario's runs move in step (the same model
-  latency), so their rounds' batches become ready within milliseconds of each other,
-  and SQLite lets one transaction write at a time: measured with the batches
-  instrumented (50 runs), a batch held the write lock ~2-3 ms (its statements p50 1.4
-  ms and commit 0.6 ms, longer under GIL contention), and the last batches of a burst
-  waited ~150 ms and more for their lane thread, stuck behind a lane sleeping in
-  SQLite's busy handler (a BEGIN IMMEDIATE's wait p95 34 ms, max 231 ms). Only writing
-  many runs' events in the same statements would shorten a burst; grouping the
-  per-run statements in one transaction did not (session 9).
-- **Scale-out 100 runs** is bound by CPU: ~12 ms of server CPU a round (daphne and the
-  two db_workers) x 600 rounds, with the fake provider, PostgreSQL and Redis on the
-  same 2 CPUs; 80 % would need about 5 ms a round for everything.
-- **CPU added per round**: the recorder's writes alone are 2.2-2.7 ms a round in
-  process (the seq UPDATE, the events INSERT, the round upsert, the calls INSERT with
-  their audit-log, search and index triggers); the rest is the events' payloads, the
-  thread hops, the claim, history and end, the heartbeat and the notifications.
-- **The API requests** that start and poll the runs, measured one at a time in daphne
-  (embedded, SQLite): POST /api/runs 11.4-12.7 ms of CPU, GET /api/runs/<id> 9.1-10.5
-  ms, a 404 2.9-3.3 ms; the same two views cost 3.65 and 3.37 ms in Django's test
-  client. The difference is daphne and Django's ASGI handler, and a thread and a new
-  database connection per request (Django's ASGI handler runs each request's sync
-  code on a thread of its own, and Django connections belong to a thread: a SQLite
-  connection ~1.1 ms, its wrapper ~0.6 ms).
+- **Embedded, 50 runs**: daphne is saturated. Its CPU per round (15.6-16.6 ms: the
+  engine, the application and the API's requests) x 300 rounds is more than a CPU
+  for the scenario's ~1.7 s, on a machine whose 2 CPUs also run the fake provider and
+  the client; the engine alone reaches only 77-81 % in process at 50 runs. From emit
+  grows when the engine runs ahead of its writes (nothing waits for an idempotent
+  round's batch).
+- **Scale-out 100 runs** is bound by CPU as before: 16-17 ms of server CPU a round
+  (daphne 5.7-6.1, each db_worker 5.2-5.7) x 600 rounds on 2 CPUs shared with
+  PostgreSQL, Redis and the fake provider. In a db_worker's profile at 100 runs:
+  django-tasks-db's claim loop (`get_locked`, ORM) ~15 % of the steady state, the
+  channel layer's notifications ~3 %, the engine ~25 %.
+- **CPU added per round**: the recorder's writes are 1.8-2.3 ms a round at 50 runs
+  in process, most of it SQLite itself (the calls' audit, search and slot triggers);
+  the rest: the claim (`Run.objects.get` ~1 ms and the history read ~1.1 ms of CPU
+  per run on this machine), the payloads' one JSON encoding, the thread hops, the
+  heartbeat, the notifications, the end.
+- **The API requests**: Django's ASGI handler runs each request's sync code on a new
+  thread with a new database connection (session 10: POST /api/runs 11-13 ms and GET
+  /api/runs/<id> 9-10 ms of CPU in daphne against 3.4-3.7 ms in the test client).
+  Putting requests on a few kept threads, as the worker's lanes are, would share one
+  connection between concurrent requests (a streamed export's transaction with
+  another request's): not done without a design for it.
 
-### What session 10 changed (measured, kept)
-
-1. **rowsql on PostgreSQL binds `$n` placeholders through psycopg's `RawCursor`.**
-   Django's cursor takes `%s`, and psycopg rewrites each statement into `$n` form in
-   Python; it caches the rewrite only for statements of up to 50 parameters, and a
-   batch's INSERT has more: in a db_worker's profile (scale-out, 100 runs) the rewrite
-   was 8-10 % of the CPU the worker spent holding the GIL. An 11-event INSERT: 0.61-0.68
-   -> 0.43-0.47 ms of CPU. Where Django logs queries (DEBUG, the tests' query counting)
-   its own cursor is used. db_worker CPU per round at 100 runs, A/B: 6.4-7.2 against
-   7.2-7.3 ms (within the noise).
-2. **The heartbeat's cancel poll and the lease renewal as rowsql statements**: SQLite
-   0.22 -> 0.08 and 0.24 -> 0.05 ms of CPU each, PostgreSQL 0.34 -> 0.14 and 0.31 -> 0.14
-   ms; every running run makes them every half second / five seconds.
-
-Tried this session and dropped, with figures:
-
-- **A process-wide write lock for SQLite** (a subclass of Django's SQLite backend:
-  each IMMEDIATE transaction of the process first takes a lock held exactly as long as
-  SQLite's write lock, so writers take turns without the busy handler's sleeps). A/B,
-  embedded, five pairs: 50 runs' from emit p95 75-475 ms against 325-831 ms and the
-  worst run 62-84 % against 61-76 % (better), but 100 runs' median 51-66 % against
-  56-91 % and 20 runs' p95 21-61 ms against 11-14 ms (worse): the waiting lanes wake
-  the moment the lock is free and take the GIL from the engine. A trade, not a win.
-- **Folding a batch's events and encoding its JSON before its transaction starts** (to
-  shorten SQLite's write-lock hold): the transaction's wall time p50 2.4-3.1 ms
-  against 2.8-3.0 ms without, at 50 runs in process: nothing measurable.
-- Locking only the recorder's batches (not the other writes): 50 runs p95 151-244 ms,
-  100 runs 67-68 % against 71-81 %: the same trade.
-
-Sessions 8 and 9's trials (GIL switch interval; grouping runs' batches in one
-transaction, with and without savepoints; one database lane instead of four; skipping
-a first claim's history read) are in the history of this file.
+Sessions 8-10's trials (GIL switch interval; grouping runs' batches in one
+transaction with per-run statements; one database lane; a process-wide SQLite write
+lock; folding a batch before its transaction) are in the history of this file.
 
 ### What would cut the rest
 
-Writing many runs' events in the same statements (a process-wide writer whose INSERTs
-and seq UPDATEs carry several runs' rows, the per-run lease fence kept by an UPDATE
-... FROM VALUES ... RETURNING), the one change that shortens a burst of batches on
-SQLite; a multi-process embedded worker, the only way past one GIL there; the API's
-hot reads (token, the run, its rounds and calls) as prepared statements, and
-connections kept across requests (a pool for SQLite); backpressure for idempotent
-rounds when a run's writes fall behind; skipping the notification of a run nobody
-watches in a db_worker.
+The API's requests on kept threads and connections (see above); the claim's and the
+end's ORM reads as `rowsql` statements; a db_worker claim loop that takes several
+tasks per query; a multi-process embedded worker, the only way past one GIL there;
+backpressure for idempotent rounds when a run's writes fall behind; skipping the
+notification of a run nobody watches in a db_worker.
 """
 
 
