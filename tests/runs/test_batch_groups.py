@@ -256,3 +256,21 @@ def test_a_cancelled_writer_fails_the_batches_it_held_and_those_waiting(
 
     outcomes = async_to_sync(scenario)()
     assert [str(outcome) for outcome in outcomes] == ["the event writer was cancelled"] * 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_writer_keeps_no_task_so_its_loop_can_go(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]],
+) -> None:
+    """The loops are weak keys: a writer that kept its finished task (which refers to
+    its loop) would keep every loop that ever wrote alive (each async_to_sync makes
+    one)."""
+    (run, recorder), = recorders(endpoint, tools, policy, 1)
+
+    async def scenario() -> tuple[int, Any]:
+        seq = await batch_writer.write(recorder, recorded)
+        return seq, batch_writer._writers[asyncio.get_running_loop()].task
+
+    assert async_to_sync(scenario)() == (len(recorded), None)
+    assert_seqs_gapless(run)

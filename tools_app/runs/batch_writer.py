@@ -159,7 +159,10 @@ class _LoopWriter:
         while self.waiting:
             group, self.waiting = self.waiting[:MAX_GROUP], self.waiting[MAX_GROUP:]
             try:
-                outcomes = await sync_to_async(write_group)([w.batch for w in group])
+                outcomes: list[int | Exception] = await sync_to_async(write_group)(
+                    [w.batch for w in group])
+            except Exception as exc:  # write_group returns its failures: not expected
+                outcomes = [exc for _ in group]
             except BaseException:
                 # Cancelled (its loop is closing): whether the group is stored is
                 # unknown, and nothing is left to write what waits after it.
@@ -167,9 +170,13 @@ class _LoopWriter:
                 for waiting in [*group, *self.waiting]:
                     _settle(waiting.future, error)
                 self.waiting = []
+                self.task = None
                 raise
             for waiting, outcome in zip(group, outcomes, strict=True):
                 _settle(waiting.future, outcome)
+        # Idle: nothing here refers to the loop any more (the task would), so the
+        # loop's entry goes with the loop.
+        self.task = None
 
 
 def _settle(future: asyncio.Future[int], outcome: int | BaseException) -> None:
