@@ -365,6 +365,9 @@ async def test_the_wire_events_carry_the_bodies() -> None:
 
     sent = of_kind(events, "provider_wire_request")
     assert [e.body for e in sent] == replay.bodies
+    # The bytes sent ride along for observers that store them, outside the dump.
+    assert [e.content for e in sent] == [r.content for r in replay.requests]
+    assert "content" not in sent[0].model_dump()
     assert all(e.url == "https://api.openai.com/v1/chat/completions" and e.stream for e in sent)
     received = of_kind(events, "provider_wire_response")
     assert received[0].body["choices"][0]["message"]["tool_calls"][0]["function"] == {

@@ -426,3 +426,55 @@ def test_a_wire_events_payload_is_its_json_mode_dump_with_the_body_as_it_is() ->
         dumped = event.model_dump(mode="json")
         assert list(payload) == list(dumped)
         assert dict(payload) == clean_json(dumped)
+
+
+@pytest.mark.parametrize(("content", "secrets", "expected"), [
+    (b'{"messages":[{"content":"d\xc3\xa9j\xc3\xa0 vu"}]}', (), True),
+    (b'{"a":"x\\u0000y"}', (), False),  # a NUL: cleaning escapes it
+    (b'{"a":"\\ud800"}', (), False),  # a lone surrogate: the engine wrote ASCII escapes
+    (b'{"a":"' + b"x" * 3000 + b'"}', (), False),  # over the cap
+    (b'{"a":"key sk-live-1234 in a result"}', ("sk-live-1234",), False),  # redacted
+    (b'{"a":"no key here"}', ("sk-live-1234",), True),
+    (b'{"a":"no key here"}', ('sk"quoted', "back\\slash", "new\nline"), False),
+    (b'{"a":"abc"}', ("abc",), True),  # too short to be redacted
+])
+def test_a_wire_body_is_stored_as_sent_only_when_cleaning_and_redacting_keep_it(
+        content: bytes, secrets: tuple[str, ...], expected: bool, settings: Any) -> None:
+    from tools_app.runs.storage import stored_as_sent
+
+    settings.AGENTFORGE_MAX_VALUE_BYTES = 2048
+    assert stored_as_sent(content, secrets) is expected
+
+
+@pytest.mark.parametrize("secrets", [(), ("sk-live-1234",)])
+def test_a_wire_requests_body_is_stored_as_the_engine_sent_it_when_nothing_changes_it(
+        secrets: tuple[str, ...]) -> None:
+    """The payload's body text is the engine's own bytes (not encoded again), and
+    reads back as the payload; with a secret in the body, the body is redacted and
+    its text written from the redacted value."""
+    import json
+
+    from tools_app.engine.events import ProviderWireRequest
+    from tools_app.engine.providers.jsoncodec import encode_json
+    from tools_app.runs.recorder import RunRecorder
+
+    for body in ({"messages": [{"role": "tool", "content": "d\u00e9j\u00e0, 20 \u00b0C"}]},
+                 {"messages": [{"role": "tool", "content": "leaked: sk-live-1234"}]}):
+        content = encode_json(body)
+        # A secret outside the body is still redacted (the body's walk is what the
+        # engine's bytes spare).
+        event = ProviderWireRequest(provider="openai", url="http://127.0.0.1/v1?k="
+                                    + "".join(secrets), body=body, content=content)
+        recorder = RunRecorder("00000000-0000-0000-0000-000000000001", 1, secrets)
+        payload = recorder._payload(event)
+        stored = payload.stored()
+        assert json.loads(stored.text) == dict(payload)
+        assert payload["url"] == redact(event.url, secrets)
+        assert ("sk-live" in payload["url"]) is False
+        leaked = "sk-live-1234" in json.dumps(body)
+        if secrets and leaked:
+            assert payload["body"] == redact(body, secrets)
+            assert payload.texts["body"] == json.dumps(redact(body, secrets))
+        else:
+            assert payload["body"] == body
+            assert payload.texts["body"] == content.decode()

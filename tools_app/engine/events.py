@@ -66,6 +66,10 @@ class ProviderWireRequest(_ProviderEvent):
     url: str
     body: dict[str, Any]
     stream: bool = False
+    # The body as sent (compact UTF-8 JSON), for an observer that stores it as text:
+    # it need not encode the whole conversation again. Not in the event's dump (the
+    # body is); None when the body could not be encoded (the request then fails).
+    content: bytes | None = Field(default=None, exclude=True, repr=False)
 
 
 class ProviderWireResponse(_ProviderEvent):

@@ -67,6 +67,7 @@ from .storage import (
     clean_text,
     fit_column,
     redact,
+    stored_as_sent,
 )
 
 logger = logging.getLogger(__name__)
@@ -268,7 +269,27 @@ class RunRecorder:
             # The stream carried a secret in pieces (one per event, each harmless alone,
             # whole when read together), which redacting line by line cannot catch.
             data["raw_stream"] = RAW_STREAM_WITHHELD
-        return CleanPayload.of(redact(data, self.secrets))
+        known = self._known_texts(event)
+        if known is None:
+            return CleanPayload.of(redact(data, self.secrets))
+        # The body, as sent, holds no secret: redacting it (a walk of the whole
+        # conversation, string by string) would change nothing. The rest is redacted.
+        rest = redact({key: value for key, value in data.items() if key not in known},
+                      self.secrets)
+        if rest.keys() != data.keys() - known.keys():  # a secret in a field's name (!)
+            return CleanPayload.of(redact(data, self.secrets))
+        return CleanPayload.of({key: data[key] if key in known else rest[key]
+                                for key in data}, known)
+
+    def _known_texts(self, event: Any) -> dict[str, str] | None:
+        """A wire request's body as the engine sent it, when that is what the payload
+        stores (nothing to clean, no secret to redact): the whole conversation, not
+        encoded again."""
+        if not isinstance(event, ProviderWireRequest) or event.content is None:
+            return None
+        if not stored_as_sent(event.content, self.secrets):
+            return None
+        return {"body": event.content.decode()}
 
     def _fragment(self, event: PartialText | PartialToolCall) -> dict[str, Any] | None:
         """The fragment viewers may see: its text piece redacted as a stream (a secret

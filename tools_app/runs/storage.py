@@ -126,11 +126,17 @@ class CleanPayload(dict[str, Any]):
     texts: dict[str, str]
 
     @classmethod
-    def of(cls, data: dict[str, Any]) -> CleanPayload:
+    def of(cls, data: dict[str, Any], known: dict[str, str] | None = None) -> CleanPayload:
+        """`known`: the texts of values known to need no cleaning (a wire body as the
+        engine sent it, checked by `sendable_as_stored`), taken as they are."""
         payload = cls()
         payload.texts = {}
         cap = max_value_bytes()
         for key, value in data.items():
+            if known and key in known:
+                payload[key] = value
+                payload.texts[key] = known[key]
+                continue
             cleaned, text = clean_json_encoded(value, cap)
             payload[key] = cleaned
             if text is not None:
@@ -150,6 +156,27 @@ class CleanPayload(dict[str, Any]):
             return dict(self)  # a value was cleaned: the database layer encodes it
         return Encoded(dict(self), "{" + ", ".join(
             f"{_json_key(key)}: {self.texts[key]}" for key in self) + "}")
+
+
+def stored_as_sent(content: bytes, secrets: Iterable[str]) -> bool:
+    """Whether JSON text as the engine sends it (compact UTF-8, `encode_json`) holds a
+    value that cleaning and redacting leave as it is, so the text can be stored for it:
+    no NUL, no lone surrogate (the engine then writes ASCII escapes: any "\\ud" is
+    refused), no string over the cap (none is longer in UTF-8 than the whole text),
+    and no secret. A secret is found in the text as it is in the strings, unless JSON
+    escapes one of its characters (a quote, a backslash, a control character): such a
+    secret cannot be looked for in the text, and the answer is no."""
+    if (len(content) > max_value_bytes() or b"\\u0000" in content
+            or b"\\ud" in content):
+        return False
+    for secret in secrets:
+        if not secret or len(secret) < 4:
+            continue  # redact() leaves these
+        if any(char in '"\\' or ord(char) < 0x20 for char in secret):
+            return False
+        if secret.encode() in content:
+            return False
+    return True
 
 
 @lru_cache(maxsize=256)

@@ -157,8 +157,10 @@ class ProviderHttpClient:
         await self._clients.aclose_all()
 
     async def post_json(self, path: str, body: dict[str, Any]) -> JsonResponse:
-        url = await self._announce(path, body, stream=False)
-        content = encode_json(body)
+        content = _encoded_or_none(body)
+        url = await self._announce(path, body, content, stream=False)
+        if content is None:
+            content = encode_json(body)  # raises what made it fail (after the announce)
         (response, content), attempt = await self._with_retries(
             lambda: self._attempt_json(url, content))
         return JsonResponse(response.status_code, content, response.headers, attempt)
@@ -174,8 +176,10 @@ class ProviderHttpClient:
 
     @asynccontextmanager
     async def open_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[EventStream]:
-        url = await self._announce(path, body, stream=True)
-        content = encode_json(body)
+        content = _encoded_or_none(body)
+        url = await self._announce(path, body, content, stream=True)
+        if content is None:
+            content = encode_json(body)  # raises what made it fail (after the announce)
         response, attempt = await self._with_retries(
             lambda: self._attempt_stream(url, content))
         try:
@@ -198,12 +202,13 @@ class ProviderHttpClient:
 
     # -- internals ---------------------------------------------------------------------
 
-    async def _announce(self, path: str, body: dict[str, Any], *, stream: bool) -> str:
+    async def _announce(self, path: str, body: dict[str, Any], content: bytes | None, *,
+                        stream: bool) -> str:
         url = self.url(path)
         if observed():
             await emit(ProviderWireRequest(provider=self.provider,
                                            url=self.redactor.text(url), body=body,
-                                           stream=stream))
+                                           content=content, stream=stream))
         return url
 
     async def _send(self, url: str, content: bytes, *, stream: bool) -> httpx.Response:
@@ -376,3 +381,12 @@ class EventStream:
             provider=self.provider, status=self.status, request_id=self.request_id,
             retryable=False, **details,
         )
+
+
+def _encoded_or_none(body: dict[str, Any]) -> bytes | None:
+    """The body as it is sent, or None if it cannot be (NaN, a value JSON has not):
+    the request then fails with encode_json's own error, once it is announced."""
+    try:
+        return encode_json(body)
+    except (TypeError, ValueError):
+        return None
