@@ -188,7 +188,9 @@ def test_a_group_whose_commit_fails_fails_every_batch_and_none_is_written_again(
 def test_batches_arriving_while_a_group_is_written_make_the_next_group(
     endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
     recorded: list[tuple[Any, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
 ) -> None:
+    settings.AGENTFORGE_WORKER_DB_THREADS = 1  # one writer for the loop
     made = recorders(endpoint, tools, policy, 4)
     groups: list[list[str]] = []
     writing = threading.Event()
@@ -225,10 +227,12 @@ def test_batches_arriving_while_a_group_is_written_make_the_next_group(
 def test_a_cancelled_writer_fails_the_batches_it_held_and_those_waiting(
     endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
     recorded: list[tuple[Any, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
 ) -> None:
     """Its loop closing cancels the writer: whether its group is stored is unknown,
     and nobody is left to write the batches queued behind it; all of them fail rather
     than wait forever."""
+    settings.AGENTFORGE_WORKER_DB_THREADS = 1  # the second batch waits behind the first
     made = recorders(endpoint, tools, policy, 2)
     writing = threading.Event()
     release = threading.Event()
@@ -247,8 +251,7 @@ def test_a_cancelled_writer_fails_the_batches_it_held_and_those_waiting(
         assert await asyncio.to_thread(writing.wait, 10)
         second = loop.create_task(batch_writer.write(made[1][1], recorded))
         await asyncio.sleep(0)
-        writer = batch_writer._writers[loop].task
-        assert writer is not None
+        (writer,) = batch_writer._writers[loop].tasks
         writer.cancel()
         outcomes = await asyncio.gather(first, second, return_exceptions=True)
         release.set()  # the held thread finishes its group; nobody waits for it
@@ -270,7 +273,54 @@ def test_an_idle_writer_keeps_no_task_so_its_loop_can_go(
 
     async def scenario() -> tuple[int, Any]:
         seq = await batch_writer.write(recorder, recorded)
-        return seq, batch_writer._writers[asyncio.get_running_loop()].task
+        await asyncio.sleep(0)  # the writer's last step, after it settled the batch
+        return seq, batch_writer._writers[asyncio.get_running_loop()].tasks
 
-    assert async_to_sync(scenario)() == (len(recorded), None)
+    assert async_to_sync(scenario)() == (len(recorded), set())
     assert_seqs_gapless(run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_loop_has_as_many_writers_as_lanes_and_more_batches_wait_for_a_group(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+) -> None:
+    """With two lanes, a second batch gets a writer of its own while the first group is
+    held (in production each on its run's lane thread; here both on the test's
+    thread); a third, arriving while both are busy, waits for the next group."""
+    settings.AGENTFORGE_WORKER_DB_THREADS = 2
+    made = recorders(endpoint, tools, policy, 3)
+    groups: list[list[str]] = []
+    writing = threading.Event()
+    release = threading.Event()
+    real = batch_writer.write_group
+
+    def held(batches: list[Batch]) -> list[int | Exception]:
+        groups.append([batch.recorder.run_id for batch in batches])
+        if len(groups) == 1:
+            writing.set()
+            assert release.wait(10)  # bounded: the test fails, never hangs
+        return real(batches)
+
+    monkeypatch.setattr(batch_writer, "write_group", held)
+
+    async def scenario() -> tuple[int, list[str], list[int]]:
+        loop = asyncio.get_running_loop()
+        tasks = [loop.create_task(batch_writer.write(made[0][1], recorded))]
+        assert await asyncio.to_thread(writing.wait, 10)
+        tasks.append(loop.create_task(batch_writer.write(made[1][1], recorded)))
+        await asyncio.sleep(0)  # its writer takes it
+        tasks.append(loop.create_task(batch_writer.write(made[2][1], recorded)))
+        await asyncio.sleep(0)  # no third writer: it waits
+        writers = batch_writer._writers[loop]
+        seen = (len(writers.tasks), [w.batch.recorder.run_id for w in writers.waiting])
+        release.set()
+        return seen[0], seen[1], [await task for task in tasks]
+
+    writers, waiting, seqs = async_to_sync(scenario)()
+    assert (writers, waiting) == (2, [made[2][1].run_id])
+    assert seqs == [len(recorded)] * 3
+    assert sorted(groups) == sorted([[recorder.run_id] for _, recorder in made])
+    for run, _ in made:
+        assert_seqs_gapless(run)

@@ -1,12 +1,16 @@
 """The runs of one event loop write their batches together: group commit.
 
 Each run's recorder has at most one batch in flight (its batches are written in order);
-it hands that batch here. One writer task per event loop takes every batch waiting and
+it hands that batch here. A writer task of the event loop takes every batch waiting and
 writes them in ONE transaction, with statements that carry all of their rows (the runs'
 fenced seq allocations by `UPDATE ... FROM (VALUES ...)`, one INSERT of all their
-events, of all their new rounds, of all their calls). A batch that arrives while a
-group is being written waits for the next group, so the groups grow with the load and
-nothing waits on a timer: alone, a batch is written at once.
+events, of all their new rounds, of all their calls). A loop has up to as many writer
+tasks as it has database lanes (`AGENTFORGE_WORKER_DB_THREADS`): while one group's
+statements run in SQLite or PostgreSQL (the GIL released), another is prepared, and a
+burst's first batches are written at once, alone; the batches that arrive while every
+writer is busy wait for the next group, so the groups grow with the load and nothing
+waits on a timer. Measured on the product path (docs/benchmarks/product-path.md): one
+writer a loop left the runs' last drains waiting behind its single pipeline.
 
 Why: the runs a worker drives move in step (their models answer after about the same
 time), so their batches come in bursts, and SQLite takes one writer at a time. Written
@@ -31,7 +35,7 @@ What a batch promises is kept whatever its group does:
 The writer's database work runs where its first batch's recorder would have run its
 own (asgiref's thread-sensitive context of that run's task: a lane of the in-process
 backend or a db_worker, or a test's own thread and transaction); each event loop has
-its own writer, so no loop ever writes another's batches.
+its own writers, so no loop ever writes another's batches.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import transaction
 
 from ..models import RunStatus
@@ -150,33 +155,37 @@ class _Waiting:
 
 @dataclass
 class _LoopWriter:
-    """The batches waiting on one event loop, and the task writing them."""
+    """The batches waiting on one event loop, and the tasks writing them."""
 
     waiting: list[_Waiting] = field(default_factory=list)
-    task: asyncio.Task[None] | None = None
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def write_all(self) -> None:
-        while self.waiting:
-            group, self.waiting = self.waiting[:MAX_GROUP], self.waiting[MAX_GROUP:]
-            try:
-                outcomes: list[int | Exception] = await sync_to_async(write_group)(
-                    [w.batch for w in group])
-            except Exception as exc:  # write_group returns its failures: not expected
-                outcomes = [exc for _ in group]
-            except BaseException:
-                # Cancelled (its loop is closing): whether the group is stored is
-                # unknown, and nothing is left to write what waits after it.
-                error = RuntimeError("the event writer was cancelled")
-                for waiting in [*group, *self.waiting]:
-                    _settle(waiting.future, error)
-                self.waiting = []
-                self.task = None
-                raise
-            for waiting, outcome in zip(group, outcomes, strict=True):
-                _settle(waiting.future, outcome)
-        # Idle: nothing here refers to the loop any more (the task would), so the
-        # loop's entry goes with the loop.
-        self.task = None
+        try:
+            while self.waiting:
+                group, self.waiting = self.waiting[:MAX_GROUP], self.waiting[MAX_GROUP:]
+                await self._write(group)
+        finally:
+            # Idle (or cancelled): nothing here refers to the loop any more (a task
+            # would), so the loop's entry goes with the loop.
+            self.tasks.discard(asyncio.current_task())
+
+    async def _write(self, group: list[_Waiting]) -> None:
+        try:
+            outcomes: list[int | Exception] = await sync_to_async(write_group)(
+                [w.batch for w in group])
+        except Exception as exc:  # write_group returns its failures: not expected
+            outcomes = [exc for _ in group]
+        except BaseException:
+            # Cancelled (its loop is closing): whether the group is stored is unknown,
+            # and nothing may be left to write what waits after it.
+            error = RuntimeError("the event writer was cancelled")
+            for waiting in [*group, *self.waiting]:
+                _settle(waiting.future, error)
+            self.waiting = []
+            raise
+        for waiting, outcome in zip(group, outcomes, strict=True):
+            _settle(waiting.future, outcome)
 
 
 def _settle(future: asyncio.Future[int], outcome: int | BaseException) -> None:
@@ -202,10 +211,10 @@ async def write(recorder: Writes, events: Events) -> int:
         writer = _writers[loop] = _LoopWriter()
     future: asyncio.Future[int] = loop.create_future()
     writer.waiting.append(_Waiting(Batch(recorder, events), future))
-    if writer.task is None or writer.task.done():
+    if len(writer.tasks) < settings.AGENTFORGE_WORKER_DB_THREADS:
         # Created here, in the context of this batch's run: the group's database work
         # runs on that run's thread (module docstring).
-        writer.task = loop.create_task(writer.write_all())
+        writer.tasks.add(loop.create_task(writer.write_all()))
     # Shielded: a run cancelled while its batch is written stops waiting, and the group
     # (other runs' batches with it) is still written.
     return await asyncio.shield(future)
