@@ -467,14 +467,15 @@ Session 11, before / after its changes, measured A/B in the same hours (2-3 runs
 
 | target (p95: from emit) | session 10 | session 11 before | session 11 after | met |
 |---|---|---|---|---|
-| embedded, 1 run | 96-97 % | 95 %, 9-12 ms | 94 %, 10-16 ms | no |
-| embedded, 50 runs | 81-96 %, 0.3-0.8 s | 72-81 %, 1.6-1.7 s | 68-79 %, 0.3-1.1 s | no |
+| embedded, 1 run | 96-97 % | 95 %, 9-12 ms | 94-95 %, 9-16 ms | no |
+| embedded, 50 runs | 81-96 %, 0.3-0.8 s | 72-81 %, 1.6-2.0 s | 63-86 %, 0.3-1.5 s | % once |
 | scale-out, 1 run | 97 % | 94-95 % | 94 % | no |
 | scale-out, 100 runs | 44-57 %, 0.5-0.9 s | 20-23 %, 1.6-1.7 s | 31-36 %, 0.9-1.1 s | no |
 | CPU added a round, 50 runs | 4.2 ms | 7.8 ms | 5.6-6.4 ms | no |
 | engine alone, 1 / 50 runs | 98 / 79-92 % | 97 / 81 % | 96.7-97.4 / 77-81 % | |
 
-No "database is locked" in any run. The table above is the last "after" run.
+No "database is locked" in any run. The table above is the last "after" run (four
+writers a loop, item 3 below); "after" ranges cover the runs with one and with four.
 
 ### What session 11 changed (measured, kept)
 
@@ -493,10 +494,9 @@ No "database is locked" in any run. The table above is the last "after" run.
    24.9 -> 16.1-17.4 ms), 50 runs 36-40 % -> 51-63 %, 20 runs 72-73 % -> 84-85 %;
    embedded from emit p95 at 50 runs 1.6-1.7 s -> 0.3-1.1 s, at 100 runs 2.9-4.0 s ->
    1.4-2.8 s, embedded server CPU per round at 50 runs 19.0-21.4 -> 15.6-16.6 ms.
-   Embedded efficiency did not move beyond the noise at 50 runs (72-81 % -> 68-79 %)
-   and may be lower at 100 (48-50 % -> 36-47 %): one writer per loop is one pipeline,
-   and under saturation the runs' last drains wait for it (from emit p50 at 100 runs
-   ~1 s in both).
+   With one writer per loop, embedded efficiency fell (50 runs 72-81 % -> 53-79 %, 100
+   runs 48-55 % -> 29-47 %): one pipeline, and under saturation the runs' last drains
+   waited for it (item 3).
 2. **A payload's JSON written once.** The recorder took every event through pydantic's
    JSON-mode dump, and the wire request carries the whole conversation: pydantic
    walked it value by value, the cleaning check encoded it, and the database layer
@@ -508,6 +508,20 @@ No "database is locked" in any run. The table above is the last "after" run.
    In a profile of the application at 50 runs, `model_dump` fell from 10 % of the CPU
    to 2 %. Tests: the texts are exactly json.dumps', the rows read back as the ORM's,
    on both databases (tests/runs/test_storage.py).
+
+3. **As many writers a loop as it has database lanes** (`AGENTFORGE_WORKER_DB_THREADS`,
+   4): while one group's statements run in the database (the GIL released), another
+   is prepared, and a burst's first batches are written at once. Embedded, A/B in the
+   same half hour (noisy): 50 runs 62 % (one writer) against 63-86 % (four), 100 runs
+   29 % against 48-73 %; from emit p95 at 20 runs 55 ms against 122-166 ms (a burst's
+   first batches, each alone, contend for SQLite's write lock again). The last full run
+   (the table): embedded 50 runs 86 % with from emit p95 291 ms, 100 runs 73 % with
+   589 ms, against 72-81 % and 1.6-2.0 s before this session's changes.
+4. **A wire request's body stored from the engine's own bytes**:
+   `ProviderWireRequest.content` (outside the event's dump) carries what was sent;
+   when it holds nothing to clean and no secret (`storage.stored_as_sent`), the
+   recorder neither encodes the conversation again nor walks it to redact. A 3 KB
+   body: 64 -> 33 us of CPU without secrets, 126-289 -> 41 us with one.
 
 In process (docs/benchmarks/app-overhead.md), the application added per round at 50
 runs 7.8 ms before and 5.6-6.4 ms after (the recorder's writes 3.4 -> 1.8-2.3 ms).
