@@ -523,6 +523,10 @@ writers a loop, item 3 below); "after" ranges cover the runs with one and with f
    recorder neither encodes the conversation again nor walks it to redact. A 3 KB
    body: 64 -> 33 us of CPU without secrets, 126-289 -> 41 us with one.
 
+5. **A first claim's history read** (`runner.load_history`): a run with no rounds is
+   answered by one `rowsql` SELECT, not the ORM's query and prefetch: 1.1 -> 0.11 ms of
+   CPU a run.
+
 In process (docs/benchmarks/app-overhead.md), the application added per round at 50
 runs 7.8 ms before and 5.6-6.4 ms after (the recorder's writes 3.4 -> 1.8-2.3 ms).
 
@@ -541,9 +545,9 @@ Why the rest is not met:
   channel layer's notifications ~3 %, the engine ~25 %.
 - **CPU added per round**: the recorder's writes are 1.8-2.3 ms a round at 50 runs
   in process, most of it SQLite itself (the calls' audit, search and slot triggers);
-  the rest: the claim (`Run.objects.get` ~1 ms and the history read ~1.1 ms of CPU
-  per run on this machine), the payloads' one JSON encoding, the thread hops, the
-  heartbeat, the notifications, the end.
+  the rest: the claim (`Run.objects.get` ~1 ms of CPU a run on this machine), the
+  payloads' one JSON encoding, the thread hops, the heartbeat, the notifications, the
+  end.
 - **The API requests**: Django's ASGI handler runs each request's sync code on a new
   thread with a new database connection (session 10: POST /api/runs 11-13 ms and GET
   /api/runs/<id> 9-10 ms of CPU in daphne against 3.4-3.7 ms in the test client).
@@ -557,8 +561,8 @@ lock; folding a batch before its transaction) are in the history of this file.
 
 ### What would cut the rest
 
-The API's requests on kept threads and connections (see above); the claim's and the
-end's ORM reads as `rowsql` statements; a db_worker claim loop that takes several
+The API's requests on kept threads and connections (see above); the claim's
+`Run.objects.get` as a `rowsql` statement; a db_worker claim loop that takes several
 tasks per query; a multi-process embedded worker, the only way past one GIL there;
 backpressure for idempotent rounds when a run's writes fall behind; skipping the
 notification of a run nobody watches in a db_worker.
