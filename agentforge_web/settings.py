@@ -213,7 +213,14 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": envint("CHANNEL_CAPACITY", 1000)},
+            "CONFIG": {
+                # A read may wait longer than redis-py's default socket timeout (5 s):
+                # channels_redis blocks its receive for 5 s in BZPOPMIN, so with that
+                # default an idle socket's receive failed ("Timeout reading") and the
+                # viewer stopped getting live updates.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                "capacity": envint("CHANNEL_CAPACITY", 1000),
+            },
         }
     }
 else:

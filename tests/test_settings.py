@@ -193,7 +193,8 @@ def test_the_scale_out_configuration_is_honoured(tmp_path: Path) -> None:
     assert (database["HOST"], int(database["PORT"])) == ("db.internal", 6543)
     assert config["channel_layer"] == {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": ["redis://cache.internal:6380/2"], "capacity": 250},
+        "CONFIG": {"hosts": [{"address": "redis://cache.internal:6380/2",
+                              "socket_timeout": 30}], "capacity": 250},
     }
     assert config["tasks"] == "django_tasks_db.DatabaseBackend"
     assert (config["lease"], config["heartbeat"]) == (12.5, 2.0)
