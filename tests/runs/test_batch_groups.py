@@ -181,6 +181,27 @@ def test_a_group_whose_commit_fails_fails_every_batch_and_none_is_written_again(
         assert recorder.cancel_seen is None  # nothing told it the batch committed
 
 
+def hold_first_group(monkeypatch: pytest.MonkeyPatch,
+                     ) -> tuple[list[list[str]], threading.Event, threading.Event]:
+    """The groups written (their runs' ids), an event set once the first group is being
+    written, and the event that lets it go on (waited for 10 s at most: a test that
+    never sets it fails, never hangs)."""
+    groups: list[list[str]] = []
+    writing = threading.Event()
+    release = threading.Event()
+    real = batch_writer.write_group
+
+    def held(batches: list[Batch]) -> list[int | Exception]:
+        groups.append([batch.recorder.run_id for batch in batches])
+        if len(groups) == 1:
+            writing.set()
+            assert release.wait(10)
+        return real(batches)
+
+    monkeypatch.setattr(batch_writer, "write_group", held)
+    return groups, writing, release
+
+
 # -- the writer task of an event loop ----------------------------------------------------
 
 
@@ -192,19 +213,7 @@ def test_batches_arriving_while_a_group_is_written_make_the_next_group(
 ) -> None:
     settings.AGENTFORGE_WORKER_DB_THREADS = 1  # one writer for the loop
     made = recorders(endpoint, tools, policy, 4)
-    groups: list[list[str]] = []
-    writing = threading.Event()
-    release = threading.Event()
-    real = batch_writer.write_group
-
-    def held(batches: list[Batch]) -> list[int | Exception]:
-        groups.append([batch.recorder.run_id for batch in batches])
-        if len(groups) == 1:
-            writing.set()
-            assert release.wait(10)  # bounded: the test fails, never hangs
-        return real(batches)
-
-    monkeypatch.setattr(batch_writer, "write_group", held)
+    groups, writing, release = hold_first_group(monkeypatch)
 
     async def scenario() -> list[int]:
         loop = asyncio.get_running_loop()
@@ -234,16 +243,7 @@ def test_a_cancelled_writer_fails_the_batches_it_held_and_those_waiting(
     than wait forever."""
     settings.AGENTFORGE_WORKER_DB_THREADS = 1  # the second batch waits behind the first
     made = recorders(endpoint, tools, policy, 2)
-    writing = threading.Event()
-    release = threading.Event()
-    real = batch_writer.write_group
-
-    def held(batches: list[Batch]) -> list[int | Exception]:
-        writing.set()
-        assert release.wait(10)
-        return real(batches)
-
-    monkeypatch.setattr(batch_writer, "write_group", held)
+    _, writing, release = hold_first_group(monkeypatch)
 
     async def scenario() -> list[BaseException | int]:
         loop = asyncio.get_running_loop()
@@ -291,19 +291,7 @@ def test_a_loop_has_as_many_writers_as_lanes_and_more_batches_wait_for_a_group(
     thread); a third, arriving while both are busy, waits for the next group."""
     settings.AGENTFORGE_WORKER_DB_THREADS = 2
     made = recorders(endpoint, tools, policy, 3)
-    groups: list[list[str]] = []
-    writing = threading.Event()
-    release = threading.Event()
-    real = batch_writer.write_group
-
-    def held(batches: list[Batch]) -> list[int | Exception]:
-        groups.append([batch.recorder.run_id for batch in batches])
-        if len(groups) == 1:
-            writing.set()
-            assert release.wait(10)  # bounded: the test fails, never hangs
-        return real(batches)
-
-    monkeypatch.setattr(batch_writer, "write_group", held)
+    groups, writing, release = hold_first_group(monkeypatch)
 
     async def scenario() -> tuple[int, list[str], list[int]]:
         loop = asyncio.get_running_loop()

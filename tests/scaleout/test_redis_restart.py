@@ -85,7 +85,8 @@ def private_redis(tmp_path: Path, settings: Any) -> Iterator[PrivateRedis]:
     redis.start()
     settings.CHANNEL_LAYERS = {"default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [redis.url]}}}
+        # As settings.py configures it: a read outlasts channels_redis's blocking pop.
+        "CONFIG": {"hosts": [{"address": redis.url, "socket_timeout": 30}]}}}
     settings.AGENTFORGE_LIVE_POLL_SECONDS = 0.5
     try:
         yield redis
