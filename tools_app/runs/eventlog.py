@@ -92,36 +92,33 @@ def append_many(appends: Sequence[Append],
     one INSERT of all their events. Raises `LeaseLost` for the first run whose token (or
     `expect`) no longer matches, before anything is inserted. Returns each run's (last
     seq, cancel_requested), in order."""
-    counts: dict[str, int] = {}
+    keys = [_run_key(append.run_id) for append in appends]
+    if len(set(keys)) != len(keys):
+        raise ValueError("one run's events must be appended together")  # one seq range a run
     shapes: dict[tuple[tuple[str, bool], ...], list[dict[str, Any]]] = {}
     for append in appends:
-        key = _run_key(append.run_id)
-        counts[key] = counts.get(key, 0) + len(append.events)
         row = {"id": append.run_id, "lease_token": append.token,
                "last_seq": Add(len(append.events)), **append.run_changes}
         shape = tuple((name, isinstance(value, Add)) for name, value in row.items())
         shapes.setdefault(shape, []).append(row)
-    if len(counts) != len(appends):
-        raise ValueError("one run's events must be appended together")  # one seq range a run
     allocated: dict[str, tuple[int, bool]] = {}
     for rows in shapes.values():
         for run_id, last, cancel_requested in rowsql.update_many(
                 Run, ("id", "lease_token"), rows, where=expect,
                 returning=("id", "last_seq", "cancel_requested")):
             allocated[_run_key(run_id)] = (int(last), bool(cancel_requested))
-    for append in appends:
-        if _run_key(append.run_id) not in allocated:
+    for append, key in zip(appends, keys, strict=True):
+        if key not in allocated:
             raise LeaseLost(f"run {append.run_id}: lease token {append.token} is no longer "
                             f"valid (or the run is not {dict(expect)})")
     now = timezone.now()
     rowsql.insert(RunEvent, [
-        {"run": append.run_id, "seq": first + offset, "kind": kind, "payload": payload,
-         "created_at": now}
-        for append in appends
-        for first in [allocated[_run_key(append.run_id)][0] - len(append.events) + 1]
+        {"run": append.run_id, "seq": allocated[key][0] - len(append.events) + 1 + offset,
+         "kind": kind, "payload": payload, "created_at": now}
+        for append, key in zip(appends, keys, strict=True)
         for offset, (kind, payload) in enumerate(append.events)],
         fill_defaults=False)
-    return [allocated[_run_key(append.run_id)] for append in appends]
+    return [allocated[key] for key in keys]
 
 
 def _run_key(run_id: Any) -> str:
