@@ -30,10 +30,11 @@ from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult, TaskResultStatus
 from django.utils.crypto import get_random_string
+
+from .db import drop_broken_connections
 
 logger = logging.getLogger(__name__)
 
@@ -155,9 +156,12 @@ async def _hold_lane(ready: asyncio.Future[contextvars.Context]) -> None:
 
 async def _guarded(coroutine: Awaitable[Any]) -> Any:
     try:
-        # Like a request: a connection past its age, or broken by the last task (a
-        # database restart), is replaced before this task uses it.
-        await sync_to_async(close_old_connections)()
+        # A connection broken by the last task (a database restart) is replaced before
+        # this task uses it; a healthy one is kept for the lane's life. (Django's
+        # `close_old_connections` would close it every time, as CONN_MAX_AGE is 0 for
+        # the request threads: a run's claim then opened a connection, 1.5-10 ms of its
+        # start on SQLite, and every other task on the lane lost its connection too.)
+        await sync_to_async(drop_broken_connections)()
         return await coroutine
     except Exception:
         logger.exception("in-process task failed")
