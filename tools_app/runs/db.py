@@ -6,19 +6,17 @@ from django.db import connections
 
 
 def drop_broken_connections() -> None:
-    """Close this thread's connections that failed and no longer work, or that were
-    left outside autocommit, so the next query opens a fresh one; a connection that
-    failed but still works is kept. Django's own rule at the end of a request, without
-    its age limit: on a thread that lives as long as its process (the live reads, a
-    worker's database lanes) a healthy connection is worth keeping, and with no
-    persistent connections configured (`CONN_MAX_AGE = 0`, for the request threads)
-    that limit would close it every time."""
+    """Close this thread's connections that failed and no longer work, so the next query
+    opens a fresh one; a connection that failed but still works is kept. Django's own
+    rule at the end of a request, without its age limit: on a thread that lives as long
+    as its process (the live reads, a worker's database lanes) a healthy connection is
+    worth keeping, and with no persistent connections configured (`CONN_MAX_AGE = 0`,
+    for the request threads) that limit would close it every time. Nor is a working
+    connection closed for being inside a transaction, as Django's rule would: that
+    transaction is its caller's (a run handed back after a database error may be inside
+    one, as under the tests' transaction), and a lane's tasks leave none open."""
     for conn in connections.all(initialized_only=True):
-        if conn.connection is None:
-            continue
-        if conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
-            conn.close()
-        elif conn.errors_occurred:
+        if conn.connection is not None and conn.errors_occurred:
             if conn.is_usable():
                 conn.errors_occurred = False
             else:
