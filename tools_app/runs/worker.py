@@ -67,7 +67,10 @@ def start_embedded_worker() -> None:
     if _embedded_started.is_set():
         return
     _embedded_started.set()
+    from .process import preload_for_runs
     from .task_backend import submit
+
+    preload_for_runs()
 
     async def recover_then_reap() -> None:
         await sync_to_async(recover_at_start)()

@@ -23,7 +23,7 @@ from django_tasks_db.models import DBTaskResult
 
 from tools_app.runs import runner, task_backend
 from tools_app.runs.leases import release_this_process_runs
-from tools_app.runs.process import freeze_startup_objects
+from tools_app.runs.process import freeze_startup_objects, preload_for_runs
 from tools_app.runs.provider_clients import close_at_exit
 from tools_app.runs.tasks import enqueue_run
 from tools_app.runs.worker import reap_and_enqueue, start_reaper_thread
@@ -192,6 +192,7 @@ class Command(db_worker.Command):
 
     def handle(self, *args: Any, **options: Any) -> None:
         at_once: int = options.pop("concurrency") or settings.AGENTFORGE_WORKER_CONCURRENCY
+        preload_for_runs()
         freeze_startup_objects()
         reap_and_enqueue()
         stop = threading.Event()
