@@ -463,6 +463,19 @@ within one session by 30-50 % from hour to hour: compare rows measured together.
 `benchmarks/bench_app_overhead.py` (docs/benchmarks/app-overhead.md) measures the
 ceiling, the engine alone in process with no database.
 
+Sessions 12-13 (their changes below; session 13's machine was about twice as fast as
+session 11's: the engine alone 0.9-2.4 ms of CPU a round in process). The table above
+is session 13's last full run; its column covers 2 full runs and 2 of 50 runs alone:
+
+| target (p95: from emit) | session 11 end | session 12 after | session 13 | met |
+|---|---|---|---|---|
+| embedded, 1 run | 94-95 % | 97 % | 97 %, 5-6 ms | yes |
+| embedded, 50 runs | 63-90 %, 0.17-1.5 s | 95 %, 67 ms | 95-97 %, 20-58 ms | % yes; p95 in 2 of 4 |
+| scale-out, 1 run | 94 % | not measured | 96 %, 7-13 ms | no (1 point) |
+| scale-out, 100 runs | 31-57 %, 0.25-1.1 s | 46-67 %, 0.25-0.5 s | 67 %, 218-236 ms | no |
+| CPU added, 1 run | 7.4 ms | 4.6 ms | 3.7-3.8 ms | no |
+| CPU added, 10 / 50 runs | 8.5 / 6.4 ms | 4.1 / 3.2 ms | 2.7-3.3 / 2.0-2.5 ms | 50: yes |
+
 Session 11, before / after its changes, measured A/B in the same hours (2-3 runs each):
 
 | target (p95: from emit) | session 10 | session 11 before | session 11 after | met |
@@ -530,7 +543,7 @@ writers a loop, item 3 below); "after" ranges cover the runs with one and with f
 In process (docs/benchmarks/app-overhead.md), the application added per round at 50
 runs 7.8 ms before and 5.6-6.4 ms after (the recorder's writes 3.4 -> 1.8-2.3 ms).
 
-Why the rest is not met:
+Why the rest was not met then:
 
 - **Embedded, 50 runs**: daphne is saturated. Its CPU per round (15.6-16.6 ms: the
   engine, the application and the API's requests) x 300 rounds is more than a CPU
@@ -559,12 +572,61 @@ Sessions 8-10's trials (GIL switch interval; grouping runs' batches in one
 transaction with per-run statements; one database lane; a process-wide SQLite write
 lock; folding a batch before its transaction) are in the history of this file.
 
+### What sessions 12-13 changed (measured, kept)
+
+1. **A worker's database lanes keep their connections** (`task_backend._guarded` calls
+   `runs.db.drop_broken_connections`, not Django's `close_old_connections`): with
+   `CONN_MAX_AGE = 0` (for the request threads) the latter closed the lane's connection
+   at every task's start, so each run's claim reconnected (1.5-10 ms of its start on
+   SQLite) and its lane-mates lost theirs. A/B in one hour: embedded 50 runs 90 -> 95 %,
+   from emit p95 172 -> 67 ms; scale-out 100 runs 57 -> 67 %, 50 runs 77 -> 90 %; a
+   claim's start 7-14 -> 2-6 ms. A connection a task broke is still replaced
+   (tests/runs/test_inprocess_backend.py); one inside its caller's transaction is not
+   closed (a run handed back after a database error, tests/runs/test_shutdown.py).
+2. **Start-up imports** (`runs.process.preload_for_runs`, in daphne's in-process worker
+   and `db_worker`): every provider adapter and the channel layer (channels_redis and
+   its Redis client) are imported before the process freezes its start-up objects, not
+   by its first runs on the shared loop (100-150 ms of a db_worker's first run).
+
+Measured and not kept:
+
+- **channels_redis's pub/sub layer** instead of its core layer: a notification of a run
+  nobody watches 189 -> 87 us of CPU alone, but 157 -> 118 us with 100 runs sending at
+  once (its one connection a shard, behind a lock): about 0.1 ms a round, for losing
+  the core layer's per-channel capacity. A watched run's notification is 727 -> 120 us
+  (sender and receiver in one process): worth it for many viewers, not measured here.
+- **Persistent connections for the db_worker's claim loop**: on PostgreSQL its
+  per-turn `close_old_connections` only returns the connection to the psycopg pool
+  (Django refuses `CONN_MAX_AGE` with a pool). An idle db_worker polling at `--interval
+  0.05` costs 42 ms of CPU a second (the ORM's `get_locked` query and its transaction,
+  20 a second); the 1-run rows' second db_worker is that.
+- **`sys.setswitchinterval`** 0.001 s: scale-out 100 runs worse (42-46 %); 0.02 s: no gain.
+
+Why the rest is not met:
+
+- **Scale-out, 100 runs** is bound by the machine's CPU: 80 % means about 400 model
+  calls a second on 2 CPUs, so at most 5 ms of CPU a round for everything: the
+  servers alone use 7.6-7.9 ms (daphne 2.4, each db_worker 2.5-2.8), and the fake provider,
+  PostgreSQL, Redis and the client share the same CPUs. In a db_worker's GIL profile at
+  100 runs: the provider's HTTP exchange 17 %, django-tasks-db's claim loop 17 %, the
+  loop's own scheduling 9 %, the channel layer's notifications 8.5 %, the batch writer
+  8 %, the recorder 8 %, the tools' thread hops 7.5 %, django-tasks-db's task
+  bookkeeping 5 %. Daphne's requests: POST /api/runs 9-11 ms and GET /api/runs/<id>
+  8 ms of CPU each (a new thread and connection per request, the run's rounds read for
+  the answer).
+- **CPU added at 1 run** (3.69-3.80 ms): a run's fixed costs (claim and history, the engine
+  built from the snapshot, its end) are shared by only 6 rounds, and no other run's
+  batch shares its transactions; its 7 batches are about half of it (SQLite's
+  statements with the calls' audit, search and slot triggers, Django's cursor per
+  statement).
+
 ### What would cut the rest
 
 The API's requests on kept threads and connections (see above); the claim's
 `Run.objects.get` as a `rowsql` statement; a db_worker claim loop that takes several
-tasks per query; a multi-process embedded worker, the only way past one GIL there;
-backpressure for idempotent rounds when a run's writes fall behind; skipping the
+tasks per query (django-tasks-db claims one per turn, with the ORM); the pub/sub
+channel layer once many viewers watch; a multi-process embedded worker, the only way
+past one GIL there; backpressure for idempotent rounds when a run's writes fall behind; skipping the
 notification of a run nobody watches in a db_worker.
 """
 
