@@ -472,6 +472,20 @@ def problems(label: str, o: Outcome) -> list[str]:
 # (timings logged around the recorder, the notification hop and the consumer's reads, and
 # py-spy samples); this script does not re-measure it.
 PROFILE = """
+### Session 13: the runs got faster than the viewers
+
+Re-run on 2026-12-02 after the product-path work (issue 15: group commit, kept lane
+connections): the same scenario's runs now produce their events about 5-7 times as fast
+(events/s in (b) 500-960, against 143 when this page's earlier figures were taken), so
+what a watcher waits for moved. Commit -> arrival rose in (b) from p95 38 ms to 240-380
+ms, and from emit (the engine's event -> arrival, what a watching user sees) was p95
+0.6-2.0 s (1.3 s before): the viewers' side is now the bottleneck. In daphne's GIL
+profile during (b) (py-spy `--gil`, 3 s), the consumers' work was 57 % of the samples
+(rendering the fragments 38 %, Django's templates 20 %), the runs' recording under 10 %.
+Tried: 4 reader threads (by run) instead of the consumers' one: p95 304 ms against 366
+ms with one, in the same half hour, within the noise; not kept. What would help: cheaper
+fragment renders (fewer template renders per batch). (c) and (d) rose too.
+
 ### Where the time goes
 
 Profiled separately (an instrumented copy of the server with timestamps logged around the
@@ -538,9 +552,10 @@ clients are spread over the 20 runs as in (b). In (c) the worker has one slot
 and at any moment only one run's 2-3 watchers received events: it shows the cost of one
 event's path (PostgreSQL commits in the worker, the Redis hop, PostgreSQL reads in
 daphne). In (d) the worker has a slot per run (`--concurrency 20`): the runs execute at
-once, a thread each. On this machine everything shares 2 CPUs (PostgreSQL, Redis, the
-worker, daphne and the clients): in (d) the load average climbs past 5 and the latency
-is queueing for the CPU; the configuration is meant for several machines."""
+once, as tasks of the worker's one event loop (docs/ARCHITECTURE.md). On this machine
+everything shares 2 CPUs (PostgreSQL, Redis, the worker, daphne and the clients): in (d)
+the latency is mostly queueing for the CPU; the configuration is meant for several
+machines."""
 
 
 def main() -> str:
