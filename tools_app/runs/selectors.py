@@ -11,7 +11,7 @@ import pydantic_core
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from ..engine.conversation import to_openai_messages
@@ -471,12 +471,13 @@ def _setting_text(name: str, value: Any) -> str:
 
 
 def _lane_counts(run: Run) -> dict[str, int]:
-    calls = ToolCall.objects.filter(run=run)
-    rows = calls.count()
+    # One query for the three counts: the header is rendered again for every live batch.
+    counted = ToolCall.objects.filter(run=run).aggregate(
+        rows=Count("pk"), running=Count("pk", filter=Q(state=ToolCallState.STARTED)),
+        errors=Count("pk", filter=Q(is_error=True)))
     not_executed = _not_executed_count(run)
-    return {"calls": rows + not_executed, "not_executed": not_executed,
-            "running": calls.filter(state=ToolCallState.STARTED).count(),
-            "errors": calls.filter(is_error=True).count()}
+    return {"calls": counted["rows"] + not_executed, "not_executed": not_executed,
+            "running": counted["running"], "errors": counted["errors"]}
 
 
 def _not_executed_count(run: Run) -> int:
