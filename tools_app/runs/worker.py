@@ -6,16 +6,21 @@ import asyncio
 import atexit
 import logging
 import threading
+from datetime import datetime, timedelta
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
+from django.db.models import Q
+from django.utils import timezone
 
+from ..models import Run
 from .approvals import expire_waiting_runs
 from .leases import reap_expired_runs, release_this_process_runs, runs_to_recover_at_start
+from .lifecycle import CLAIMABLE
 from .provider_clients import close_at_exit
 from .reexecution import recover_reexecutions
-from .tasks import enqueue_run
+from .tasks import enqueue_run, execute_run
 
 logger = logging.getLogger(__name__)
 _embedded_started = threading.Event()
@@ -41,7 +46,48 @@ def reap_and_enqueue() -> list[str]:
         enqueue_run(run_id)
     if ids:
         logger.info("re-queued %d run(s) whose worker was lost", len(ids))
+    if uses_database_tasks():
+        orphans = orphaned_runs()
+        for run_id in orphans:
+            enqueue_run(run_id)
+        if orphans:
+            logger.warning("enqueued again %d queued run(s) that no task would run (a "
+                           "worker that claimed their tasks was lost)", len(orphans))
+        ids += orphans
     return ids
+
+
+def uses_database_tasks() -> bool:
+    """Whether runs are queued as django-tasks-db rows (the scale-out configuration)."""
+    from django_tasks_db import DatabaseBackend
+
+    return isinstance(execute_run.get_backend(), DatabaseBackend)
+
+
+def orphaned_runs(now: datetime | None = None) -> list[str]:
+    """With the database task backend: the runs waiting to be claimed (queued, or
+    interrupted) that no task will ever run. A db_worker claims its tasks before their
+    runs claim themselves (a claim turn takes as many tasks as it has free slots); one
+    killed in between leaves those tasks "running" and their runs queued, and nothing
+    else would pick them up. A run is orphaned when it is older than a lease and none of
+    its tasks is ready or was started within the last lease. Enqueued again, it still
+    runs once: the run's own claim (queued -> running, under a lease token) lets one
+    task through, and the others end without running it."""
+    from django_tasks_db.compat import TaskResultStatus
+    from django_tasks_db.models import DBTaskResult
+
+    cutoff = (now or timezone.now()) - timedelta(seconds=settings.AGENTFORGE_LEASE_SECONDS)
+    waiting = {str(pk) for pk in Run.objects.filter(
+        status__in=CLAIMABLE, created_at__lt=cutoff).values_list("pk", flat=True)}
+    if not waiting:
+        return []
+    live = DBTaskResult.objects.filter(task_path=execute_run.module_path).filter(
+        Q(status=TaskResultStatus.READY)
+        | Q(status=TaskResultStatus.RUNNING, started_at__gte=cutoff))
+    covered = {str(args[0]) for args in (row.get("args") for row in
+                                         live.values_list("args_kwargs", flat=True))
+               if args}
+    return sorted(waiting - covered)
 
 
 def recover_at_start() -> list[str]:
