@@ -6,7 +6,6 @@ import asyncio
 import atexit
 import logging
 import threading
-from datetime import datetime, timedelta
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -16,7 +15,12 @@ from django.utils import timezone
 
 from ..models import Run
 from .approvals import expire_waiting_runs
-from .leases import reap_expired_runs, release_this_process_runs, runs_to_recover_at_start
+from .leases import (
+    lease_duration,
+    reap_expired_runs,
+    release_this_process_runs,
+    runs_to_recover_at_start,
+)
 from .lifecycle import CLAIMABLE
 from .provider_clients import close_at_exit
 from .reexecution import recover_reexecutions
@@ -64,7 +68,7 @@ def uses_database_tasks() -> bool:
     return isinstance(execute_run.get_backend(), DatabaseBackend)
 
 
-def orphaned_runs(now: datetime | None = None) -> list[str]:
+def orphaned_runs() -> list[str]:
     """With the database task backend: the runs waiting to be claimed (queued, or
     interrupted) that no task will ever run. A db_worker claims its tasks before their
     runs claim themselves (a claim turn takes as many tasks as it has free slots); one
@@ -76,7 +80,7 @@ def orphaned_runs(now: datetime | None = None) -> list[str]:
     from django_tasks_db.compat import TaskResultStatus
     from django_tasks_db.models import DBTaskResult
 
-    cutoff = (now or timezone.now()) - timedelta(seconds=settings.AGENTFORGE_LEASE_SECONDS)
+    cutoff = timezone.now() - lease_duration()
     waiting = {str(pk) for pk in Run.objects.filter(
         status__in=CLAIMABLE, created_at__lt=cutoff).values_list("pk", flat=True)}
     if not waiting:
@@ -84,9 +88,8 @@ def orphaned_runs(now: datetime | None = None) -> list[str]:
     live = DBTaskResult.objects.filter(task_path=execute_run.module_path).filter(
         Q(status=TaskResultStatus.READY)
         | Q(status=TaskResultStatus.RUNNING, started_at__gte=cutoff))
-    covered = {str(args[0]) for args in (row.get("args") for row in
-                                         live.values_list("args_kwargs", flat=True))
-               if args}
+    covered = {str(row["args"][0]) for row in live.values_list("args_kwargs", flat=True)
+               if row.get("args")}
     return sorted(waiting - covered)
 
 

@@ -145,7 +145,6 @@ class RunWorker(db_worker.Worker):
         if self.startup_delay and self.interval:
             time.sleep(random.random())  # noqa: S311 (against a thundering herd)
         while self.running:
-            close_old_connections()  # a connection broken while idle is replaced
             claimed, retrieved = self.claim_ready(self._claimable())
             for db_task_result in claimed:
                 self.run_task(db_task_result)
@@ -157,6 +156,8 @@ class RunWorker(db_worker.Worker):
                 db_worker.logger.info("Run maximum tasks (%d) on worker=%s - exiting "
                                       "gracefully.", self._run_tasks, self.worker_id)
                 return
+            # Between turns, as after a request: the connection is given back (to the
+            # pool, on PostgreSQL), or replaced if it broke.
             close_old_connections()
             if self.running and not claimed:
                 time.sleep(self.interval)
