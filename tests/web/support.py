@@ -97,12 +97,20 @@ HEADER_RE = re.compile(r'<section id="run-header".*?</section>', re.DOTALL)
 ROUND_RE = re.compile(r'<section id="(round-\d+)".*?</section>', re.DOTALL)
 SEQ_RE = re.compile(r'<span id="run-seq"[^>]*></span>')
 OOB_TRUE = ' hx-swap-oob="true"'
+# A round's time axis ends where its lanes begin (on the page and in a round), or where
+# the lanes of a lane-only batch do.
+AXIS_RE = re.compile(r'<div class="waterfall" id="(round-(\d+)-axis)".*?</div>'
+                     r'(?=\s*<div (?:class="lanes"|hx-swap-oob="beforeend:#round-))', re.DOTALL)
+LANES_RE = re.compile(r'<div hx-swap-oob="beforeend:#round-(\d+)-lanes">(.*?)</div>'
+                      r'(?=<div hx-swap-oob|<span id="run-seq")', re.DOTALL)
+LANE_RE = re.compile(r'<article id="(call-\d+)".*?</article>', re.DOTALL)
 
 
 class Timeline:
     """What htmx plus static/js/timeline.js make of the page's timeline: the header and
     the seq marker are replaced by id, a round is replaced if its id exists (data-upsert),
-    else appended to #rounds."""
+    else appended to #rounds; a lane-only update replaces a round's time axis by id and
+    each lane it carries (data-upsert) inside its round."""
 
     def __init__(self, page: str) -> None:
         self.header = _one(HEADER_RE, page)
@@ -116,9 +124,27 @@ class Timeline:
         for match in ROUND_RE.finditer(batch):
             assert "data-upsert" in match.group(0).split(">", 1)[0]
             self.rounds[match.group(1)] = match.group(0)
+        outside_rounds = ROUND_RE.sub("", batch)
+        for match in AXIS_RE.finditer(outside_rounds):
+            axis = match.group(0)
+            assert OOB_TRUE in axis.split(">", 1)[0], "a lone axis must be swapped by id"
+            self._replace(f"round-{match.group(2)}", AXIS_RE, match.group(1),
+                          axis.replace(OOB_TRUE, "", 1))
+        for match in LANES_RE.finditer(outside_rounds):
+            for lane in LANE_RE.finditer(match.group(2)):
+                assert "data-upsert" in lane.group(0).split(">", 1)[0]
+                self._replace(f"round-{match.group(1)}", LANE_RE, lane.group(1), lane.group(0))
         seq = _one(SEQ_RE, batch)
         assert OOB_TRUE in seq
         self.seq = seq.replace(OOB_TRUE, "", 1)
+
+    def _replace(self, round_id: str, pattern: re.Pattern[str], dom_id: str, html: str) -> None:
+        """Replace the element `dom_id` (found by `pattern`) inside round `round_id`,
+        which must hold it: a lane-only batch updates what the page already shows."""
+        found = [m for m in pattern.finditer(self.rounds[round_id]) if m.group(1) == dom_id]
+        assert len(found) == 1, f"{dom_id} is not in {round_id}"
+        old = self.rounds[round_id]
+        self.rounds[round_id] = old[:found[0].start()] + html + old[found[0].end():]
 
     def state(self) -> tuple[str, list[tuple[str, str]], str]:
         return self.header, list(self.rounds.items()), self.seq

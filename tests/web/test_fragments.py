@@ -32,7 +32,10 @@ from tools_app.runs.runner import execute_run
 from tools_app.runs.selectors import EventMark, event_marks_after, events_after
 
 from .support import (
+    AXIS_RE,
     HEADER_RE,
+    LANE_RE,
+    LANES_RE,
     OOB_TRUE,
     PAYLOAD,
     ROUND_RE,
@@ -49,7 +52,8 @@ pytestmark = pytest.mark.django_db
 
 
 def marks(events: list[RunEvent]) -> list[EventMark]:
-    return [EventMark(e.seq, e.payload.get("round_index")) for e in events]
+    return [EventMark(e.seq, e.payload.get("round_index"), e.kind, e.payload.get("call_id"))
+            for e in events]
 
 
 def page_of(client: Client, run: Run) -> str:
@@ -140,6 +144,8 @@ def test_live_batches_applied_to_the_first_page_give_the_final_page(
     # One per group commit: at least a call's start (committed before its tool runs),
     # its result and the run's end, so the timeline goes through states in between.
     assert len(live_batches) >= 3
+    # Some carry only calls' progress for a round (its lanes and axis, not the round).
+    assert any(LANES_RE.search(ROUND_RE.sub("", batch)) for batch in live_batches)
     for batch in live_batches:
         timeline.apply(batch)
 
@@ -195,6 +201,60 @@ def test_a_batch_renders_only_the_rounds_its_events_touched(
     assert set(ROUND_RE.findall(render_updates(run.pk, marks(final_status)))) == {"round-1"}
     assert set(ROUND_RE.findall(render_updates(run.pk, marks(round_one)))) == {"round-1"}
     assert f'data-seq="{round_one[-1].seq}"' in render_updates(run.pk, marks(round_one))
+
+
+def test_calls_progress_renders_their_lanes_and_the_rounds_axis_not_the_round(
+    bob: AbstractUser, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy,
+) -> None:
+    """A batch whose only news of a round is that calls started or finished: those
+    lanes (upserted into the round's lanes) and the round's axis (replaced by id), the
+    same markup as in the page's round; the round's model call is not rendered again."""
+    weather = demo_tools["get_weather"]
+    endpoint = make_endpoint([
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": c}}
+                        for c in ("Paris", "Oslo", "Rome")]},
+        {"text": "done"}], name="three")
+    run = finished(_start_run(bob, endpoint, [weather], policy))
+    events = events_after(run.pk, 0)
+    finishes = [e for e in events if e.kind == "tool_call_finished"][:2]
+    page_round = ROUND_RE.search(render_updates(run.pk, marks(events))).group(0)  # type: ignore[union-attr]
+
+    batch = render_updates(run.pk, marks(finishes))
+
+    assert ROUND_RE.findall(batch) == []
+    [axis] = AXIS_RE.findall(batch)
+    assert axis[0] == "round-0-axis"
+    lanes = LANES_RE.findall(batch)
+    assert [index for index, _ in lanes] == ["0"]
+    sent = {m.group(1): m.group(0) for m in LANE_RE.finditer(lanes[0][1])}
+    calls = dict(ToolCall.objects.filter(run=run).values_list("call_id", "pk"))
+    assert set(sent) == {f"call-{calls[e.payload['call_id']]}" for e in finishes}
+    in_round = {m.group(1): m.group(0) for m in LANE_RE.finditer(page_round)}
+    assert all(sent[dom_id] == in_round[dom_id] for dom_id in sent)
+    lone_axis = AXIS_RE.search(batch).group(0)  # type: ignore[union-attr]
+    assert lone_axis.replace(OOB_TRUE, "", 1) == AXIS_RE.search(page_round).group(0)  # type: ignore[union-attr]
+    assert f'data-seq="{finishes[-1].seq}"' in batch
+    # Any other event of the round (here its model response) renders it whole.
+    response = [e for e in events if e.kind == "model_response_received"][:1]
+    assert ROUND_RE.findall(render_updates(run.pk, marks(finishes + response))) == ["round-0"]
+
+
+def test_a_round_with_one_started_call_has_a_hidden_axis_for_later_batches(
+    bob: AbstractUser, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy,
+) -> None:
+    """Below two started calls a round shows no axis, but its element is there (hidden),
+    so a lane-only batch can replace it by id when the second call starts."""
+    endpoint = make_endpoint([
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]},
+        {"text": "done"}], name="one")
+    run = finished(_start_run(bob, endpoint, [demo_tools["get_weather"]], policy))
+    tree = Tree(render_updates(run.pk, event_marks_after(run.pk, 0)))
+    axis = tree.by_id("round-0-axis")
+    assert axis is not None
+    assert "hidden" in axis.attrs
+    assert not [e for e in tree.elements if e.parent is axis]
 
 
 @pytest.mark.both
@@ -276,6 +336,12 @@ def test_the_fragments_show_hostile_values_escaped_and_inert(hostile_runs: list[
         html = render_updates(run.pk, event_marks_after(run.pk, 0))
         assert_inert(html, scripts=0)
         assert "csrfmiddlewaretoken" not in html
+    progress = [m for m in event_marks_after(hostile_runs[0].pk, 0)
+                if m.kind in ("tool_call_started", "tool_call_finished")]
+    lanes_only = render_updates(hostile_runs[0].pk, progress)
+    assert LANES_RE.search(lanes_only)
+    assert not ROUND_RE.search(lanes_only)
+    assert_inert(lanes_only, scripts=0)
 
 
 def test_every_hostile_field_reaches_the_page(

@@ -1,8 +1,11 @@
 """HTML fragments for the live timeline: out-of-band swaps keyed by stable DOM ids.
 
-A batch of events re-renders the run header and every round the batch touched from the
-CURRENT database state, with the same template partials the page uses. So applying a
-batch twice changes nothing, and the final page equals a fresh render.
+A batch of events re-renders the run header and what the batch touched from the
+CURRENT database state, with the same template partials the page uses: every round it
+touched, except a round whose only news is that calls started or finished, of which only
+those calls' lanes and the round's time axis are rendered (the rest of the round does not
+depend on its calls' progress, and a round's model call carries its whole request body).
+So applying a batch twice changes nothing, and the final page equals a fresh render.
 """
 
 from __future__ import annotations
@@ -14,32 +17,61 @@ from typing import Any
 from django.template.loader import render_to_string
 
 from ..models import Run
-from ..runs.selectors import EventMark, header_view, round_views
+from ..runs.selectors import EventMark, header_view, live_run, live_views
 
 PAGE = "tools_app/run_detail.html"
+
+# Events that change nothing of their round but one call's lane and the round's axis.
+LANE_EVENTS = frozenset({"tool_call_started", "tool_call_finished"})
 
 
 def render_updates(run_id: uuid.UUID | str, events: Sequence[EventMark]) -> str:
     """The same for every viewer of the run (nothing in it depends on who watches: the
     Cancel button's CSRF token is in the page, outside the header), so viewers share it."""
-    run = Run.objects.select_related("created_by").get(pk=run_id)
-    return render_header(run) + render_changes(run, events)
+    run, owner = live_run(run_id)
+    return render_header(run, owner) + render_changes(run, events)
 
 
-def render_header(run: Run) -> str:
+def render_header(run: Run, owner: str | None = None) -> str:
     return render_to_string(f"{PAGE}#header",
-                            {"run": run, "header": header_view(run), "oob": True})
+                            {"run": run, "header": header_view(run, owner), "oob": True})
+
+
+def touched(events: Sequence[EventMark]) -> tuple[list[int], dict[int, set[str]]]:
+    """The rounds to render whole, and for the others the calls whose lanes changed."""
+    whole: set[int] = set()
+    lanes: dict[int, set[str]] = {}
+    for event in events:
+        index = event.round_index
+        if type(index) is not int:
+            continue
+        if event.kind in LANE_EVENTS and isinstance(event.call_id, str):
+            lanes.setdefault(index, set()).add(event.call_id)
+        else:
+            whole.add(index)
+    return sorted(whole), {i: ids for i, ids in sorted(lanes.items()) if i not in whole}
 
 
 def render_changes(run: Run, events: Sequence[EventMark]) -> str:
-    """The rounds the events touched (current state) and the seq marker."""
-    touched = sorted({e.round_index for e in events if type(e.round_index) is int})
+    """What the events touched (current state) and the seq marker."""
+    whole, lanes = touched(events)
+    rounds, lane_rounds = live_views(run, whole, lanes) if whole or lanes else ([], [])
     parts = []
-    for round_view in round_views(run, touched):
+    for round_view in rounds:
         body = render_to_string(f"{PAGE}#round", {"run": run, "round": round_view})
         parts.append(f'<div hx-swap-oob="beforeend:#rounds">{body}</div>')
+    parts += [render_lanes(run, view) for view in lane_rounds]
     parts.append(render_to_string(f"{PAGE}#seq", {"seq": events[-1].seq, "oob": True}))
     return "".join(parts)
+
+
+def render_lanes(run: Run, view: dict[str, Any]) -> str:
+    """A round's time axis (replaced by id) and its changed lanes (each replaced by id,
+    data-upsert, or else appended to the round's lanes)."""
+    axis = render_to_string(f"{PAGE}#axis", {"round": view, "axis_oob": True})
+    lanes = "".join(render_to_string(f"{PAGE}#lane", {"run": run, "call": call})
+                    for call in view["changed"])
+    return axis + f'<div hx-swap-oob="beforeend:#round-{view["index"]}-lanes">{lanes}</div>'
 
 
 def render_fragment(fragment: dict[str, Any]) -> str:

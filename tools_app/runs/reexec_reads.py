@@ -9,10 +9,12 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import pydantic_core
 from django.conf import settings
+from django.db.models import QuerySet
 
 from ..models import (
     REEXECUTION_FINISHED,
@@ -22,6 +24,7 @@ from ..models import (
     ToolCall,
     ToolCallState,
 )
+from . import prepared
 
 # The call states that mean the run's own execution of the call is over (or never
 # happened): only those may be executed again, so a re-execution never races the run's.
@@ -39,13 +42,9 @@ def lane_adder(run: Run, indexes: Iterable[int] | None = None, *, call_pk: int |
                ) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """Adds to a call's dict (the timeline's) its re-executions, latest first, and
     whether it may be executed again (a finished call of a tool the run has)."""
-    rows = CallReexecution.objects.filter(run=run).order_by("tool_call_id", "-number")
-    if indexes is not None:
-        rows = rows.filter(tool_call__round__index__in=list(indexes))
-    if call_pk is not None:
-        rows = rows.filter(tool_call_id=call_pk)
+    wanted = list(indexes) if indexes is not None else None
     by_call: dict[int, list[dict[str, Any]]] = {}
-    for row in rows.values(*FIELDS):
+    for row in _rows(run, wanted, call_pk):
         by_call.setdefault(row["tool_call_id"], []).append(row)
     tools = frozenset(t["name"] for t in run.snapshot.get("tools", []))
 
@@ -58,6 +57,32 @@ def lane_adder(run: Run, indexes: Iterable[int] | None = None, *, call_pk: int |
         }
 
     return add
+
+
+def _rows(run: Run, indexes: list[int] | None, call_pk: int | None) -> list[dict[str, Any]]:
+    """The run's re-executions (of the rounds `indexes`, or of one call), by call and
+    latest first. Prepared (prepared.py): every live batch of a run asks for them."""
+    if indexes == []:
+        return []
+    arguments: tuple[Any, ...] = (run.pk,)
+    if indexes is not None:
+        arguments += (indexes,)
+    if call_pk is not None:
+        arguments += (call_pk,)
+    return prepared.rows(("reexecutions", indexes is not None, call_pk is not None),
+                         partial(_query, indexes is not None, call_pk is not None), *arguments)
+
+
+def _query(by_rounds: bool, by_call: bool, run_pk: Any, *wanted: Any,
+           ) -> QuerySet[CallReexecution, Any]:
+    rows = CallReexecution.objects.filter(run=run_pk).order_by("tool_call_id", "-number")
+    rest = list(wanted)
+    if by_rounds:
+        rows = rows.filter(tool_call__round__index__in=rest.pop(0))
+    if by_call:
+        rows = rows.filter(tool_call_id=rest.pop(0))
+    picked: QuerySet[CallReexecution, Any] = rows.values(*FIELDS)
+    return picked
 
 
 def call_lane(run: Run, call: ToolCall) -> dict[str, Any]:

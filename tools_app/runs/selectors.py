@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from functools import partial
 from typing import Any, NamedTuple
 
 import pydantic_core
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
@@ -29,6 +32,7 @@ from ..models import (
     ToolCallState,
     ToolRegistration,
 )
+from . import prepared
 from .reexec_reads import lane_adder as reexec_lanes
 from .snapshot import snapshot_messages
 
@@ -90,18 +94,24 @@ def events_after(run_id: str | uuid.UUID, seq: int, limit: int = 500) -> list[Ru
 
 
 class EventMark(NamedTuple):
-    """What the live timeline needs of an event: its seq and the round it touched."""
+    """What the live timeline needs of an event: its seq, the round it touched, its kind
+    and, for a tool call's event, the call's id (what the live batch re-renders)."""
 
     seq: int
     round_index: Any  # an int for events of a round; None (or anything else) otherwise
+    kind: str = ""
+    call_id: Any = None  # a str for a tool call's events
 
 
 def event_marks_after(run_id: str | uuid.UUID, seq: int, limit: int = 500) -> list[EventMark]:
     """Like events_after, without the payloads: a wire event's payload holds a whole
     request body (the conversation so far), which a live update never needs."""
-    rows = (RunEvent.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq")
-            .values_list("seq", "payload__round_index")[:limit])
-    return [EventMark(*row) for row in rows]
+    def marks(run: Any, after: Any) -> QuerySet[RunEvent, Any]:
+        return (RunEvent.objects.filter(run_id=run, seq__gt=after).order_by("seq")
+                .values_list("seq", "payload__round_index", "kind", "payload__call_id")[:limit])
+
+    # Prepared: every live batch begins with this read (prepared.py).
+    return [EventMark(*row) for row in prepared.rows(("event_marks", limit), marks, run_id, seq)]
 
 
 def endpoints_for_playground() -> QuerySet[ModelEndpoint]:
@@ -188,23 +198,73 @@ def round_views(run: Run, indexes: Iterable[int] | None = None, *,
     JSON API reports: no wire bodies (a round's request repeats the whole conversation),
     pretty JSON or bars, which were half the cost of a client polling a run.
     """
-    rounds = Round.objects.filter(run=run).order_by("index")
-    calls = ToolCall.objects.filter(run=run).order_by("call_index")
-    if indexes is not None:
-        wanted = list(indexes)
-        rounds = rounds.filter(index__in=wanted)
-        calls = calls.filter(round__index__in=wanted)
+    wanted = list(indexes) if indexes is not None else None
+    return _rounds_of(run, wanted, _calls_by_round(run, wanted), "id", display)
+
+
+def live_views(run: Run, whole: Collection[int], lanes: Mapping[int, Collection[str]],
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """For a live batch: the rounds `whole` as `round_views` shows them, and for each
+    round of `lanes` (whose only news is that the calls it names started or finished)
+    its time axis and those calls' lanes, the same views as in its whole round. The
+    lane rounds' own rows (their model call, with the whole request body) are not read;
+    the calls of all the rounds are read together."""
+    by_round = _calls_by_round(run, [*whole, *lanes], keyed_by_index=True)
+    rounds = _rounds_of(run, list(whole), by_round, "index", True) if whole else []
+    lane_rounds = []
+    for index, call_ids in lanes.items():
+        views, axis = _call_views(by_round.get(index, []))
+        if views:
+            lane_rounds.append({"index": index, "axis": axis, "calls": views, "changed": [
+                view for view in views if view["call_id"] in call_ids]})
+    return rounds, lane_rounds
+
+
+def _calls_by_round(run: Run, indexes: list[int] | None, *, keyed_by_index: bool = False,
+                    ) -> dict[int, list[dict[str, Any]]]:
+    """The calls of the rounds `indexes` (all: None) with their decisions and
+    re-executions, by round id (or index), in call order."""
+    if indexes == []:
+        return {}
+    columns = ("pk", "round_id", *(("round__index",) if keyed_by_index else ()), *CALL_FIELDS)
+
+    def calls(run_pk: Any, *wanted: Any) -> QuerySet[ToolCall, Any]:
+        found = ToolCall.objects.filter(run=run_pk).order_by("call_index")
+        picked: QuerySet[ToolCall, Any] = (
+            found.filter(round__index__in=wanted[0]) if wanted else found).values(*columns)
+        return picked
+
     by_round: dict[int, list[dict[str, Any]]] = {}
     approval = _approval_state(run)
-    reexecutions = reexec_lanes(run, indexes=wanted if indexes is not None else None)
-    for call in calls.values("pk", "round_id", *CALL_FIELDS):
-        by_round.setdefault(call["round_id"], []).append(reexecutions(approval(call)))
+    reexecutions = reexec_lanes(run, indexes=indexes)
+    arguments = (run.pk,) if indexes is None else (run.pk, indexes)
+    for call in prepared.rows(("calls", columns), calls, *arguments):
+        key = call.pop("round__index") if keyed_by_index else call["round_id"]
+        by_round.setdefault(key, []).append(reexecutions(approval(call)))
+    return by_round
+
+
+def _rounds_of(run: Run, indexes: list[int] | None, by_round: dict[int, list[dict[str, Any]]],
+               key: str, display: bool) -> list[dict[str, Any]]:
+    """The rounds `indexes` (all: None) with their calls from `by_round` (by round `key`:
+    "id" or "index")."""
+    if indexes == []:
+        return []
+    fields = ROUND_FIELDS if display else RECORD_ROUND_FIELDS
+
+    def rounds(run_pk: Any, *wanted: Any) -> QuerySet[Round, Any]:
+        found = Round.objects.filter(run=run_pk).order_by("index")
+        picked: QuerySet[Round, Any] = (
+            found.filter(index__in=wanted[0]) if wanted else found).values(
+            "id", "response", *fields)
+        return picked
+
     added = _added_messages(run)
     finished = run.is_terminal
-    fields = ROUND_FIELDS if display else RECORD_ROUND_FIELDS
-    return [_round_view(r, by_round.get(r["id"], []), finished, display) | {
+    arguments = (run.pk,) if indexes is None else (run.pk, indexes)
+    return [_round_view(r, by_round.get(r[key], []), finished, display) | {
         "added_messages": added.get(r["index"], []), "final": _is_final(run, r)}
-        for r in rounds.values("id", "response", *fields)]
+        for r in prepared.rows(("rounds", fields), rounds, *arguments)]
 
 
 def _is_final(run: Run, round_: dict[str, Any]) -> bool:
@@ -444,13 +504,38 @@ SETTING_LABELS = (("parallel", "Parallel calls"), ("max_concurrency", "At most a
                   ("provider_max_retries", "Provider retries"))
 
 
-def header_view(run: Run) -> dict[str, Any]:
-    """What the run header shows beyond the run row: the effective settings, counts
-    taken from the same rows as the lanes (so they agree at every moment of a live run),
-    and the call that stopped the run, if one did (its error is shown in its lane), and
-    where a replay left its recording and went on live (so it shows as it happens)."""
-    return {"settings": effective_settings(run), "counts": _lane_counts(run),
+def header_view(run: Run, owner: str | None = None) -> dict[str, Any]:
+    """What the run header shows beyond the run row: who started it (`owner`: their
+    username if already read, else read from `run.created_by`; "" for none), the
+    effective settings, counts taken from the same rows as the lanes (so they agree at
+    every moment of a live run), and the call that stopped the run, if one did (its
+    error is shown in its lane), and where a replay left its recording and went on live
+    (so it shows as it happens)."""
+    if owner is None:
+        owner = run.created_by.get_username() if run.created_by is not None else ""
+    return {"owner": owner, "settings": effective_settings(run), "counts": _lane_counts(run),
             "stopped_by": _stopping_call(run), "divergences": replay_divergences(run)}
+
+
+RUN_COLUMNS = tuple(field.attname for field in Run._meta.concrete_fields)
+
+
+def live_run(run_id: str | uuid.UUID) -> tuple[Run, str]:
+    """The run and its owner's username ("" for none), for a live batch's header: one
+    prepared read (prepared.py) instead of the ORM's get() with its join, which every
+    batch paid for. Raises Run.DoesNotExist."""
+    username = "created_by__" + get_user_model().USERNAME_FIELD
+    found = prepared.rows(("live_run", username), partial(_run_row, username), run_id)
+    if not found:
+        raise Run.DoesNotExist(run_id)
+    row = found[0]
+    run = Run.from_db(DEFAULT_DB_ALIAS, RUN_COLUMNS, [row[name] for name in RUN_COLUMNS])
+    return run, row[username] or ""
+
+
+def _run_row(username: str, run_id: Any) -> QuerySet[Run, Any]:
+    picked: QuerySet[Run, Any] = Run.objects.filter(pk=run_id).values(*RUN_COLUMNS, username)
+    return picked
 
 
 def effective_settings(run: Run) -> list[dict[str, Any]]:
@@ -471,13 +556,19 @@ def _setting_text(name: str, value: Any) -> str:
 
 
 def _lane_counts(run: Run) -> dict[str, int]:
-    # One query for the three counts: the header is rendered again for every live batch.
-    counted = ToolCall.objects.filter(run=run).aggregate(
-        rows=Count("pk"), running=Count("pk", filter=Q(state=ToolCallState.STARTED)),
-        errors=Count("pk", filter=Q(is_error=True)))
+    # One prepared query for the three counts: the header is rendered again for every
+    # live batch.
+    found = prepared.rows("lane_counts", _lane_counts_query, run.pk)
+    counted = found[0] if found else {"rows": 0, "running": 0, "errors": 0}
     not_executed = _not_executed_count(run)
     return {"calls": counted["rows"] + not_executed, "not_executed": not_executed,
             "running": counted["running"], "errors": counted["errors"]}
+
+
+def _lane_counts_query(run_pk: Any) -> QuerySet[ToolCall, Any]:
+    return ToolCall.objects.filter(run=run_pk).order_by().values("run").annotate(
+        rows=Count("pk"), running=Count("pk", filter=Q(state=ToolCallState.STARTED)),
+        errors=Count("pk", filter=Q(is_error=True)))
 
 
 def _not_executed_count(run: Run) -> int:

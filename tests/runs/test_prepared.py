@@ -1,0 +1,145 @@
+"""Prepared reads (runs/prepared.py): the rows the ORM's own queryset returns, for each
+set of arguments, with the SQL compiled once; on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import AbstractUser
+from django.db import connection
+from django.db.models import Count, Q, QuerySet
+from django.test.utils import CaptureQueriesContext
+
+from tools_app.models import (
+    ErrorPolicy,
+    ModelEndpoint,
+    Round,
+    Run,
+    RunEvent,
+    ToolCall,
+    ToolRegistration,
+)
+from tools_app.runs import prepared
+from tools_app.runs.runner import execute_run
+from tools_app.runs.selectors import CALL_FIELDS, ROUND_FIELDS, header_view, live_run
+
+from ..web.support import start_run
+
+pytestmark = pytest.mark.both
+
+
+@pytest.fixture
+def two_runs(bob: AbstractUser, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+             policy: ErrorPolicy) -> list[Run]:
+    """Two executed runs with different rounds, calls and events."""
+    tools = [demo_tools["get_weather"], demo_tools["always_fails"]]
+    runs = []
+    for name, cities in (("first", ["Paris", "Oslo"]), ("second", ["Rome"])):
+        endpoint: ModelEndpoint = make_endpoint([
+            {"tool_calls": [{"name": "get_weather", "arguments": {"city": c}} for c in cities]},
+            {"tool_calls": [{"name": "always_fails", "arguments": {"reason": name}}]},
+            {"text": f"{name} done"}], name=name)
+        run = start_run(bob, endpoint, tools, policy)
+        async_to_sync(execute_run)(str(run.pk))
+        run.refresh_from_db()
+        assert run.status == "succeeded"
+        runs.append(run)
+    return runs
+
+
+def calls(run_pk: Any, indexes: list[int]) -> QuerySet[ToolCall, Any]:
+    return (ToolCall.objects.filter(run=run_pk, round__index__in=indexes)
+            .order_by("call_index").values("pk", "round_id", "round__index", *CALL_FIELDS))
+
+
+def rounds(run_pk: Any) -> QuerySet[Round, Any]:
+    return Round.objects.filter(run=run_pk).order_by("index").values("id", *ROUND_FIELDS)
+
+
+def marks(run_pk: Any, after: int) -> QuerySet[RunEvent, Any]:
+    return (RunEvent.objects.filter(run_id=run_pk, seq__gt=after).order_by("seq")
+            .values_list("seq", "payload__round_index", "kind", "payload__call_id")[:500])
+
+
+def counts(run_pk: Any) -> QuerySet[ToolCall, Any]:
+    return ToolCall.objects.filter(run=run_pk).order_by().values("run").annotate(
+        rows=Count("pk"), errors=Count("pk", filter=Q(is_error=True)))
+
+
+@pytest.mark.parametrize(("build", "extra"), [
+    (calls, ([0, 1],)), (calls, ([1],)), (rounds, ()), (marks, (3,)), (counts, ())],
+    ids=["calls-2-rounds", "calls-1-round", "rounds", "event-marks", "counts"])
+def test_the_rows_are_the_querysets_for_every_run(
+    two_runs: list[Run], build: Any, extra: tuple[Any, ...],
+) -> None:
+    key = ("test", build.__name__)
+    for run in two_runs:
+        for run_id in (run.pk, str(run.pk)):  # a UUID or its text
+            expected = list(build(run.pk, *extra))
+            assert expected, "an empty result would prove nothing"
+            assert prepared.rows(key, build, run_id, *extra) == expected
+
+
+def test_the_values_are_converted_as_the_orm_converts_them(two_runs: list[Run]) -> None:
+    [call, *_] = prepared.rows(("test", "calls"), calls, two_runs[0].pk, [0])
+    assert call["arguments"] == {"city": "Paris"}  # JSON, decoded
+    assert call["started_at"].tzinfo is not None  # an aware datetime
+    assert isinstance(call["is_error"], bool)
+
+
+def test_a_second_call_takes_its_own_arguments(two_runs: list[Run]) -> None:
+    first, second = two_runs
+    key = ("test", "marks-args")
+    everything = prepared.rows(key, marks, first.pk, 0)
+    later = prepared.rows(key, marks, first.pk, 5)
+    other = prepared.rows(key, marks, second.pk, 0)
+    assert [row[0] for row in later] == [row[0] for row in everything if row[0] > 5]
+    assert other == list(marks(second.pk, 0)) != everything
+    assert prepared.rows(key, marks, uuid.uuid4(), 0) == []
+
+
+def test_each_read_is_one_query_that_the_test_tools_see(two_runs: list[Run]) -> None:
+    prepared.rows(("test", "counted"), rounds, two_runs[0].pk)
+    with CaptureQueriesContext(connection) as queries:
+        prepared.rows(("test", "counted"), rounds, two_runs[1].pk)
+    assert len(queries) == 1
+
+
+def test_an_argument_that_shapes_the_query_is_refused(two_runs: list[Run]) -> None:
+    def sliced(run_pk: Any, limit: int) -> QuerySet[RunEvent, Any]:
+        return RunEvent.objects.filter(run_id=run_pk).order_by("seq").values("seq")[:limit]
+
+    with pytest.raises(ValueError, match="every argument"):
+        prepared.rows(("test", "sliced"), sliced, two_runs[0].pk, 3)
+
+
+@pytest.mark.parametrize("argument", [True, [], ["a"], 1.5, None])
+def test_arguments_it_cannot_place_are_refused(two_runs: list[Run], argument: Any) -> None:
+    with pytest.raises(TypeError):
+        prepared.rows(("test", "bad"), lambda run_pk, _: rounds(run_pk), two_runs[0].pk,
+                      argument)
+
+
+def test_only_values_querysets_are_prepared(two_runs: list[Run]) -> None:
+    with pytest.raises(TypeError, match="values"):
+        prepared.rows(("test", "models"), lambda run_pk: Round.objects.filter(run=run_pk),
+                      two_runs[0].pk)
+
+
+def test_the_live_header_reads_the_run_and_its_owner_as_the_orm_does(
+    two_runs: list[Run],
+) -> None:
+    run = two_runs[0]
+    live, owner = live_run(run.pk)
+    orm = Run.objects.select_related("created_by").get(pk=run.pk)
+    for field in Run._meta.concrete_fields:
+        assert getattr(live, field.attname) == getattr(orm, field.attname), field.name
+    assert owner == orm.created_by.get_username() == "bob"
+    assert header_view(live, owner) == header_view(orm)
+    Run.objects.filter(pk=run.pk).update(created_by=None)
+    assert live_run(str(run.pk))[1] == ""
+    with pytest.raises(Run.DoesNotExist):
+        live_run(uuid.uuid4())

@@ -1,0 +1,204 @@
+"""Reads whose SQL the ORM builds once per shape and that run again with new parameters.
+
+Why: the live timeline reads the same few small queries for every batch it sends (a run's
+new events, its call counts, the touched rounds, their calls and re-executions), and the
+ORM spent most of each one building it again: cloning the queryset, resolving its
+filters and compiling it took 55-75 % of the query (0.35-0.7 ms against 0.05-0.16 ms to
+execute it and fetch the rows; docs/benchmarks/live.md). Here the ORM still writes the
+SQL, for each database, and its own converters still turn the columns into Python values
+(JSON, datetimes, UUIDs), so the rows are exactly what `values()` / `values_list()`
+return; only the compilation is kept.
+
+How the parameters are found: the query is built once with marker values in place of
+the arguments (a fresh UUID, a large int, a random string; a list stands for an `__in`
+of that many values), compiled, and each marker is located among the compiled
+parameters. A call puts its arguments where the markers were, prepared as the markers
+were (a UUID as its hex on a database without a UUID type); every other parameter (a
+JSON key path, a constant in a filter) stays as compiled. A shape whose markers cannot
+all be found is refused at its first use.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import uuid
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import QuerySet
+
+# Marker ints: far beyond any id, seq or index a test or a user creates, and within a
+# 32-bit column (SQLite and PostgreSQL compare them with any integer column).
+_MARKER_INT_BASE = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Where an argument (or one element of a list argument) goes among the params."""
+
+    position: int
+    argument: int
+    element: int | None  # the index in a list argument, or None
+    as_hex: bool  # a UUID stored as its hex string
+    # The int type the backend adapted the marker to (psycopg's Int4 for an integer
+    # column on PostgreSQL), applied to the argument the same way; None: a plain int.
+    int_type: type[int] | None = None
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    params: tuple[Any, ...]  # as compiled: the markers' positions are replaced per call
+    slots: tuple[_Slot, ...]
+    names: tuple[str, ...] | None  # the keys of values() rows; None: values_list tuples
+    converters: tuple[tuple[int, tuple[Callable[..., Any], ...], Any], ...]
+
+
+_compiled: dict[tuple[Hashable, str, tuple[Any, ...]], _Compiled] = {}
+_lock = threading.Lock()
+
+
+def rows(key: Hashable, build: Callable[..., QuerySet[Any, Any]],
+         *arguments: Any) -> list[Any]:
+    """What `list(build(*arguments))` returns (a values() or values_list() queryset),
+    with the SQL compiled once for `key` and the arguments' shape. Arguments: UUIDs (or
+    their strings), ints, strings, and non-empty lists of ints; `build` must use each
+    one as a query parameter (a filter value), never to choose the query's shape."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    shape = tuple(_kind(argument) for argument in arguments)
+    cache_key = (key, connection.vendor, shape)
+    compiled = _compiled.get(cache_key)
+    if compiled is None:
+        compiled = _compile(build, shape, connection)
+        with _lock:
+            _compiled[cache_key] = compiled
+    params = list(compiled.params)
+    for slot in compiled.slots:
+        value = arguments[slot.argument]
+        if slot.element is not None:
+            value = value[slot.element]
+        if isinstance(value, str) and shape[slot.argument] == "uuid":
+            value = uuid.UUID(value)
+        if slot.int_type is not None:
+            value = slot.int_type(value)
+        params[slot.position] = value.hex if slot.as_hex else value
+    with connection.cursor() as cursor:
+        cursor.execute(compiled.sql, params)
+        fetched = cursor.fetchall()
+    return _converted(fetched, compiled, connection)
+
+
+def _kind(argument: Any) -> Any:
+    if isinstance(argument, uuid.UUID):
+        return "uuid"
+    if isinstance(argument, bool):
+        raise TypeError("a bool is no query parameter here")
+    if isinstance(argument, int):
+        return "int"
+    if isinstance(argument, str):
+        return "uuid" if _is_uuid(argument) else "str"
+    if isinstance(argument, (list, tuple)) and argument and all(
+            isinstance(item, int) and not isinstance(item, bool) for item in argument):
+        return ("ints", len(argument))
+    raise TypeError(f"unsupported query argument: {argument!r}")
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _markers(shape: tuple[Any, ...]) -> list[Any]:
+    markers: list[Any] = []
+    counter = _MARKER_INT_BASE + secrets.randbelow(1_000_000) * 100
+    for kind in shape:
+        if kind == "uuid":
+            markers.append(uuid.uuid4())
+        elif kind == "int":
+            counter += 1
+            markers.append(counter)
+        elif kind == "str":
+            markers.append("marker-" + secrets.token_hex(12))
+        else:
+            markers.append(list(range(counter + 1, counter + 1 + kind[1])))
+            counter += kind[1]
+    return markers
+
+
+def _compile(build: Callable[..., QuerySet[Any, Any]], shape: tuple[Any, ...],
+             connection: Any) -> _Compiled:
+    markers = _markers(shape)
+    queryset = build(*markers)
+    query = queryset.query
+    compiler = query.get_compiler(connection=connection)
+    sql, params = compiler.as_sql()
+    slots = []
+    for position, param in enumerate(params):
+        slot = _slot_of(position, param, markers)
+        if slot is not None:
+            slots.append(slot)
+    found = {(slot.argument, slot.element) for slot in slots}
+    wanted = {(n, None) if not isinstance(m, list) else (n, e)
+              for n, m in enumerate(markers) for e in (range(len(m)) if isinstance(m, list)
+                                                        else [None])}
+    if found != wanted:
+        raise ValueError(f"the query does not take every argument as a parameter: {sql}")
+    fields = [selected[0] for selected in compiler.select[:compiler.col_count]]
+    converters = tuple((index, tuple(convs), expression)
+                       for index, (convs, expression)
+                       in compiler.get_converters(fields).items())
+    return _Compiled(sql=sql, params=tuple(params), slots=tuple(slots),
+                     names=_names(queryset), converters=converters)
+
+
+def _slot_of(position: int, param: Any, markers: Sequence[Any]) -> _Slot | None:
+    int_type = type(param) if isinstance(param, int) and type(param) not in (int, bool) else None
+    for argument, marker in enumerate(markers):
+        if isinstance(marker, list):
+            if isinstance(param, int) and not isinstance(param, bool) and param in marker:
+                return _Slot(position, argument, marker.index(param), False, int_type)
+        elif isinstance(marker, uuid.UUID):
+            if param == marker:
+                return _Slot(position, argument, None, False)
+            if param == marker.hex:
+                return _Slot(position, argument, None, True)
+        elif isinstance(marker, int):
+            if isinstance(param, int) and not isinstance(param, bool) and param == marker:
+                return _Slot(position, argument, None, False, int_type)
+        elif isinstance(param, str) and param == marker:
+            return _Slot(position, argument, None, False)
+    return None
+
+
+def _names(queryset: QuerySet[Any, Any]) -> tuple[str, ...] | None:
+    """The keys of a values() row, as Django's ValuesIterable takes them."""
+    from django.db.models.query import ValuesIterable, ValuesListIterable
+
+    if queryset._iterable_class is ValuesListIterable:
+        return None
+    if queryset._iterable_class is not ValuesIterable:
+        raise TypeError("only values() and values_list() querysets are prepared")
+    query = queryset.query
+    if query.selected:
+        return tuple(query.selected)
+    return (*query.extra_select, *query.values_select, *query.annotation_select)
+
+
+def _converted(fetched: list[Any], compiled: _Compiled, connection: Any) -> list[Any]:
+    converted = []
+    for row in fetched:
+        values = list(row)
+        for index, convs, expression in compiled.converters:
+            value = values[index]
+            for convert in convs:
+                value = convert(value, expression, connection)
+            values[index] = value
+        converted.append(dict(zip(compiled.names, values, strict=True))
+                         if compiled.names is not None else tuple(values))
+    return converted
