@@ -472,6 +472,38 @@ def problems(label: str, o: Outcome) -> list[str]:
 # (timings logged around the recorder, the notification hop and the consumer's reads, and
 # py-spy samples); this script does not re-measure it.
 PROFILE = """
+### Session 14: cheaper live batches
+
+What session 13 found (below) was fixed by making each batch cheaper to read and render,
+measured on the batches of one of this scenario's runs replayed through
+`render_updates` (18 batches, as the run committed them) under callgrind: **33.5 -> 13.7
+million instructions a batch** (-59 %), each step kept only for its own gain:
+
+1. **A lane-only batch** (-14 %: 33.5 -> 28.9 M): a round whose only events in the
+   batch are calls starting or finishing is not rendered whole; those calls' lanes and
+   the round's time axis are (`live.fragments.touched`), read with the whole rounds'
+   calls in one query. Rendered first as a separate read per round, it cost more than it
+   saved (36 M): the queries, not the templates, were most of a batch.
+2. **Prepared reads** (-41 %: 28.9 -> 17.1 M): building and compiling a query was 55-75 %
+   of each of a batch's five reads (0.35-0.7 ms against 0.05-0.16 ms to execute and
+   fetch); `runs.prepared` keeps the SQL the ORM compiled for each shape and database and
+   converts the rows with the ORM's own converters. The run row too, with its owner's
+   name, instead of `get()` with a join (`selectors.live_run`).
+3. **One template rendering a batch** (-15 %: 17.1 -> 14.5 M): `run_detail.html#live_batch`
+   instead of a `render_to_string` per header, round, axis, lane and marker.
+4. **Numbers written as they are** (-6 %: 14.5 -> 13.7 M): `{% localize off %}` on the page
+   and the batch (each int went through Django's number formatting, which changes nothing
+   in the app's `en-us`).
+
+A/B in the same half hour (this benchmark's (a) and (b), 2 runs each): (a) p95 22-24 ->
+16-20 ms, (b) p95 280-351 -> 233 ms and from emit p95 1.4-1.6 s -> 0.8-1.0 s, with the
+first two steps; the table above is the run after all four. (b) still misses the target:
+in the embedded configuration the runs and the viewers share one process, its GIL and
+the one reader thread, and at 700-1,000 events/s the flushes (about 670 messages, a few
+ms each) still queue behind each other and the runs; (c) and (d), whose runs execute in
+another process, fell to p95 26-37 and 464-520 ms (88 and 990 ms in session 13's
+run).
+
 ### Session 13: the runs got faster than the viewers
 
 Re-run on 2026-12-02 after the product-path work (issue 15: group commit, kept lane

@@ -27,14 +27,19 @@ LANE_EVENTS = frozenset({"tool_call_started", "tool_call_finished"})
 
 def render_updates(run_id: uuid.UUID | str, events: Sequence[EventMark]) -> str:
     """The same for every viewer of the run (nothing in it depends on who watches: the
-    Cancel button's CSRF token is in the page, outside the header), so viewers share it."""
+    Cancel button's CSRF token is in the page, outside the header), so viewers share it.
+    One template rendering for the whole batch (`run_detail.html#live_batch`)."""
     run, owner = live_run(run_id)
-    return render_header(run, owner) + render_changes(run, events)
+    whole, lanes = touched(events)
+    rounds, lane_rounds = live_views(run, whole, lanes) if whole or lanes else ([], [])
+    return render_to_string(f"{PAGE}#live_batch", {
+        "run": run, "header": header_view(run, owner), "oob": True, "rounds": rounds,
+        "lane_rounds": lane_rounds, "seq": events[-1].seq})
 
 
-def render_header(run: Run, owner: str | None = None) -> str:
+def render_header(run: Run) -> str:
     return render_to_string(f"{PAGE}#header",
-                            {"run": run, "header": header_view(run, owner), "oob": True})
+                            {"run": run, "header": header_view(run), "oob": True})
 
 
 def touched(events: Sequence[EventMark]) -> tuple[list[int], dict[int, set[str]]]:
@@ -50,28 +55,6 @@ def touched(events: Sequence[EventMark]) -> tuple[list[int], dict[int, set[str]]
         else:
             whole.add(index)
     return sorted(whole), {i: ids for i, ids in sorted(lanes.items()) if i not in whole}
-
-
-def render_changes(run: Run, events: Sequence[EventMark]) -> str:
-    """What the events touched (current state) and the seq marker."""
-    whole, lanes = touched(events)
-    rounds, lane_rounds = live_views(run, whole, lanes) if whole or lanes else ([], [])
-    parts = []
-    for round_view in rounds:
-        body = render_to_string(f"{PAGE}#round", {"run": run, "round": round_view})
-        parts.append(f'<div hx-swap-oob="beforeend:#rounds">{body}</div>')
-    parts += [render_lanes(run, view) for view in lane_rounds]
-    parts.append(render_to_string(f"{PAGE}#seq", {"seq": events[-1].seq, "oob": True}))
-    return "".join(parts)
-
-
-def render_lanes(run: Run, view: dict[str, Any]) -> str:
-    """A round's time axis (replaced by id) and its changed lanes (each replaced by id,
-    data-upsert, or else appended to the round's lanes)."""
-    axis = render_to_string(f"{PAGE}#axis", {"round": view, "axis_oob": True})
-    lanes = "".join(render_to_string(f"{PAGE}#lane", {"run": run, "call": call})
-                    for call in view["changed"])
-    return axis + f'<div hx-swap-oob="beforeend:#round-{view["index"]}-lanes">{lanes}</div>'
 
 
 def render_fragment(fragment: dict[str, Any]) -> str:

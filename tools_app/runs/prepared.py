@@ -64,9 +64,10 @@ _lock = threading.Lock()
 def rows(key: Hashable, build: Callable[..., QuerySet[Any, Any]],
          *arguments: Any) -> list[Any]:
     """What `list(build(*arguments))` returns (a values() or values_list() queryset),
-    with the SQL compiled once for `key` and the arguments' shape. Arguments: UUIDs (or
-    their strings), ints, strings, and non-empty lists of ints; `build` must use each
-    one as a query parameter (a filter value), never to choose the query's shape."""
+    with the SQL compiled once for `key` and the arguments' shape. Arguments: UUIDs,
+    ints, strings, and non-empty lists of ints (a UUID column takes a UUID, not its
+    text); `build` must use each one as a query parameter (a filter value), never to
+    choose the query's shape."""
     connection = connections[DEFAULT_DB_ALIAS]
     shape = tuple(_kind(argument) for argument in arguments)
     cache_key = (key, connection.vendor, shape)
@@ -80,8 +81,6 @@ def rows(key: Hashable, build: Callable[..., QuerySet[Any, Any]],
         value = arguments[slot.argument]
         if slot.element is not None:
             value = value[slot.element]
-        if isinstance(value, str) and shape[slot.argument] == "uuid":
-            value = uuid.UUID(value)
         if slot.int_type is not None:
             value = slot.int_type(value)
         params[slot.position] = value.hex if slot.as_hex else value
@@ -99,19 +98,11 @@ def _kind(argument: Any) -> Any:
     if isinstance(argument, int):
         return "int"
     if isinstance(argument, str):
-        return "uuid" if _is_uuid(argument) else "str"
+        return "str"
     if isinstance(argument, (list, tuple)) and argument and all(
             isinstance(item, int) and not isinstance(item, bool) for item in argument):
         return ("ints", len(argument))
     raise TypeError(f"unsupported query argument: {argument!r}")
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _markers(shape: tuple[Any, ...]) -> list[Any]:

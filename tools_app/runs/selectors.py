@@ -111,7 +111,12 @@ def event_marks_after(run_id: str | uuid.UUID, seq: int, limit: int = 500) -> li
                 .values_list("seq", "payload__round_index", "kind", "payload__call_id")[:limit])
 
     # Prepared: every live batch begins with this read (prepared.py).
-    return [EventMark(*row) for row in prepared.rows(("event_marks", limit), marks, run_id, seq)]
+    return [EventMark(*row) for row in prepared.rows(("event_marks", limit), marks,
+                                                     _as_uuid(run_id), seq)]
+
+
+def _as_uuid(run_id: str | uuid.UUID) -> uuid.UUID:
+    return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(run_id)
 
 
 def endpoints_for_playground() -> QuerySet[ModelEndpoint]:
@@ -525,7 +530,8 @@ def live_run(run_id: str | uuid.UUID) -> tuple[Run, str]:
     prepared read (prepared.py) instead of the ORM's get() with its join, which every
     batch paid for. Raises Run.DoesNotExist."""
     username = "created_by__" + get_user_model().USERNAME_FIELD
-    found = prepared.rows(("live_run", username), partial(_run_row, username), run_id)
+    found = prepared.rows(("live_run", username), partial(_run_row, username),
+                          _as_uuid(run_id))
     if not found:
         raise Run.DoesNotExist(run_id)
     row = found[0]
