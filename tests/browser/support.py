@@ -60,6 +60,8 @@ document.addEventListener('DOMContentLoaded', () => {
     if (banner.dataset.state !== last) { window.__socketStates.push(banner.dataset.state); }
   }).observe(banner, {attributes: true, attributeFilter: ['data-state']});
 });
+window.__messages = [];
+document.addEventListener('htmx:wsBeforeMessage', (e) => { window.__messages.push(e.detail.message); });
 document.addEventListener('htmx:wsAfterMessage', () => {
   const badge = document.querySelector('#run-header [data-status]');
   window.__live.push({

@@ -82,6 +82,11 @@ async def test_a_run_streams_live_and_ends_equal_to_a_reload(
     assert live, "no live update arrived"
     assert live[-1]["status"] == "succeeded"
     assert live[-1]["rounds"] == ["round-0", "round-1"]
+    # The nap's end came as round 0's lane and axis, not round 0 again (its start was
+    # stored before it ran: the tool is not idempotent).
+    messages = await page.evaluate("window.__messages")
+    assert any('hx-swap-oob="beforeend:#round-0-lanes"' in m and 'id="round-0"' not in m
+               for m in messages)
     assert await page.locator("#run-header .badge").first.inner_text() == "Succeeded"
 
     # The parallel round: three lanes that started together.
