@@ -61,7 +61,9 @@ document.addEventListener('DOMContentLoaded', () => {
   }).observe(banner, {attributes: true, attributeFilter: ['data-state']});
 });
 window.__messages = [];
-document.addEventListener('htmx:wsBeforeMessage', (e) => { window.__messages.push(e.detail.message); });
+document.addEventListener('htmx:wsBeforeMessage', (e) => {
+  window.__messages.push(e.detail.message);
+});
 document.addEventListener('htmx:wsAfterMessage', () => {
   const badge = document.querySelector('#run-header [data-status]');
   window.__live.push({
