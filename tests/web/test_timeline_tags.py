@@ -1,0 +1,56 @@
+"""`{% call_url %}` (web/timeline_tags.py): the URL `{% url %}` gives for a call of a run,
+from one reverse per run and URL name."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.template import engines
+from django.urls import NoReverseMatch, clear_script_prefix, reverse, set_script_prefix
+
+from tools_app.web import timeline_tags
+from tools_app.web.timeline_tags import call_url
+
+CALL_URLS = ("call_reexecute", "call_result", "call_check_arguments", "call_reexecute_check")
+
+
+@pytest.mark.parametrize("name", CALL_URLS)
+def test_it_is_the_reversed_url_for_every_call(name: str) -> None:
+    runs = [uuid.uuid4(), uuid.uuid4()]
+    for run in runs:
+        for call in (1, 7, 42, 1_000_000, 2**31 - 1):
+            assert call_url(name, run, call) == reverse(name, args=[run, call])
+
+
+def test_it_follows_the_script_prefix() -> None:
+    run = uuid.uuid4()
+    set_script_prefix("/agentforge/")
+    try:
+        assert call_url("call_reexecute", run, 5) == f"/agentforge/runs/{run}/calls/5/reexecute/"
+        assert call_url("call_reexecute", run, 5) == reverse("call_reexecute", args=[run, 5])
+    finally:
+        clear_script_prefix()
+    assert call_url("call_reexecute", run, 5) == f"/runs/{run}/calls/5/reexecute/"
+
+
+def test_in_a_template_it_writes_the_same_as_url() -> None:
+    engine = engines["django"]
+    context = {"run": uuid.uuid4(), "call": 12}
+    ours = engine.from_string("{% load timeline %}{% call_url 'call_result' run call %}")
+    django_s = engine.from_string("{% url 'call_result' run call %}")
+    assert ours.render(context) == django_s.render(context)
+
+
+def test_a_url_that_takes_no_call_is_refused() -> None:
+    with pytest.raises(NoReverseMatch):
+        call_url("run_fork", uuid.uuid4(), 3)
+
+
+def test_a_url_whose_call_id_is_not_a_whole_segment_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(timeline_tags, "reverse",
+                        lambda name, args: f"/runs/{args[0]}/call-{args[1]}.txt")
+    with pytest.raises(ValueError, match="call id"):
+        call_url("made_up", uuid.uuid4(), 3)
