@@ -3,6 +3,7 @@ set of arguments, with the SQL compiled once; on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import connection, connections
 from django.db.models import Count, Q, QuerySet
 from django.test.utils import CaptureQueriesContext
 
@@ -150,3 +151,37 @@ def test_a_uuid_column_takes_a_uuid_not_its_text(two_runs: list[Run]) -> None:
     matches the wrong rows."""
     with pytest.raises(ValidationError):
         prepared.rows(("test", "text-id"), rounds, str(two_runs[0].pk))
+
+
+def test_lists_of_lengths_up_to_a_power_of_two_share_one_shape(two_runs: list[Run]) -> None:
+    run = two_runs[0]
+    key = ("test", "padded")
+    prepared.rows(key, calls, run.pk, [0, 1, 2, 3])
+    shapes = len(prepared._compiled)
+    for indexes in ([1, 0, 1], [0, 1, 0, 0], [1, 1, 1]):  # lengths 3 and 4: one shape
+        assert prepared.rows(key, calls, run.pk, indexes) == list(calls(run.pk, indexes))
+    assert len(prepared._compiled) == shapes
+    assert prepared.rows(key, calls, run.pk, [0, 1, 0, 1, 0]) == list(calls(run.pk, [0, 1]))
+    assert len(prepared._compiled) == shapes + 1  # 5 -> 8
+
+
+@pytest.mark.django_db(transaction=True)  # the other thread's connection sees the rows
+def test_each_threads_connection_converts_its_own_rows(two_runs: list[Run]) -> None:
+    """A backend's converters belong to its connection: another thread's connection
+    reads the same rows with its own."""
+    run = two_runs[0]
+    key = ("test", "threads")
+    here = prepared.rows(key, calls, run.pk, [0, 1])
+    there: list[Any] = []
+
+    def read() -> None:
+        try:
+            there.append(prepared.rows(key, calls, run.pk, [0, 1]))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    thread.join()
+    assert there == [here]
+    assert here[0]["started_at"].tzinfo is not None

@@ -260,6 +260,12 @@ def test_calls_progress_renders_their_lanes_and_the_rounds_axis_not_the_round(
     # Any other event of the round (here its model response) renders it whole.
     response = [e for e in events if e.kind == "model_response_received"][:1]
     assert ROUND_RE.findall(render_updates(run.pk, marks(finishes + response))) == ["round-0"]
+    # So does a call id no stored call has (an event keeps the id the provider sent; the
+    # row keeps it cut to its column): its lane could not be found.
+    long_id = EventMark(finishes[-1].seq, 0, "tool_call_finished", "c" * 300)
+    unmatched = render_updates(run.pk, [*marks(finishes), long_id])
+    assert ROUND_RE.findall(unmatched) == ["round-0"]
+    assert not LANES_RE.search(ROUND_RE.sub("", unmatched))
 
 
 def test_a_round_with_one_started_call_has_a_hidden_axis_for_later_batches(
@@ -361,9 +367,11 @@ def test_the_fragments_show_hostile_values_escaped_and_inert(hostile_runs: list[
     progress = [m for m in event_marks_after(hostile_runs[0].pk, 0)
                 if m.kind in ("tool_call_started", "tool_call_finished")]
     lanes_only = render_updates(hostile_runs[0].pk, progress)
-    assert LANES_RE.search(lanes_only)
     assert not ROUND_RE.search(lanes_only)
+    sent = [lane for _, lanes in LANES_RE.findall(lanes_only) for lane in LANE_RE.findall(lanes)]
+    assert len(sent) == len({m.call_id for m in progress})
     assert_inert(lanes_only, scripts=0)
+    assert any(m in lanes_only for m in ("alert(", "&lt;script"))  # the payload is there
 
 
 def test_every_hostile_field_reaches_the_page(

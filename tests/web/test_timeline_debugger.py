@@ -13,10 +13,11 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from django.utils import timezone
 
-from tools_app.live.fragments import render_header
+from tools_app.live.fragments import render_updates
 from tools_app.models import ErrorPolicy, Round, Run, ToolCall, ToolRegistration
 from tools_app.runs import services
 from tools_app.runs.runner import execute_run
+from tools_app.runs.selectors import EventMark
 
 from .support import PAYLOAD, STATIC_SCRIPTS, Tree, assert_inert, inside_hx_disable
 
@@ -71,7 +72,7 @@ def test_calls_a_capped_run_never_executed_are_shown_as_not_executed(
     assert "2 calls not executed" in page  # on the round's head
     assert "2+2" in page
     assert_inert(page, scripts=STATIC_SCRIPTS)
-    header = render_header(run)
+    header = render_updates(run.pk, [EventMark(run.last_seq, None, "run_status")])
     assert 'data-total="tool_calls">3 ' in header
     assert "(2 not executed)" in header
 

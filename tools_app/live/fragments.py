@@ -16,7 +16,6 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from ..models import Run
 from ..runs.selectors import EventMark, header_view, live_run, live_views
 
 PAGE = "tools_app/run_detail.html"
@@ -35,11 +34,6 @@ def render_updates(run_id: uuid.UUID | str, events: Sequence[EventMark]) -> str:
     return render_to_string(f"{PAGE}#live_batch", {
         "run": run, "header": header_view(run, owner), "oob": True, "rounds": rounds,
         "lane_rounds": lane_rounds, "seq": events[-1].seq})
-
-
-def render_header(run: Run) -> str:
-    return render_to_string(f"{PAGE}#header",
-                            {"run": run, "header": header_view(run), "oob": True})
 
 
 def touched(events: Sequence[EventMark]) -> tuple[list[int], dict[int, set[str]]]:

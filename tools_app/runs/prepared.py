@@ -15,7 +15,10 @@ of that many values), compiled, and each marker is located among the compiled
 parameters. A call puts its arguments where the markers were, prepared as the markers
 were (a UUID as its hex on a database without a UUID type); every other parameter (a
 JSON key path, a constant in a filter) stays as compiled. A shape whose markers cannot
-all be found is refused at its first use.
+all be found is refused at its first use. A list is padded to a power of two (its last
+value repeated), so an `__in` takes a few shapes, not one per length. The rows are
+converted with the converters of the connection that reads them (a backend's are
+methods of its connection), kept per connection.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ from __future__ import annotations
 import secrets
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import QuerySet
+from django.db.models.expressions import ColPairs
 
 # Marker ints: far beyond any id, seq or index a test or a user creates, and within a
 # 32-bit column (SQLite and PostgreSQL compare them with any integer column).
@@ -54,10 +59,15 @@ class _Compiled:
     params: tuple[Any, ...]  # as compiled: the markers' positions are replaced per call
     slots: tuple[_Slot, ...]
     names: tuple[str, ...] | None  # the keys of values() rows; None: values_list tuples
-    converters: tuple[tuple[int, tuple[Callable[..., Any], ...], Any], ...]
+    expressions: tuple[Any, ...]  # the selected columns, whose converters read the rows
 
+
+Converters = tuple[tuple[int, tuple[Callable[..., Any], ...], Any], ...]
 
 _compiled: dict[tuple[Hashable, str, tuple[Any, ...]], _Compiled] = {}
+# A backend's converters are methods of its connection (SQLite's datetime converter reads
+# the connection's time zone): each thread's connection gets its own.
+_converters: weakref.WeakKeyDictionary[Any, dict[Any, Converters]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -69,6 +79,7 @@ def rows(key: Hashable, build: Callable[..., QuerySet[Any, Any]],
     text); `build` must use each one as a query parameter (a filter value), never to
     choose the query's shape."""
     connection = connections[DEFAULT_DB_ALIAS]
+    arguments = tuple(_padded(argument) for argument in arguments)
     shape = tuple(_kind(argument) for argument in arguments)
     cache_key = (key, connection.vendor, shape)
     compiled = _compiled.get(cache_key)
@@ -87,7 +98,35 @@ def rows(key: Hashable, build: Callable[..., QuerySet[Any, Any]],
     with connection.cursor() as cursor:
         cursor.execute(compiled.sql, params)
         fetched = cursor.fetchall()
-    return _converted(fetched, compiled, connection)
+    return _converted(fetched, compiled, _converters_for(cache_key, compiled, connection),
+                      connection)
+
+
+def _padded(argument: Any) -> Any:
+    """A list repeats its last value up to the next power of two: `IN` ignores the
+    repeats, and the lists of a query's calls then take a few shapes, not one per length
+    (each shape is compiled and kept)."""
+    if not isinstance(argument, (list, tuple)) or not argument:
+        return argument
+    size = 1 << (len(argument) - 1).bit_length()
+    return [*argument, *[argument[-1]] * (size - len(argument))]
+
+
+def _converters_for(cache_key: Any, compiled: _Compiled, connection: Any) -> Converters:
+    """The converters of `compiled`'s columns on `connection`, as the ORM's compiler
+    takes them (`SQLCompiler.get_converters`)."""
+    per_connection = _converters.get(connection)
+    if per_connection is None:
+        with _lock:
+            per_connection = _converters.setdefault(connection, {})
+    found = per_connection.get(cache_key)
+    if found is None:
+        found = per_connection[cache_key] = tuple(
+            (index, tuple(convs), expression)
+            for index, expression in enumerate(compiled.expressions)
+            if (convs := connection.ops.get_db_converters(expression)
+                + expression.get_db_converters(connection)))
+    return found
 
 
 def _kind(argument: Any) -> Any:
@@ -140,12 +179,11 @@ def _compile(build: Callable[..., QuerySet[Any, Any]], shape: tuple[Any, ...],
                                                         else [None])}
     if found != wanted:
         raise ValueError(f"the query does not take every argument as a parameter: {sql}")
-    fields = [selected[0] for selected in compiler.select[:compiler.col_count]]
-    converters = tuple((index, tuple(convs), expression)
-                       for index, (convs, expression)
-                       in compiler.get_converters(fields).items())
+    expressions = tuple(selected[0] for selected in compiler.select[:compiler.col_count])
+    if any(isinstance(expression, ColPairs) for expression in expressions):
+        raise TypeError("a composite primary key is not prepared here")
     return _Compiled(sql=sql, params=tuple(params), slots=tuple(slots),
-                     names=_names(queryset), converters=converters)
+                     names=_names(queryset), expressions=expressions)
 
 
 def _slot_of(position: int, param: Any, markers: Sequence[Any]) -> _Slot | None:
@@ -181,11 +219,12 @@ def _names(queryset: QuerySet[Any, Any]) -> tuple[str, ...] | None:
     return (*query.extra_select, *query.values_select, *query.annotation_select)
 
 
-def _converted(fetched: list[Any], compiled: _Compiled, connection: Any) -> list[Any]:
+def _converted(fetched: list[Any], compiled: _Compiled, converters: Converters,
+               connection: Any) -> list[Any]:
     converted = []
     for row in fetched:
         values = list(row)
-        for index, convs, expression in compiled.converters:
+        for index, convs, expression in converters:
             value = values[index]
             for convert in convs:
                 value = convert(value, expression, connection)

@@ -213,15 +213,23 @@ def live_views(run: Run, whole: Collection[int], lanes: Mapping[int, Collection[
     round of `lanes` (whose only news is that the calls it names started or finished)
     its time axis and those calls' lanes, the same views as in its whole round. The
     lane rounds' own rows (their model call, with the whole request body) are not read;
-    the calls of all the rounds are read together."""
+    the calls of all the rounds are read together. A round some of whose named calls
+    match no stored call is rendered whole: an event's call id is the one the provider
+    sent, redacted, and a stored one is cut to fit its column (`storage.fit_column`), so a
+    very long id or one holding a secret differs, and its lane would never be updated."""
     by_round = _calls_by_round(run, [*whole, *lanes], keyed_by_index=True)
-    rounds = _rounds_of(run, list(whole), by_round, "index", True) if whole else []
+    whole_rounds = list(whole)
     lane_rounds = []
     for index, call_ids in lanes.items():
         views, axis = _call_views(by_round.get(index, []))
-        if views:
-            lane_rounds.append({"index": index, "axis": axis, "calls": views, "changed": [
-                view for view in views if view["call_id"] in call_ids]})
+        changed = [view for view in views if view["call_id"] in call_ids]
+        if {view["call_id"] for view in changed} != set(call_ids):
+            whole_rounds.append(index)
+        else:
+            lane_rounds.append({"index": index, "axis": axis, "calls": views,
+                                "changed": changed})
+    rounds = (_rounds_of(run, sorted(whole_rounds), by_round, "index", True)
+              if whole_rounds else [])
     return rounds, lane_rounds
 
 

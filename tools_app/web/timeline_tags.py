@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from django import template
-from django.urls import get_script_prefix, reverse
+from django.urls import get_script_prefix, get_urlconf, reverse
 
 from ..runs.selectors import format_ms
 
@@ -40,13 +40,14 @@ def call_url(name: str, run_pk: object, call_pk: int) -> str:
     1,000 calls reversed the re-execute URL 1,000 times, a tenth of its rendering
     (docs/benchmarks/render.md). The int converter writes the id as its digits, so the
     URL is the reversed one with the marker's digits replaced."""
-    head, tail = _call_url_parts(name, str(run_pk), get_script_prefix())
+    head, tail = _call_url_parts(name, str(run_pk), get_script_prefix(), get_urlconf())
     return f"{head}{int(call_pk)}{tail}"
 
 
 @lru_cache(maxsize=1024)
-def _call_url_parts(name: str, run_pk: str, script_prefix: str) -> tuple[str, str]:
-    # script_prefix: part of the key only (reverse reads the current one itself).
+def _call_url_parts(name: str, run_pk: str, script_prefix: str,
+                    urlconf: object) -> tuple[str, str]:
+    # script_prefix, urlconf: parts of the key only (reverse reads the current ones).
     url = reverse(name, args=[run_pk, _CALL_MARKER])
     head, marker, tail = url.partition(f"/{_CALL_MARKER}/")
     if not marker or str(_CALL_MARKER) in tail:
