@@ -30,7 +30,7 @@ def render_updates(run_id: uuid.UUID | str, events: Sequence[EventMark]) -> str:
     One template rendering for the whole batch (`run_detail.html#live_batch`)."""
     run, owner = live_run(run_id)
     whole, lanes = touched(events)
-    rounds, lane_rounds = live_views(run, whole, lanes) if whole or lanes else ([], [])
+    rounds, lane_rounds = live_views(run, whole, lanes)
     return render_to_string(f"{PAGE}#live_batch", {
         "run": run, "header": header_view(run, owner), "oob": True, "rounds": rounds,
         "lane_rounds": lane_rounds, "seq": events[-1].seq})

@@ -213,7 +213,8 @@ def live_views(run: Run, whole: Collection[int], lanes: Mapping[int, Collection[
     round of `lanes` (whose only news is that the calls it names started or finished)
     its time axis and those calls' lanes, the same views as in its whole round. The
     lane rounds' own rows (their model call, with the whole request body) are not read;
-    the calls of all the rounds are read together. A round some of whose named calls
+    the calls of all the rounds are read together (nothing is read when there are no
+    rounds). A round some of whose named calls
     match no stored call is rendered whole: an event's call id is the one the provider
     sent, redacted, and a stored one is cut to fit its column (`storage.fit_column`), so a
     very long id or one holding a secret differs, and its lane would never be updated."""
