@@ -229,7 +229,7 @@ else:
 TASK_BACKEND = envstr("TASK_BACKEND", "inprocess")
 _TASK_BACKENDS = {
     "inprocess": "tools_app.runs.task_backend.InProcessBackend",
-    "database": "django_tasks_db.DatabaseBackend",
+    "database": "tools_app.runs.task_wakeup.WakingDatabaseBackend",
     "immediate": "django.tasks.backends.immediate.ImmediateBackend",
 }
 if TASK_BACKEND not in _TASK_BACKENDS:

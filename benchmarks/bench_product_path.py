@@ -166,8 +166,8 @@ def serve(env: dict[str, str], workdir: Path, *, workers: int) -> Iterator[Serve
                          "agentforge_web.asgi:application"])
         for index in range(workers):
             start(f"db_worker{index + 1}", [
-                PYTHON, "manage.py", "db_worker", "--no-reload", "--interval", "0.05",
-                "--no-startup-delay", "--concurrency", str(WORKER_CONCURRENCY)])
+                PYTHON, "manage.py", "db_worker", "--no-reload", "--no-startup-delay",
+                "--concurrency", str(WORKER_CONCURRENCY)])
         server = Server(f"http://127.0.0.1:{port}", token,
                         {k: v for k, v in processes.items() if k != "fake_llm"}, logs)
         wait_until_up(server)
@@ -209,6 +209,7 @@ def auth(server: Server) -> dict[str, str]:
 class Outcome:
     runs: int
     walls_ms: list[float] = field(default_factory=list)
+    queued_ms: list[float] = field(default_factory=list)  # created -> started (claimed)
     from_emit_ms: list[float] = field(default_factory=list)
     cpu_s: dict[str, float] = field(default_factory=dict)
     peak_mb: dict[str, float] = field(default_factory=dict)
@@ -290,10 +291,17 @@ async def scenario(server: Server, runs: int) -> Outcome:
             outcome.failed += run["status"] != "succeeded"
             if run.get("wall_ms") is not None:
                 outcome.walls_ms.append(float(run["wall_ms"]))
+            if run.get("started_at"):
+                outcome.queued_ms.append(seconds_between(run["created_at"],
+                                                         run["started_at"]) * 1000)
             outcome.from_emit_ms += await emit_delays(http, server, run_id)
     outcome.cpu_s = {k: cpu_after[k] - cpu_before[k] for k in cpu_after}
     outcome.rounds = outcome.finished * MODEL_CALLS
     return outcome
+
+
+def seconds_between(earlier: str, later: str) -> float:
+    return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
 
 
 def merged(outcomes: list[Outcome]) -> Outcome:
@@ -301,6 +309,7 @@ def merged(outcomes: list[Outcome]) -> Outcome:
     total = Outcome(runs=first.runs, load=(first.load[0], outcomes[-1].load[1]))
     for o in outcomes:
         total.walls_ms += o.walls_ms
+        total.queued_ms += o.queued_ms
         total.from_emit_ms += o.from_emit_ms
         total.finished += o.finished
         total.failed += o.failed
@@ -392,13 +401,15 @@ def row(label: str, o: Outcome) -> str:
             f"| {wall:,.0f} ms | **{IDEAL_MS / wall:.0%}** ({IDEAL_MS / worst:.0%}) "
             f"| {percentile(emit, 50):.0f} ms | **{percentile(emit, 95):.0f} ms** "
             f"| {max(emit) if emit else float('nan'):,.0f} ms "
+            f"| {percentile(o.queued_ms, 50):.0f} / {percentile(o.queued_ms, 95):.0f} ms "
             f"| {cpu_ms:.1f} ms ({by_process}) | {memory} "
             f"| {o.load[0]:.1f} / {o.load[1]:.1f} |")
 
 
 HEADER = ("| configuration | concurrent runs | succeeded / finished | median run wall "
           "| efficiency (worst run) | from emit p50 | from emit p95 | from emit max "
-          "| server CPU per round (by process) | peak RSS MB | load |\n" + "|---" * 11 + "|")
+          "| queued p50 / p95 | server CPU per round (by process) | peak RSS MB | load |\n"
+          + "|---" * 12 + "|")
 
 
 def report(results: dict[str, Result | str], elapsed: float) -> str:
@@ -429,15 +440,18 @@ Runs started with `POST /api/runs` against the product's fake OpenAI-compatible 
 {IDEAL_MS:,} ms. All the runs of a scenario are started at once. **Efficiency** = ideal /
 the run's wall time (`Run.wall_ms`), median over the runs (the worst run in brackets);
 1 run is repeated {SINGLE_REPEATS} times. **From emit** = `RunEvent.created_at` - the
-engine event's own time (`at`), over every event that has one. **Server CPU per round**
+engine event's own time (`at`), over every event that has one. **Queued** = the run's
+`started_at` - its `created_at`: how long it waited for a worker to claim it (not in its
+wall time). **Server CPU per round**
 = the user + system CPU of daphne (and the db_workers) during the scenario / the model
 calls made ({MODEL_CALLS} per run). Each configuration starts with 2 runs not counted
 (the processes' first run imports and connects). **Peak RSS** = each process's high-water mark after
 the scenario. Embedded: SQLite (WAL), the in-memory channel layer, the worker inside
 daphne. Scale-out: PostgreSQL, Redis, one daphne and {WORKERS} `db_worker
---concurrency {WORKER_CONCURRENCY}`. Everything (the fake server, PostgreSQL, Redis, the
-client) shares one machine ({os.cpu_count()} CPUs, shared with other work: the 1-minute
-load average before / after each scenario is given).
+--concurrency {WORKER_CONCURRENCY}` (their default poll interval, 1 s: an enqueue wakes
+them). Everything (the fake server, PostgreSQL, Redis, the client) shares one
+machine ({os.cpu_count()} CPUs, shared with other work: the 1-minute load average
+before / after each scenario is given).
 
 {HEADER}
 {chr(10).join(rows)}

@@ -196,7 +196,7 @@ def test_the_scale_out_configuration_is_honoured(tmp_path: Path) -> None:
         "CONFIG": {"hosts": [{"address": "redis://cache.internal:6380/2",
                               "socket_timeout": 30}], "capacity": 250},
     }
-    assert config["tasks"] == "django_tasks_db.DatabaseBackend"
+    assert config["tasks"] == "tools_app.runs.task_wakeup.WakingDatabaseBackend"
     assert (config["lease"], config["heartbeat"]) == (12.5, 2.0)
 
 

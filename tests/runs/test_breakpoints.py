@@ -56,9 +56,10 @@ def run_with(make_endpoint: Any, tools: dict[str, ToolRegistration], policy: Err
 
 
 def go_on(run: Run, user: AbstractUser, step: str = "run", **fields: Any) -> RunPause:
-    pause = continue_run(run=run, user=user, step=step, **fields)
+    continued = continue_run(run=run, user=user, step=step, **fields)
     run.refresh_from_db()
-    return pause
+    assert continued.run_status == run.status  # nothing executes runs here
+    return continued.pause
 
 
 def open_pause(run: Run) -> RunPause:

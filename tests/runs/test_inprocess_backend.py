@@ -19,7 +19,7 @@ from django.db.models import Count, Q
 
 from tests.fixtures_world import WEATHER_SCRIPT
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall, ToolRegistration
-from tools_app.runs import services, task_backend
+from tools_app.runs import task_backend, tasks
 from tools_app.tools.registry import sync_tools
 
 from .support import assert_seqs_gapless, start, wait_until
@@ -81,7 +81,7 @@ def test_a_run_is_enqueued_only_when_its_transaction_commits(
 ) -> None:
     endpoint, tool, policy = world
     enqueued: list[str] = []
-    monkeypatch.setattr(services, "enqueue_run", enqueued.append)
+    monkeypatch.setattr(tasks, "enqueue_run", enqueued.append)
 
     def create_then_fail() -> None:
         with transaction.atomic():

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from django.db import transaction
+from django_tasks_db.models import DBTaskResult
 
 from tools_app.engine import SystemMessage, UserMessage
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolRegistration
@@ -70,3 +74,39 @@ def test_a_valid_request_with_a_system_prompt_is_accepted(
     assert Run.objects.get() == run
     assert run.snapshot["messages"] == [{"type": "system", "text": "Be brief"},
                                         {"type": "user", "text": "Weather?"}]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_database_backend_the_task_is_stored_with_the_run(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy, settings: Any,
+) -> None:
+    """The scale-out configuration writes the run's task in the run's own transaction:
+    both are stored, or neither (no queued run without a task if the process dies at
+    the commit)."""
+    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.task_wakeup.WakingDatabaseBackend"}}
+
+    def create(text: str) -> Run:
+        return run_create(user=None, endpoint=weather_endpoint,
+                          tools=[demo_tools["get_weather"]], policy=policy,
+                          messages=conversation(user_message=text))
+
+    def create_then_fail() -> None:
+        with transaction.atomic():
+            create("rolled back")
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError, match="roll back"):
+        create_then_fail()
+    assert not Run.objects.exists()
+    assert not DBTaskResult.objects.exists()
+
+    with transaction.atomic():
+        run = create("kept")
+        # Written before the commit, in the same transaction.
+        [task] = DBTaskResult.objects.all()
+    assert task.args_kwargs["args"] == [str(run.pk)]
+    assert task.task_path == "tools_app.runs.tasks.execute_run"
+    assert DBTaskResult.objects.get().status == "READY"
+    assert [e.seq for e in RunEvent.objects.filter(run=run)] == [1]
+    assert Run.objects.get(pk=run.pk).last_seq == 1

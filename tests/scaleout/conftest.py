@@ -65,7 +65,7 @@ def _scaleout_configuration(settings: Any) -> None:
         pytest.fail("scale-out tests need DATABASE_URL=postgres://... and REDIS_URL "
                     "(see the Makefile's test target)")
     settings.TASK_BACKEND = "database"
-    settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.task_wakeup.WakingDatabaseBackend"}}
 
 
 def database_url() -> str:
@@ -144,10 +144,10 @@ class WorkerPool:
     env: dict[str, str]
     workers: list[Worker] = field(default_factory=list)
 
-    def start(self, name: str, **extra_env: str) -> Worker:
+    def start(self, name: str, *, interval: str = "0.1", **extra_env: str) -> Worker:
         log_path = self.directory / f"{name}.log"
         command = [sys.executable, "manage.py", "db_worker", "--no-reload",
-                   "--no-startup-delay", "--interval", "0.1", "--worker-id", name]
+                   "--no-startup-delay", "--interval", interval, "--worker-id", name]
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 command, cwd=REPO_ROOT, env=self.env | extra_env, stdin=subprocess.DEVNULL,

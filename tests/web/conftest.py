@@ -11,7 +11,7 @@ from django.contrib.auth.models import AbstractUser
 from django.utils import timezone
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from tools_app.runs import rerun, services, tasks
+from tools_app.runs import tasks
 from tools_app.runs.runner import execute_run
 
 from .support import start_run
@@ -21,8 +21,7 @@ from .support import start_run
 def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Runs are never handed to the in-process worker thread: the tests execute them."""
     ids: list[str] = []
-    monkeypatch.setattr(services, "enqueue_run", ids.append)
-    monkeypatch.setattr(rerun, "enqueue_run", ids.append)
+    monkeypatch.setattr(tasks, "enqueue_run", ids.append)
     return ids
 
 

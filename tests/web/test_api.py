@@ -211,6 +211,27 @@ def test_tools_and_policy_are_optional(bob_api: Api, body: dict[str, Any]) -> No
     assert run.snapshot["policy"]["name"] == "Test policy"
 
 
+def test_a_run_says_when_it_was_queued_started_and_finished(
+        bob_api: Api, body: dict[str, Any]) -> None:
+    run_id = bob_api.post("/api/runs", body).json()["id"]
+    queued = bob_api.get(f"/api/runs/{run_id}").json()
+    assert queued["status"] == "queued"
+    assert (queued["started_at"], queued["finished_at"], queued["wall_ms"]) == (None, None, None)
+
+    execute(run_id)
+    done = bob_api.get(f"/api/runs/{run_id}").json()
+    run = Run.objects.get(pk=run_id)
+    assert run.started_at is not None
+    assert run.finished_at is not None
+    assert done["created_at"] == run.created_at.isoformat()
+    assert done["started_at"] == run.started_at.isoformat()
+    assert done["finished_at"] == run.finished_at.isoformat()
+    assert run.created_at <= run.started_at <= run.finished_at
+    assert done["wall_ms"] == run.wall_ms
+    listed = bob_api.get("/api/runs").json()
+    assert {r["id"]: r["started_at"] for r in listed["runs"]}[run_id] == done["started_at"]
+
+
 def test_the_events_after_n(bob_api: Api, body: dict[str, Any]) -> None:
     run_id = bob_api.post("/api/runs", body).json()["id"]
     execute(run_id)

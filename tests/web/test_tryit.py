@@ -35,7 +35,7 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 def tryit_enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Try-it runs are executed by the tests, never by a worker thread."""
     ids: list[str] = []
-    monkeypatch.setattr(tryit, "enqueue_run", ids.append)
+    monkeypatch.setattr(tasks, "enqueue_run", ids.append)
     return ids
 
 

@@ -37,7 +37,7 @@ from ..models import (
 from .eventlog import append_event, notify_after_commit
 from .lifecycle import move_locked
 from .storage import clean_json, clean_text, fit_column
-from .tasks import enqueue_run
+from .tasks import enqueue_run_at_commit
 
 logger = logging.getLogger(__name__)
 
@@ -124,10 +124,20 @@ class DecisionRequest:
 User = AbstractBaseUser | AnonymousUser
 
 
-def decide(*, run: Run, user: User | None, request: DecisionRequest) -> tuple[CallDecision, bool]:
-    """Store a decision on a waiting call; (decision, created). The same decision sent
-    again returns the stored one and changes nothing; a different one is refused. When
-    the last waiting call is decided, the run is queued again and enqueued."""
+@dataclass(frozen=True)
+class Decided:
+    decision: CallDecision
+    created: bool  # False: the same decision was already stored, nothing changed
+    # The run's status as the decision left it: queued when it was the last one awaited
+    # (a worker woken by the enqueue may have moved the run on by the time anyone reads
+    # it again).
+    run_status: str
+
+
+def decide(*, run: Run, user: User | None, request: DecisionRequest) -> Decided:
+    """Store a decision on a waiting call. The same decision sent again returns the
+    stored one and changes nothing; a different one is refused. When the last waiting
+    call is decided, the run is queued again and enqueued."""
     kind = _checked_kind(request.decision)
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
@@ -137,11 +147,11 @@ def decide(*, run: Run, user: User | None, request: DecisionRequest) -> tuple[Ca
         call = _call_of(locked, request.call_id)
         existing = CallDecision.objects.filter(tool_call=call).first()
         if existing is not None:
-            return _repeated(existing, kind, request), False
+            return Decided(_repeated(existing, kind, request), False, locked.status)
         _check_decidable(locked, call)
         decision = _store(locked, call, kind, request, user)
-        _resume_if_decided(locked)
-    return decision, True
+        resumed = _resume_if_decided(locked)
+    return Decided(decision, True, RunStatus.QUEUED if resumed else locked.status)
 
 
 def _checked_kind(value: str) -> DecisionKind:
@@ -204,12 +214,13 @@ def _store(run: Run, call: ToolCall, kind: DecisionKind, request: DecisionReques
     return decision
 
 
-def _resume_if_decided(run: Run) -> None:
+def _resume_if_decided(run: Run) -> bool:
+    """Queue the run again if nothing is awaited any more; whether it was."""
     if pending_calls(run) or RunPause.objects.filter(run=run, resolved_at__isnull=True).exists():
-        return
+        return False
     move_locked(run, RunStatus.QUEUED, {"message": "decided; resuming"}, waiting_since=None)
-    run_id = str(run.pk)
-    transaction.on_commit(lambda: enqueue_run(run_id))
+    enqueue_run_at_commit(str(run.pk))
+    return True
 
 
 def decide_round(*, run: Run, user: User | None, round_index: int) -> list[CallDecision]:
@@ -218,7 +229,7 @@ def decide_round(*, run: Run, user: User | None, round_index: int) -> list[CallD
     if not calls:
         raise DecisionError("not_pending", f"No call of round {round_index + 1} is waiting "
                             "for a decision")
-    return [decide(run=run, user=user, request=DecisionRequest(c.call_id, "approve"))[0]
+    return [decide(run=run, user=user, request=DecisionRequest(c.call_id, "approve")).decision
             for c in calls]
 
 

@@ -23,6 +23,7 @@ next point of that kind pauses again.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -35,7 +36,7 @@ from .eventlog import append_event, notify_after_commit
 from .leases import cancel_now
 from .lifecycle import move_locked
 from .storage import clean_json, clean_text, fit_column
-from .tasks import enqueue_run
+from .tasks import enqueue_run_at_commit
 
 __all__ = ["BreakpointError", "checked_breakpoints", "continue_run"]
 
@@ -93,8 +94,16 @@ def _checked(item: Any, where: str, tool_names: Sequence[str]) -> dict[str, Any]
 # -- going on --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Continued:
+    pause: RunPause  # resolved
+    # The run's status as this left it (queued, cancelled, or still waiting for
+    # decisions): a worker woken by the enqueue may have moved it on since.
+    run_status: str
+
+
 def continue_run(*, run: Run, user: User, step: str, arguments: Any = None,
-                 message: str = "") -> RunPause:
+                 message: str = "") -> Continued:
     """Resolve the run's open pause and queue it again (or cancel it: abort)."""
     if step not in STEPS:
         raise DecisionError("invalid_field", f"step must be one of {', '.join(STEPS)}",
@@ -107,14 +116,16 @@ def continue_run(*, run: Run, user: User, step: str, arguments: Any = None,
             raise DecisionError("invalid_field", "a message can be added only at a pause "
                                 "before a model call", status=400)
         _resolve(locked, pause, user, step, edits, message)
+        status: str = locked.status
         if step == PauseResolution.ABORT:
             cancel_now(locked, f"Aborted at a breakpoint by {pause.resolved_by_label}")
+            status = RunStatus.CANCELLED
         elif not pending_calls(locked):
             move_locked(locked, RunStatus.QUEUED, {"message": "continued"},
                         waiting_since=None)
-            run_id = str(locked.pk)
-            transaction.on_commit(lambda: enqueue_run(run_id))
-    return pause
+            enqueue_run_at_commit(str(locked.pk))
+            status = RunStatus.QUEUED
+    return Continued(pause, status)
 
 
 def _open_pause(run: Run) -> RunPause:

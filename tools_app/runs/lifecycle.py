@@ -25,7 +25,7 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from ..models import Round, Run, RunStatus, ToolCall, ToolCallState
+from ..models import Round, Run, RunEvent, RunStatus, ToolCall, ToolCallState
 from . import rowsql
 from .eventlog import LeaseLost, append_event, notify_after_commit
 from .storage import clean_text
@@ -69,8 +69,12 @@ def claimable(now: datetime) -> Q:
 
 def create_queued(**fields: Any) -> Run:
     """A new run, queued, with its first event (inside the caller's transaction)."""
-    run = Run.objects.create(status=RunStatus.QUEUED, **fields)
-    append_event(str(run.pk), None, "run_status", {"status": RunStatus.QUEUED})
+    # A new run's first event is seq 1: stored with the run's row already counting it,
+    # not allocated by a second statement (this is on every POST /api/runs).
+    run = Run.objects.create(status=RunStatus.QUEUED, last_seq=1, **fields)
+    rowsql.insert(RunEvent, [{"run": run.pk, "seq": 1, "kind": "run_status",
+                              "payload": {"status": RunStatus.QUEUED},
+                              "created_at": timezone.now()}], fill_defaults=False)
     return run
 
 

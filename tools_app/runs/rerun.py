@@ -32,7 +32,7 @@ from .replay import (
 )
 from .selectors import default_policy
 from .snapshot import ENDPOINT_FIELDS, build_snapshot, snapshot_messages
-from .tasks import enqueue_run
+from .tasks import enqueue_run_at_commit
 
 RerunMode = Literal["as_it_was", "current"]
 RERUN_MODES: tuple[RerunMode, ...] = ("as_it_was", "current")
@@ -108,7 +108,7 @@ def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
             title=run.title,
             snapshot=snapshot,
         )
-        transaction.on_commit(lambda: enqueue_run(str(new.pk)))
+        enqueue_run_at_commit(str(new.pk))
     return new
 
 

@@ -29,7 +29,7 @@ from .lifecycle import create_queued
 from .policy import PolicyOverrideError, checked_overrides
 from .snapshot import build_snapshot
 from .storage import NUL_REPLACEMENT
-from .tasks import enqueue_run
+from .tasks import enqueue_run_at_commit
 
 
 class RunRequestError(ValueError):
@@ -83,7 +83,7 @@ def run_create(
             endpoint=endpoint, policy=policy, parent=parent,
             title=_title(messages), snapshot=snapshot,
         )
-        transaction.on_commit(lambda: enqueue_run(str(run.pk)))
+        enqueue_run_at_commit(str(run.pk))
     return run
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
+from django.db import transaction
 from django.tasks import task
+from django_tasks_db import DatabaseBackend
 
 from ..models import RunStatus
 from . import runner
@@ -24,6 +26,26 @@ async def execute_run(run_id: str) -> str | None:
 
 def enqueue_run(run_id: str) -> None:
     execute_run.enqueue(run_id)
+
+
+def enqueue_run_at_commit(run_id: str) -> None:
+    """Have the run executed once the caller's transaction commits.
+
+    With the database task backend (the scale-out configuration) the task's row is
+    written inside that transaction: stored with what queued the run or not at all, so
+    a process dying at the commit leaves no queued run without a task (the reaper's
+    orphan sweep stays the fallback), and a start costs one commit, not two. Any other
+    backend may start the task at once, so it is enqueued after the commit, when the
+    run can be claimed."""
+    if uses_database_tasks():
+        enqueue_run(run_id)
+    else:
+        transaction.on_commit(lambda: enqueue_run(run_id))
+
+
+def uses_database_tasks() -> bool:
+    """Whether runs are queued as django-tasks-db rows (the scale-out configuration)."""
+    return isinstance(execute_run.get_backend(), DatabaseBackend)
 
 
 @task

@@ -27,7 +27,7 @@ from .lifecycle import create_queued
 from .selectors import default_policy
 from .snapshot import build_snapshot
 from .storage import clean_json
-from .tasks import enqueue_run
+from .tasks import enqueue_run_at_commit
 
 TRYIT_ENDPOINT_NAME = "Try it (one call)"
 RECENT_LIMIT = 10
@@ -108,7 +108,7 @@ def tryit_create(*, user: AbstractBaseUser | AnonymousUser, tool: ToolRegistrati
         run = create_queued(
             created_by=user if user.is_authenticated else None, endpoint=None,
             policy=policy, parent=None, title=f"Try it: {tool.name}", snapshot=snapshot)
-        transaction.on_commit(lambda: enqueue_run(str(run.pk)))
+        enqueue_run_at_commit(str(run.pk))
     return run
 
 

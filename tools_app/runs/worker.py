@@ -24,7 +24,7 @@ from .leases import (
 from .lifecycle import CLAIMABLE
 from .provider_clients import close_at_exit
 from .reexecution import recover_reexecutions
-from .tasks import enqueue_run, execute_run
+from .tasks import enqueue_run, execute_run, uses_database_tasks
 
 logger = logging.getLogger(__name__)
 _embedded_started = threading.Event()
@@ -59,13 +59,6 @@ def reap_and_enqueue() -> list[str]:
                            "worker that claimed their tasks was lost)", len(orphans))
         ids += orphans
     return ids
-
-
-def uses_database_tasks() -> bool:
-    """Whether runs are queued as django-tasks-db rows (the scale-out configuration)."""
-    from django_tasks_db import DatabaseBackend
-
-    return isinstance(execute_run.get_backend(), DatabaseBackend)
 
 
 def orphaned_runs() -> list[str]:

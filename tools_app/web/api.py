@@ -304,6 +304,9 @@ def _run_summary(run: Run) -> dict[str, Any]:
         "rounds": run.rounds_count, "tool_calls": run.tool_calls_count,
         "errors": run.errors_count, "total_tokens": run.total_tokens, "wall_ms": run.wall_ms,
         "created_at": run.created_at.isoformat(),
+        # Queued -> started is the wait for a worker; started -> finished is wall_ms.
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
     }
 
 

@@ -35,19 +35,19 @@ def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
     run = visible(request, run_id)
     body = parse_body(request, DecisionBody)
     try:
-        stored, created = approvals.decide(run=run, user=request.user,
-                                           request=approvals.DecisionRequest(
-                                               body.call_id, body.decision,
-                                               arguments=body.arguments, message=body.message))
+        decided = approvals.decide(run=run, user=request.user,
+                                   request=approvals.DecisionRequest(
+                                       body.call_id, body.decision,
+                                       arguments=body.arguments, message=body.message))
     except approvals.DecisionError as exc:
         raise _refused(exc) from exc
-    run.refresh_from_db()
+    stored = decided.decision
     return JsonResponse({"call_id": stored.tool_call.call_id, "decision": stored.decision,
                          "arguments": stored.arguments, "message": stored.message,
                          "decided_by": stored.decided_by_label,
                          "decided_at": stored.decided_at.isoformat(),
-                         "created": created, "run_status": run.status},
-                        status=201 if created else 200)
+                         "created": decided.created, "run_status": decided.run_status},
+                        status=201 if decided.created else 200)
 
 
 @documented(post=Operation("Go on from the breakpoint the run is paused at",
@@ -64,12 +64,12 @@ def run_continue(request: HttpRequest, run_id: Any) -> JsonResponse:
     run = visible(request, run_id)
     body = parse_body(request, ContinueBody)
     try:
-        pause = breakpoints.continue_run(run=run, user=request.user, step=body.step,
-                                         arguments=body.arguments, message=body.message)
+        continued = breakpoints.continue_run(run=run, user=request.user, step=body.step,
+                                             arguments=body.arguments, message=body.message)
     except approvals.DecisionError as exc:
         raise _refused(exc) from exc
-    run.refresh_from_db()
-    return JsonResponse({"pause": pause_json(pause), "run_status": run.status})
+    return JsonResponse({"pause": pause_json(continued.pause),
+                         "run_status": continued.run_status})
 
 
 def _refused(exc: approvals.DecisionError) -> ApiError:

@@ -29,10 +29,14 @@ from tools_app.runs import runner, task_backend
 from tools_app.runs.leases import release_this_process_runs
 from tools_app.runs.process import freeze_startup_objects, preload_for_runs
 from tools_app.runs.provider_clients import close_at_exit
+from tools_app.runs.task_wakeup import TaskWakeups
 from tools_app.runs.tasks import enqueue_run
 from tools_app.runs.worker import reap_and_enqueue, start_reaper_thread
 
 logger = logging.getLogger(__name__)
+
+# The shortest time between two claim turns of a worker woken by enqueues (seconds).
+CLAIM_TURN_GAP = 0.02
 
 
 class RunWorker(db_worker.Worker):
@@ -123,10 +127,7 @@ class RunWorker(db_worker.Worker):
 
     def run(self) -> None:
         try:
-            if self._pool is None:
-                super().run()  # one task at a time: django-tasks-db's own loop
-            else:
-                self._claim_loop()
+            self._claim_loop()
         finally:
             if self._pool is not None:
                 # After a stop signal: the runs in flight checkpoint at their next step.
@@ -139,12 +140,24 @@ class RunWorker(db_worker.Worker):
         and one UPDATE in one transaction, where django-tasks-db's takes one task a
         turn: its ORM query and its claim's save were about a sixth of a busy worker's
         CPU at 100 runs, paid again for every run of a burst
-        (docs/benchmarks/product-path.md)."""
+        (docs/benchmarks/product-path.md). A turn that claimed nothing is followed by a
+        wait for the next enqueue, not a blind sleep (runs/task_wakeup.py)."""
+        wakeups = TaskWakeups(connections[DBTaskResult.objects.db])
+        try:
+            self._claim_turns(wakeups)
+        finally:
+            wakeups.close()
+
+    def _claim_turns(self, wakeups: TaskWakeups) -> None:
         db_worker.logger.info("Starting worker worker_id=%s queues=%s", self.worker_id,
                               ",".join(self.queue_names))
         if self.startup_delay and self.interval:
             time.sleep(random.random())  # noqa: S311 (against a thundering herd)
+        # Before the first claim: a task enqueued after a turn found nothing still wakes
+        # the wait that follows it (runs/task_wakeup.py).
+        wakeups.listen()
         while self.running:
+            turn_started = time.monotonic()
             claimed, retrieved = self.claim_ready(self._claimable())
             for db_task_result in claimed:
                 self.run_task(db_task_result)
@@ -159,8 +172,21 @@ class RunWorker(db_worker.Worker):
             # Between turns, as after a request: the connection is given back (to the
             # pool, on PostgreSQL), or replaced if it broke.
             close_old_connections()
-            if self.running and not claimed:
-                time.sleep(self.interval)
+            # Until a task is enqueued (PostgreSQL), or the poll interval passes.
+            if self.running and not claimed and wakeups.wait(self.interval):
+                self._gather_burst(wakeups, turn_started)
+
+    @staticmethod
+    def _gather_burst(wakeups: TaskWakeups, turn_started: float) -> None:
+        """Runs started at once (a script, a rerun of many) are enqueued one by one, a
+        notification each, and every worker wakes for each: claim turns at least
+        CLAIM_TURN_GAP apart take them a turn for many, not a turn (and a query by
+        every worker) for each. A run enqueued while the worker was idle is claimed at
+        once."""
+        wait_more = CLAIM_TURN_GAP - (time.monotonic() - turn_started)
+        if wait_more > 0:
+            time.sleep(wait_more)
+            wakeups.drain()
 
     def _claimable(self) -> int:
         """Tasks this turn may claim: the free slots, and no more than `--max-tasks`

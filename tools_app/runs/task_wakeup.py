@@ -1,0 +1,130 @@
+"""Waking the db_workers when a task is enqueued, instead of making it wait for their poll.
+
+django-tasks-db's workers poll their table every `--interval` seconds (1 s by default),
+so on the scale-out configuration a run started with POST /api/runs sat queued for half
+a second on average before a worker even looked, and a worker polling more often to cut
+that burned CPU while idle (at `--interval 0.05`, tens of ms of CPU a second per idle
+worker, and as many queries a second on PostgreSQL).
+
+On PostgreSQL, enqueueing a task also sends `NOTIFY` on one channel
+(`WakingDatabaseBackend`), and each db_worker LISTENs on it between its claim turns
+(`TaskWakeups.wait`): the poll interval becomes a fallback (a task deferred with
+`run_after`, a notification lost with a dropped connection), not the latency of every
+run. A notification is transactional: one sent by an enqueue inside a transaction is
+delivered at its commit, once the task's row is visible, and never if it rolls back.
+A worker LISTENs before its first claim, so a task enqueued between a claim turn and
+the wait that follows still wakes it (PostgreSQL keeps the notification for the
+listening connection until it is read). On other databases (SQLite has no NOTIFY) the
+workers poll as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django_tasks_db import DatabaseBackend
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "agentforge_tasks"
+
+
+def wake_workers(alias: str) -> None:
+    """Tell the db_workers listening on `alias`'s database that a task is ready (at the
+    commit of the caller's transaction, if it is in one)."""
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+
+
+class WakingDatabaseBackend(DatabaseBackend):
+    """django-tasks-db's backend, whose every enqueue wakes the workers (module doc)."""
+
+    def _task_to_db_task(self, task: Any, args: Any, kwargs: Any) -> Any:
+        db_task = super()._task_to_db_task(task, args, kwargs)
+        wake_workers(db_task._state.db or "default")
+        return db_task
+
+    async def _atask_to_db_task(self, task: Any, args: Any, kwargs: Any) -> Any:
+        db_task = await super()._atask_to_db_task(task, args, kwargs)
+        await sync_to_async(wake_workers)(db_task._state.db or "default")
+        return db_task
+
+
+class TaskWakeups:
+    """A worker's wait between claim turns: until a task is enqueued or `timeout` passes.
+
+    On PostgreSQL, a connection of its own (outside Django's pool: it must stay open and
+    LISTENing for the worker's life) in autocommit mode; elsewhere a plain sleep.
+    """
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        self._params: dict[str, Any] | None = None
+        if connection.vendor == "postgresql":
+            params = connection.get_connection_params()
+            params.pop("cursor_factory", None)  # Django's cursor classes need its wrapper
+            self._params = params
+        self._listener: Any = None
+
+    @property
+    def listening(self) -> bool:
+        return self._listener is not None
+
+    def listen(self) -> bool:
+        """Start listening (before the first claim turn); False where it cannot."""
+        if self._params is None:
+            return False
+        if self._listener is not None:
+            return True
+        import psycopg
+
+        try:
+            listener = psycopg.connect(**self._params, autocommit=True)
+            listener.execute(f"LISTEN {CHANNEL}")
+        except psycopg.Error as exc:
+            logger.warning("cannot LISTEN for enqueued tasks (%s); polling instead", exc)
+            return False
+        self._listener = listener
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        """Whether a task was enqueued before `timeout` seconds passed."""
+        if not self.listen():
+            time.sleep(timeout)
+            return False
+        import psycopg
+
+        try:
+            return bool(list(self._listener.notifies(timeout=timeout, stop_after=1)))
+        except psycopg.Error as exc:
+            # A dropped connection (a database restart): poll this turn, listen again
+            # at the next one (a notification sent meanwhile is lost: the poll finds its
+            # task).
+            logger.warning("listening for enqueued tasks failed (%s); listening again", exc)
+            self.close()
+            return True
+
+    def drain(self) -> None:
+        """Consume the notifications already arrived (their tasks are claimed next)."""
+        if self._listener is None:
+            return
+        import psycopg
+
+        try:
+            list(self._listener.notifies(timeout=0))
+        except psycopg.Error:
+            self.close()  # the next wait listens again
+
+    def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                listener.close()
