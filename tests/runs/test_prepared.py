@@ -185,3 +185,33 @@ def test_each_threads_connection_converts_its_own_rows(two_runs: list[Run]) -> N
     thread.join()
     assert there == [here]
     assert here[0]["started_at"].tzinfo is not None
+
+
+def fields_of(instance: Any) -> dict[str, Any]:
+    return {name: getattr(instance, name) for name in prepared.concrete_names(type(instance))}
+
+
+def test_instances_are_the_orms_own(two_runs: list[Run], bob: AbstractUser) -> None:
+    """Model instances built from a prepared read hold what the ORM's queryset gives
+    (JSON, datetimes, UUIDs, foreign keys), are saved as existing rows, and are read
+    again with new arguments from the same compiled SQL."""
+    def own(run_id: Any, user_id: Any) -> QuerySet[Run]:
+        return Run.objects.filter(pk=run_id, created_by_id=user_id).order_by()
+
+    for run in two_runs:
+        [found] = prepared.instances("test_own_run", Run, own, run.pk, bob.pk)
+        expected = Run.objects.get(pk=run.pk)
+        assert fields_of(found) == fields_of(expected)
+        assert isinstance(found.snapshot, dict)
+        assert found.snapshot == expected.snapshot
+        assert not found._state.adding
+        assert found._state.db == "default"
+    assert prepared.instances("test_own_run", Run, own, two_runs[0].pk, bob.pk + 1) == []
+
+    found.title = "renamed through a prepared instance"
+    found.save(update_fields=["title"])
+    assert Run.objects.get(pk=found.pk).title == "renamed through a prepared instance"
+
+    with CaptureQueriesContext(connection) as queries:
+        prepared.instances("test_own_run", Run, own, two_runs[1].pk, bob.pk)
+    assert len(queries.captured_queries) == 1

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.db.models.expressions import ColPairs
 
 # Marker ints: far beyond any id, seq or index a test or a user creates, and within a
@@ -100,6 +100,22 @@ def rows(key: Hashable, build: Callable[..., QuerySet[Any, Any]],
         fetched = cursor.fetchall()
     return _converted(fetched, compiled, _converters_for(cache_key, compiled, connection),
                       connection)
+
+
+def instances[M: Model](key: Hashable, model: type[M],
+                        build: Callable[..., QuerySet[M, M]], *arguments: Any) -> list[M]:
+    """What `list(build(*arguments))` returns (a queryset of `model`, with every concrete
+    field), as `rows` reads it: instances made by `Model.from_db`, as the ORM's own
+    iteration makes them."""
+    names = concrete_names(model)
+    found = rows((key, "instances"), lambda *marked: build(*marked).values_list(*names),
+                 *arguments)
+    return [model.from_db(DEFAULT_DB_ALIAS, names, row) for row in found]
+
+
+def concrete_names(model: type[Model]) -> tuple[str, ...]:
+    """The attnames of a model's concrete fields, in their order (a foreign key's `_id`)."""
+    return tuple(field.attname for field in model._meta.concrete_fields)
 
 
 def _padded(argument: Any) -> Any:

@@ -58,8 +58,27 @@ def _visible_to(user: User, runs: QuerySet[Run]) -> QuerySet[Run]:
 def run_for_api(run_id: str | uuid.UUID, user: User) -> Run | None:
     """As `run_get_for_user`, without joining the run's endpoint and owner rows: the
     API's answers take those from the run's snapshot (a view that does follow them
-    loads them lazily), and a client polling a run pays for a lookup of one table."""
-    return _visible_run(run_id, user, Run.objects.order_by())
+    loads them lazily), and a client polling a run pays for a lookup of one table, a
+    prepared read (prepared.py: every API call on a run starts with it)."""
+    if not user.is_authenticated:
+        return None
+    try:
+        key = _as_uuid(run_id)
+    except (ValueError, TypeError, AttributeError):  # not a UUID (a query string's id)
+        return None
+    if getattr(user, "is_staff", False):
+        found = prepared.instances("api_run", Run, _run_by_pk, key)
+    else:
+        found = prepared.instances("api_own_run", Run, _own_run_by_pk, key, user.pk)
+    return found[0] if found else None
+
+
+def _run_by_pk(run_id: Any) -> QuerySet[Run]:
+    return Run.objects.filter(pk=run_id).order_by()
+
+
+def _own_run_by_pk(run_id: Any, user_id: Any) -> QuerySet[Run]:
+    return Run.objects.filter(pk=run_id, created_by_id=user_id).order_by()
 
 
 def _visible_run(run_id: str | uuid.UUID, user: User, runs: QuerySet[Run]) -> Run | None:
@@ -158,7 +177,14 @@ def policies() -> QuerySet[ErrorPolicy]:
 
 
 def default_policy() -> ErrorPolicy | None:
-    return policies().first()
+    """The policy a run takes when none is named: a prepared read (prepared.py), as
+    every run started without one looks it up."""
+    found = prepared.instances("default_policy", ErrorPolicy, _first_policy)
+    return found[0] if found else None
+
+
+def _first_policy() -> QuerySet[ErrorPolicy]:
+    return policies()[:1]
 
 
 def replay_divergences(run: Run) -> list[str]:

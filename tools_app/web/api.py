@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from ..engine import ChatMessage, ChatRequestParameters
 from ..engine.conversation import ConversationError, parse_conversation
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import compare, fixtures, fork, rerun, selectors, services
+from ..runs import compare, fixtures, fork, prepared, rerun, selectors, services
 from ..runs.filters import EXPORT_FILTERS, RUN_FILTERS, FilterError, filtered_runs
 from .api_approvals import pause_json
 from .api_base import (
@@ -89,13 +89,22 @@ def _start_run(request: HttpRequest, body: StartRunBody) -> Run:
 
 
 def _lookup(model: Any, key: str | int, field: str) -> Any:
+    """By id, else by name: prepared reads (runs/prepared.py), as every POST /api/runs
+    looks its endpoint up."""
     by_id = _as_id(key, model)
-    found = (model.objects.filter(pk=by_id).first() if by_id is not None else None) or \
-        model.objects.filter(name=str(key)).first()
+    found = (_first(model, "pk", by_id) if by_id is not None else None) or \
+        _first(model, "name", str(key))
     if found is None:
         raise ApiError(404 if field == "endpoint" else 400, f"unknown_{field}",
                        f"No {field} named or with id {key!r}", field=field)
     return found
+
+
+def _first(model: Any, field: str, value: Any) -> Any:
+    found = prepared.instances(("api_lookup", model, field), model,
+                               lambda marked: model.objects.filter(**{field: marked})
+                               .order_by()[:1], value)
+    return found[0] if found else None
 
 
 def _as_id(key: str | int, model: Any) -> Any:

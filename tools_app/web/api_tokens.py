@@ -11,11 +11,16 @@ import hashlib
 import hmac
 import secrets
 from datetime import timedelta
+from functools import partial
+from typing import Any
 
 from django.contrib.auth.models import User
+from django.db import DEFAULT_DB_ALIAS
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from ..models import ApiToken
+from ..runs import prepared
 
 TOKEN_PREFIX = "afw_"  # noqa: S105 - a public marker that makes leaked tokens greppable
 PREFIX_LENGTH = 8  # what the admin shows to tell tokens apart: "afw_" + 4 characters
@@ -49,8 +54,7 @@ def user_for_token(plaintext: str) -> User | None:
     if not plaintext.startswith(TOKEN_PREFIX) or len(plaintext) > _MAX_TOKEN_LENGTH:
         return None
     digest = hash_token(plaintext)
-    # Unordered: the hash is unique, and every API request pays for this lookup.
-    token = ApiToken.objects.select_related("user").filter(token_hash=digest).order_by().first()
+    token = _token_with_user(digest)
     # The index lookup already matched; compare_digest keeps the final check
     # constant-time in case the lookup ever becomes case- or collation-insensitive.
     if token is None or not hmac.compare_digest(token.token_hash, digest):
@@ -62,3 +66,27 @@ def user_for_token(plaintext: str) -> User | None:
         # A queryset update: no read-modify-write race with the admin editing the name.
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return token.user
+
+
+def _token_with_user(digest: str) -> ApiToken | None:
+    """The token with this hash and its user, in one prepared read (runs/prepared.py):
+    every API request pays for this lookup, and the ORM's join was built again each
+    time. Unordered: the hash is unique."""
+    user_model: Any = ApiToken._meta.get_field("user").related_model  # AUTH_USER_MODEL
+    token_names = prepared.concrete_names(ApiToken)
+    user_names = prepared.concrete_names(user_model)
+    found = prepared.rows("api_token_with_user", partial(_token_row, token_names, user_names),
+                          digest)
+    if not found:
+        return None
+    row = found[0]
+    token = ApiToken.from_db(DEFAULT_DB_ALIAS, token_names, row[:len(token_names)])
+    token.user = user_model.from_db(DEFAULT_DB_ALIAS, user_names, row[len(token_names):])
+    return token
+
+
+def _token_row(token_names: tuple[str, ...], user_names: tuple[str, ...],
+               digest: str) -> QuerySet[ApiToken, Any]:
+    picked: QuerySet[ApiToken, Any] = ApiToken.objects.filter(token_hash=digest).order_by(
+    ).values_list(*token_names, *(f"user__{name}" for name in user_names))
+    return picked
