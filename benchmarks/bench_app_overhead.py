@@ -59,10 +59,10 @@ def measure_all(counts: list[int]) -> list[dict[str, Any]]:
 
     from benchmarks.bench_product_path import MODEL, FakeLLM
     from tools_app.models import ErrorPolicy, ModelEndpoint, ToolRegistration
-    from tools_app.runs import services
+    from tools_app.runs import services, tasks
 
-    # Executed here, not by a worker (services calls the name it imported).
-    services.enqueue_run = lambda run_id: None  # type: ignore[attr-defined]
+    # Executed here, not by a worker (run_create enqueues through tasks.enqueue_run).
+    tasks.enqueue_run = lambda run_id: None
     fake = FakeLLM()
     try:
         wait_for_port(fake.url)
