@@ -477,9 +477,25 @@ within one session by 30-50 % from hour to hour: compare rows measured together.
 `benchmarks/bench_app_overhead.py` (docs/benchmarks/app-overhead.md) measures the
 ceiling, the engine alone in process with no database.
 
+Session 15 (its changes below). Its machine was about half as fast as session 13's: the
+engine alone took 1.8-6.3 ms of CPU a round in process (0.9-2.4 in session 13), a pure
+Python loop ran 1.8-2.0 s where a fast machine takes about 0.5 s, and the same
+configuration moved by 10-40 points of efficiency from one run to the next (embedded
+100 runs: 50 %, 55 %, 77 %, 80 %, 83 % within two hours). The table above is the
+session's last full run; the column covers its 6 full runs after its changes and 4
+runs of scale-out alone:
+
+| target (p95: from emit) | session 13 | session 15 | met on session 15's machine |
+|---|---|---|---|
+| embedded, 1 run | 97 %, 5-6 ms | 96-97 %, 8-11 ms | in 1 run of 6 |
+| embedded, 50 runs | 95-97 %, 20-58 ms | 85-92 %, 153-696 ms | % yes; p95 no |
+| scale-out, 1 run | 96 %, 7-13 ms | 93-96 %, 5-24 ms | no |
+| scale-out, 100 runs | 67 %, 218-236 ms | 30-48 %, 560-1,220 ms | no |
+| CPU added, 1 / 50 runs (app-overhead.md) | 3.7-3.8 / 2.0-2.5 ms | 5.1-6.4 / 4.5-5.0 ms | no |
+
 Sessions 12-13 (their changes below; session 13's machine was about twice as fast as
-session 11's: the engine alone 0.9-2.4 ms of CPU a round in process). The table above
-is session 13's last full run; its column covers 2 full runs and 2 of 50 runs alone:
+session 11's: the engine alone 0.9-2.4 ms of CPU a round in process). Session 13's last
+full run; its column covers 2 full runs and 2 of 50 runs alone:
 
 | target (p95: from emit) | session 11 end | session 12 after | session 13 | met |
 |---|---|---|---|---|
@@ -586,6 +602,42 @@ Sessions 8-10's trials (GIL switch interval; grouping runs' batches in one
 transaction with per-run statements; one database lane; a process-wide SQLite write
 lock; folding a batch before its transaction) are in the history of this file.
 
+### What session 15 changed (measured, kept)
+
+1. **db_workers woken by enqueues, not by their poll** (`runs/task_wakeup.py`): on
+   PostgreSQL every enqueue sends `NOTIFY` (delivered at the enqueuing transaction's
+   commit) and a worker waits between claim turns on a LISTENing connection of its own;
+   `--interval` (1 s by default) is only the fallback, and turns woken by a burst are
+   kept 50 ms apart so that one takes many tasks. Before, a run waited for the next poll:
+   half a second on average at the default interval, so this benchmark ran its workers
+   at `--interval 0.05`, which cost an idle worker 53 ms of CPU a second (measured with
+   the previous commit; 3 ms a second now at the default interval, which this benchmark
+   now uses). A run is claimed 19-24 ms after its POST with one run at a time (the
+   "queued" column; 26-46 ms before with the 0.05 s poll); scale-out server CPU a round
+   at 1 run 48 -> 18-28 ms (the idle worker's polling); at 100 runs 12.2-12.6 before and
+   9.9-13.6 ms after, within this machine's noise. Spreading a burst by how busy each
+   worker is (a longer wait for a busier one) was tried and dropped: the split was
+   already even (20 runs 11/9, 50 runs 29/21; 100 runs fill both workers' 50 slots
+   either way). The turns woken by a burst were 20 ms apart at first; 50 ms keeps a
+   burst's claim queries to what the 0.05 s poll made (both workers wake for every
+   enqueue).
+2. **A run's task written in the run's own transaction** (`tasks.enqueue_run_at_commit`,
+   with the database backend; an in-process backend still enqueues after the commit):
+   one commit a start instead of two, and no queued run without a task if the process
+   dies at the commit. **A new run's first event is seq 1** without the UPDATE that
+   allocated it (`lifecycle.create_queued`).
+3. **Prepared reads on every API request's path** (`prepared.instances`): the token with
+   its user, the run a call names, the endpoint and the policy by id or name, the
+   default policy. POST /api/runs 10.0-10.7 -> 7.2-8.1 ms of CPU and GET /api/runs/<id>
+   3.5-5.6 -> 2.8-3.4 ms (test client, PostgreSQL, 3 runs of 300 requests each).
+
+Measured, not changed (the next step, below): in daphne each request costs more than
+its view. Scale-out: POST 10.8 ms and GET 5.4 ms of daphne's CPU (2-3 ms above the test
+client: a new thread per request, asgiref's hops). Embedded: POST 13.9 ms and GET 9.8 ms,
+of which about 2.7 ms is a new SQLite connection (open 0.4 ms, the schema parsed again
+by its first statement 2.2 ms), since every request runs on a new thread and Django
+closes its connection at the request's end.
+
 ### What sessions 12-13 changed (measured, kept)
 
 1. **A worker's database lanes keep their connections** (`task_backend._guarded` calls
@@ -619,29 +671,39 @@ Measured and not kept:
 Why the rest is not met:
 
 - **Scale-out, 100 runs** is bound by the machine's CPU: 80 % means about 400 model
-  calls a second on 2 CPUs, so at most 5 ms of CPU a round for everything: the
-  servers alone use 7.6-7.9 ms (daphne 2.4, each db_worker 2.5-2.8), and the fake provider,
-  PostgreSQL, Redis and the client share the same CPUs. In a db_worker's GIL profile at
-  100 runs: the provider's HTTP exchange 17 %, django-tasks-db's claim loop 17 %, the
-  loop's own scheduling 9 %, the channel layer's notifications 8.5 %, the batch writer
-  8 %, the recorder 8 %, the tools' thread hops 7.5 %, django-tasks-db's task
-  bookkeeping 5 %. Daphne's requests: POST /api/runs 9-11 ms and GET /api/runs/<id>
-  8 ms of CPU each (a new thread and connection per request, the run's rounds read for
-  the answer).
-- **CPU added at 1 run** (3.69-3.80 ms): a run's fixed costs (claim and history, the engine
-  built from the snapshot, its end) are shared by only 6 rounds, and no other run's
-  batch shares its transactions; its 7 batches are about half of it (SQLite's
-  statements with the calls' audit, search and slot triggers, Django's cursor per
-  statement).
+  calls a second on 2 CPUs, so at most 5 ms of CPU a round for everything. On session
+  15's machine the servers alone use 9.9-11.5 ms (daphne 2.8-3.4, each db_worker
+  3.5-4.1; session 13's, twice as fast: 7.6-7.9), and the fake provider, PostgreSQL,
+  Redis and the client share the same CPUs. In a db_worker's GIL profile the provider's
+  HTTP exchange (the engine's httpx client) is the largest share, then the loop's own
+  scheduling, the notifications, the batch writer and the recorder.
+- **Embedded, 50 runs, from emit p95**: daphne is saturated (10-12.5 ms of CPU a round
+  on this machine: the engine, the application, and the API's requests at 14 and 10 ms
+  each), so the batches wait; the run's wall time does not (nothing waits for an
+  idempotent round's batch), which is why efficiency holds and from emit does not.
+- **1-run efficiency** is at the engine's own ceiling: the engine alone reached
+  95.9-97.6 % in process on this machine (app-overhead.md), each exchange with the fake
+  provider taking 203.5 ms for its 200 ms of latency (its own timer and HTTP); the
+  product path adds the claim (3-5 ms to the chat's start) and the last batch's commit
+  before the run's end (about 6 ms on PostgreSQL).
+- **CPU added per round** (app-overhead.md): at 1 run a run's fixed costs (claim and
+  history, the engine built from the snapshot, the end in its own transaction) are
+  shared by only 6 rounds, and its 7 batches are about half of it (SQLite's statements
+  with the calls' audit, search and slot triggers).
 
 ### What would cut the rest
 
-The API's requests on kept threads and connections (see above); the claim's
-`Run.objects.get` as a `rowsql` statement; a db_worker claim loop that takes several
-tasks per query (django-tasks-db claims one per turn, with the ORM); the pub/sub
-channel layer once many viewers watch; a multi-process embedded worker, the only way
-past one GIL there; backpressure for idempotent rounds when a run's writes fall behind; skipping the
-notification of a run nobody watches in a db_worker.
+- The API's requests on kept threads and connections: daphne runs each request's sync
+  code on a new thread, so every embedded request opens SQLite again (2.7 ms above).
+  Kept threads would share a connection between concurrent requests (a streamed
+  export's transaction with another request's statements): needs a design for it.
+- The run's end written with its last batch (one transaction fewer a run, and the end
+  seen sooner), where nothing is left unfinished; the claim's `Run.objects.get` as a
+  prepared read.
+- The engine's HTTP exchange (httpx over aiohttp) is the largest single share of a
+  db_worker's CPU; a multi-process embedded worker is the only way past one GIL there.
+- Backpressure for idempotent rounds when a run's writes fall behind (from emit at
+  saturation); the pub/sub channel layer once many viewers watch.
 """
 
 
