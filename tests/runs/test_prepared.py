@@ -26,7 +26,7 @@ from tools_app.models import (
 )
 from tools_app.runs import prepared
 from tools_app.runs.runner import execute_run
-from tools_app.runs.selectors import CALL_FIELDS, ROUND_FIELDS, header_view, live_run
+from tools_app.runs.selectors import CALL_FIELDS, ROUND_FIELDS, header_view, live_run, run_row
 
 from ..web.support import start_run
 
@@ -215,3 +215,11 @@ def test_instances_are_the_orms_own(two_runs: list[Run], bob: AbstractUser) -> N
     with CaptureQueriesContext(connection) as queries:
         prepared.instances("test_own_run", Run, own, two_runs[1].pk, bob.pk)
     assert len(queries.captured_queries) == 1
+
+
+def test_a_claim_reads_the_run_as_the_orm_does(two_runs: list[Run]) -> None:
+    for run in two_runs:
+        assert fields_of(run_row(str(run.pk))) == fields_of(Run.objects.get(pk=run.pk))
+        assert fields_of(run_row(run.pk)) == fields_of(Run.objects.get(pk=run.pk))
+    with pytest.raises(Run.DoesNotExist):
+        run_row(uuid.uuid4())

@@ -40,6 +40,7 @@ from .eventlog import LeaseLost, notify
 from .leases import cancel_requested, claim, new_worker_id, renew
 from .lifecycle import finish, wait
 from .recorder import RunRecorder
+from .selectors import run_row
 from .snapshot import engine_for_snapshot, snapshot_messages, snapshot_parameters
 from .storage import clean_text, redact
 
@@ -109,7 +110,7 @@ def _claimed(run_id: str, worker_id: str) -> _Claimed | None:
     token = claim(run_id, worker_id)
     if token is None:
         return None
-    run = Run.objects.get(pk=run_id)
+    run = run_row(run_id)
     try:
         return _Claimed(run, token, load_history(run))
     except Exception as exc:

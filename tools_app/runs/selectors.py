@@ -67,10 +67,19 @@ def run_for_api(run_id: str | uuid.UUID, user: User) -> Run | None:
     except (ValueError, TypeError, AttributeError):  # not a UUID (a query string's id)
         return None
     if getattr(user, "is_staff", False):
-        found = prepared.instances("api_run", Run, _run_by_pk, key)
+        found = prepared.instances("run_by_pk", Run, _run_by_pk, key)
     else:
         found = prepared.instances("api_own_run", Run, _own_run_by_pk, key, user.pk)
     return found[0] if found else None
+
+
+def run_row(run_id: str | uuid.UUID) -> Run:
+    """The run's row, every field: a prepared read (prepared.py), as every run's claim
+    reads it. Raises Run.DoesNotExist."""
+    found = prepared.instances("run_by_pk", Run, _run_by_pk, _as_uuid(run_id))
+    if not found:
+        raise Run.DoesNotExist(run_id)
+    return found[0]
 
 
 def _run_by_pk(run_id: Any) -> QuerySet[Run]:
