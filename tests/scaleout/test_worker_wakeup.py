@@ -39,3 +39,12 @@ def test_an_idle_worker_is_woken_by_each_run_started(
         assert run.final_text == "Done: tallied woken"
         [task] = tasks_of(run)
         assert task.worker_ids == ["w-idle"]
+
+
+def test_an_idle_worker_waiting_on_its_listener_stops_at_sigterm(workers: WorkerPool) -> None:
+    """The wait between claim turns is on the LISTENing connection now, not a sleep:
+    a stop signal still ends it at once, not after the poll interval."""
+    worker = workers.start("w-stop", interval=IDLE_INTERVAL)
+    workers.wait_ready(worker)
+    worker.sigterm()
+    worker.assert_exits_with(0, timeout=WOKEN_WITHIN)
