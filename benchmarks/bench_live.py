@@ -489,7 +489,7 @@ kept per connection, `__in` lists padded), each step kept only for its own gain:
    of each of a batch's five reads (0.35-0.7 ms against 0.05-0.16 ms to execute and
    fetch); `runs.prepared` keeps the SQL the ORM compiled for each shape and database and
    converts the rows with the ORM's own converters. The run row too, with its owner's
-   name, instead of `get()` with a join (`selectors.live_run`).
+   name, instead of `get()` with a join (`run_views.live_run`).
 3. **One template rendering a batch** (-15 %: 17.1 -> 14.5 M): `run_detail.html#live_batch`
    instead of a `render_to_string` per header, round, axis, lane and marker.
 4. **Numbers written as they are** (-6 %: 14.5 -> 13.7 M): `{% localize off %}` on the page

@@ -25,8 +25,9 @@ from tools_app.models import (
     ToolRegistration,
 )
 from tools_app.runs import prepared
+from tools_app.runs.run_views import CALL_FIELDS, ROUND_FIELDS, header_view, live_run
 from tools_app.runs.runner import execute_run
-from tools_app.runs.selectors import CALL_FIELDS, ROUND_FIELDS, header_view, live_run, run_row
+from tools_app.runs.selectors import run_row
 
 from ..web.support import start_run
 

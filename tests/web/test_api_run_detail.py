@@ -11,7 +11,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
 
 from tools_app.models import CallDecision, ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from tools_app.runs import selectors, services
+from tools_app.runs import run_views, services
 from tools_app.runs.runner import execute_run
 from tools_app.web.api import _round_json
 from tools_app.web.api_tokens import create_token
@@ -56,7 +56,7 @@ def test_calls_a_capped_run_never_executed_are_listed_as_not_executed(
 def reported_rounds(run: Run, *, display: bool) -> list[dict[str, Any]]:
     run = Run.objects.get(pk=run.pk)
     return [_round_json(view, str(run.pk))
-            for view in selectors.round_views(run, display=display)]
+            for view in run_views.round_views(run, display=display)]
 
 
 @pytest.mark.parametrize("shape", ["succeeded", "capped", "waiting-one-decided"])

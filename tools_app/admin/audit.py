@@ -11,7 +11,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import CallReexecution, Round, Run, RunEvent, ToolCall
-from ..runs.selectors import format_ms
+from ..runs.run_views import format_ms
 
 
 class ReadOnlyAdmin[M: Model](admin.ModelAdmin[M]):

@@ -16,7 +16,8 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from ..runs.selectors import EventMark, header_view, live_run, live_views
+from ..runs.run_views import header_view, live_run, live_views
+from ..runs.selectors import EventMark
 
 PAGE = "tools_app/run_detail.html"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..engine.providers.recorded import canonical_arguments
 from ..models import Round, Run, ToolCall
-from .selectors import format_ms
+from .run_views import format_ms
 
 TOTALS = (("wall_ms", "wall time (ms)"), ("rounds_count", "rounds"),
           ("tool_calls_count", "tool calls"), ("errors_count", "errors"),

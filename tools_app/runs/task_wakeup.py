@@ -25,6 +25,7 @@ import logging
 import time
 from typing import Any
 
+import psycopg
 from asgiref.sync import sync_to_async
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -84,8 +85,6 @@ class TaskWakeups:
             return False
         if self._listener is not None:
             return True
-        import psycopg
-
         try:
             listener = psycopg.connect(**self._params, autocommit=True)
             listener.execute(f"LISTEN {CHANNEL}")
@@ -100,8 +99,6 @@ class TaskWakeups:
         if not self.listen():
             time.sleep(timeout)
             return False
-        import psycopg
-
         try:
             return bool(list(self._listener.notifies(timeout=timeout, stop_after=1)))
         except psycopg.Error as exc:
@@ -116,8 +113,6 @@ class TaskWakeups:
         """Consume the notifications already arrived (their tasks are claimed next)."""
         if self._listener is None:
             return
-        import psycopg
-
         try:
             list(self._listener.notifies(timeout=0))
         except psycopg.Error:

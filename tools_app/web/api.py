@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from ..engine import ChatMessage, ChatRequestParameters
 from ..engine.conversation import ConversationError, parse_conversation
 from ..models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from ..runs import compare, fixtures, fork, prepared, rerun, selectors, services
+from ..runs import compare, fixtures, fork, prepared, rerun, run_views, selectors, services
 from ..runs.filters import EXPORT_FILTERS, RUN_FILTERS, FilterError, filtered_runs
 from .api_approvals import pause_json
 from .api_base import (
@@ -274,7 +274,7 @@ def run_export(request: HttpRequest, run_id: Any) -> HttpResponseBase:
 @token_required
 def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
     run = visible(request, run_id)
-    rounds = selectors.round_views(run, display=False)
+    rounds = run_views.round_views(run, display=False)
     return JsonResponse(_run_summary(run) | {
         "final_answer": run.final_text,
         "error": {"type": run.error_type, "message": run.error_message} if run.error_type else None,

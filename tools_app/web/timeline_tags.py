@@ -9,7 +9,7 @@ from functools import lru_cache
 from django import template
 from django.urls import get_script_prefix, get_urlconf, reverse
 
-from ..runs.selectors import format_ms
+from ..runs.run_views import format_ms
 
 register = template.Library()
 register.filter("ms", format_ms)

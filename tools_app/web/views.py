@@ -34,7 +34,7 @@ from ..models import (
     RunStatus,
     ToolCall,
 )
-from ..runs import approvals, breakpoints, compare, fixtures, rerun, selectors, services
+from ..runs import approvals, breakpoints, compare, fixtures, rerun, run_views, selectors, services
 from ..runs.filters import FilterError, Page, filtered_runs
 from ..runs.probing import may_probe
 from ..runs.tasks import enqueue_probe
@@ -137,12 +137,12 @@ def run_url(run: Run) -> str:
 @login_required
 def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = _run_for_user(request, run_id)
-    conversation = selectors.starting_conversation(run)
+    conversation = run_views.starting_conversation(run)
     fork = run.snapshot.get("fork")
     _mark_fork_prefix(conversation, fork)
     return render(request, "tools_app/run_detail.html",
-                  {"run": run, "rounds": selectors.round_views(run), "seq": run.last_seq,
-                   "header": selectors.header_view(run),
+                  {"run": run, "rounds": run_views.round_views(run), "seq": run.last_seq,
+                   "header": run_views.header_view(run),
                    "conversation": conversation, "fork": fork,
                    "whole_conversation": any(m["role"] in ("assistant", "tool")
                                              for m in conversation)})
