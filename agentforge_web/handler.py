@@ -1,23 +1,94 @@
-"""Django's ASGI handler with the middleware chain run as one synchronous call.
+"""Django's ASGI handler, with the middleware chain run as one synchronous call on a
+thread kept between requests.
 
-Django's `ASGIHandler` loads the middleware in async mode. Django's own middleware
-(`MiddlewareMixin`) then calls each `process_request` / `process_response` /
+One hop: Django's `ASGIHandler` loads the middleware in async mode. Django's own
+middleware (`MiddlewareMixin`) then calls each `process_request` / `process_response` /
 `process_view` through `sync_to_async`, and the view (synchronous: the ORM) through one
 more: 19 trips between the event loop and a thread for one request, each a context copy
 and two thread switches, about 2 ms of CPU (docs/benchmarks/product-path.md). Every
 view here is synchronous, so a request ends up in a thread anyway: loaded in sync mode,
 the whole chain and the view run in the one `sync_to_async` call this handler makes (in
 the request's own thread-sensitive context, as Django's adaptation would). An async view
-would still work (Django's sync path runs it with `async_to_sync`). The WebSockets have
-their own stack (channels), untouched.
+would still work (Django's sync path runs it with `async_to_sync`).
+
+Kept threads: Django gives every request a thread-sensitive context of its own, so
+asgiref starts a thread for its synchronous code, another to join that one at its end,
+and the request's database connection is opened on the new thread and closed with it
+(on SQLite, opening one and parsing the schema again is about 2.7 ms of a request's CPU,
+docs/benchmarks/product-path.md). Here a request takes a single-thread executor from
+`REQUEST_THREADS` for its whole life (asgiref's `ThreadSensitiveContext(executor=...)`,
+which leaves the executor to its owner) and gives it back at its end: one request at a
+time on a thread, so a connection (and any transaction on it) is never shared between
+requests, and the thread's connection outlives the request where Django's
+`CONN_MAX_AGE` keeps it (SQLite: settings.py). Up to `AGENTFORGE_REQUEST_THREADS` idle
+threads are kept; a burst beyond that gets new threads, which end, with their
+connections closed, when their requests do.
+
+The WebSockets have their own stack (channels), untouched.
 """
 
 from __future__ import annotations
 
+import collections
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
+from django.db import connections
+
+REQUEST_THREAD_PREFIX = "agentforge-request"
+
+
+class KeptRequestThreads:
+    """Single-thread executors lent to one request at a time, kept between requests."""
+
+    def __init__(self) -> None:
+        # A deque: taking and giving back are atomic without a lock (a test may serve
+        # requests from loops in several threads).
+        self._idle: collections.deque[ThreadPoolExecutor] = collections.deque()
+
+    def take(self) -> ThreadPoolExecutor:
+        try:
+            return self._idle.pop()  # the most recently used: its connection is warm
+        except IndexError:
+            return ThreadPoolExecutor(max_workers=1, thread_name_prefix=REQUEST_THREAD_PREFIX)
+
+    def give_back(self, executor: ThreadPoolExecutor) -> None:
+        """Lend the executor again once its thread is idle: a request cancelled (its
+        client gone) may still run its code there, and no request may wait behind it."""
+        executor.submit(self._idle_again, executor)
+
+    def _idle_again(self, executor: ThreadPoolExecutor) -> None:
+        # On the executor's own thread, after everything queued before.
+        if len(self._idle) < settings.AGENTFORGE_REQUEST_THREADS:
+            self._idle.append(executor)
+        else:
+            connections.close_all()
+            executor.shutdown(wait=False)
+
+    def idle_count(self) -> int:
+        return len(self._idle)
+
+    def close(self) -> None:
+        """End every idle thread (their connections closed first)."""
+        while True:
+            try:
+                executor = self._idle.pop()
+            except IndexError:
+                return
+            end_thread(executor)
+
+
+def end_thread(executor: ThreadPoolExecutor) -> None:
+    """Its connections closed on its own thread (after whatever it still runs), then the
+    thread ends; nothing waits for it."""
+    executor.submit(connections.close_all)
+    executor.shutdown(wait=False)
+
+
+REQUEST_THREADS = KeptRequestThreads()
 
 
 class OneHopASGIHandler(ASGIHandler):
@@ -25,3 +96,16 @@ class OneHopASGIHandler(ASGIHandler):
         super().load_middleware(is_async=False)
         chain: Any = self._middleware_chain  # type: ignore[has-type]
         self._middleware_chain = sync_to_async(chain, thread_sensitive=True)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # as Django's handler says
+            raise ValueError(
+                f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        executor = REQUEST_THREADS.take()
+        try:
+            # Everything the request runs synchronously (the request signals, the
+            # middleware and view, the response's close) runs on this one thread.
+            async with ThreadSensitiveContext(executor=executor):
+                await self.handle(scope, receive, send)
+        finally:
+            REQUEST_THREADS.give_back(executor)

@@ -112,11 +112,14 @@ TEMPLATES = [
 
 # -- database ---------------------------------------------------------------------------
 DATABASE_URL = envstr("DATABASE_URL", f"sqlite:///{DATA_DIR / 'agentforge.sqlite3'}")
-# No persistent connections: under ASGI every HTTP request runs on a thread of its own,
-# and a connection kept there would outlive the thread. The live timeline's reads, all on
-# one long-lived thread, keep theirs (tools_app/live/consumers.py).
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Persistent connections: every thread that uses the database lives on (the HTTP
+    # requests' kept threads, agentforge_web/handler.py; a worker's database lanes; the
+    # live timeline's reads), and opening SQLite again costs a request about 2.7 ms of
+    # CPU (docs/benchmarks/product-path.md). A connection that failed is still replaced
+    # (Django's rule at each request's start and end; runs.db for the other threads).
+    DATABASES["default"]["CONN_MAX_AGE"] = None
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     DATABASES["default"]["OPTIONS"] = {
         # WAL lets the timeline read while a run writes; IMMEDIATE avoids the
@@ -258,6 +261,9 @@ AGENTFORGE_WORKER_CONCURRENCY = envint("AGENTFORGE_WORKER_CONCURRENCY", 1, minim
 # Threads (and so database connections) that do the database work of the runs a process
 # drives, however many runs that is (runs.task_backend's lanes).
 AGENTFORGE_WORKER_DB_THREADS = envint("AGENTFORGE_WORKER_DB_THREADS", 4, minimum=1)
+# Idle threads kept for the HTTP requests' synchronous code (one request at a time each,
+# with its database connection: agentforge_web/handler.py); a burst gets more for its time.
+AGENTFORGE_REQUEST_THREADS = envint("AGENTFORGE_REQUEST_THREADS", 8, minimum=1)
 # After a stop signal, how long a `db_worker` waits for its runs to reach a step where they
 # can stop; then it hands them back as they are and exits (0: wait as long as it takes).
 AGENTFORGE_SHUTDOWN_GRACE_SECONDS = envfloat("AGENTFORGE_SHUTDOWN_GRACE_SECONDS", 25.0)

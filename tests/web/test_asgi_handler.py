@@ -1,18 +1,29 @@
 """Under ASGI a request crosses from the event loop to a thread once for its middleware
 and view, not once per middleware method (agentforge_web/handler.py), and the stack
-still does its work there: sessions, CSRF, security headers, the login lockout."""
+still does its work there: sessions, CSRF, security headers, the login lockout. The
+thread is kept for the next request, with its connection, and lent to one request at
+a time."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from asgiref import sync
 from channels.testing import HttpCommunicator
 from django.contrib.auth.models import AbstractUser
+from django.core.signals import request_finished, request_started
+from django.db import connection
 from django.test import Client
 
+from agentforge_web import handler
 from agentforge_web.handler import OneHopASGIHandler
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -107,3 +118,119 @@ async def test_a_locked_out_login_is_refused(bob: AbstractUser, settings: Any) -
 
     # The form again with its error, until the failure that reaches the limit.
     assert statuses == [200, 429, 429]
+
+
+# -- kept request threads -----------------------------------------------------------------
+
+
+@pytest.fixture
+def request_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[handler.KeptRequestThreads]:
+    """A pool of this test's own (the module's is shared by the process)."""
+    threads = handler.KeptRequestThreads()
+    monkeypatch.setattr(handler, "REQUEST_THREADS", threads)
+    yield threads
+    threads.close()
+
+
+@dataclass
+class Seen:
+    thread: threading.Thread
+    connection: Any  # the driver's connection the request's queries used
+
+
+@pytest.fixture
+def seen_at_request_end() -> Iterator[list[Seen]]:
+    """The thread and database connection of each request, seen as it ends (after
+    Django's own rule, `close_old_connections`, has closed the connection or kept it)."""
+    seen: list[Seen] = []
+
+    def record(**kwargs: Any) -> None:
+        seen.append(Seen(threading.current_thread(), connection.connection))
+
+    request_finished.connect(record)
+    yield seen
+    request_finished.disconnect(record)
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"not within 10 s: {what}"
+        time.sleep(0.01)
+
+
+async def test_requests_one_after_another_share_a_kept_thread_and_its_connection(
+    request_threads: handler.KeptRequestThreads, seen_at_request_end: list[Seen],
+    bob: AbstractUser,
+) -> None:
+    cookie = await sync.sync_to_async(session_cookie)(bob)
+
+    for _ in range(3):
+        response = await asgi_request("GET", "/runs/", cookie=cookie)
+        assert response["status"] == 200
+        await sync.sync_to_async(wait_for)(lambda: request_threads.idle_count() == 1,
+                                           "the thread given back")
+
+    assert [s.thread.name.startswith(handler.REQUEST_THREAD_PREFIX)
+            for s in seen_at_request_end] == [True, True, True]
+    assert len({s.thread for s in seen_at_request_end}) == 1
+    # SQLite's connection is kept open between requests (CONN_MAX_AGE = None there),
+    # not opened again by each one.
+    assert seen_at_request_end[0].connection is not None
+    assert all(s.connection is seen_at_request_end[0].connection
+               for s in seen_at_request_end)
+
+
+async def test_requests_at_the_same_time_never_share_a_thread(
+    request_threads: handler.KeptRequestThreads, seen_at_request_end: list[Seen],
+    settings: Any, bob: AbstractUser,
+) -> None:
+    """Both requests wait for each other inside their synchronous code: on one thread
+    (one connection, one transaction) the barrier would break instead."""
+    settings.AGENTFORGE_REQUEST_THREADS = 1
+    cookie = await sync.sync_to_async(session_cookie)(bob)
+    barrier = threading.Barrier(2, timeout=10)
+
+    def meet(**kwargs: Any) -> None:
+        barrier.wait()
+
+    request_started.connect(meet)
+    try:
+        responses = await asyncio.gather(*(asgi_request("GET", "/runs/", cookie=cookie)
+                                           for _ in range(2)))
+    finally:
+        request_started.disconnect(meet)
+
+    assert [r["status"] for r in responses] == [200, 200]
+    # (A request ends, its signal sent, just after its response.)
+    await sync.sync_to_async(wait_for)(lambda: len(seen_at_request_end) == 2,
+                                       "both requests ended")
+    first, second = seen_at_request_end
+    assert first.thread is not second.thread
+    assert first.connection is not second.connection
+    # One idle thread is kept (the setting); the other ends with its connection closed.
+    await sync.sync_to_async(wait_for)(
+        lambda: sum(s.thread.is_alive() for s in seen_at_request_end) == 1,
+        "the thread beyond the kept one ended")
+    assert request_threads.idle_count() == 1
+    ended = next(s for s in seen_at_request_end if not s.thread.is_alive())
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        ended.connection.execute("SELECT 1")
+
+
+def test_a_thread_still_running_a_request_s_code_is_not_lent_again(
+    request_threads: handler.KeptRequestThreads,
+) -> None:
+    """A request whose client went away stops waiting for its code, which may still run
+    on the thread: the thread is lent again only once that code is done."""
+    executor = request_threads.take()
+    release = threading.Event()
+    executor.submit(release.wait, 10)
+
+    request_threads.give_back(executor)
+
+    assert request_threads.idle_count() == 0
+    assert request_threads.take() is not executor
+    release.set()
+    wait_for(lambda: request_threads.idle_count() == 1, "the thread given back")
+    assert request_threads.take() is executor

@@ -49,10 +49,10 @@ class _KeptConnectionSyncToAsync[**P, R](SyncToAsync[P, R]):
 
     Every viewer's reads run on one thread (asgiref's shared one: Channels creates no
     thread-sensitive context), so one kept connection serves them all; opening one per
-    live message was most of its cost (docs/benchmarks/live.md). Connections are not kept
-    anywhere else (CONN_MAX_AGE=0): under ASGI each HTTP request runs on a thread of its
-    own, and a connection kept there would outlive its thread. A connection that failed
-    and is no longer usable is closed, so the next read opens a fresh one.
+    live message was most of its cost (docs/benchmarks/live.md). It is kept whatever
+    `CONN_MAX_AGE` says (0 on PostgreSQL, whose pool the request threads borrow from and
+    give back to at each request's end). A connection that failed and is no longer
+    usable is closed, so the next read opens a fresh one.
     """
 
     def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:

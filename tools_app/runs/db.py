@@ -10,8 +10,9 @@ def drop_broken_connections() -> None:
     opens a fresh one; a connection that failed but still works is kept. Django's own
     rule at the end of a request, without its age limit: on a thread that lives as long
     as its process (the live reads, a worker's database lanes) a healthy connection is
-    worth keeping, and with no persistent connections configured (`CONN_MAX_AGE = 0`,
-    for the request threads) that limit would close it every time. Nor is a working
+    worth keeping, and where persistent connections are not configured (`CONN_MAX_AGE =
+    0` on PostgreSQL, whose pool the request threads give their connections back to)
+    that limit would close it every time. Nor is a working
     connection closed for being inside a transaction, as Django's rule would: that
     transaction is its caller's (a run handed back after a database error may be inside
     one, as under the tests' transaction), and a lane's tasks leave none open."""

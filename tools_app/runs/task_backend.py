@@ -158,9 +158,9 @@ async def _guarded(coroutine: Awaitable[Any]) -> Any:
     try:
         # A connection broken by the last task (a database restart) is replaced before
         # this task uses it; a healthy one is kept for the lane's life. (Django's
-        # `close_old_connections` would close it every time, as CONN_MAX_AGE is 0 for
-        # the request threads: a run's claim then opened a connection, 1.5-10 ms of its
-        # start on SQLite, and every other task on the lane lost its connection too.)
+        # `close_old_connections` would close it every time where CONN_MAX_AGE is 0
+        # (PostgreSQL's pool): a run's claim then opened a connection, 1.5-10 ms of its
+        # start, and every other task on the lane lost its connection too.)
         await sync_to_async(drop_broken_connections)()
         return await coroutine
     except Exception:
