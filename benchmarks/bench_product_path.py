@@ -106,6 +106,34 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole machine so far, in clock ticks."""
+    with open("/proc/stat") as stat:
+        ticks = [int(x) for x in stat.readline().split()[1:9]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
+SERVICES = {"postgres": "PostgreSQL", "redis-server": "Redis"}
+
+
+def services_cpu() -> dict[str, float]:
+    """CPU seconds so far of the database and cache servers' processes (all of them:
+    PostgreSQL's backends come and go with connections)."""
+    totals = dict.fromkeys(SERVICES.values(), 0.0)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/comm") as comm:
+                name = SERVICES.get(comm.read().strip())
+            if name is not None:
+                totals[name] += cpu_seconds(int(entry.name))
+        except OSError:  # the process ended meanwhile
+            continue
+    return totals
+
+
 def peak_rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -120,9 +148,15 @@ class Server:
     token: str
     processes: dict[str, subprocess.Popen[bytes]]
     logs: list[Path]
+    fake_pid: int
 
     def cpu(self) -> dict[str, float]:
         return {name: cpu_seconds(p.pid) for name, p in self.processes.items()}
+
+    def others_cpu(self) -> dict[str, float]:
+        """The machine's other work for the scenario: the fake provider, the database
+        and the cache servers (not counted in the server's CPU)."""
+        return {"fake provider": cpu_seconds(self.fake_pid), **services_cpu()}
 
     def peak_mb(self) -> dict[str, float]:
         return {name: peak_rss_mb(p.pid) for name, p in self.processes.items()}
@@ -169,7 +203,8 @@ def serve(env: dict[str, str], workdir: Path, *, workers: int) -> Iterator[Serve
                 PYTHON, "manage.py", "db_worker", "--no-reload", "--no-startup-delay",
                 "--concurrency", str(WORKER_CONCURRENCY)])
         server = Server(f"http://127.0.0.1:{port}", token,
-                        {k: v for k, v in processes.items() if k != "fake_llm"}, logs)
+                        {k: v for k, v in processes.items() if k != "fake_llm"}, logs,
+                        fake.process.pid)
         wait_until_up(server)
         yield server
     finally:
@@ -212,6 +247,8 @@ class Outcome:
     queued_ms: list[float] = field(default_factory=list)  # created -> started (claimed)
     from_emit_ms: list[float] = field(default_factory=list)
     cpu_s: dict[str, float] = field(default_factory=dict)
+    others_s: dict[str, float] = field(default_factory=dict)
+    machine: tuple[int, int] = (0, 0)  # busy and total clock ticks of the machine
     peak_mb: dict[str, float] = field(default_factory=dict)
     finished: int = 0
     failed: int = 0
@@ -272,7 +309,8 @@ async def emit_delays(http: aiohttp.ClientSession, server: Server, run_id: str) 
 async def scenario(server: Server, runs: int) -> Outcome:
     outcome = Outcome(runs=runs)
     load_before = os.getloadavg()[0]
-    cpu_before = server.cpu()
+    cpu_before, others_before, machine_before = (server.cpu(), server.others_cpu(),
+                                                 machine_jiffies())
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector,
                                      timeout=aiohttp.ClientTimeout(total=60)) as http:
@@ -280,7 +318,8 @@ async def scenario(server: Server, runs: int) -> Outcome:
         run_ids = [x for x in started if not x.startswith("!")]
         outcome.start_errors = [x[1:] for x in started if x.startswith("!")]
         done = await wait_finished(http, server, run_ids)
-        cpu_after = server.cpu()
+        cpu_after, others_after, machine_after = (server.cpu(), server.others_cpu(),
+                                                  machine_jiffies())
         outcome.peak_mb = server.peak_mb()
         outcome.load = (load_before, os.getloadavg()[0])
         for run_id in run_ids:
@@ -296,6 +335,9 @@ async def scenario(server: Server, runs: int) -> Outcome:
                                                          run["started_at"]) * 1000)
             outcome.from_emit_ms += await emit_delays(http, server, run_id)
     outcome.cpu_s = {k: cpu_after[k] - cpu_before[k] for k in cpu_after}
+    outcome.others_s = {k: others_after[k] - others_before[k] for k in others_after}
+    outcome.machine = (machine_after[0] - machine_before[0],
+                       machine_after[1] - machine_before[1])
     outcome.rounds = outcome.finished * MODEL_CALLS
     return outcome
 
@@ -316,6 +358,9 @@ def merged(outcomes: list[Outcome]) -> Outcome:
         total.rounds += o.rounds
         for k, v in o.cpu_s.items():
             total.cpu_s[k] = total.cpu_s.get(k, 0.0) + v
+        for k, v in o.others_s.items():
+            total.others_s[k] = total.others_s.get(k, 0.0) + v
+        total.machine = (total.machine[0] + o.machine[0], total.machine[1] + o.machine[1])
         total.peak_mb = o.peak_mb
         total.start_errors += o.start_errors
     return total
@@ -397,19 +442,23 @@ def row(label: str, o: Outcome) -> str:
     cpu_ms = sum(o.cpu_s.values()) * 1000 / max(1, o.rounds)
     by_process = ", ".join(f"{k} {v * 1000 / max(1, o.rounds):.1f}" for k, v in o.cpu_s.items())
     memory = ", ".join(f"{k} {v:.0f}" for k, v in o.peak_mb.items())
+    others = ", ".join(f"{k} {v * 1000 / max(1, o.rounds):.1f}" for k, v in o.others_s.items()
+                       if v > 0)
+    busy = o.machine[0] / o.machine[1] if o.machine[1] else float("nan")
     return (f"| {label} | {o.runs} | {o.finished - o.failed} / {o.finished} "
             f"| {wall:,.0f} ms | **{IDEAL_MS / wall:.0%}** ({IDEAL_MS / worst:.0%}) "
             f"| {percentile(emit, 50):.0f} ms | **{percentile(emit, 95):.0f} ms** "
             f"| {max(emit) if emit else float('nan'):,.0f} ms "
             f"| {percentile(o.queued_ms, 50):.0f} / {percentile(o.queued_ms, 95):.0f} ms "
-            f"| {cpu_ms:.1f} ms ({by_process}) | {memory} "
+            f"| {cpu_ms:.1f} ms ({by_process}) | {others or '-'} | {busy:.0%} | {memory} "
             f"| {o.load[0]:.1f} / {o.load[1]:.1f} |")
 
 
 HEADER = ("| configuration | concurrent runs | succeeded / finished | median run wall "
           "| efficiency (worst run) | from emit p50 | from emit p95 | from emit max "
-          "| queued p50 / p95 | server CPU per round (by process) | peak RSS MB | load |\n"
-          + "|---" * 12 + "|")
+          "| queued p50 / p95 | server CPU per round (by process) "
+          "| other CPU per round, ms | machine busy | peak RSS MB | load |\n"
+          + "|---" * 14 + "|")
 
 
 def report(results: dict[str, Result | str], elapsed: float) -> str:
@@ -444,7 +493,11 @@ engine event's own time (`at`), over every event that has one. **Queued** = the 
 `started_at` - its `created_at`: how long it waited for a worker to claim it (not in its
 wall time). **Server CPU per round**
 = the user + system CPU of daphne (and the db_workers) during the scenario / the model
-calls made ({MODEL_CALLS} per run). Each configuration starts with 2 runs not counted
+calls made ({MODEL_CALLS} per run); **other CPU per round** the same for the machine's
+other work on the scenario (the fake provider, PostgreSQL's and Redis's processes), and
+**machine busy** the share of the {os.cpu_count()} CPUs busy during the scenario (all
+processes, from its first POST to its last run's end, whatever else the host ran).
+Each configuration starts with 2 runs not counted
 (the processes' first run imports and connects). **Peak RSS** = each process's high-water mark after
 the scenario. Embedded: SQLite (WAL), the in-memory channel layer, the worker inside
 daphne. Scale-out: PostgreSQL, Redis, one daphne and {WORKERS} `db_worker
