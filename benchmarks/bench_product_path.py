@@ -530,6 +530,26 @@ within one session by 30-50 % from hour to hour: compare rows measured together.
 `benchmarks/bench_app_overhead.py` (docs/benchmarks/app-overhead.md) measures the
 ceiling, the engine alone in process with no database.
 
+Session 16 (its change below). Its machine was quiet (a 1-minute load of 0.4-1.0 before
+the benchmark) and about as fast as session 13's: the engine alone 1.1-3.0 ms of CPU a
+round in process (app-overhead.md). The table above is its last full run; the column
+covers 3 full runs and 5 runs of embedded 50 alone (all after its change):
+
+| target (p95: from emit) | session 16 | met on session 16's machine |
+|---|---|---|
+| embedded, 1 run | 97 % (1,234-1,241 ms), 4-5 ms | yes |
+| embedded, 50 runs | 91-97 %, 29-98 ms | % yes; p95 in 3 of 8 |
+| scale-out, 1 run | 96-97 % (1,238-1,245 ms), 5-7 ms | no: 96.8-96.9 % at best |
+| scale-out, 100 runs | 63-72 %, 229-268 ms | no |
+| CPU added, 1 / 10 / 50 runs (app-overhead.md) | 3.7-4.2 / 2.8-3.2 / 2.4-2.6 ms | 50: yes |
+
+The new columns show what bounds scale-out at 100 runs: the machine was 77-87 % busy
+for the scenario (its 2 CPUs also ran the client, which is not counted), and the
+servers' 6.2-6.8 ms of CPU a round came with PostgreSQL's 2.4-2.5 ms and the fake
+provider's 0.4-0.5 ms: 9-10 ms a round for 600 rounds, where 80 % leaves about 5 ms
+for everything. Embedded at 50 runs kept the machine only 33-40 % busy: daphne is one
+process, and its GIL, not the machine, is the limit there.
+
 Session 15 (its changes below). Its machine was about half as fast as session 13's: the
 engine alone took 1.8-6.3 ms of CPU a round in process (0.9-2.4 in session 13), a pure
 Python loop ran 1.8-2.0 s where a fast machine takes about 0.5 s, and the same
@@ -655,6 +675,37 @@ Sessions 8-10's trials (GIL switch interval; grouping runs' batches in one
 transaction with per-run statements; one database lane; a process-wide SQLite write
 lock; folding a batch before its transaction) are in the history of this file.
 
+### What session 16 changed (measured, kept)
+
+1. **HTTP requests on kept threads** (`agentforge_web/handler.py`): Django gives each
+   request a thread-sensitive context of its own, so asgiref started a thread for the
+   request's synchronous code (and, in asgiref 3.13, one more to join it), and Django
+   opened the request's connection on it and closed it at the end. Now a request
+   borrows a single-thread executor for its whole life (asgiref's
+   `ThreadSensitiveContext(executor=...)`) and gives it back once the thread is idle:
+   one request at a time on a thread, so no connection or transaction is shared; up to
+   `AGENTFORGE_REQUEST_THREADS` (8) idle threads are kept. On SQLite connections are
+   persistent (`CONN_MAX_AGE = None`: every thread that uses the database now lives
+   on). daphne's CPU per request, 300 sequential requests, same hour (before -> after):
+   embedded GET /api/runs/<id> 5.9-6.2 -> 2.9 ms, GET its events 8.9-9.0 -> 5.3-5.5 ms,
+   GET /api/runs 6.2-6.3 -> 3.7-4.1 ms; scale-out (PostgreSQL's pool) 4.2 -> 3.4-3.8,
+   6.1-6.3 -> 5.3-5.4 and 4.5-4.7 -> 3.7-3.8 ms. The benchmark's embedded server CPU a
+   round at 50 runs fell to 6.6-8.0 ms (7.0 with the same code the hour before, the
+   difference within this machine's noise: its client sends only a POST and one or two
+   GETs a run).
+2. **The benchmark reports the machine's other work** (the fake provider's, PostgreSQL's
+   and Redis's CPU per round) and how busy the machine was during each scenario, so a
+   row bound by the machine's CPU says so.
+
+Measured, not changed: a run's timeline on this machine (embedded, 1 run): its first
+model request 2.6-4.0 ms after its claim (claim, history, engine), each exchange with
+the fake provider 203.4-204 ms for its 200 ms (203.8 ms with a bare httpx client and
+no application: the provider's timer and a cold wake-up after 200 ms idle, 1.0 ms when
+it answers at once), 1.1-1.9 ms of the application between a response and the next
+request, and 2.6 ms (SQLite) or 5.4-8 ms (PostgreSQL) from the chat's end to the run's
+end stored, of which the last batch's commit is 1.2-2.1 ms (in `Run.wall_ms`) and the
+end's own transaction the rest (not in it).
+
 ### What session 15 changed (measured, kept)
 
 1. **db_workers woken by enqueues, not by their poll** (`runs/task_wakeup.py`): on
@@ -732,10 +783,11 @@ Why the rest is not met:
   Redis and the client share the same CPUs. In a db_worker's GIL profile the provider's
   HTTP exchange (the engine's httpx client) is the largest share, then the loop's own
   scheduling, the notifications, the batch writer and the recorder.
-- **Embedded, 50 runs, from emit p95**: daphne is saturated (10-12.5 ms of CPU a round
-  on this machine: the engine, the application, and the API's requests at 14 and 10 ms
-  each), so the batches wait; the run's wall time does not (nothing waits for an
-  idempotent round's batch), which is why efficiency holds and from emit does not.
+- **Embedded, 50 runs, from emit p95**: daphne's one GIL is saturated (session 15:
+  10-12.5 ms of CPU a round, the API's requests at 14 and 10 ms each; session 16:
+  6.6-8.0 ms, the requests at about 5 and 3 ms, with the machine only 33-40 % busy), so
+  the batches wait; the run's wall time does not (nothing waits for an idempotent
+  round's batch), which is why efficiency holds and from emit does not.
 - **1-run efficiency** is at the engine's own ceiling: the engine alone reached
   95.9-97.6 % in process on this machine (app-overhead.md), each exchange with the fake
   provider taking 203.5 ms for its 200 ms of latency (its own timer and HTTP); the
@@ -748,10 +800,6 @@ Why the rest is not met:
 
 ### What would cut the rest
 
-- The API's requests on kept threads and connections: daphne runs each request's sync
-  code on a new thread, so every embedded request opens SQLite again (2.7 ms above).
-  Kept threads would share a connection between concurrent requests (a streamed
-  export's transaction with another request's statements): needs a design for it.
 - The run's end written with its last batch (one transaction fewer a run, and the end
   seen sooner), where nothing is left unfinished.
 - The engine's HTTP exchange (httpx over aiohttp) is the largest single share of a
