@@ -3,6 +3,7 @@
 Import the public names from here; the module split is an implementation detail.
 """
 
+from .chat_run import RegisteredTool, ResumeState, ToolChatResult, should_return_immediately
 from .definitions import tool_entries, tool_from_json, tools_from_json
 from .errors import (
     AgentForgeError,
@@ -58,13 +59,7 @@ from .messages import (
 )
 from .providers.base import ChatModel
 from .providers.scripted import FunctionChatModel, ScriptedCall, ScriptedChatModel, ScriptStep
-from .service import (
-    RegisteredTool,
-    ResumeState,
-    ToolChatResult,
-    ToolService,
-    should_return_immediately,
-)
+from .service import ToolService
 from .spec import (
     P,
     ReturnBehavior,

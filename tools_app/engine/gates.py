@@ -12,7 +12,7 @@
   `held_calls_pause`) or edit their arguments.
 
 The pauses are exceptions of the engine's tree (errors.py): `RunPaused`, its subclass
-`ToolApprovalPending`, and `ApprovalPending`. The loop (service.py) calls these helpers.
+`ToolApprovalPending`, and `ApprovalPending`. The loop (chat_run.py) calls these helpers.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from ..engine import (
     ToolSpecification,
     ToolTimeoutError,
 )
+from ..engine.chat_run import invoke_tool
 from ..engine.execution import ToolExecutionResult, to_jsonable
-from ..engine.service import invoke_tool
 from ..models import CallReexecution, ReexecutionState, Run, ToolCall
 from .eventlog import append_event, notify_after_commit
 from .snapshot import live_executor

@@ -1,0 +1,644 @@
+"""One chat() call of a ToolService: the model <-> tools loop (seed chapter 4).
+
+`ChatRun.execute`:
+  1. calls the model with every registered tool merged into the request parameters;
+  2. if the answer has no tool calls, returns it;
+  3. otherwise executes the round's calls (concurrently unless told otherwise, results
+     kept in request order), turns errors into text for the model or stops per the
+     handlers, appends the assistant message and the results, and either returns at
+     once (ReturnBehavior) or goes back to 1, at most `max_tool_calling_round_trips`
+     times.
+Every step is reported to observers as a typed event (see events.py). Where the loop
+stops for a person (approvals, breakpoints) is gates.py. The registry and its
+configuration (ToolService) are service.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .callbacks import maybe_await
+from .errors import (
+    Approver,
+    HallucinatedToolStrategy,
+    MaxRoundTripsExceededError,
+    ReplayDivergence,
+    RunPaused,
+    ToolArgumentsError,
+    ToolArgumentsErrorHandler,
+    ToolErrorContext,
+    ToolErrorHandlerResult,
+    ToolExecutionError,
+    ToolExecutionErrorHandler,
+    ToolRejectedError,
+    ToolTimeoutError,
+    ToolUnknownOutcomeError,
+)
+from .events import (
+    ChatFailed,
+    ChatFinished,
+    ChatPaused,
+    ChatStarted,
+    ModelRequestSent,
+    ModelResponseReceived,
+    Observer,
+    PartialText,
+    PartialToolCall,
+    RoundStarted,
+    ToolCallFinished,
+    ToolCallOutcome,
+    ToolCallProposed,
+    ToolCallStarted,
+    bind_emitter,
+    bind_round,
+    reset_emitter,
+    reset_round,
+)
+from .execution import ToolExecution, ToolExecutionResult, ToolExecutor, to_jsonable
+from .gates import (
+    CallGate,
+    ModelCallHook,
+    Verdict,
+    approvals,
+    gate_answer,
+    held_calls_pause,
+    messages_before_model_call,
+)
+from .messages import (
+    AiMessage,
+    ChatMessage,
+    ChatRequest,
+    ChatRequestParameters,
+    ChatResponse,
+    TokenUsage,
+    ToolExecutionRequest,
+    ToolExecutionResultMessage,
+)
+from .providers.base import ChatModel
+from .spec import ReturnBehavior, ToolSpecification
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    specification: ToolSpecification
+    executor: ToolExecutor
+    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM
+    timeout: float | None = None
+    idempotent: bool = False
+    requires_approval: bool = False
+
+
+class LoopSettings(Protocol):
+    """What the loop reads of its ToolService (service.py): the registry and the
+    configuration, never changed by a chat."""
+
+    max_tool_calling_round_trips: int
+    parallel: bool
+    max_concurrency: int | None
+    default_timeout: float | None
+    arguments_error_handler: ToolArgumentsErrorHandler
+    execution_error_handler: ToolExecutionErrorHandler
+    hallucinated_tool_strategy: HallucinatedToolStrategy
+    approver: Approver | None
+    call_gate: CallGate | None
+    before_model_call: ModelCallHook | None
+
+    @property
+    def tool_specifications(self) -> list[ToolSpecification]: ...
+
+    @property
+    def registered_tools(self) -> Mapping[str, RegisteredTool]: ...
+
+    def request_parameters(
+        self, user_parameters: ChatRequestParameters | None
+    ) -> ChatRequestParameters: ...
+
+
+@dataclass(frozen=True)
+class ToolChatResult:
+    final_response: ChatResponse
+    tool_executions: list[ToolExecution]
+    intermediate_responses: list[ChatResponse]
+    messages: list[ChatMessage]
+    usage: TokenUsage | None
+    returned_immediately: bool = False
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """Where a persisted run stopped, so a new worker continues without redoing work.
+
+    `messages` passed to chat() hold every completed round. `pending_response` is the
+    model answer whose tool calls were not all finished (its AiMessage is not in
+    `messages`: the loop appends it); `completed_results`
+    holds the calls of that round that did finish (never re-executed), and
+    `unknown_outcome_ids` the calls that were in flight on a non-idempotent tool: they
+    are not re-executed and become ToolUnknownOutcomeError for the execution handler.
+    """
+
+    round_index: int
+    round_trips_done: int
+    pending_response: ChatResponse | None = None
+    completed_results: Mapping[str, ToolExecutionResultMessage] = field(default_factory=dict)
+    unknown_outcome_ids: frozenset[str] = frozenset()
+    intermediate_responses: tuple[ChatResponse, ...] = ()
+
+
+def should_return_immediately(behaviors: Sequence[ReturnBehavior]) -> bool:
+    """The seed's ReturnBehavior table (tool errors are checked by the caller).
+
+    []                                -> continue
+    any TO_LLM                        -> continue
+    all IMMEDIATE                     -> return
+    [IMMEDIATE_IF_LAST]               -> return
+    [IMMEDIATE..., IMMEDIATE_IF_LAST] -> return (an IMMEDIATE_IF_LAST that is not the
+                                         last call of the round means continue)
+    """
+    if not behaviors:
+        return False
+    last = len(behaviors) - 1
+    for index, behavior in enumerate(behaviors):
+        if behavior is ReturnBehavior.TO_LLM:
+            return False
+        if behavior is ReturnBehavior.IMMEDIATE_IF_LAST and index != last:
+            return False
+    return True
+
+
+def _handler_name(handler: object) -> str:
+    return str(getattr(handler, "handler_name", None) or getattr(handler, "__name__", None)
+               or type(handler).__name__)
+
+
+@dataclass
+class _CallOutcome:
+    message: ToolExecutionResultMessage
+    behavior: ReturnBehavior
+    is_error: bool
+    execution: ToolExecution | None
+
+
+class ChatRun:
+    """State of one chat() call. Kept apart from ToolService, which stays reusable."""
+
+    def __init__(
+        self,
+        service: LoopSettings,
+        model: ChatModel,
+        messages: list[ChatMessage],
+        parameters: ChatRequestParameters | None,
+        observers: list[Observer],
+    ) -> None:
+        self.service = service
+        self.model = model
+        self.messages = messages
+        self.parameters = service.request_parameters(parameters)
+        self.observers = observers
+        # Events are built only for someone: the engine used as a library without
+        # observers builds none (a run's dozen pydantic events per round), and neither
+        # do the providers (no emitter is bound).
+        self.observed = bool(observers)
+        self.round_index = 0
+        self.executions: list[ToolExecution] = []
+        self.intermediate: list[ChatResponse] = []
+        self.usage: TokenUsage | None = None
+        # perf_counter() when the current model call's first streamed piece arrived
+        self._first_token: float | None = None
+
+    async def _emit(self, event: Any) -> None:
+        # The loop's own events carry their round already, and provider events take it
+        # from `bind_round`; an event from deeper down that has none (a custom model
+        # emitting outside `chat`) is stamped here, which costs a copy.
+        if event.round_index is None and not isinstance(event, (ChatStarted, ChatFinished)):
+            event = event.model_copy(update={"round_index": self.round_index})
+        if self._first_token is None and isinstance(event, (PartialText, PartialToolCall)):
+            self._first_token = time.perf_counter()
+        for observer in self.observers:
+            await maybe_await(observer(event))
+
+    async def execute(self, resume: ResumeState | None) -> ToolChatResult:
+        token = bind_emitter(self._emit if self.observed else None)
+        round_token = bind_round(None)
+        try:
+            if self.observed:
+                await self._emit(
+                    ChatStarted(
+                        tool_names=[s.name for s in self.service.tool_specifications],
+                        message_count=len(self.messages),
+                    )
+                )
+            return await self._loop(resume)
+        except RunPaused as paused:
+            if self.observed:
+                await self._emit(ChatPaused(call_ids=paused.call_ids, reason=paused.reason,
+                                            round_index=paused.round_index))
+            raise
+        except asyncio.CancelledError:
+            if self.observed:
+                await self._emit(ChatFailed(error_type="CancelledError",
+                                            message="The run was cancelled", cancelled=True))
+            raise
+        except Exception as exc:
+            if self.observed:
+                await self._emit(ChatFailed(error_type=type(exc).__name__, message=str(exc)))
+            raise
+        finally:
+            reset_round(round_token)
+            reset_emitter(token)
+
+    async def _loop(self, resume: ResumeState | None) -> ToolChatResult:
+        round_trips = 0
+        pending: ChatResponse | None = None
+        if resume is not None:
+            self.round_index = resume.round_index
+            round_trips = resume.round_trips_done
+            pending = resume.pending_response
+            self.intermediate.extend(resume.intermediate_responses)
+        limit = self.service.max_tool_calling_round_trips
+        while True:
+            response = pending if pending is not None else await self._call_model()
+            ai_message = response.ai_message
+            if not ai_message.has_tool_execution_requests():
+                return await self._finish(response, immediate=False)
+            if round_trips >= limit:
+                raise MaxRoundTripsExceededError(limit)
+            round_trips += 1
+            self.intermediate.append(response)
+            self.messages.append(ai_message)
+            outcomes = await self._execute_round(ai_message, resume if pending else None)
+            pending = None
+            self.messages.extend(outcome.message for outcome in outcomes)
+            any_error = any(outcome.is_error for outcome in outcomes)
+            if not any_error and should_return_immediately([o.behavior for o in outcomes]):
+                self.intermediate.pop()
+                return await self._finish(response, immediate=True)
+            self.round_index += 1
+
+    async def _call_model(self) -> ChatResponse:
+        # The hook may raise RunPaused: nothing of this round has happened.
+        self.messages.extend(await messages_before_model_call(
+            self.service.before_model_call, self.round_index, self.messages))
+        # Built from the loop's own validated messages: validating the whole history
+        # again every round would cost O(history) per round for nothing.
+        request = ChatRequest.model_construct(messages=tuple(self.messages),
+                                              parameters=self.parameters)
+        if self.observed:
+            await self._emit(RoundStarted(round_index=self.round_index))
+        if self.observed:
+            await self._emit(
+                ModelRequestSent(
+                    round_index=self.round_index,
+                    message_count=len(request.messages),
+                    tool_names=[t.name for t in request.parameters.tools or ()],
+                )
+            )
+        started = time.perf_counter()
+        self._first_token = None
+        bind_round(self.round_index)
+        response = await self.model.chat(request)
+        latency_ms = (time.perf_counter() - started) * 1000
+        first_token_ms = (
+            (self._first_token - started) * 1000 if self._first_token is not None else None
+        )
+        self.usage = response.usage + self.usage if response.usage else self.usage
+        if self.observed:
+            await self._emit(
+                ModelResponseReceived(round_index=self.round_index, response=response,
+                                      latency_ms=latency_ms,
+                                      first_token_ms=first_token_ms, usage=response.usage)
+            )
+        return response
+
+    async def _finish(self, response: ChatResponse, *, immediate: bool) -> ToolChatResult:
+        if self.observed:
+            await self._emit(
+                ChatFinished(
+                    final_text=response.ai_message.text,
+                    reason="immediate_return" if immediate else "model_stopped",
+                    rounds=self.round_index + 1,
+                    tool_calls=len(self.executions),
+                    usage=self.usage,
+                    round_index=self.round_index,
+                )
+            )
+        if not immediate:
+            self.messages.append(response.ai_message)
+        return ToolChatResult(
+            final_response=response,
+            tool_executions=list(self.executions),
+            intermediate_responses=list(self.intermediate),
+            messages=list(self.messages),
+            usage=self.usage,
+            returned_immediately=immediate,
+        )
+
+    # -- one round of tool calls -------------------------------------------------------
+
+    async def _execute_round(
+        self, ai_message: AiMessage, resume: ResumeState | None
+    ) -> list[_CallOutcome]:
+        requests = list(ai_message.tool_execution_requests)
+        # The calls' tasks see the round (`events.current_round`), a resumed round too,
+        # whose model call (which binds it otherwise) was not made again.
+        bind_round(self.round_index)
+        for index, request in enumerate(requests):
+            if self.observed:
+                await self._emit(
+                    ToolCallProposed(
+                        round_index=self.round_index,
+                        call_index=index,
+                        request=request,
+                        known_tool=request.name in self.service.registered_tools,
+                    )
+                )
+        done = dict(resume.completed_results) if resume else {}
+        unknown = resume.unknown_outcome_ids if resume else frozenset()
+        to_run = [r for r in requests if r.id not in done]
+        tools = self.service.registered_tools
+        flagged = [r for r in to_run if r.name in tools and tools[r.name].requires_approval]
+        verdicts = await approvals(self.service.approver, flagged, self.round_index)
+        answer = await gate_answer(self.service.call_gate, to_run, verdicts,
+                                   self.round_index)
+
+        async def run_one(request: ToolExecutionRequest) -> _CallOutcome:
+            if request.id in done:
+                return self._replayed(request, done[request.id])
+            return await self._execute_call(request, in_doubt=request.id in unknown,
+                                            verdict=verdicts.get(request.id))
+
+        now = [r for r in requests if r.id not in answer.hold]
+        if not self.service.parallel or len(now) == 1:
+            outcomes = [await run_one(request) for request in now]
+        else:
+            outcomes = await self._run_concurrently(now, run_one)
+        if answer.hold:  # the calls that ran are stored: a resume replays them
+            raise held_calls_pause(requests, answer, self.round_index)
+        self.executions.extend(o.execution for o in outcomes if o.execution is not None)
+        return outcomes
+
+    async def _run_concurrently(
+        self,
+        requests: list[ToolExecutionRequest],
+        run_one: Callable[[ToolExecutionRequest], Coroutine[Any, Any, _CallOutcome]],
+    ) -> list[_CallOutcome]:
+        cap = self.service.max_concurrency
+        if cap is None or cap >= len(requests):  # nothing to hold back
+            return await _run_together([run_one(request) for request in requests])
+        semaphore = asyncio.Semaphore(cap)
+
+        async def limited(request: ToolExecutionRequest) -> _CallOutcome:
+            async with semaphore:
+                return await run_one(request)
+
+        return await _run_together([limited(request) for request in requests])
+
+    def _replayed(
+        self, request: ToolExecutionRequest, message: ToolExecutionResultMessage
+    ) -> _CallOutcome:
+        registered = self.service.registered_tools.get(request.name)
+        behavior = registered.return_behavior if registered else ReturnBehavior.TO_LLM
+        return _CallOutcome(message=message, behavior=behavior, is_error=message.is_error,
+                            execution=None)
+
+    async def _execute_call(self, request: ToolExecutionRequest, *, in_doubt: bool,
+                            verdict: Verdict | None = None) -> _CallOutcome:
+        registered = self.service.registered_tools.get(request.name)
+        if registered is None:
+            return await self._hallucinated(request)
+        if isinstance(verdict, ToolRejectedError):
+            return await self._handle(registered, request, time.time(), verdict, "rejected")
+        if isinstance(verdict, ToolExecutionRequest):
+            request = verdict  # edited arguments; same id and tool
+        if self.observed:
+            await self._emit(ToolCallStarted(round_index=self.round_index, call_id=request.id,
+                                             tool_name=request.name))
+        started = time.time()
+        try:
+            if in_doubt:
+                raise ToolUnknownOutcomeError(
+                    f"The outcome of tool '{request.name}' is unknown: its worker stopped while "
+                    "it ran, and the tool is not idempotent, so it was not run again",
+                    tool_name=request.name,
+                )
+            result = await self._invoke(registered, request)
+        except asyncio.CancelledError:
+            if self.observed:
+                await self._emit(self._finished(request, started, "cancelled", None,
+                                                error=None, handled_by=None))
+            raise
+        except ReplayDivergence as error:
+            # A replay told to stop where it leaves its recording: no handler decides.
+            if self.observed:
+                await self._emit(self._finished(request, started, "execution_error", None,
+                                                error=error, handled_by="replay",
+                                                stopped_run=True))
+            raise
+        except ToolArgumentsError as error:
+            return await self._handle(registered, request, started, error, "arguments_error")
+        except ToolExecutionError as error:
+            return await self._handle(registered, request, started, error, _outcome_of(error))
+        execution = ToolExecution(request, result, started, time.time())
+        if self.observed:
+            await self._emit(self._finished(request, started, "succeeded", result, error=None,
+                                            handled_by=None))
+        message = ToolExecutionResultMessage(id=request.id, tool_name=request.name,
+                                             text=result.text, is_error=result.is_error)
+        return _CallOutcome(message, registered.return_behavior, result.is_error, execution)
+
+    async def _invoke(
+        self, registered: RegisteredTool, request: ToolExecutionRequest
+    ) -> ToolExecutionResult:
+        return await invoke_tool(registered, request,
+                                 default_timeout=self.service.default_timeout)
+
+    async def _handle(
+        self,
+        registered: RegisteredTool,
+        request: ToolExecutionRequest,
+        started: float,
+        error: ToolArgumentsError | ToolExecutionError,
+        outcome: ToolCallOutcome,
+    ) -> _CallOutcome:
+        handler: Callable[[Any, ToolErrorContext], Any] = (
+            self.service.arguments_error_handler
+            if isinstance(error, ToolArgumentsError)
+            else self.service.execution_error_handler
+        )
+        context = ToolErrorContext(request=request, round_index=self.round_index)
+        name = _handler_name(handler)
+        try:
+            decision = await maybe_await(handler(error, context))
+            if not isinstance(decision, ToolErrorHandlerResult):
+                raise TypeError(f"error handler {name} returned {decision!r}, "
+                                "expected ToolErrorHandlerResult")
+        except BaseException:
+            if self.observed:
+                await self._emit(self._finished(request, started, outcome, None, error=error,
+                                                handled_by=name, stopped_run=True))
+            raise
+        text = decision.text_value
+        result = ToolExecutionResult.failure(text, error)
+        if self.observed:
+            await self._emit(self._finished(request, started, outcome, result, error=error,
+                                            handled_by=name))
+        execution = ToolExecution(request, result, started, time.time())
+        message = ToolExecutionResultMessage(id=request.id, tool_name=request.name, text=text,
+                                             is_error=True)
+        return _CallOutcome(message, registered.return_behavior, True, execution)
+
+    async def _hallucinated(self, request: ToolExecutionRequest) -> _CallOutcome:
+        strategy = self.service.hallucinated_tool_strategy
+        available = list(self.service.registered_tools)
+        started = time.time()
+        name = _handler_name(strategy)
+        try:
+            message = await maybe_await(strategy(request, available))
+        except BaseException as error:
+            if self.observed:
+                await self._emit(self._finished(request, started, "hallucinated", None,
+                                                error=error, handled_by=name, stopped_run=True))
+            raise
+        message = message.model_copy(update={"id": request.id, "is_error": True})
+        result = ToolExecutionResult.failure(message.text)
+        if self.observed:
+            await self._emit(self._finished(request, started, "hallucinated", result, error=None,
+                                            handled_by=name))
+        execution = ToolExecution(request, result, started, time.time())
+        return _CallOutcome(message, ReturnBehavior.TO_LLM, True, execution)
+
+    def _finished(
+        self,
+        request: ToolExecutionRequest,
+        started: float,
+        outcome: ToolCallOutcome,
+        result: ToolExecutionResult | None,
+        *,
+        error: BaseException | None,
+        handled_by: str | None,
+        stopped_run: bool = False,
+    ) -> ToolCallFinished:
+        finished = time.time()
+        return ToolCallFinished(
+            round_index=self.round_index,
+            call_id=request.id,
+            tool_name=request.name,
+            outcome=outcome,
+            text=result.text if result else None,
+            is_error=bool(result and result.is_error) or error is not None,
+            result_json=to_jsonable(result.result) if result and not result.is_error else None,
+            error_type=type(error).__name__ if error else None,
+            error_message=str(error) if error else None,
+            error_details=getattr(error, "errors", None) or None,
+            traceback=_traceback_of(error),
+            handled_by=handled_by,
+            stopped_run=stopped_run,
+            started_at=started,
+            finished_at=finished,
+            duration_ms=(finished - started) * 1000,
+        )
+
+
+async def invoke_tool(registered: RegisteredTool, request: ToolExecutionRequest, *,
+                      default_timeout: float | None) -> ToolExecutionResult:
+    """Run one call with the tool's (or the default) timeout: the loop's invocation,
+    also used alone to execute a recorded call again (runs/reexecution.py). Raises
+    ToolArgumentsError, ToolExecutionError (ToolTimeoutError for a timeout) or
+    ReplayDivergence; anything else a custom executor raises counts as the tool failing."""
+    timeout = registered.timeout or default_timeout
+    call = registered.executor.execute_with_result(request)
+    try:
+        if timeout is None:
+            return await call
+        return await asyncio.wait_for(call, timeout)
+    except TimeoutError as exc:
+        if timeout is None:
+            raise ToolExecutionError(f"TimeoutError: {exc}", tool_name=request.name,
+                                     cause=exc) from exc
+        raise ToolTimeoutError(request.name, timeout) from exc
+    except (ToolArgumentsError, ToolExecutionError, ReplayDivergence,
+            asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        # A custom executor that raised something else still counts as the tool failing.
+        raise ToolExecutionError(f"{type(exc).__name__}: {exc}", tool_name=request.name,
+                                 cause=exc) from exc
+
+
+async def _run_together[T](calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run `calls` concurrently; their results, in order.
+
+    Each call starts at once in a task of its own and runs until it first waits
+    (asyncio's eager tasks): a tool that never waits finishes without a trip through the
+    event loop, which a TaskGroup's tasks would each take. If a call raises (its error
+    handler stopped the run), the calls not started yet never start, the others are
+    cancelled and waited for, and that error is raised itself, as a sequential round
+    would stop. If this task is cancelled, every call is cancelled and waited for
+    before the cancellation goes on (as asyncio.TaskGroup does).
+    """
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[T]] = []
+    for index, call in enumerate(calls):
+        if tasks and _failed(tasks[-1]):
+            for unstarted in calls[index:]:
+                unstarted.close()
+            break
+        tasks.append(asyncio.eager_task_factory(loop, call))
+    try:
+        pending = [task for task in tasks if not task.done()]
+        while pending and not any(_failed(task) for task in tasks):
+            _, still = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            pending = list(still)
+    except asyncio.CancelledError:
+        await _cancel_and_wait(tasks)
+        raise
+    failed = next((task for task in tasks if _failed(task)), None)
+    if failed is not None:
+        await _cancel_and_wait(tasks)
+        error = failed.exception()
+        assert error is not None
+        raise error
+    return [task.result() for task in tasks]
+
+
+def _failed(task: asyncio.Task[Any]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is not None
+
+
+async def _cancel_and_wait(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel the calls still running and wait until every one has finished; a
+    cancellation of this task meanwhile is raised once they have."""
+    for task in tasks:
+        task.cancel()
+    interrupted: asyncio.CancelledError | None = None
+    while pending := [task for task in tasks if not task.done()]:
+        try:
+            await asyncio.wait(pending)
+        except asyncio.CancelledError as exc:
+            interrupted = exc
+    for task in tasks:  # mark every outcome seen: no "exception never retrieved"
+        if not task.cancelled():
+            task.exception()
+    if interrupted is not None:
+        raise interrupted
+
+
+def _outcome_of(error: ToolExecutionError) -> ToolCallOutcome:
+    if isinstance(error, ToolRejectedError):
+        return "rejected"
+    if isinstance(error, ToolTimeoutError):
+        return "timed_out"
+    if isinstance(error, ToolUnknownOutcomeError):
+        return "unknown_outcome"
+    return "execution_error"
+
+
+def _traceback_of(error: BaseException | None) -> str | None:
+    if error is None:
+        return None
+    cause = getattr(error, "cause", None) or error
+    return "".join(traceback.format_exception(cause)).strip()
