@@ -40,7 +40,7 @@ from tools_app.runs import recorder as recorder_module
 from tools_app.runs.leases import claim
 from tools_app.runs.recorder import RunRecorder
 
-from .support import assert_seqs_gapless, execute, start
+from .support import assert_seqs_gapless, execute, kinds, start
 
 pytestmark = pytest.mark.both
 
@@ -356,6 +356,37 @@ def test_a_runs_idempotent_calls_share_one_batch_a_round_with_what_the_model_is_
         ["tool_call_finished", "round_started", "model_request_sent"],
     ]
     assert [c.state for c in calls_of(run)] == ["succeeded", "succeeded", "succeeded"]
+    assert_seqs_gapless(run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_succeeded_runs_last_events_are_written_with_its_end(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The chat's last events (the final answer) are not committed on their own before
+    the run's end: the end writes them in its own transaction (one commit fewer a run),
+    before it reads the rows it closes."""
+    run = start(make_endpoint([
+        {"tool_calls": [{"name": "lookup", "arguments": {"key": "a"}}]},
+        {"text": "done"},
+    ]), [tools["lookup"]], policy)
+    batches: list[tuple[list[str], bool]] = []  # kinds, inside a transaction already
+    real_batch = RunRecorder.record_batch
+
+    def spied(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+        batches.append(([event.kind for event, _ in batch], connection.in_atomic_block))
+        return real_batch(self, batch)
+
+    monkeypatch.setattr(RunRecorder, "record_batch", spied)
+
+    assert execute(run) == "succeeded"
+    *before, (last_kinds, inside_the_end) = batches
+    assert last_kinds[-2:] == ["model_response_received", "chat_finished"]
+    assert inside_the_end
+    assert not any(inside for _, inside in before)  # every other batch on its own
+    assert kinds(run)[-3:] == ["model_response_received", "chat_finished", "run_status"]
+    assert Round.objects.get(run=run, index=1).status == "responded"
     assert_seqs_gapless(run)
 
 

@@ -220,3 +220,47 @@ def test_a_non_idempotent_call_whose_result_a_database_failure_lost_is_never_run
                                                      "ToolUnknownOutcomeError")
     assert run.final_text == f"model saw: {transfer.result_text}"
     assert_seqs_gapless(run)
+
+
+def test_a_database_failure_storing_a_runs_last_events_hands_it_back(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chat's last events are written with the run's end, in its transaction: a
+    database failure there hands the run back as one mid-run would (nothing of that
+    transaction stored, no end), and the resumed run ends it."""
+    from django.db import OperationalError
+
+    from tools_app.runs.recorder import RunRecorder
+
+    run = start(make_endpoint(THREE_ROUNDS), [tools["lookup"]], policy)
+    enqueued: list[str] = []
+    monkeypatch.setattr(tasks, "enqueue_run", enqueued.append)
+    real_record = RunRecorder.record_batch
+    failed: list[list[str]] = []
+
+    def down_at_the_end(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+        if not failed and any(event.kind == "chat_finished" for event, _ in batch):
+            failed.append([event.kind for event, _ in batch])
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_record(self, batch)
+
+    monkeypatch.setattr(RunRecorder, "record_batch", down_at_the_end)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert execute(run) == "interrupted"
+
+    assert failed and failed[0][-1] == "chat_finished"
+    assert run.status == RunStatus.INTERRUPTED
+    assert (run.lease_owner, run.error_type, run.final_text) == ("", "", None)
+    assert enqueued == [str(run.pk)]
+    assert "chat_finished" not in kinds(run)
+    # The final answer (round 2's response) is not stored; how much of the rounds before
+    # it is depends on how far the writer got (the scripted model answers at once).
+    assert 2 not in [r.index for r in rounds(run) if r.status == "responded"]
+    assert_seqs_gapless(run)
+
+    assert execute(run) == "succeeded"
+    assert run.final_text == "model saw: value of second"
+    assert statuses(run) == ["queued", "interrupted", "succeeded"]
+    assert kinds(run).count("chat_finished") == 1
+    assert_seqs_gapless(run)

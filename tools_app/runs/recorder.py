@@ -10,12 +10,14 @@ on, and what it emits meanwhile forms the next batch.
 The engine waits for durability only where crash safety needs it: a call's start on a
 tool that is not idempotent is committed before the tool runs (and, batches being
 written in order, so is the round's response it belongs to), and the runner drains the
-queue before anything reads the run's rows to decide (gates, approvals, the end of the
-run). A call on an idempotent tool runs at once, its start written with what follows:
-whatever a crash loses of it, the resumed run calls it again (or asks the model again,
-if the round's response was lost with it; runner.load_history), which is what
-idempotent permits. What the model is told next (a round's results, the next round's
-start and its request) is written while the model answers: its batch starts at the
+queue before anything reads the run's rows to decide (gates, approvals); what a chat
+that succeeded left queued is written by the run's end, in its transaction, before the
+end reads the rows (`hold_for_end`). A call on an idempotent tool runs at once, its
+start written with what follows: whatever a crash loses of it, the resumed run calls it
+again (or asks the model again, if the round's response was lost with it;
+runner.load_history), which is what idempotent permits. What the model is told next (a
+round's results, the next round's start and its request) is written while the model
+answers: its batch starts at the
 model's announced HTTP request (`ProviderWireRequest`, or `ModelRequestSent` for a
 model that announces none) and nothing waits for it. An event nobody waits for lingers
 a moment (`LINGER_SECONDS`) before the writer starts, so a round's results, the next
@@ -97,6 +99,8 @@ class RunRecorder:
         self._writer: asyncio.Task[None] | None = None
         self._linger: asyncio.TimerHandle | None = None  # the writer's delayed start
         self._drains = 0  # tasks waiting for the queue to be committed
+        # The chat ended: what is queued stays for the run's end (hold_for_end).
+        self._held = False
         # Something queued must be written as soon as the writer is free (the model's
         # request was queued while a batch was being written): no linger for it.
         self._write_next = False
@@ -176,13 +180,34 @@ class RunRecorder:
         A failure is logged, not raised: the run is ending anyway, and a batch that
         would come after the end is refused (its UPDATE expects the run running). A
         batch that failed before was raised to the run already: nothing is left."""
-        if self._error is not None:
-            return
+        if self._error is not None or self._held:
+            return  # nothing to write, or the run's end writes it
         try:
             await self.drain()
         except Exception:
             logger.warning("run %s: events queued at its end could not be stored",
                            self.run_id, exc_info=True)
+
+    async def hold_for_end(self) -> None:
+        """The chat ended: wait for the batch being written (batches stay in order) and
+        keep what is still queued for the run's end, which writes it in its own
+        transaction (`take_held`): one commit fewer a run, and the end stored sooner.
+        Raises the failure of any batch, as a drain would."""
+        if any(waiter is not None for _, _, waiter in self._queue):
+            await self.drain()  # someone waits for a commit: not expected at the end
+            return
+        self._held = True
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+        self._raise_failure()
+
+    def take_held(self) -> list[tuple[Any, dict[str, Any]]]:
+        """What `hold_for_end` kept, for the run's end to write (once)."""
+        held, self._queue = self._queue, []
+        return [(event, payload) for event, payload, _ in held]
 
     async def _written(self) -> None:
         self._drains += 1
@@ -197,7 +222,7 @@ class RunRecorder:
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
-        if not self._queue or self._error is not None:
+        if not self._queue or self._error is not None or self._held:
             return
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_queued())
@@ -229,7 +254,7 @@ class RunRecorder:
 
     async def _write_queued(self) -> None:
         """The run's writer: commit what is queued, one batch at a time, in order."""
-        while self._queue:
+        while self._queue and not self._held:
             batch, self._queue = self._queue, []
             self._write_next = False
             try:

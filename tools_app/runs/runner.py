@@ -34,6 +34,7 @@ from ..engine.providers.adapter import WireChatModel
 from ..models import Round, Run, RunStatus, ToolCall, ToolCallState
 from . import rowsql
 from .approver import RunApprover
+from .batch_writer import Batch
 from .breakpoint_hooks import RunBreakpoints, added_messages
 from .db import drop_broken_connections
 from .eventlog import LeaseLost, notify
@@ -79,19 +80,39 @@ async def execute_run(run_id: str) -> str | None:
         return None
     started = time.perf_counter()
     streamed: dict[int, str] = {}  # round index -> text streamed so far (redacted)
+    last = _LastEvents()
     try:
-        status, fields = await _drive(claimed, streamed)
+        status, fields = await _drive(claimed, streamed, last)
     except LeaseLost:
         logger.warning("run %s: lease lost, leaving it to its new owner", run_id)
         return None
     if status != RunStatus.WAITING:
         fields["wall_ms"] = _wall_ms(claimed.run, started)
     try:
-        seq = await sync_to_async(_finish)(run_id, claimed.token, status, fields, streamed)
+        status, seq = await _end(run_id, claimed.token, status, fields, streamed, last.batch())
     except LeaseLost:
         return None
     await notify(run_id, {"seq": seq})
     return str(status)
+
+
+async def _end(run_id: str, token: int, status: RunStatus, fields: dict[str, Any],
+               streamed: dict[int, str], last: Batch | None) -> tuple[RunStatus, int]:
+    """The run's end stored (with the chat's last events, if it left some queued): the
+    status it ended in and the end's seq. A database error while writing those events
+    hands the run back, as it would have mid-run (nothing of that transaction is
+    stored, and the resumed run starts from what is)."""
+    try:
+        return status, await sync_to_async(_finish)(run_id, token, status, fields,
+                                                    streamed, last)
+    except (OperationalError, InterfaceError) as exc:
+        if last is None:
+            raise
+        logger.warning("run %s: database error storing its end, handing the run back: %s",
+                       run_id, exc)
+    await sync_to_async(drop_broken_connections)()
+    interrupted = RunStatus.INTERRUPTED
+    return interrupted, await sync_to_async(_finish)(run_id, token, interrupted, {}, streamed)
 
 
 @dataclass
@@ -117,8 +138,22 @@ def _claimed(run_id: str, worker_id: str) -> _Claimed | None:
         return _Claimed(run, token, exc)
 
 
-async def _drive(claimed: _Claimed,
-                 streamed: dict[int, str]) -> tuple[RunStatus, dict[str, Any]]:
+class _LastEvents:
+    """What a successful chat left queued, written with the run's end (one transaction
+    for both); after any other ending the recorder has drained everything."""
+
+    def __init__(self) -> None:
+        self.recorder: RunRecorder | None = None
+
+    def batch(self) -> Batch | None:
+        if self.recorder is None:
+            return None
+        events = self.recorder.take_held()
+        return Batch(self.recorder, events) if events else None
+
+
+async def _drive(claimed: _Claimed, streamed: dict[int, str],
+                 last: _LastEvents) -> tuple[RunStatus, dict[str, Any]]:
     run, token, run_id = claimed.run, claimed.token, str(claimed.run.pk)
     try:
         engine = engine_for_snapshot(run.snapshot)
@@ -127,7 +162,7 @@ async def _drive(claimed: _Claimed,
         messages, resume = claimed.history
     except Exception as exc:  # a broken snapshot (missing key, tool gone) fails the run
         return RunStatus.FAILED, {"error_type": type(exc).__name__, "error_message": str(exc)}
-    recorder = RunRecorder(run_id, token, engine.secrets)
+    recorder = last.recorder = RunRecorder(run_id, token, engine.secrets)
     recorder.before_round = _checkpoint
     recorder.requests_announced = isinstance(engine.model, WireChatModel)
     recorder.streamed = streamed  # kept on a round the run ends before its response
@@ -186,11 +221,15 @@ async def _drive(claimed: _Claimed,
 
 async def _chat_recorded(chat: Awaitable[ToolChatResult],
                          recorder: RunRecorder) -> ToolChatResult:
-    """The chat, then every event it reported committed (the run's end reads them)."""
+    """The chat, then every event it reported committed, or held for the run's end
+    (which reads them) if it succeeded: written with the end, in its transaction."""
     try:
-        return await chat
-    finally:
+        result = await chat
+    except BaseException:
         await recorder.drain()
+        raise
+    await recorder.hold_for_end()
+    return result
 
 
 def after_drain[**P, R](recorder: RunRecorder,
@@ -262,8 +301,11 @@ def _wall_ms(run: Run, started: float) -> float:
 
 
 def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any],
-            streamed: dict[int, str] | None = None) -> int:
+            streamed: dict[int, str] | None = None, last: Batch | None = None) -> int:
     with transaction.atomic():
+        if last is not None:
+            # Under the same lease fence as any batch: a lost lease stores neither.
+            last.recorder.record_batch(last.events)
         if status == RunStatus.WAITING:
             return wait(run_id, token, fields)
         return finish(run_id, token, status, fields, streamed)
