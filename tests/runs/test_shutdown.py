@@ -249,7 +249,7 @@ def test_a_database_failure_storing_a_runs_last_events_hands_it_back(
     with django_capture_on_commit_callbacks(execute=True):
         assert execute(run) == "interrupted"
 
-    assert [kinds[-1] for kinds in failed] == ["chat_finished"]
+    assert [batch[-1] for batch in failed] == ["chat_finished"]
     assert run.status == RunStatus.INTERRUPTED
     assert (run.lease_owner, run.error_type, run.final_text) == ("", "", None)
     assert enqueued == [str(run.pk)]
