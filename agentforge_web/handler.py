@@ -65,25 +65,21 @@ class KeptRequestThreads:
         if len(self._idle) < settings.AGENTFORGE_REQUEST_THREADS:
             self._idle.append(executor)
         else:
-            connections.close_all()
-            executor.shutdown(wait=False)
+            end_thread(executor)
 
     def idle_count(self) -> int:
         return len(self._idle)
 
     def close(self) -> None:
         """End every idle thread (their connections closed first)."""
-        while True:
-            try:
-                executor = self._idle.pop()
-            except IndexError:
-                return
-            end_thread(executor)
+        while self._idle:
+            end_thread(self._idle.pop())
 
 
 def end_thread(executor: ThreadPoolExecutor) -> None:
-    """Its connections closed on its own thread (after whatever it still runs), then the
-    thread ends; nothing waits for it."""
+    """Its connections closed on its own thread (after whatever it still runs, the
+    executor's queued work being done before it stops), then the thread ends; nothing
+    waits for it (so it may be called on that thread too)."""
     executor.submit(connections.close_all)
     executor.shutdown(wait=False)
 
