@@ -118,7 +118,7 @@ def test_an_argument_that_shapes_the_query_is_refused(two_runs: list[Run]) -> No
         prepared.rows(("test", "sliced"), sliced, two_runs[0].pk, 3)
 
 
-@pytest.mark.parametrize("argument", [True, [], ["a"], 1.5, None])
+@pytest.mark.parametrize("argument", [True, [], ["a", 1], [1.5], 1.5, None])
 def test_arguments_it_cannot_place_are_refused(two_runs: list[Run], argument: Any) -> None:
     with pytest.raises(TypeError):
         prepared.rows(("test", "bad"), lambda run_pk, _: rounds(run_pk), two_runs[0].pk,
@@ -164,6 +164,25 @@ def test_lists_of_lengths_up_to_a_power_of_two_share_one_shape(two_runs: list[Ru
     assert len(prepared._compiled) == shapes
     assert prepared.rows(key, calls, run.pk, [0, 1, 0, 1, 0]) == list(calls(run.pk, [0, 1]))
     assert len(prepared._compiled) == shapes + 1  # 5 -> 8
+
+
+def test_a_list_of_strings_is_an_in_of_strings(two_runs: list[Run]) -> None:
+    """As POST /api/runs looks its tools up by name: each list its own rows, lengths up
+    to a power of two sharing one shape, and a string never matching by its prefix."""
+    def named(names: list[str]) -> QuerySet[ToolRegistration, Any]:
+        return ToolRegistration.objects.filter(name__in=names).order_by("name")
+
+    key = ("test", "names")
+    for names in (["get_weather"], ["always_fails", "get_weather"],
+                  ["get_weather", "no_such_tool", "always_fails"], ["get_"]):
+        found = prepared.instances(key, ToolRegistration, named, names)
+        assert [fields_of(t) for t in found] == [fields_of(t) for t in named(names)]
+    assert [t.name for t in prepared.instances(key, ToolRegistration, named,
+                                                ["always_fails", "get_weather"])] == \
+        ["always_fails", "get_weather"]
+    shapes = len(prepared._compiled)
+    prepared.instances(key, ToolRegistration, named, ["a", "b", "c", "d"])  # 3 and 4: one
+    assert len(prepared._compiled) == shapes
 
 
 @pytest.mark.django_db(transaction=True)  # the other thread's connection sees the rows

@@ -110,3 +110,31 @@ def test_with_the_database_backend_the_task_is_stored_with_the_run(
     assert DBTaskResult.objects.get().status == "READY"
     assert [e.seq for e in RunEvent.objects.filter(run=run)] == [1]
     assert Run.objects.get(pk=run.pk).last_seq == 1
+
+
+def test_the_new_run_is_the_row_stored(
+    weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy, bob: Any,
+) -> None:
+    """The run returned (written by one precompiled INSERT, not the ORM's save) holds
+    what the database stored, column by column, and is saved as an existing row."""
+    parent = run_create(user=None, endpoint=weather_endpoint, tools=[], policy=policy,
+                        messages=conversation(user_message="first"))
+    run = run_create(user=bob, endpoint=weather_endpoint, tools=[demo_tools["get_weather"]],
+                     policy=policy, messages=conversation(user_message="Weather\x00 in Paris?"),
+                     parent=parent)
+
+    stored = Run.objects.get(pk=run.pk)
+    names = [field.attname for field in Run._meta.concrete_fields]
+    assert {n: getattr(run, n) for n in names} == {n: getattr(stored, n) for n in names}
+    assert (stored.status, stored.last_seq, stored.created_by_id, stored.parent_id) == \
+        ("queued", 1, bob.pk, parent.pk)
+    assert (stored.endpoint_id, stored.policy_id) == (weather_endpoint.pk, policy.pk)
+    assert stored.created_at is not None
+    assert stored.lease_token == 0
+    assert stored.snapshot["tools"][0]["name"] == "get_weather"
+    assert not run._state.adding
+    run.title = "renamed"
+    run.save(update_fields=["title"])
+    assert Run.objects.count() == 2
+    assert Run.objects.get(pk=run.pk).title == "renamed"

@@ -75,9 +75,9 @@ def rows(key: Hashable, build: Callable[..., QuerySet[Any, Any]],
          *arguments: Any) -> list[Any]:
     """What `list(build(*arguments))` returns (a values() or values_list() queryset),
     with the SQL compiled once for `key` and the arguments' shape. Arguments: UUIDs,
-    ints, strings, and non-empty lists of ints (a UUID column takes a UUID, not its
-    text); `build` must use each one as a query parameter (a filter value), never to
-    choose the query's shape."""
+    ints, strings, and non-empty lists of ints or of strings (a UUID column takes a
+    UUID, not its text); `build` must use each one as a query parameter (a filter
+    value), never to choose the query's shape."""
     connection = connections[DEFAULT_DB_ALIAS]
     arguments = tuple(_padded(argument) for argument in arguments)
     shape = tuple(_kind(argument) for argument in arguments)
@@ -157,6 +157,9 @@ def _kind(argument: Any) -> Any:
     if isinstance(argument, (list, tuple)) and argument and all(
             isinstance(item, int) and not isinstance(item, bool) for item in argument):
         return ("ints", len(argument))
+    if isinstance(argument, (list, tuple)) and argument and all(
+            isinstance(item, str) for item in argument):
+        return ("strs", len(argument))
     raise TypeError(f"unsupported query argument: {argument!r}")
 
 
@@ -171,6 +174,8 @@ def _markers(shape: tuple[Any, ...]) -> list[Any]:
             markers.append(counter)
         elif kind == "str":
             markers.append("marker-" + secrets.token_hex(12))
+        elif kind[0] == "strs":
+            markers.append([f"marker-{secrets.token_hex(12)}" for _ in range(kind[1])])
         else:
             markers.append(list(range(counter + 1, counter + 1 + kind[1])))
             counter += kind[1]
@@ -206,6 +211,8 @@ def _slot_of(position: int, param: Any, markers: Sequence[Any]) -> _Slot | None:
     int_type = type(param) if isinstance(param, int) and type(param) not in (int, bool) else None
     for argument, marker in enumerate(markers):
         if isinstance(marker, list):
+            if isinstance(param, str) and param in marker:
+                return _Slot(position, argument, marker.index(param), False)
             if isinstance(param, int) and not isinstance(param, bool) and param in marker:
                 return _Slot(position, argument, marker.index(param), False, int_type)
         elif isinstance(marker, uuid.UUID):

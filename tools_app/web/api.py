@@ -117,7 +117,11 @@ def _as_id(key: str | int, model: Any) -> Any:
 
 
 def _tools(names: list[str]) -> list[ToolRegistration]:
-    found = {t.name: t for t in ToolRegistration.objects.filter(name__in=names)}
+    # A prepared read, as every POST /api/runs makes it (an empty list is no IN).
+    found = {t.name: t for t in prepared.instances(
+        ("api_tools",), ToolRegistration,
+        lambda marked: ToolRegistration.objects.filter(name__in=marked).order_by(),
+        names)} if names else {}
     unknown = [n for n in names if n not in found]
     if unknown:
         raise ApiError(400, "unknown_tool", f"Unknown tools: {', '.join(unknown)}",
