@@ -261,6 +261,14 @@ AGENTFORGE_WORKER_CONCURRENCY = envint("AGENTFORGE_WORKER_CONCURRENCY", 1, minim
 # Threads (and so database connections) that do the database work of the runs a process
 # drives, however many runs that is (runs.task_backend's lanes).
 AGENTFORGE_WORKER_DB_THREADS = envint("AGENTFORGE_WORKER_DB_THREADS", 4, minimum=1)
+# The event loop that drives the runs of a process (the embedded worker's, a db_worker's):
+# "uvloop" (libuv's loop, where the package is installed: every platform but Windows) or
+# "asyncio" (the standard library's). uvloop's costs a busy worker about a tenth less CPU
+# a round (docs/benchmarks/product-path.md); the HTTP server's own loop is daphne's.
+AGENTFORGE_WORKER_EVENT_LOOP = envstr("AGENTFORGE_WORKER_EVENT_LOOP", "uvloop")
+if AGENTFORGE_WORKER_EVENT_LOOP not in ("uvloop", "asyncio"):
+    raise ImproperlyConfigured('AGENTFORGE_WORKER_EVENT_LOOP must be "uvloop" or "asyncio", '
+                               f"got {AGENTFORGE_WORKER_EVENT_LOOP!r}")
 # Idle threads kept for the HTTP requests' synchronous code (one request at a time each,
 # with its database connection: agentforge_web/handler.py); a burst gets more for its time.
 AGENTFORGE_REQUEST_THREADS = envint("AGENTFORGE_REQUEST_THREADS", 8, minimum=1)

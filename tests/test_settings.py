@@ -122,6 +122,7 @@ def test_an_unreadable_secret_key_file_is_refused(tmp_path: Path) -> None:
         ("AGENTFORGE_PROBE_NON_STAFF", "perhaps"),
         ("AGENTFORGE_LOGIN_FAILURE_LIMIT", "0"),
         ("AGENTFORGE_LOGIN_COOLOFF_MINUTES", "a while"),
+        ("AGENTFORGE_WORKER_EVENT_LOOP", "trio"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable(

@@ -11,9 +11,12 @@ polling never holds a lock the worker's writes would wait for.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from typing import Any
 
 import pytest
+import uvloop
 from django.db import transaction
 from django.db.models import Count, Q
 
@@ -195,3 +198,52 @@ def test_a_lane_keeps_its_connection_from_task_to_task_unless_it_broke(
     second = task_backend.submit(task()).result(timeout=DEADLINE_SECONDS)
 
     assert (second is first) is kept  # `first` is referenced: its id cannot be reused
+
+
+def test_the_runs_loop_is_uvloops_unless_asyncios_is_chosen(settings: Any) -> None:
+    """AGENTFORGE_WORKER_EVENT_LOOP: uvloop's by default, the standard library's when
+    chosen; both drive a coroutine with a database hop (a run's path: asgiref's thread
+    pool, call_soon_threadsafe back)."""
+    from asgiref.sync import sync_to_async
+
+    def drive(loop: asyncio.AbstractEventLoop) -> int:
+        try:
+            return loop.run_until_complete(sync_to_async(lambda: 41 + 1)())
+        finally:
+            loop.close()
+
+    loop = task_backend.new_worker_loop()
+    assert isinstance(loop, uvloop.Loop)
+    assert drive(loop) == 42
+    settings.AGENTFORGE_WORKER_EVENT_LOOP = "asyncio"
+    loop = task_backend.new_worker_loop()
+    assert not isinstance(loop, uvloop.Loop)
+    assert isinstance(loop, asyncio.BaseEventLoop)
+    assert drive(loop) == 42
+
+
+def test_without_uvloop_the_standard_loop_stands_in(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A platform uvloop is not installed on (Windows) still runs its runs."""
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # `import uvloop` raises ImportError
+    settings.AGENTFORGE_WORKER_EVENT_LOOP = "uvloop"
+    loop = task_backend.new_worker_loop()
+    try:
+        assert isinstance(loop, asyncio.BaseEventLoop)
+    finally:
+        loop.close()
+    assert "uvloop is not installed" in caplog.text
+
+
+def test_the_worker_drives_its_runs_on_the_chosen_loop(
+    inprocess_backend: None, world: tuple[Any, ToolRegistration, ErrorPolicy],
+    lock_free_polling: None,
+) -> None:
+    """The process's worker loop (the embedded server's, a db_worker's) is uvloop's."""
+    endpoint, tool, policy = world
+    with transaction.atomic():
+        run = start(endpoint, [tool], policy)
+    assert wait_until(lambda: Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED,
+                      timeout=DEADLINE_SECONDS)
+    assert isinstance(task_backend.current_worker_loop(), uvloop.Loop)
