@@ -25,7 +25,7 @@ from django_tasks_db.management.commands import db_worker
 from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
-from tools_app.runs import runner, task_backend
+from tools_app.runs import rowsql, runner, task_backend
 from tools_app.runs.leases import release_this_process_runs
 from tools_app.runs.process import freeze_startup_objects, preload_for_runs
 from tools_app.runs.provider_clients import close_at_exit
@@ -219,9 +219,12 @@ class RunWorker(db_worker.Worker):
                     db_task_result.status = TaskResultStatus.RUNNING
                     db_task_result.started_at = started
                     db_task_result.worker_ids = [*db_task_result.worker_ids, self.worker_id]
-                if claimed:
-                    DBTaskResult.objects.bulk_update(
-                        claimed, ["status", "started_at", "worker_ids"])
+                # One precompiled UPDATE ... FROM (VALUES ...) for them all: the ORM's
+                # bulk_update builds a CASE of one WHEN a task for each column, about
+                # half a millisecond of CPU a task claimed.
+                rowsql.update_many(DBTaskResult, ("id",), [
+                    {"id": task.id, "status": task.status, "started_at": started,
+                     "worker_ids": task.worker_ids} for task in claimed])
         except OperationalError as exc:
             if is_locked_database_exception(exc):
                 return [], False
