@@ -312,3 +312,26 @@ def test_a_loop_has_as_many_writers_as_lanes_and_more_batches_wait_for_a_group(
     assert sorted(groups) == sorted([[recorder.run_id] for _, recorder in made])
     for run, _ in made:
         assert_seqs_gapless(run)
+
+
+def test_on_sqlite_a_processs_groups_take_turns_on_a_lock(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SQLite lets one writer in at a time: a process's groups queue on a lock of their
+    own rather than in SQLite's busy handler (which sleeps by steps of up to 100 ms);
+    PostgreSQL's write at once (they lock rows, not the database)."""
+    made = recorders(endpoint, tools, policy, 2)
+    held_while_writing: list[bool] = []
+    real = batch_writer._write_group
+
+    def observed(batches: list[Batch]) -> list[int | Exception]:
+        held_while_writing.append(batch_writer._SQLITE_GROUPS.locked())
+        return real(batches)
+
+    monkeypatch.setattr(batch_writer, "_write_group", observed)
+    outcomes = write_group([Batch(recorder, recorded) for _, recorder in made])
+
+    assert outcomes == [len(recorded)] * 2
+    assert held_while_writing == [connection.vendor == "sqlite"]
+    assert not batch_writer._SQLITE_GROUPS.locked()  # given back after the group
