@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from tools_app.engine.events import RoundStarted
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolRegistration
-from tools_app.runs import batch_writer
+from tools_app.runs import batch_writer, db
 from tools_app.runs.batch_writer import Batch, write_group
 from tools_app.runs.eventlog import LeaseLost
 from tools_app.runs.recorder import RunRecorder
@@ -314,19 +314,19 @@ def test_a_loop_has_as_many_writers_as_lanes_and_more_batches_wait_for_a_group(
         assert_seqs_gapless(run)
 
 
-def test_on_sqlite_a_processs_groups_take_turns_on_a_lock(
+def test_on_sqlite_a_processs_writers_take_turns_on_a_lock(
     endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
     recorded: list[tuple[Any, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """SQLite lets one writer in at a time: a process's groups queue on a lock of their
-    own rather than in SQLite's busy handler (which sleeps by steps of up to 100 ms);
-    PostgreSQL's write at once (they lock rows, not the database)."""
+    """SQLite lets one writer in at a time: a process's groups (and its runs' claims and
+    ends) queue on a lock of their own rather than in SQLite's busy handler (which
+    sleeps by steps of up to 100 ms); PostgreSQL's write at once (they lock rows)."""
     made = recorders(endpoint, tools, policy, 2)
     held_while_writing: list[bool] = []
     real = batch_writer._write_group
 
     def observed(batches: list[Batch]) -> list[int | Exception]:
-        held_while_writing.append(batch_writer._SQLITE_GROUPS.locked())
+        held_while_writing.append(db._SQLITE_WRITERS.locked())
         return real(batches)
 
     monkeypatch.setattr(batch_writer, "_write_group", observed)
@@ -334,4 +334,26 @@ def test_on_sqlite_a_processs_groups_take_turns_on_a_lock(
 
     assert outcomes == [len(recorded)] * 2
     assert held_while_writing == [connection.vendor == "sqlite"]
-    assert not batch_writer._SQLITE_GROUPS.locked()  # given back after the group
+    assert not db._SQLITE_WRITERS.locked()  # given back after the group
+
+
+def test_a_write_turn_taken_again_on_its_thread_is_already_held() -> None:
+    """A writer inside its turn that writes a group too (a test's own thread) does not
+    wait for itself; another thread waits for the turn to end."""
+    sqlite = connection.vendor == "sqlite"
+    other_got_it: list[bool] = []
+
+    def other() -> None:
+        other_got_it.append(db._SQLITE_WRITERS.acquire(blocking=False))
+        if other_got_it[-1]:
+            db._SQLITE_WRITERS.release()
+
+    with db.write_turn():
+        with db.write_turn():
+            assert db._SQLITE_WRITERS.locked() == sqlite
+        assert db._SQLITE_WRITERS.locked() == sqlite  # the inner turn gave nothing back
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+    assert other_got_it == [not sqlite]
+    assert not db._SQLITE_WRITERS.locked()

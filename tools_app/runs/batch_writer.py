@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,9 +49,10 @@ from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import transaction
 
 from ..models import RunStatus
+from .db import write_turn
 from .eventlog import Append, append_many
 from .row_changes import RowChanges, write_all
 from .storage import CleanPayload
@@ -123,24 +123,12 @@ class _StatementFailed(Exception):
     """A group's statement failed: the transaction rolled back, nothing is stored."""
 
 
-# SQLite lets one writer in at a time, and one that finds the database locked sleeps in
-# SQLite's busy handler by steps of up to 100 ms, while others may take the lock before
-# it: with a loop's writers (one a lane) contending that way, a burst's last batches
-# waited hundreds of milliseconds (embedded, 50 runs: from emit p95 148-570 -> 58-109
-# ms, docs/benchmarks/product-path.md). So on SQLite the groups of a process take turns
-# on this lock, each the moment the last is done; the lock is taken before the group's
-# transaction and held for nothing else, so it adds no wait on anything but SQLite's
-# own lock. On PostgreSQL writers lock rows, not the database: they write at once.
-_SQLITE_GROUPS = threading.Lock()
-
-
 def write_group(batches: Sequence[Batch]) -> list[int | Exception]:
     """Each batch's last seq or the error that kept it from being stored, in order
     (the module docstring tells which error each gets)."""
-    if connections[DEFAULT_DB_ALIAS].vendor == "sqlite":
-        with _SQLITE_GROUPS:
-            return _write_group(batches)
-    return _write_group(batches)
+    # On SQLite the groups, claims and ends of a process take turns (`db.write_turn`).
+    with write_turn():
+        return _write_group(batches)
 
 
 def _write_group(batches: Sequence[Batch]) -> list[int | Exception]:

@@ -36,7 +36,7 @@ from . import rowsql
 from .approver import RunApprover
 from .batch_writer import Batch
 from .breakpoint_hooks import RunBreakpoints, added_messages
-from .db import drop_broken_connections
+from .db import drop_broken_connections, write_turn
 from .eventlog import LeaseLost, notify
 from .leases import cancel_requested, claim, new_worker_id, renew
 from .lifecycle import finish, wait
@@ -128,7 +128,8 @@ class _Claimed:
 
 
 def _claimed(run_id: str, worker_id: str) -> _Claimed | None:
-    token = claim(run_id, worker_id)
+    with write_turn():  # SQLite: the worker's writers take turns (db.write_turn)
+        token = claim(run_id, worker_id)
     if token is None:
         return None
     run = run_row(run_id)
@@ -302,7 +303,7 @@ def _wall_ms(run: Run, started: float) -> float:
 
 def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any],
             streamed: dict[int, str] | None = None, last: Batch | None = None) -> int:
-    with transaction.atomic():
+    with write_turn(), transaction.atomic():
         if last is not None:
             # Under the same lease fence as any batch: a lost lease stores neither.
             last.recorder.record_batch(last.events)
