@@ -530,6 +530,32 @@ within one session by 30-50 % from hour to hour: compare rows measured together.
 `benchmarks/bench_app_overhead.py` (docs/benchmarks/app-overhead.md) measures the
 ceiling, the engine alone in process with no database.
 
+Session 17 (its changes below). Its machine was slower than session 16's and busier
+(a 1-minute load of 0.7-2.5; the engine alone 1.2-2.0 ms of CPU a round at 10-50 runs
+in process, app-overhead.md). The table above is its last full run. "Before" is the
+session's starting code measured on the same machine in the same hours (3 full runs
+of scale-out, 2-3 of embedded, 3 of app-overhead); "after" covers its runs with all
+of its changes (3 full runs, 2 of embedded alone, 2 of app-overhead):
+
+| target (p95: from emit) | before | after | met on session 17's machine |
+|---|---|---|---|
+| embedded, 1 run | 97 % (1,236 ms), 4-5 ms | 97-98 % (1,229-1,239 ms), 3-5 ms | yes |
+| embedded, 50 runs | 87-94 % (worst 53-73), 83 ms (1 run) | 89-95 % (worst 80-91), 125-134 ms | % |
+| scale-out, 1 run | 97-98 %, 4 ms (1 run) | 97-98 %, 6-9 ms | yes |
+| scale-out, 100 runs | 53-56 %, 558 ms | 58-65 %, 385-655 ms | no |
+| CPU added, 1 / 10 / 50 runs | 4.0-4.6 / 4.2-5.3 / 2.8-3.3 | 3.8-4.5 / 3.9-4.1 / 2.1-2.5 | 50 |
+
+Scale-out at 100 runs gained 5-9 points and about a tenth of the servers' CPU a round,
+and is still bound by the machine (80-89 % busy, the servers 7.0-9.0 ms a round with
+PostgreSQL's 2.8-3.7 ms: session 16's machine did the same scenario at 73-78 %).
+Embedded at 50 runs keeps every run above 80 % now (the SQLite writers' turns), but
+its from emit p95 did not come under 50 ms on this machine (session 16's: 30-38 ms
+with the code this session started from); at 100 runs the turns shorten the tail
+(max 708-1,908 ms against 946-2,543 ms) but not always the p95 (508-1,480 ms against
+529-773 ms): the trade session 10 found with a process-wide lock (the waiting writers
+wake the moment the lock is free and take the GIL from the engine), smaller now that
+the writers are a few groups, not every run.
+
 Session 16 (its changes below). Its machine was quiet (a 1-minute load of 0.4-1.4
 before the benchmark) and about as fast as session 13's: the engine alone 0.9-3.4 ms
 of CPU a round in process (app-overhead.md). The table above is its last full run; the
@@ -678,6 +704,68 @@ Sessions 8-10's trials (GIL switch interval; grouping runs' batches in one
 transaction with per-run statements; one database lane; a process-wide SQLite write
 lock; folding a batch before its transaction) are in the history of this file.
 
+### What session 17 changed (measured, kept)
+
+Its machine was slower than session 16's (the engine alone 1.2-1.9 ms of CPU a round
+at 10-50 runs in process, app-overhead.md; scale-out 100 runs 53 % before these
+changes where session 16's reached 73-78 %). A/B numbers alternate the two versions
+in the same half hour.
+
+1. **The runs' event loop is uvloop's** (`AGENTFORGE_WORKER_EVENT_LOOP`, default
+   `uvloop`; `task_backend.new_worker_loop`, the standard loop where uvloop is not
+   installed, as on Windows, or when `asyncio` is chosen): the embedded worker's and
+   each db_worker's loop. The application's CPU a round at 50 runs in process 4.69-4.89
+   -> 4.16-4.27 ms (two pairs), scale-out 100 runs 51-57 -> 58-66 % (three pairs).
+2. **POST /api/runs**: the run inserted by one precompiled INSERT (`rowsql`, every
+   column; Run has no `save()` of its own and no signal receivers) instead of the
+   ORM's `create`, and its tools read by a prepared `IN` of their names (`prepared`
+   takes lists of strings now). daphne's CPU per POST (scale-out, 100 in a row) about
+   a sixth less against GET /api/runs/<id> measured in the same run (POST / GET 1.31-
+   1.65 after, 1.78-2.0 before, three pairs).
+3. **SQLite statements of `rowsql` on the driver's cursor** with `?` placeholders
+   rewritten once per statement (cached), as PostgreSQL's already were: Django's
+   cursor rewrites `%s` with a regular expression at every execution (10-15 us for a
+   batch's INSERT).
+4. **A db_worker's claim turn marks its tasks running by one precompiled `UPDATE ...
+   FROM (VALUES ...)`**, not the ORM's `bulk_update` (a CASE of one WHEN a task for
+   each column): a turn of 50 tasks 27.8 -> 4.0 ms of CPU, a turn of one 3.5 -> 1.8 ms
+   (PostgreSQL, in process). Under a burst the claim loop was 7.6 % of a db_worker's
+   GIL samples.
+5. **SQLite writers take turns on a lock of the process** (`db.write_turn`: the groups
+   of batches, the runs' claims and their ends), taken before their transactions:
+   SQLite lets one writer in at a time, and a writer that found the database locked
+   slept in SQLite's busy handler by steps of up to 100 ms while others went first.
+   Embedded, 50 runs: from emit p95 148-570 -> 58-238 ms and max 254-1,167 -> 109-408
+   ms with the groups alone taking turns (six pairs); the claims and ends too: worst
+   run 53-62 -> 82-91 %, queued p95 617-1,027 -> 162-266 ms (three pairs). (Sessions
+   8-10 tried a process-wide lock when each run wrote its own transactions; with groups
+   of batches the writers are few, and the busy handler's sleeps were the tail.)
+
+Measured, not changed:
+
+- **The tool slots' trigger** (runs/audit_schema.py) keeps one row per tool and quarter
+  hour, so every transaction writing calls of one tool waits for that row: with
+  pg_stat_statements, its upsert took 1.5 s of statement time over 1,020 calls in a
+  100-run scenario (lock waits). Disabled, three alternating pairs showed no
+  difference in efficiency or from emit (55/47/46 % with it, 48/49/46 % without):
+  the machine's CPU, not the row, bounds that scenario. Counters sharded by
+  connection would remove the waits if a faster machine shows them.
+- **The garbage collector's thresholds** (20,000 / 20 / 10 against 700 / 10 / 10):
+  no difference in the application's CPU a round (two pairs). A db_worker's
+  collections take 4-5 % of its CPU at 100 runs (gen 0 0.6 ms, gen 1 4 ms).
+- **More kept request threads** (64 against 8): a second burst of 100 POSTs costs 5.9
+  against 13.0 ms of daphne's CPU each on SQLite (the first creates threads and
+  connections either way), but the embedded rows of the benchmark showed no steady
+  change in two pairs.
+- **django-tasks-db's `set_successful`** through the ORM: 0.42 ms of CPU a run (0.07
+  ms a round).
+- **The notifications**: channels_redis's `group_send` sends two commands (ZREMRANGEBYSCORE,
+  ZRANGE) for a run nobody watches, about 11 % of a db_worker's GIL samples at 100 runs
+  (14 commands a run); its pub/sub layer was measured in session 13 (below).
+- **psycopg's own cost** on this machine: 60 us of CPU for `SELECT 1`, 100 us for a
+  one-row UPDATE, 140 us for a 10-row INSERT of JSON events (prepared or not): a
+  statement fewer a batch is worth about 0.1 ms.
+
 ### What session 16 changed (measured, kept)
 
 1. **HTTP requests on kept threads** (`agentforge_web/handler.py`): Django gives each
@@ -820,6 +908,11 @@ Why the rest is not met:
   db_worker's CPU; a multi-process embedded worker is the only way past one GIL there.
 - Backpressure for idempotent rounds when a run's writes fall behind (from emit at
   saturation); the pub/sub channel layer once many viewers watch.
+- A notification only for a run someone watches: two Redis commands a batch for runs
+  nobody watches are about a tenth of a db_worker's CPU at 100 runs (session 17).
+- PostgreSQL's share (2.8-3.7 ms a round on session 17's machine, as much as a
+  db_worker's): fewer statements a batch (the run's fenced UPDATE and the events'
+  INSERT as one statement with a data-modifying CTE, PostgreSQL only).
 """
 
 
