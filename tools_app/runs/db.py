@@ -40,10 +40,11 @@ def drop_broken_connections() -> None:
 def write_turn() -> Iterator[None]:
     """On SQLite, this process's turn to write: the worker's writers queue here, each
     going the moment the last is done, rather than in SQLite's busy handler. Taken
-    before the writer's transaction and held for nothing but its statements, so it adds
-    no wait on anything but SQLite's own lock (a writer holding it never waits for
-    another thread); taken again on the same thread, it is already held. Elsewhere
-    (PostgreSQL locks rows, not the database) nothing is taken."""
+    before the writer's transaction and held for its statements (and what runs at its
+    commit: a cancelled run's notification), none of which waits for a turn, so a
+    holder never waits for another holder; taken again on the same thread, it is
+    already held. Elsewhere (PostgreSQL locks rows, not the database) nothing is
+    taken."""
     if connections[DEFAULT_DB_ALIAS].vendor != "sqlite" or getattr(_turn, "held", False):
         yield
         return
