@@ -154,12 +154,11 @@ def _kind(argument: Any) -> Any:
         return "int"
     if isinstance(argument, str):
         return "str"
-    if isinstance(argument, (list, tuple)) and argument and all(
-            isinstance(item, int) and not isinstance(item, bool) for item in argument):
-        return ("ints", len(argument))
-    if isinstance(argument, (list, tuple)) and argument and all(
-            isinstance(item, str) for item in argument):
-        return ("strs", len(argument))
+    if isinstance(argument, (list, tuple)) and argument:
+        if all(isinstance(item, int) and not isinstance(item, bool) for item in argument):
+            return ("ints", len(argument))
+        if all(isinstance(item, str) for item in argument):
+            return ("strs", len(argument))
     raise TypeError(f"unsupported query argument: {argument!r}")
 
 
