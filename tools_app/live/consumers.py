@@ -33,6 +33,7 @@ from ..runs.selectors import event_marks_after, run_get_for_user
 from ..runs.task_backend import remember_server_loop
 from .fragments import render_fragment, render_updates
 from .notify import group_name
+from .watching import mark_watched
 
 logger = logging.getLogger(__name__)
 
@@ -250,6 +251,9 @@ class RunConsumer(AsyncWebsocketConsumer):
             return
         self.group = group_name(str(self.run.pk))
         await self.channel_layer.group_add(self.group, self.channel_name)
+        # In the group, then marked watched, then (at resume) the first read: a worker
+        # that finds no mark committed before that read (watching.py).
+        await mark_watched(str(self.run.pk))
         self.subscribed_at = time.monotonic()
         session_key = getattr(self.scope.get("session"), "session_key", None)
         if session_key:
@@ -365,6 +369,15 @@ class RunConsumer(AsyncWebsocketConsumer):
                 if batch.complete:
                     return
 
+    async def _renew_mark(self) -> None:
+        """Still watching: the run stays marked (its mark outlives a few polls)."""
+        try:
+            if self.run is not None:
+                await mark_watched(str(self.run.pk))
+        except Exception:  # Redis restarting: the next poll tries again
+            logger.warning("could not renew the watch of run %s", self.run and self.run.pk,
+                           exc_info=True)
+
     async def poll(self) -> None:
         """Read on every few seconds whatever notifications say: a channel layer that
         lost its connection (Redis restarted) delivers nothing for a while, and the
@@ -372,6 +385,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         interval = settings.AGENTFORGE_LIVE_POLL_SECONDS
         while True:
             await asyncio.sleep(interval)
+            await self._renew_mark()
             try:
                 await self.flush(Freshness(read_since=time.monotonic()))
             except Exception:  # a database hiccup: the next round tries again
