@@ -25,10 +25,13 @@ import logging
 import math
 import weakref
 from collections import defaultdict
+from typing import TYPE_CHECKING, Any
 
-from channels.layers import get_channel_layer
-from channels_redis.core import RedisChannelLayer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
+
+if TYPE_CHECKING:
+    from channels_redis.core import RedisChannelLayer
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +52,11 @@ def mark_seconds() -> int:
 
 
 def _redis_layer() -> RedisChannelLayer | None:
-    layer = get_channel_layer()
+    layer: Any = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        return None  # the embedded default never imports channels_redis
+    from channels_redis.core import RedisChannelLayer  # imported with the layer itself
+
     return layer if isinstance(layer, RedisChannelLayer) else None
 
 
