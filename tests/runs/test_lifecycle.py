@@ -196,12 +196,16 @@ def test_a_broken_channel_layer_never_fails_a_run(
     """Live notifications are best effort (the database is the truth): a channel layer
     that fails (Redis down) is logged, and the run goes on and is stored completely."""
     from tools_app.live import notify as broadcast
+    from tools_app.live import watching
 
     class BrokenLayer:
         async def group_send(self, group: str, message: dict[str, Any]) -> None:
             raise ConnectionError("Redis is down")
 
     monkeypatch.setattr(broadcast, "get_channel_layer", BrokenLayer)
+    # The same layer decides who watches (a layer it cannot ask is sent to): on Redis an
+    # unwatched run would otherwise never reach the broken layer at all.
+    monkeypatch.setattr(watching, "get_channel_layer", BrokenLayer)
     run = start(make_endpoint([{"tool_calls": [{"name": "lookup", "arguments": {"key": "k"}}]},
                                {"text": "model saw: {last_result}"}]),
                 [tools["lookup"]], policy)
