@@ -160,6 +160,19 @@ async def test_a_cancelled_lookup_leaves_nobody_waiting() -> None:
     assert await asyncio.wait_for(asking, 5) is True
 
 
+async def test_after_a_cancelled_lookup_a_new_ask_is_answered() -> None:
+    """A lookup cancelled before it started leaves no stale entry for later asks to
+    join (they would wait for an answer that never comes)."""
+    run_id = new_run_id()
+    await watching.mark_watched(run_id)
+    asking = asyncio.ensure_future(watching.anyone_watches(run_id))
+    await asyncio.sleep(0)
+    for task in list(watching._answering):
+        task.cancel()
+    await asyncio.wait_for(asking, 5)
+    assert await asyncio.wait_for(watching.anyone_watches(run_id), 5) is True
+
+
 @pytest.fixture
 async def sockets() -> AsyncIterator[list[WebsocketCommunicator]]:
     opened: list[WebsocketCommunicator] = []

@@ -76,52 +76,52 @@ async def anyone_watches(run_id: str) -> bool:
     if layer is None:
         return True
     loop = asyncio.get_running_loop()
-    lookup = _lookups.get(loop)
-    if lookup is None:
-        lookup = _lookups[loop] = _Lookup()
-        task = loop.create_task(_answer(loop, lookup, layer))
+    waiting = _waiting.get(loop)
+    if waiting is None:
+        waiting = _waiting[loop] = defaultdict(list)
+        task = loop.create_task(_answer(waiting, layer))
         _answering.add(task)  # kept until done: the loop holds its tasks weakly
         # Whatever ends the task (an answer, an error, its loop cancelling it before
         # it even started), everyone who asked gets an answer.
-        task.add_done_callback(lambda done: _answered(lookup, done))
+        task.add_done_callback(lambda done: _answered(waiting, done))
     future: asyncio.Future[bool] = loop.create_future()
-    lookup.waiting[run_id].append(future)
+    waiting[run_id].append(future)
     return await future
 
 
-class _Lookup:
-    """The runs asked about in one turn of a loop, each with who waits for its answer."""
-
-    def __init__(self) -> None:
-        self.waiting: defaultdict[str, list[asyncio.Future[bool]]] = defaultdict(list)
-
-
-_lookups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lookup] = \
+# The runs asked about in this turn of each loop, each with who waits for its answer.
+Waiting = defaultdict[str, list[asyncio.Future[bool]]]
+_waiting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Waiting] = \
     weakref.WeakKeyDictionary()
 _answering: set[asyncio.Task[set[str]]] = set()
 
 
-async def _answer(loop: asyncio.AbstractEventLoop, lookup: _Lookup,
-                  layer: RedisChannelLayer) -> set[str]:
+async def _answer(waiting: Waiting, layer: RedisChannelLayer) -> set[str]:
     """The watched runs among those asked about."""
     # One turn of the loop first: the other runs settled with the first ask meanwhile.
     await asyncio.sleep(0)
-    if _lookups.get(loop) is lookup:
-        del _lookups[loop]  # later asks start a lookup of their own
-    return await _marked(layer, list(lookup.waiting))
+    _close(waiting)  # later asks start a lookup of their own
+    return await _marked(layer, list(waiting))
 
 
-def _answered(lookup: _Lookup, task: asyncio.Task[set[str]]) -> None:
+def _close(waiting: Waiting) -> None:
+    loop = asyncio.get_running_loop()
+    if _waiting.get(loop) is waiting:
+        del _waiting[loop]
+
+
+def _answered(waiting: Waiting, task: asyncio.Task[set[str]]) -> None:
     _answering.discard(task)
+    _close(waiting)  # a task cancelled before it started did not
     if task.cancelled():
-        watched = set(lookup.waiting)  # as before marks existed: notify them all
+        watched = set(waiting)  # as before marks existed: notify them all
     elif (error := task.exception()) is not None:
         logger.warning("could not read which runs are watched; notifying them all",
                        exc_info=error)
-        watched = set(lookup.waiting)
+        watched = set(waiting)
     else:
         watched = task.result()
-    for run_id, futures in lookup.waiting.items():
+    for run_id, futures in waiting.items():
         for future in futures:
             if not future.done():
                 future.set_result(run_id in watched)
