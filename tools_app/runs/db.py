@@ -54,3 +54,23 @@ def write_turn() -> Iterator[None]:
             yield
         finally:
             _turn.held = False
+
+
+@contextmanager
+def pipelined(alias: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """On PostgreSQL, the statements executed inside are sent without waiting for each
+    one's answer (psycopg's pipeline mode), and the answers are read together at the end:
+    one round trip for several writes that read nothing back. An error is raised at the
+    end, as Django's database errors. Elsewhere (SQLite is in process), nothing changes.
+
+    Why: POST /api/runs writes the run, its first event and its task and wakes the
+    workers, and each statement waited for its answer in turn; under a burst of starts
+    every round trip is a thread switch on both sides (docs/benchmarks/product-path.md).
+    Only for statements whose results nobody reads: a fetch inside would wait anyway."""
+    connection = connections[alias]
+    if connection.vendor != "postgresql" or connection.queries_logged:
+        yield  # where queries are logged (tests counting them) each is executed alone
+        return
+    connection.ensure_connection()
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield

@@ -24,6 +24,7 @@ from ..models import (
     ToolRegistration,
 )
 from .breakpoints import BreakpointError, checked_breakpoints
+from .db import pipelined
 from .leases import cancel_now
 from .lifecycle import create_queued
 from .policy import PolicyOverrideError, checked_overrides
@@ -77,7 +78,7 @@ def run_create(
         snapshot["breakpoints"] = checked_breakpoints(breakpoints, [t.name for t in tools])
     except BreakpointError as exc:
         raise RunRequestError(str(exc), field="breakpoints") from exc
-    with transaction.atomic():
+    with transaction.atomic(), pipelined():
         run = create_queued(
             created_by=user if user is not None and user.is_authenticated else None,
             endpoint=endpoint, policy=policy, parent=parent,

@@ -27,9 +27,13 @@ from typing import Any
 
 import psycopg
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django_tasks_db import DatabaseBackend
+from django_tasks_db.compat import normalize_json
+from django_tasks_db.models import DBTaskResult
+
+from . import rowsql
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +54,20 @@ class WakingDatabaseBackend(DatabaseBackend):
     """django-tasks-db's backend, whose every enqueue wakes the workers (module doc)."""
 
     def _task_to_db_task(self, task: Any, args: Any, kwargs: Any) -> Any:
-        db_task = super()._task_to_db_task(task, args, kwargs)
-        wake_workers(db_task._state.db or "default")
+        if self.options.get("id_function") or \
+                router.db_for_write(DBTaskResult) != DEFAULT_DB_ALIAS:
+            db_task = super()._task_to_db_task(task, args, kwargs)
+        else:
+            # The row django-tasks-db's `objects.create` writes, by a statement built
+            # once (`rowsql.insert_as_saved`, its pre_save receiver included): the ORM's
+            # create was a sixth of a POST /api/runs (docs/benchmarks/product-path.md).
+            db_task = DBTaskResult(
+                id=self._get_id(), args_kwargs=normalize_json({"args": args, "kwargs": kwargs}),
+                priority=task.priority, task_path=task.module_path,
+                queue_name=task.queue_name, run_after=task.run_after,
+                backend_name=self.alias)
+            rowsql.insert_as_saved(db_task)
+        wake_workers(db_task._state.db or DEFAULT_DB_ALIAS)
         return db_task
 
     async def _atask_to_db_task(self, task: Any, args: Any, kwargs: Any) -> Any:
