@@ -52,7 +52,7 @@ from django.conf import settings
 from django.db import transaction
 
 from ..models import RunStatus
-from .db import pipelined, write_turn
+from .db import write_turn
 from .eventlog import Append, append_many
 from .row_changes import RowChanges, write_all
 from .storage import CleanPayload
@@ -95,19 +95,15 @@ def write_together(batches: Sequence[Batch], *, group: bool = False) -> list[int
     Returns each batch's last seq, in order."""
     with transaction.atomic():
         try:
-            # On PostgreSQL the statements go in a pipeline: only those whose answers
-            # are read (the seqs, the new rounds' ids) wait for them, and every
-            # statement's error is raised here, before the COMMIT (`db.pipelined`).
-            with pipelined():
-                folded = [batch.recorder.fold(batch.events) for batch in batches]
-                # The fenced seq allocations first: a lost lease writes nothing.
-                allocated = append_many([
-                    Append(batch.recorder.run_id, batch.recorder.token,
-                           [(event.kind, _stored(payload)) for event, payload in batch.events],
-                           changes.run_changes())
-                    for batch, changes in zip(batches, folded, strict=True)],
-                    expect=WHILE_RUNNING)
-                write_all(folded)
+            folded = [batch.recorder.fold(batch.events) for batch in batches]
+            # The fenced seq allocations first: a lost lease writes nothing.
+            allocated = append_many([
+                Append(batch.recorder.run_id, batch.recorder.token,
+                       [(event.kind, _stored(payload)) for event, payload in batch.events],
+                       changes.run_changes())
+                for batch, changes in zip(batches, folded, strict=True)],
+                expect=WHILE_RUNNING)
+            write_all(folded)
         except Exception as exc:
             if not group:
                 raise

@@ -125,7 +125,7 @@ def write_all(batches: list[RowChanges]) -> None:
         if starts:
             fields = {**fields, "attempts": Add(starts)}
         rowsql.update(ToolCall, {"round": changes.round_id(round_index), "call_id": call_id},
-                      fields, counted=False)
+                      fields)
 
 
 def _write_started_rounds(batches: list[RowChanges]) -> None:

@@ -17,8 +17,8 @@ parameters.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache, lru_cache
@@ -46,11 +46,10 @@ class Add:
 
 
 def update(model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any],
-           returning: tuple[str, ...] = (), *, counted: bool = True) -> Any:
+           returning: tuple[str, ...] = ()) -> Any:
     """UPDATE the rows matching `where` (equalities, ANDed; None is IS NULL); with
     `returning`, the first updated row's values of those columns (None if no row
-    matched), else the row count (None when not `counted`: in a pipeline
-    (`db.pipelined`) a count waits for the statement's answer, nothing else does)."""
+    matched), else the row count."""
     connection = _connection()
     shape = tuple((name, isinstance(value, Add)) for name, value in values.items())
     sql = _update_sql(model, shape, _where_shape(where), returning, connection.vendor)
@@ -58,9 +57,6 @@ def update(model: type[Model], where: Mapping[str, Any], values: Mapping[str, An
     params += _where_params(model, where, connection)
     with _executed(connection, sql, params) as cursor:
         if not returning:
-            if not counted:
-                return None
-            _answered(connection)
             return cursor.rowcount
         row = cursor.fetchone()
     return tuple(row) if row is not None else None
@@ -79,45 +75,26 @@ def update_many(model: type[Model], keys: tuple[str, ...], rows: Sequence[Mappin
     Why: a group of runs' batches changes one row of each run (its seqs and counters)
     and of each of their rounds; one statement for them all costs about what one of
     them alone did (docs/benchmarks/product-path.md)."""
-    return update_many_later(model, keys, rows, where, returning)()
-
-
-def update_many_later(model: type[Model], keys: tuple[str, ...],
-                      rows: Sequence[Mapping[str, Any]],
-                      where: Mapping[str, Any] | None = None,
-                      returning: tuple[str, ...] = ()) -> Callable[[], list[tuple[Any, ...]]]:
-    """`update_many`, its answers read when the function it returns is called: in a
-    pipeline (PostgreSQL, `db.pipelined`) the statements sent meanwhile travel with it,
-    and its answer with theirs."""
     if not rows:
-        return lambda: []
+        return []
     first = rows[0]
     shape = tuple((name, isinstance(value, Add)) for name, value in first.items()
                   if name not in keys)
     connection = _connection()
     conditions = tuple((name, False) for name in (where or {}))
     per_statement = max(1, (MAX_PARAMETERS - len(conditions)) // len(first))
-    executed = ExitStack()  # the statements' cursors, open until their answers are read
-    cursors = []
-    try:
-        for start in range(0, len(rows), per_statement):
-            chunk = rows[start:start + per_statement]
-            sql = _update_many_sql(model, keys, shape, len(chunk), conditions, returning,
-                                   connection.vendor)
-            params = [_prepared(model, name, row[name], connection)
-                      for row in chunk for name in (*keys, *(n for n, _ in shape))]
-            params += _where_params(model, where or {}, connection)
-            cursors.append(executed.enter_context(_executed(connection, sql, params)))
-    except BaseException:
-        executed.close()
-        raise
-
-    def answers() -> list[tuple[Any, ...]]:
-        with executed:
-            return [tuple(r) for cursor in cursors for r in cursor.fetchall()] \
-                if returning else []
-
-    return answers
+    returned: list[tuple[Any, ...]] = []
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start:start + per_statement]
+        sql = _update_many_sql(model, keys, shape, len(chunk), conditions, returning,
+                               connection.vendor)
+        params = [_prepared(model, name, row[name], connection)
+                  for row in chunk for name in (*keys, *(n for n, _ in shape))]
+        params += _where_params(model, where or {}, connection)
+        with _executed(connection, sql, params) as cursor:
+            if returning:
+                returned += [tuple(r) for r in cursor.fetchall()]
+    return returned
 
 
 def select(model: type[Model], columns: tuple[str, ...],
@@ -211,15 +188,6 @@ _PLAIN_VALUES = (str, int, float, type(None))  # bool is an int
 # zone checks, settings lookups) was a tenth of the recorder's CPU.
 _REPEATED_TYPES = frozenset({"UUIDField", "DateTimeField"})
 _REPEATED_VALUES = (str, UUID, datetime)
-
-
-def _answered(connection: BaseDatabaseWrapper) -> None:
-    """In a pipeline (PostgreSQL, `db.pipelined`), wait for the answers to the
-    statements sent so far: a fetch does so itself, a row count does not."""
-    raw = connection.connection
-    if connection.vendor == "postgresql" and raw is not None and raw.pgconn.pipeline_status:
-        with raw.pipeline() as pipeline:
-            pipeline.sync()
 
 
 def _connection() -> BaseDatabaseWrapper:
