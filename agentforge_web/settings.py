@@ -259,8 +259,11 @@ AGENTFORGE_MAX_RESUMES = envint("AGENTFORGE_MAX_RESUMES", 3, minimum=0)
 # resumed elsewhere).
 AGENTFORGE_WORKER_CONCURRENCY = envint("AGENTFORGE_WORKER_CONCURRENCY", 1, minimum=1)
 # Threads (and so database connections) that do the database work of the runs a process
-# drives, however many runs that is (runs.task_backend's lanes).
-AGENTFORGE_WORKER_DB_THREADS = envint("AGENTFORGE_WORKER_DB_THREADS", 4, minimum=1)
+# drives, however many runs that is (runs.task_backend's lanes). Two: each more thread
+# takes the GIL from the loop that drives the runs (4 lanes against 2, the product path
+# at 100 runs on PostgreSQL: 84-85 % against 90-92 %; docs/benchmarks/product-path.md),
+# and one alone would queue a burst's claims and ends behind the groups of batches.
+AGENTFORGE_WORKER_DB_THREADS = envint("AGENTFORGE_WORKER_DB_THREADS", 2, minimum=1)
 # The event loop that drives the runs of a process (the embedded worker's, a db_worker's):
 # "uvloop" (libuv's loop, where the package is installed: every platform but Windows) or
 # "asyncio" (the standard library's). uvloop's costs a busy worker about a tenth less CPU
