@@ -66,7 +66,9 @@ def pipelined(alias: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     Why: POST /api/runs writes the run, its first event and its task and wakes the
     workers, and each statement waited for its answer in turn; under a burst of starts
     every round trip is a thread switch on both sides (docs/benchmarks/product-path.md).
-    Only for statements whose results nobody reads: a fetch inside would wait anyway."""
+    Only for statements whose results nobody reads: a fetch inside would wait anyway,
+    and a row count (an ORM `update()`, the `save()` of an existing row, which decides
+    by it whether to INSERT) is not known before the end: never inside."""
     connection = connections[alias]
     if connection.vendor != "postgresql" or connection.queries_logged:
         yield  # where queries are logged (tests counting them) each is executed alone
