@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Q
 from django.utils import timezone
 
@@ -72,15 +71,12 @@ def create_queued(**fields: Any) -> Run:
     """A new run, queued, with its first event (inside the caller's transaction)."""
     # A new run's first event is seq 1: stored with the run's row already counting it,
     # not allocated by a second statement (this is on every POST /api/runs).
-    run = Run(status=RunStatus.QUEUED, last_seq=1, created_at=timezone.now(), **fields)
-    # Every column in one precompiled INSERT (`rowsql`), not the ORM's save: its
-    # compilation was the largest part of a POST /api/runs after the request's own
-    # handling (docs/benchmarks/product-path.md). Run has no save() of its own and no
-    # signal receivers; its database triggers fire for this INSERT as for any.
-    rowsql.insert(Run, [{field.name: getattr(run, field.attname)
-                         for field in Run._meta.concrete_fields}], fill_defaults=False)
-    run._state.adding = False
-    run._state.db = DEFAULT_DB_ALIAS
+    run = Run(status=RunStatus.QUEUED, last_seq=1, **fields)
+    # Every column in one precompiled INSERT (`rowsql.insert_as_saved`), not the ORM's
+    # save: its compilation was the largest part of a POST /api/runs after the
+    # request's own handling (docs/benchmarks/product-path.md). Its database triggers
+    # fire for this INSERT as for any.
+    rowsql.insert_as_saved(run)
     rowsql.insert(RunEvent, [{"run": run.pk, "seq": 1, "kind": "run_status",
                               "payload": {"status": RunStatus.QUEUED},
                               "created_at": timezone.now()}], fill_defaults=False)
