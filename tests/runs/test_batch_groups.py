@@ -14,10 +14,19 @@ from django.db import DEFAULT_DB_ALIAS, IntegrityError, OperationalError, connec
 from django.test.utils import CaptureQueriesContext
 
 from tools_app.engine.events import RoundStarted
-from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolRegistration
+from tools_app.models import (
+    ErrorPolicy,
+    ModelEndpoint,
+    Run,
+    RunEvent,
+    RunStatus,
+    ToolCall,
+    ToolRegistration,
+)
 from tools_app.runs import batch_writer, db
 from tools_app.runs.batch_writer import Batch, write_group
 from tools_app.runs.eventlog import LeaseLost
+from tools_app.runs.lifecycle import Ending
 from tools_app.runs.recorder import RunRecorder
 
 from .support import assert_seqs_gapless, execute, start
@@ -130,9 +139,9 @@ def test_a_statement_failing_for_one_run_fails_that_run_alone(
     alone: list[str] = []
     real = RunRecorder.record_batch
 
-    def spied(self: RunRecorder, batch: Any) -> int:
+    def spied(self: RunRecorder, batch: Any, **kwargs: Any) -> int:
         alone.append(self.run_id)
-        return real(self, batch)
+        return real(self, batch, **kwargs)
 
     monkeypatch.setattr(RunRecorder, "record_batch", spied)
 
@@ -147,6 +156,113 @@ def test_a_statement_failing_for_one_run_fails_that_run_alone(
     broken_run.refresh_from_db()
     assert broken_run.last_seq == 0
     assert len(rows(kept_run)[3]) == len(recorded)
+
+
+def ending(status: RunStatus = RunStatus.SUCCEEDED, **fields: Any) -> Ending:
+    return Ending(status, {"final_text": "done", "wall_ms": 12.5, **fields})
+
+
+def ended(run: Run) -> tuple[Any, ...]:
+    """What a run's end changed in its own row."""
+    run.refresh_from_db()
+    return (run.status, run.lease_owner, run.lease_expires_at, run.final_text, run.wall_ms,
+            run.finished_at is not None)
+
+
+def test_runs_ending_in_a_group_store_what_each_would_store_ending_alone(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]],
+) -> None:
+    """A run's end goes with its last batch: its run_status event after the batch's
+    events (the run's last round named), the move out of running in the same fenced
+    statement as the batch's seqs. In a group, with runs that go on, each run stores
+    what it would alone, and the group costs the statements of one ending run."""
+    first, rest = halves(recorded)
+    (alone_run, alone), *grouped = recorders(endpoint, tools, policy, 6)
+    going_on_run, going_on = grouped.pop()
+    alone.record_batch(first)
+    alone.record_batch(rest, end=ending())
+    write_group([Batch(recorder, first) for _, recorder in grouped])
+
+    def statements(group: list[tuple[Run, RunRecorder]]) -> list[str]:
+        with CaptureQueriesContext(connection) as queries:
+            outcomes = write_group([Batch(recorder, rest, ending()) for _, recorder in group]
+                                   + [Batch(going_on, first)] * (len(group) > 1))
+        assert outcomes[:len(group)] == [len(recorded) + 1] * len(group), outcomes
+        return [q["sql"] for q in queries.captured_queries
+                if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE", "BEGIN"))]
+
+    one = statements(grouped[:1])
+    many = statements(grouped[1:])
+    # The ending runs' UPDATE (their seqs and their end), the still-running run's, the
+    # events, the rounds, the calls, the runs' last rounds, what they left in flight.
+    assert len(many) == len(one) + 1, many
+
+    expected = rows(alone_run)
+    assert expected[3][-1][1:] == ("run_status", {
+        "status": "succeeded", "final_text": "done", "wall_ms": 12.5, "round_index": 2})
+    for run, _ in grouped:
+        assert rows(run) == expected
+        assert ended(run) == ended(alone_run) == (
+            RunStatus.SUCCEEDED, "", None, "done", 12.5, True)
+        assert_seqs_gapless(run)
+    assert ended(going_on_run)[0] == RunStatus.RUNNING
+    assert rows(going_on_run)[3][-1][1] != "run_status"
+
+
+def test_a_run_ending_in_a_group_closes_what_it_left_in_flight_and_only_that(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]],
+) -> None:
+    """A run that fails with a round waiting for the model and calls that never
+    finished ends them (the round failed, keeping the text it streamed; the calls
+    cancelled) in the group that writes its end; a run of the same group that goes on
+    keeps its own in flight."""
+    in_flight = [(event, payload) for event, payload in recorded
+                 if event.kind != "tool_call_finished" or event.round_index == 0]
+    in_flight = in_flight[:next(i for i, (event, _) in enumerate(in_flight)
+                                if event.kind == "model_response_received"
+                                and event.round_index == 2)]
+    (failing_run, failing), (going_on_run, going_on) = recorders(endpoint, tools, policy, 2)
+    write_group([Batch(failing, in_flight), Batch(going_on, in_flight)])
+    assert [r.status for r in going_on_run.rounds.order_by("index")] == [
+        "responded", "responded", "requested"]
+
+    failure = Ending(RunStatus.FAILED, {"error_type": "Boom", "error_message": "no"},
+                     streamed={2: "half an ans"})
+    assert write_group([Batch(failing, [], failure), Batch(going_on, [])]) == [
+        len(in_flight) + 1, len(in_flight)]
+
+    failing_run.refresh_from_db()
+    assert (failing_run.status, failing_run.error_type) == (RunStatus.FAILED, "Boom")
+    assert [(r.status, r.ai_text, r.finished_at is not None)
+            for r in failing_run.rounds.order_by("index")][2] == ("failed", "half an ans", True)
+    assert {c.state for c in ToolCall.objects.filter(run=failing_run, round__index=1)} == {
+        "cancelled"}
+    assert all(c.finished_at is not None
+               for c in ToolCall.objects.filter(run=failing_run, round__index=1))
+    assert RunEvent.objects.get(run=failing_run, seq=failing_run.last_seq).payload == {
+        "status": "failed", "error_type": "Boom", "error_message": "no", "round_index": 2}
+    assert [r.status for r in going_on_run.rounds.order_by("index")][2] == "requested"
+    assert {c.state for c in ToolCall.objects.filter(run=going_on_run, round__index=1)} == {
+        "started"}
+    assert_seqs_gapless(failing_run)
+
+
+def test_an_ending_run_that_lost_its_lease_is_not_ended_and_the_others_are(
+    endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    recorded: list[tuple[Any, dict[str, Any]]],
+) -> None:
+    (kept_run, kept), (lost_run, lost) = recorders(endpoint, tools, policy, 2)
+    Run.objects.filter(pk=lost_run.pk).update(lease_token=lost.token + 1)  # reclaimed
+
+    outcomes = write_group([Batch(kept, recorded, ending()), Batch(lost, recorded, ending())])
+
+    assert outcomes[0] == len(recorded) + 1
+    assert isinstance(outcomes[1], LeaseLost)
+    assert ended(kept_run)[0] == RunStatus.SUCCEEDED
+    assert ended(lost_run)[0] == RunStatus.RUNNING
+    assert not RunEvent.objects.filter(run=lost_run).exists()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -38,6 +38,7 @@ from tools_app.models import (
 )
 from tools_app.runs import recorder as recorder_module
 from tools_app.runs.leases import claim
+from tools_app.runs.lifecycle import Ending
 from tools_app.runs.recorder import RunRecorder
 
 from .support import assert_seqs_gapless, execute, kinds, start
@@ -270,13 +271,13 @@ def test_an_idempotent_tools_call_runs_without_waiting_for_its_start_to_commit(
     ran_while_written: dict[str, bool] = {}
     real_batch = RunRecorder.record_batch
 
-    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]], **kwargs: Any) -> int:
         for event, _ in batch:
             if isinstance(event, ToolCallStarted):
                 # Bounded: a tool that waits for this batch never enters.
                 patience = 10 if event.tool_name == "lookup" else 0.3
                 ran_while_written[event.tool_name] = entered[event.tool_name].wait(patience)
-        return real_batch(self, batch)
+        return real_batch(self, batch, **kwargs)
 
     monkeypatch.setattr(RunRecorder, "record_batch", held)
 
@@ -319,9 +320,9 @@ def test_a_runs_idempotent_calls_share_one_batch_a_round_with_what_the_model_is_
     batches: list[list[str]] = []
     real_batch = RunRecorder.record_batch
 
-    def spied(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def spied(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]], **kwargs: Any) -> int:
         batches.append([event.kind for event, _ in batch])
-        return real_batch(self, batch)
+        return real_batch(self, batch, **kwargs)
 
     monkeypatch.setattr(RunRecorder, "record_batch", spied)
     # Batches start only where the engine waits or at a request, however slow the
@@ -365,28 +366,31 @@ def test_a_succeeded_runs_last_events_are_written_with_its_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The chat's last events (the final answer) are not committed on their own before
-    the run's end: the end writes them in its own transaction (one commit fewer a run),
-    before it reads the rows it closes."""
+    the run's end: they are the batch that carries the end (one commit fewer a run),
+    which closes what the run left in flight after them."""
     run = start(make_endpoint([
         {"tool_calls": [{"name": "lookup", "arguments": {"key": "a"}}]},
         {"text": "done"},
     ]), [tools["lookup"]], policy)
-    batches: list[tuple[list[str], bool]] = []  # kinds, inside a transaction already
+    batches: list[tuple[list[str], Ending | None]] = []  # kinds, the end they carry
     real_batch = RunRecorder.record_batch
 
-    def spied(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
-        batches.append(([event.kind for event, _ in batch], connection.in_atomic_block))
-        return real_batch(self, batch)
+    def spied(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]],
+              **kwargs: Any) -> int:
+        batches.append(([event.kind for event, _ in batch], kwargs.get("end")))
+        return real_batch(self, batch, **kwargs)
 
     monkeypatch.setattr(RunRecorder, "record_batch", spied)
 
     assert execute(run) == "succeeded"
-    *before, (last_kinds, inside_the_end) = batches
+    *before, (last_kinds, end) = batches
     assert last_kinds[-2:] == ["model_response_received", "chat_finished"]
-    assert inside_the_end
-    assert not any(inside for _, inside in before)  # every other batch on its own
+    assert end is not None
+    assert end.status == RunStatus.SUCCEEDED
+    assert all(end is None for _, end in before)  # every other batch on its own
     assert kinds(run)[-3:] == ["model_response_received", "chat_finished", "run_status"]
     assert Round.objects.get(run=run, index=1).status == "responded"
+    assert RunEvent.objects.get(run=run, seq=run.last_seq).payload["round_index"] == 1
     assert_seqs_gapless(run)
 
 
@@ -403,11 +407,11 @@ def test_a_failed_batch_nobody_waited_for_stops_the_engine_and_nothing_after_it_
     real_batch = RunRecorder.record_batch
     failing = {"left": 1}
 
-    def flaky(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def flaky(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]], **kwargs: Any) -> int:
         if failing["left"]:
             failing["left"] -= 1
             raise OperationalError("server closed the connection unexpectedly")
-        return real_batch(self, batch)
+        return real_batch(self, batch, **kwargs)
 
     monkeypatch.setattr(RunRecorder, "record_batch", flaky)
     seen: list[str] = []
@@ -440,7 +444,7 @@ def test_a_durable_event_whose_batch_fails_raises_where_the_engine_waits(
 ) -> None:
     run, token = recording_run(endpoint, tools, policy)
 
-    def down(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def down(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]], **kwargs: Any) -> int:
         raise OperationalError("the database is down")
 
     monkeypatch.setattr(RunRecorder, "record_batch", down)
@@ -477,7 +481,7 @@ def test_no_streamed_piece_of_a_round_whose_request_batch_failed_reaches_viewers
     run, token = recording_run(endpoint, tools, policy)
     messages = viewer_messages(monkeypatch)
 
-    def down(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def down(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]], **kwargs: Any) -> int:
         raise OperationalError("server closed the connection unexpectedly")
 
     monkeypatch.setattr(RunRecorder, "record_batch", down)
@@ -506,10 +510,10 @@ def test_a_cancelled_writer_stops_the_run_and_writes_nothing_more(
     entered, release = threading.Event(), threading.Event()
     real_batch = RunRecorder.record_batch
 
-    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]], **kwargs: Any) -> int:
         entered.set()
         assert release.wait(10), "the test never released the batch"
-        return real_batch(self, batch)
+        return real_batch(self, batch, **kwargs)
 
     monkeypatch.setattr(RunRecorder, "record_batch", held)
     seen: dict[str, Any] = {}
@@ -620,12 +624,12 @@ def test_a_rounds_results_start_and_request_share_one_batch_written_while_the_mo
     entered, release = threading.Event(), threading.Event()
     real_batch = RunRecorder.record_batch
 
-    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]], **kwargs: Any) -> int:
         batches.append([event.kind for event, _ in batch])
         if any(event.kind == "tool_call_finished" for event, _ in batch):
             entered.set()
             assert release.wait(10), "the test never released the batch"
-        return real_batch(self, batch)
+        return real_batch(self, batch, **kwargs)
 
     monkeypatch.setattr(RunRecorder, "record_batch", held)
     monkeypatch.setattr(recorder_module, "LINGER_SECONDS", 60.0)  # never, in this test
@@ -708,12 +712,12 @@ def test_a_request_queued_behind_a_busy_writer_is_written_next_without_a_linger(
     real_batch = RunRecorder.record_batch
     batches: list[list[str]] = []
 
-    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def held(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]], **kwargs: Any) -> int:
         batches.append([event.kind for event, _ in batch])
         if len(batches) == 1:
             entered.set()
             assert release.wait(10), "the test never released the batch"
-        return real_batch(self, batch)
+        return real_batch(self, batch, **kwargs)
 
     monkeypatch.setattr(RunRecorder, "record_batch", held)
     monkeypatch.setattr(recorder_module, "LINGER_SECONDS", 60.0)
@@ -762,12 +766,12 @@ def test_when_the_results_batch_fails_the_calls_queued_behind_it_never_run(
     entered, release = threading.Event(), threading.Event()
     real_batch = RunRecorder.record_batch
 
-    def failing(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def failing(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]], **kwargs: Any) -> int:
         if any(event.kind == "tool_call_finished" for event, _ in batch):
             entered.set()
             assert release.wait(10), "the test never released the batch"
             raise OperationalError("server closed the connection unexpectedly")
-        return real_batch(self, batch)
+        return real_batch(self, batch, **kwargs)
 
     monkeypatch.setattr(RunRecorder, "record_batch", failing)
     seen: dict[str, Any] = {}

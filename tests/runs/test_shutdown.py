@@ -133,12 +133,12 @@ def _database_down_for(monkeypatch: pytest.MonkeyPatch, kind: str) -> list[str]:
     real_record = RunRecorder.record_batch
     down: list[str] = []
 
-    def flaky(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def flaky(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]], **kwargs: Any) -> int:
         if not down and any(event.kind == kind and event.round_index in (1, None)
                             for event, _ in batch):
             down.append(kind)
             raise OperationalError("server closed the connection unexpectedly")
-        return real_record(self, batch)
+        return real_record(self, batch, **kwargs)
 
     monkeypatch.setattr(RunRecorder, "record_batch", flaky)
     return down
@@ -239,11 +239,12 @@ def test_a_database_failure_storing_a_runs_last_events_hands_it_back(
     real_record = RunRecorder.record_batch
     failed: list[list[str]] = []
 
-    def down_at_the_end(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]]) -> int:
+    def down_at_the_end(self: RunRecorder, batch: list[tuple[Any, dict[str, Any]]],
+                        **kwargs: Any) -> int:
         if not failed and any(event.kind == "chat_finished" for event, _ in batch):
             failed.append([event.kind for event, _ in batch])
             raise OperationalError("server closed the connection unexpectedly")
-        return real_record(self, batch)
+        return real_record(self, batch, **kwargs)
 
     monkeypatch.setattr(RunRecorder, "record_batch", down_at_the_end)
     with django_capture_on_commit_callbacks(execute=True):

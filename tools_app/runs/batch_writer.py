@@ -53,7 +53,8 @@ from django.db import transaction
 
 from ..models import RunStatus
 from .db import write_turn
-from .eventlog import Append, append_many
+from .eventlog import Append, append_many, run_key
+from .lifecycle import Ending, close_unfinished_of, last_round_indexes
 from .row_changes import RowChanges, write_all
 from .storage import CleanPayload
 
@@ -76,7 +77,7 @@ class Writes(Protocol):
     run_id: str
     token: int
 
-    def record_batch(self, batch: Events) -> int: ...
+    def record_batch(self, batch: Events, *, end: Ending | None = None) -> int: ...
 
     def fold(self, batch: Events) -> RowChanges: ...
 
@@ -87,6 +88,9 @@ class Writes(Protocol):
 class Batch:
     recorder: Writes
     events: Events
+    # The run's end, written after the events as the batch's last one (the run's last
+    # batch, handed over by the runner once its chat is over).
+    end: Ending | None = None
 
 
 def write_together(batches: Sequence[Batch], *, group: bool = False) -> list[int]:
@@ -97,13 +101,13 @@ def write_together(batches: Sequence[Batch], *, group: bool = False) -> list[int
         try:
             folded = [batch.recorder.fold(batch.events) for batch in batches]
             # The fenced seq allocations first: a lost lease writes nothing.
-            allocated = append_many([
-                Append(batch.recorder.run_id, batch.recorder.token,
-                       [(event.kind, _stored(payload)) for event, payload in batch.events],
-                       changes.run_changes())
-                for batch, changes in zip(batches, folded, strict=True)],
-                expect=WHILE_RUNNING)
+            allocated = append_many(_appends(batches, folded), expect=WHILE_RUNNING)
             write_all(folded)
+            ends = {batch.recorder.run_id: (batch.end.status, batch.end.streamed)
+                    for batch in batches if batch.end is not None and batch.end.terminal}
+            if ends:
+                # After the batches' own changes: what they left in flight is closed.
+                close_unfinished_of(ends)
         except Exception as exc:
             if not group:
                 raise
@@ -111,6 +115,27 @@ def write_together(batches: Sequence[Batch], *, group: bool = False) -> list[int
     for batch, changes, (_, cancel_requested) in zip(batches, folded, allocated, strict=True):
         batch.recorder.committed(changes, cancel_requested)
     return [seq for seq, _ in allocated]
+
+
+def _appends(batches: Sequence[Batch], folded: Sequence[RowChanges]) -> list[Append]:
+    """Each batch's events and run changes, for the fenced allocation of its seqs; an
+    ending batch's with its run_status event and its move out of running last."""
+    ending = [batch.recorder.run_id for batch in batches if batch.end is not None]
+    stored_last_rounds = last_round_indexes(ending) if ending else {}
+    appends = []
+    for batch, changes in zip(batches, folded, strict=True):
+        events = [(event.kind, _stored(payload)) for event, payload in batch.events]
+        run_changes = changes.run_changes()
+        if batch.end is not None:
+            # The run's last round: the highest stored, or one this batch starts.
+            last_round = max((index for index in (
+                stored_last_rounds.get(run_key(batch.recorder.run_id)),
+                *changes.started_rounds) if index is not None), default=None)
+            events.append(("run_status", batch.end.event(last_round)))
+            run_changes.update(batch.end.run_changes())
+        appends.append(Append(batch.recorder.run_id, batch.recorder.token, events,
+                              run_changes))
+    return appends
 
 
 def _stored(payload: dict[str, Any]) -> Any:
@@ -149,7 +174,7 @@ def _write_group(batches: Sequence[Batch]) -> list[int | Exception]:
 def _outcome(batch: Batch) -> int | Exception:
     """The batch written alone, by its recorder (what the crash tests hold or fail)."""
     try:
-        return batch.recorder.record_batch(batch.events)
+        return batch.recorder.record_batch(batch.events, end=batch.end)
     except Exception as exc:
         return exc
 
@@ -208,16 +233,17 @@ _writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWriter] = \
     weakref.WeakKeyDictionary()
 
 
-async def write(recorder: Writes, events: Events) -> int:
-    """Write one batch of a run's events with whatever else this loop's runs have
-    waiting; returns its last seq once committed, or raises what kept it from being
-    stored (the recorder's own failure rules apply)."""
+async def write(recorder: Writes, events: Events, *, end: Ending | None = None) -> int:
+    """Write one batch of a run's events (and, with `end`, the run's end after them)
+    with whatever else this loop's runs have waiting; returns its last seq once
+    committed, or raises what kept it from being stored (the recorder's own failure
+    rules apply)."""
     loop = asyncio.get_running_loop()
     writer = _writers.get(loop)
     if writer is None:
         writer = _writers[loop] = _LoopWriter()
     future: asyncio.Future[int] = loop.create_future()
-    writer.waiting.append(_Waiting(Batch(recorder, events), future))
+    writer.waiting.append(_Waiting(Batch(recorder, events, end), future))
     if len(writer.tasks) < settings.AGENTFORGE_WORKER_DB_THREADS:
         # Created here, in the context of this batch's run: the group's database work
         # runs on that run's thread (module docstring).

@@ -92,7 +92,7 @@ def append_many(appends: Sequence[Append],
     one INSERT of all their events. Raises `LeaseLost` for the first run whose token (or
     `expect`) no longer matches, before anything is inserted. Returns each run's (last
     seq, cancel_requested), in order."""
-    keys = [_run_key(append.run_id) for append in appends]
+    keys = [run_key(append.run_id) for append in appends]
     if len(set(keys)) != len(keys):
         raise ValueError("one run's events must be appended together")  # one seq range a run
     shapes: dict[tuple[tuple[str, bool], ...], list[dict[str, Any]]] = {}
@@ -106,7 +106,7 @@ def append_many(appends: Sequence[Append],
         for run_id, last, cancel_requested in rowsql.update_many(
                 Run, ("id", "lease_token"), rows, where=expect,
                 returning=("id", "last_seq", "cancel_requested")):
-            allocated[_run_key(run_id)] = (int(last), bool(cancel_requested))
+            allocated[run_key(run_id)] = (int(last), bool(cancel_requested))
     for append, key in zip(appends, keys, strict=True):
         if key not in allocated:
             raise LeaseLost(f"run {append.run_id}: lease token {append.token} is no longer "
@@ -121,7 +121,7 @@ def append_many(appends: Sequence[Append],
     return [allocated[key] for key in keys]
 
 
-def _run_key(run_id: Any) -> str:
+def run_key(run_id: Any) -> str:
     """A run id as one spelling, whichever the database returned (SQLite's hex text,
     PostgreSQL's UUID) or the caller gave."""
     return uuid.UUID(str(run_id)).hex

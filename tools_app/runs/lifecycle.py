@@ -18,16 +18,17 @@ changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from ..models import Round, Run, RunEvent, RunStatus, ToolCall, ToolCallState
 from . import rowsql
-from .eventlog import LeaseLost, append_event, notify_after_commit
+from .eventlog import LeaseLost, append_event, notify_after_commit, run_key
 from .storage import clean_text
 
 RUNNING, WAITING = RunStatus.RUNNING, RunStatus.WAITING
@@ -137,23 +138,52 @@ def finish(run_id: str, token: int, to: RunStatus, fields: Mapping[str, Any],
     fenced by its lease token: a terminal status, or interrupted when it hands the run
     back. `streamed`: the (redacted) text each round streamed so far, kept on a round
     that never got its response. Returns the event's seq; the caller notifies viewers
-    after the commit."""
-    check_move(RUNNING, to)
-    terminal = to in (SUCCEEDED, FAILED, CANCELLED)
-    closed = close_unfinished(run_id, to, streamed) if terminal else {}
+    after the commit. (A run whose chat ran ends with its last batch instead, in a
+    group: `Ending`, batch_writer.)"""
+    ending = Ending(to, fields, streamed or {})
+    closed = close_unfinished(run_id, to, streamed) if ending.terminal else {}
     # The move goes with the event's seq, in one statement fenced by the token and the
     # status: never an event without its move (the precompiled statements of `rowsql`:
     # a run's end is on every run's path).
-    return append_event(run_id, token, "run_status", {"status": to, **fields, **closed},
-                        run_changes={"status": to, "lease_owner": "", "lease_expires_at": None,
-                                     "finished_at": timezone.now() if terminal else None,
-                                     **fields},
-                        expect={"status": RUNNING})
+    return append_event(run_id, token, "run_status", ending.event(closed.get("round_index")),
+                        run_changes=ending.run_changes(), expect={"status": RUNNING})
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A worker's last move of its running run (`finish`), as data: what its
+    `run_status` event says and what it changes in the run's row. The runner hands a
+    run's ending to the batch writer with the chat's last events, which writes the
+    endings of the loop's runs together (their seqs allocated by the same fenced
+    statement as any batch's, expecting the run still running)."""
+
+    status: RunStatus
+    fields: Mapping[str, Any]
+    streamed: Mapping[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_move(RUNNING, self.status)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in (SUCCEEDED, FAILED, CANCELLED)
+
+    def event(self, last_round: int | None) -> dict[str, Any]:
+        """The run_status event; `last_round`: the run's last round index, if it has
+        rounds (the live timeline re-renders one round per event: the last one, the only
+        one that can be in flight when a run ends, and the one whose view changes with
+        the end: the final answer moves to the header, calls that never ran are shown)."""
+        closed = {"round_index": last_round} if self.terminal and last_round is not None \
+            else {}
+        return {"status": self.status, **self.fields, **closed}
+
+    def run_changes(self) -> dict[str, Any]:
+        return {"status": self.status, "lease_owner": "", "lease_expires_at": None,
+                "finished_at": timezone.now() if self.terminal else None, **self.fields}
 
 
 # A finished run leaves nothing in flight: its unanswered round and its calls that never
 # finished end in a final state, so no badge says "requested" and no bar keeps growing.
-UNFINISHED_CALLS = (ToolCallState.PROPOSED, ToolCallState.STARTED)
 
 
 def close_unfinished(run_id: str, to: RunStatus,
@@ -161,21 +191,34 @@ def close_unfinished(run_id: str, to: RunStatus,
     """End what the run left in flight (inside the caller's transaction): a round still
     waiting for the model becomes `cancelled` or `failed` and keeps the text it streamed;
     a call proposed or started becomes `cancelled`, its bar ending now. Returns what the
-    run_status event carries so the live timeline re-renders the round it touched."""
+    run_status event carries so the live timeline re-renders the round it touched
+    (`Ending.event`)."""
+    close_unfinished_of({run_id: (to, streamed or {})})
+    last = last_round_indexes([run_id]).get(run_key(run_id))
+    return {"round_index": last} if last is not None else {}
+
+
+def close_unfinished_of(ends: Mapping[str, tuple[RunStatus, Mapping[int, str]]]) -> None:
+    """`close_unfinished` for the runs ending together (inside the caller's transaction,
+    each run's terminal status and streamed texts by its id): three statements
+    whatever their number, and one more a round left waiting (rare)."""
     now = timezone.now()
-    round_state = "cancelled" if to == CANCELLED else "failed"
-    for pk, index in rowsql.select(Round, ("id", "index"), {"run": run_id,
-                                                            "status": "requested"}):
-        text = clean_text((streamed or {}).get(index) or None)
-        rowsql.update(Round, {"id": pk}, {"status": round_state, "finished_at": now,
-                                          "ai_text": text})
-    rowsql.update(ToolCall, {"run": run_id, "state": ToolCallState.STARTED},
-                  {"state": ToolCallState.CANCELLED, "finished_at": now})
-    rowsql.update(ToolCall, {"run": run_id, "state": ToolCallState.PROPOSED},
-                  {"state": ToolCallState.CANCELLED})
-    # One round index (the live timeline re-renders one round per event): the last one,
-    # the only one that can be in flight when a run ends, and the one whose view
-    # changes with the end (the final answer moves to the header, calls that never ran
-    # are shown).
-    indexes = [index for (index,) in rowsql.select(Round, ("index",), {"run": run_id})]
-    return {"round_index": max(indexes)} if indexes else {}
+    by_key = {run_key(run_id): end for run_id, end in ends.items()}
+    waiting = Round.objects.filter(run_id__in=list(ends), status="requested")
+    for pk, run_id, index in waiting.values_list("pk", "run_id", "index"):
+        to, streamed = by_key[run_key(run_id)]
+        rowsql.update(Round, {"id": pk}, {
+            "status": "cancelled" if to == CANCELLED else "failed", "finished_at": now,
+            "ai_text": clean_text(streamed.get(index) or None)})
+    calls = ToolCall.objects.filter(run_id__in=list(ends))
+    calls.filter(state=ToolCallState.STARTED).update(state=ToolCallState.CANCELLED,
+                                                      finished_at=now)
+    calls.filter(state=ToolCallState.PROPOSED).update(state=ToolCallState.CANCELLED)
+
+
+def last_round_indexes(run_ids: Sequence[str]) -> dict[str, int]:
+    """Each run's highest round index stored (by `eventlog.run_key`), for the runs that
+    have rounds: one query for them all."""
+    rows = Round.objects.filter(run_id__in=list(run_ids)).values("run_id").annotate(
+        last=Max("index")).values_list("run_id", "last")
+    return {run_key(run_id): last for run_id, last in rows}

@@ -61,6 +61,7 @@ from ..models import Round, ToolCall
 from . import batch_writer
 from .batch_writer import Batch, write_together
 from .eventlog import notify
+from .lifecycle import Ending
 from .row_changes import RowChanges
 from .storage import (
     CleanPayload,
@@ -340,9 +341,11 @@ class RunRecorder:
         """Write one event now (its own transaction); returns its seq."""
         return self.record_batch([(event, payload)])
 
-    def record_batch(self, batch: Sequence[tuple[Any, dict[str, Any]]]) -> int:
-        """Write events in one transaction, in order; returns the last seq."""
-        return write_together([Batch(self, batch)])[0]
+    def record_batch(self, batch: Sequence[tuple[Any, dict[str, Any]]], *,
+                     end: Ending | None = None) -> int:
+        """Write events in one transaction, in order (with `end`, the run's end after
+        them); returns the last seq."""
+        return write_together([Batch(self, batch, end)])[0]
 
     def fold(self, batch: Sequence[tuple[Any, dict[str, Any]]]) -> RowChanges:
         """The row changes of a batch's events (inside its transaction: a retried

@@ -32,14 +32,13 @@ from ..engine import (
 )
 from ..engine.providers.adapter import WireChatModel
 from ..models import Round, Run, RunStatus, ToolCall, ToolCallState
-from . import rowsql
+from . import batch_writer, rowsql
 from .approver import RunApprover
-from .batch_writer import Batch
 from .breakpoint_hooks import RunBreakpoints, added_messages
 from .db import drop_broken_connections, write_turn
 from .eventlog import LeaseLost, notify
 from .leases import cancel_requested, claim, new_worker_id, renew
-from .lifecycle import finish, wait
+from .lifecycle import Ending, finish, wait
 from .recorder import RunRecorder
 from .selectors import run_row
 from .snapshot import engine_for_snapshot, snapshot_messages, snapshot_parameters
@@ -89,24 +88,36 @@ async def execute_run(run_id: str) -> str | None:
     if status != RunStatus.WAITING:
         fields["wall_ms"] = _wall_ms(claimed.run, started)
     try:
-        status, seq = await _end(run_id, claimed.token, status, fields, streamed, last.batch())
+        status, seq = await _end(run_id, claimed.token, status, fields, streamed,
+                                 last.recorder)
     except LeaseLost:
         return None
     await notify(run_id, {"seq": seq})
     return str(status)
 
 
+# The ends a run's own recorder writes, with the chat's last events, in its loop's
+# groups (batch_writer): the runs of a loop end in bursts as they move in step, and one
+# transaction each was the largest share of a worker's database lanes at 100 runs
+# (docs/benchmarks/product-path.md). A run that waits or is handed back ends alone.
+ENDS_IN_A_GROUP = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
 async def _end(run_id: str, token: int, status: RunStatus, fields: dict[str, Any],
-               streamed: dict[int, str], last: Batch | None) -> tuple[RunStatus, int]:
+               streamed: dict[int, str], recorder: RunRecorder | None,
+               ) -> tuple[RunStatus, int]:
     """The run's end stored (with the chat's last events, if it left some queued): the
     status it ended in and the end's seq. A database error while writing those events
     hands the run back, as it would have mid-run (nothing of that transaction is
     stored, and the resumed run starts from what is)."""
+    held = recorder.take_held() if recorder is not None else []
     try:
-        return status, await sync_to_async(_finish)(run_id, token, status, fields,
-                                                    streamed, last)
+        if recorder is not None and status in ENDS_IN_A_GROUP:
+            ending = Ending(status, fields, streamed)
+            return status, await batch_writer.write(recorder, held, end=ending)
+        return status, await sync_to_async(_finish)(run_id, token, status, fields, streamed)
     except (OperationalError, InterfaceError) as exc:
-        if last is None:
+        if not held:
             raise
         logger.warning("run %s: database error storing its end, handing the run back: %s",
                        run_id, exc)
@@ -140,17 +151,12 @@ def _claimed(run_id: str, worker_id: str) -> _Claimed | None:
 
 
 class _LastEvents:
-    """What a successful chat left queued, written with the run's end (one transaction
-    for both); after any other ending the recorder has drained everything."""
+    """The chat's recorder, once there is one: what a successful chat left queued is
+    written with the run's end (one transaction for both); after any other ending the
+    recorder has drained everything."""
 
     def __init__(self) -> None:
         self.recorder: RunRecorder | None = None
-
-    def batch(self) -> Batch | None:
-        if self.recorder is None:
-            return None
-        events = self.recorder.take_held()
-        return Batch(self.recorder, events) if events else None
 
 
 async def _drive(claimed: _Claimed, streamed: dict[int, str],
@@ -302,11 +308,10 @@ def _wall_ms(run: Run, started: float) -> float:
 
 
 def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any],
-            streamed: dict[int, str] | None = None, last: Batch | None = None) -> int:
+            streamed: dict[int, str] | None = None) -> int:
+    """A run's end in a transaction of its own: one that waits, is handed back, or had
+    no recorder (its snapshot could not be rebuilt)."""
     with write_turn(), transaction.atomic():
-        if last is not None:
-            # Under the same lease fence as any batch: a lost lease stores neither.
-            last.recorder.record_batch(last.events)
         if status == RunStatus.WAITING:
             return wait(run_id, token, fields)
         return finish(run_id, token, status, fields, streamed)
