@@ -112,3 +112,41 @@ def test_a_turn_claims_only_what_its_free_slots_and_max_tasks_leave_room_for() -
     assert capped._claimable() == 2  # 5 - 2 done - 1 running
     capped._run_tasks = 5
     assert capped._claimable() == 0
+
+
+@pytest.fixture
+def finished_signals() -> Any:
+    from django_tasks_db.compat import task_finished
+
+    told: list[str] = []
+
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        told.append(str(task_result.status))
+
+    task_finished.connect(receiver, dispatch_uid="test-store-outcome")
+    yield told
+    task_finished.disconnect(dispatch_uid="test-store-outcome")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tasks_outcome_is_stored_then_told_once(finished_signals: list[str],
+                                                  settings: Any) -> None:
+    from tools_app.management.commands.db_worker import _store_outcome
+
+    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.task_wakeup.WakingDatabaseBackend"}}
+    ready(3, backend_name="default")
+    succeeded, failed, unstorable = worker(backend_name="default").claim_ready(3)[0]
+
+    _store_outcome(succeeded, value="succeeded")
+    _store_outcome(failed, error=RuntimeError("the run broke"))
+    # A value the result column cannot hold fails the task, as django-tasks-db's does.
+    _store_outcome(unstorable, value=object())
+
+    stored = {str(t.pk): t for t in DBTaskResult.objects.all()}
+    ok, broken, refused = (stored[str(t.pk)] for t in (succeeded, failed, unstorable))
+    assert (ok.status, ok.return_value, ok.finished_at is not None) == (
+        "SUCCESSFUL", "succeeded", True)
+    assert (broken.status, broken.exception_class_path) == ("FAILED", "builtins.RuntimeError")
+    assert "the run broke" in broken.traceback
+    assert (refused.status, refused.exception_class_path) == ("FAILED", "builtins.TypeError")
+    assert finished_signals == ["SUCCESSFUL", "FAILED", "FAILED"]
