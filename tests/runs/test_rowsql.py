@@ -65,3 +65,17 @@ def test_each_cursor_gets_the_placeholders_it_takes(run: Any) -> None:
             assert isinstance(cursor.cursor, psycopg.RawCursor)
     assert rowsql._numbered("UPDATE t SET a = %s WHERE b = %s") == \
         "UPDATE t SET a = $1 WHERE b = $2"
+
+
+def test_in_picks_the_rows_holding_one_of_its_values(run: Any) -> None:
+    rowsql.insert(RunEvent, _events(run.pk, range(300, 306)))
+    picked = rowsql.In((301, 303, 305))
+
+    assert sorted(rowsql.select(RunEvent, ("seq",), {"run": run.pk, "seq": picked})) == [
+        (301,), (303,), (305,)]
+    assert rowsql.update(RunEvent, {"run": rowsql.In((run.pk,)), "seq": picked},
+                         {"kind": "odd"}) == 3
+    assert sorted(RunEvent.objects.filter(run=run, kind="odd").values_list(
+        "seq", flat=True)) == [301, 303, 305]
+    with pytest.raises(ValueError, match="at least one"):
+        rowsql.select(RunEvent, ("seq",), {"seq": rowsql.In(())})

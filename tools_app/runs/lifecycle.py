@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Max, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from ..models import Round, Run, RunEvent, RunStatus, ToolCall, ToolCallState
 from . import rowsql
 from .eventlog import LeaseLost, append_event, notify_after_commit, run_key
+from .rowsql import In
 from .storage import clean_text
 
 RUNNING, WAITING = RunStatus.RUNNING, RunStatus.WAITING
@@ -204,21 +205,24 @@ def close_unfinished_of(ends: Mapping[str, tuple[RunStatus, Mapping[int, str]]])
     whatever their number, and one more a round left waiting (rare)."""
     now = timezone.now()
     by_key = {run_key(run_id): end for run_id, end in ends.items()}
-    waiting = Round.objects.filter(run_id__in=list(ends), status="requested")
-    for pk, run_id, index in waiting.values_list("pk", "run_id", "index"):
+    runs = In(tuple(ends))
+    for pk, run_id, index in rowsql.select(Round, ("id", "run", "index"),
+                                           {"run": runs, "status": "requested"}):
         to, streamed = by_key[run_key(run_id)]
         rowsql.update(Round, {"id": pk}, {
             "status": "cancelled" if to == CANCELLED else "failed", "finished_at": now,
             "ai_text": clean_text(streamed.get(index) or None)})
-    calls = ToolCall.objects.filter(run_id__in=list(ends))
-    calls.filter(state=ToolCallState.STARTED).update(state=ToolCallState.CANCELLED,
-                                                      finished_at=now)
-    calls.filter(state=ToolCallState.PROPOSED).update(state=ToolCallState.CANCELLED)
+    rowsql.update(ToolCall, {"run": runs, "state": ToolCallState.STARTED},
+                  {"state": ToolCallState.CANCELLED, "finished_at": now})
+    rowsql.update(ToolCall, {"run": runs, "state": ToolCallState.PROPOSED},
+                  {"state": ToolCallState.CANCELLED})
 
 
 def last_round_indexes(run_ids: Sequence[str]) -> dict[str, int]:
     """Each run's highest round index stored (by `eventlog.run_key`), for the runs that
     have rounds: one query for them all."""
-    rows = Round.objects.filter(run_id__in=list(run_ids)).values("run_id").annotate(
-        last=Max("index")).values_list("run_id", "last")
-    return {run_key(run_id): last for run_id, last in rows}
+    last: dict[str, int] = {}
+    for run_id, index in rowsql.select(Round, ("run", "index"), {"run": In(tuple(run_ids))}):
+        key = run_key(run_id)
+        last[key] = max(index, last.get(key, index))
+    return last

@@ -45,9 +45,18 @@ class Add:
     amount: int
 
 
+@dataclass(frozen=True)
+class In:
+    """`column IN (...)` in a `where`: the column holds one of these values (at least
+    one: the statements are built for each count)."""
+
+    values: tuple[Any, ...]
+
+
 def update(model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any],
            returning: tuple[str, ...] = ()) -> Any:
-    """UPDATE the rows matching `where` (equalities, ANDed; None is IS NULL); with
+    """UPDATE the rows matching `where` (equalities, ANDed; None is IS NULL, `In` one of
+    several values); with
     `returning`, the first updated row's values of those columns (None if no row
     matched), else the row count."""
     connection = _connection()
@@ -107,19 +116,38 @@ def select(model: type[Model], columns: tuple[str, ...],
         return [tuple(row) for row in cursor.fetchall()]
 
 
-def _where_shape(where: Mapping[str, Any]) -> tuple[tuple[str, bool], ...]:
-    return tuple((name, value is None) for name, value in where.items())
+# A condition's shape: "=", "null", or the number of values of an `In`.
+Condition = tuple[str, str | int]
+
+
+def _where_shape(where: Mapping[str, Any]) -> tuple[Condition, ...]:
+    return tuple((name, "null" if value is None else len(value.values)
+                  if isinstance(value, In) else "=") for name, value in where.items())
 
 
 def _where_params(model: type[Model], where: Mapping[str, Any],
                   connection: BaseDatabaseWrapper) -> list[Any]:
-    return [_prepared(model, name, value, connection)
-            for name, value in where.items() if value is not None]
+    params: list[Any] = []
+    for name, value in where.items():
+        if isinstance(value, In):
+            if not value.values:
+                raise ValueError(f"In() for {name} needs at least one value")
+            params += [_prepared(model, name, one, connection) for one in value.values]
+        elif value is not None:
+            params.append(_prepared(model, name, value, connection))
+    return params
 
 
-def _condition(model: type[Model], where: tuple[tuple[str, bool], ...]) -> str:
-    return " AND ".join(f"{_column(model, name)} IS NULL" if is_null
-                        else f"{_column(model, name)} = %s" for name, is_null in where)
+def _condition(model: type[Model], where: tuple[Condition, ...]) -> str:
+    return " AND ".join(_compared(_column(model, name), kind) for name, kind in where)
+
+
+def _compared(column: str, kind: str | int) -> str:
+    if kind == "null":
+        return f"{column} IS NULL"
+    if kind == "=":
+        return f"{column} = %s"
+    return f"{column} IN ({', '.join(['%s'] * int(kind))})"
 
 
 def insert(model: type[Model], rows: Sequence[Mapping[str, Any]], *,
@@ -333,7 +361,7 @@ def _column(model: type[Model], name: str) -> str:
 # connection's); the connection itself is not part of the key.
 @cache
 def _update_sql(model: type[Model], shape: tuple[tuple[str, bool], ...],
-                where: tuple[tuple[str, bool], ...], returning: tuple[str, ...],
+                where: tuple[Condition, ...], returning: tuple[str, ...],
                 vendor: str) -> str:
     table = _quote(model._meta.db_table)
     sets = ", ".join(
@@ -382,7 +410,7 @@ def _placeholder(model: type[Model], name: str, vendor: str) -> str:
 
 @cache
 def _select_sql(model: type[Model], columns: tuple[str, ...],
-                where: tuple[tuple[str, bool], ...], vendor: str) -> str:
+                where: tuple[Condition, ...], vendor: str) -> str:
     selected = ", ".join(_column(model, name) for name in columns)
     return (f"SELECT {selected} FROM {_quote(model._meta.db_table)} "
             f"WHERE {_condition(model, where)}")
