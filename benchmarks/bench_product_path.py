@@ -530,6 +530,24 @@ within one session by 30-50 % from hour to hour: compare rows measured together.
 `benchmarks/bench_app_overhead.py` (docs/benchmarks/app-overhead.md) measures the
 ceiling, the engine alone in process with no database.
 
+Session 20 (its changes below). The table above is its last full run (with the ends
+grouped and the task's outcome in one lane trip, before `rowsql.In`); "end" adds three
+more runs of scale-out 100 runs and three of app-overhead. Alternating servers of the
+session's starting code and its changes, the same code's p95 at 100 runs still moved
+from 95 to 143 ms from one half hour to the next:
+
+| target (p95: from emit) | session 20, end | met on session 20's machine |
+|---|---|---|
+| embedded, 1 run | 98 %, 4 ms | yes |
+| embedded, 50 runs | 96 % (worst 90), 32 ms | yes |
+| scale-out, 1 run | 97 % (worst 95), 5 ms | yes |
+| scale-out, 100 runs | 88-92 %, 91-155 ms (median of four 120 ms) | % yes; p95 once in four |
+| CPU added, 1 / 10 / 50 runs | 2.95-3.12 / 1.63-1.99 / 1.44-1.63 ms | 10 and 50 yes; 1 run no |
+
+The 1-run CPU regressed: the previous code measured in the same hour gave 2.75-2.78 /
+1.84-1.85 / 1.21-1.80 ms (a lone run's end now goes through the batch writer: its
+cost is in "the recorder's writes", 1.42-1.47 -> 1.75-1.76 ms); not yet explained.
+
 Session 19 (its changes below). Its machine was about as fast as session 18's first
 hour (the engine alone 0.93-1.24 ms of CPU a round at 10-50 runs in process) and as
 noisy from one minute to the next: the same code's scale-out 100 runs gave from emit
@@ -751,6 +769,41 @@ Why the rest was not met then:
 Sessions 8-10's trials (GIL switch interval; grouping runs' batches in one
 transaction with per-run statements; one database lane; a process-wide SQLite write
 lock; folding a batch before its transaction) are in the history of this file.
+
+### What session 20 changed (measured, kept)
+
+Where the 100-run tail comes from (the events' from emit by the moment they were
+emitted, one scenario): in the middle of a scenario p50 15-35 ms and nothing over
+100 ms; the tail is two phases, the first half second (100 POSTs, the claims, the
+first rounds) and the moment the first-claimed runs end while the last-claimed are in
+rounds 3-4 (p50 80-190 ms in both). A db_worker's database lanes (py-spy, wall time):
+the runs' ends (`runner._finish`, one transaction each, about 4 ms of a lane each
+under the load) 42 % of the lanes' samples, more than every batch of events (38 %);
+the task's outcome (`set_successful`) 9 %, the claims 9 %.
+
+1. **A run's end written with its last batch, in its loop's groups**
+   (`lifecycle.Ending`, `batch_writer.write(..., end=...)`): the run_status event after
+   the chat's last events, the move out of running in the batch's fenced UPDATE, what
+   the ending runs left in flight closed by three statements a group
+   (`close_unfinished_of`, `rowsql.In`). Alternating with the code before (two passes
+   of three scenarios a server): from emit p95 median 139 -> 116 ms, efficiency 90 ->
+   92 %.
+2. **The task's outcome and `task_finished` in one lane trip** (db_worker
+   `_store_outcome`), not two: p95 median 143 -> 111 ms against the commit before it
+   (noise included). Sending `task_started` from the claiming thread instead of the
+   lane was worse (112 -> 156 ms): its log write gives the GIL up to the busy loop,
+   and the claim turn's other tasks wait for it to come back. Kept on the lane.
+
+Measured, not changed:
+
+- **The tool slots' trigger dropped** (again, as session 19): p50 40 -> 28 ms, p95
+  median 121 -> 114 ms: a share of the lock waits, not the tail.
+- **A claim turn's runs handed to the loop with one wake-up** (`submit_all`): p95
+  median 95 -> 96.5 ms. Dropped.
+- **A db_worker's GIL at 100 runs** (py-spy `--gil`): the loop 72 % (the HTTP exchange
+  with the model 29 % of it, the recorder's payloads 18 %, the tools' thread hop 10 %:
+  `ThreadPoolExecutor.submit` itself 7.6 %, a wake-up that can cost the loop its CPU),
+  the lanes 20 %, the claiming thread 6.5 %.
 
 ### What session 19 changed (measured, kept)
 
@@ -1071,8 +1124,11 @@ Why the rest is not met:
   execution, planning and commit, the events' deferred foreign-key checks 2 % of the
   machine.
 - Fewer threads taking the GIL from a worker's loop: two lanes gained 5-7 points at
-  100 runs over four (session 19); the tools' thread hops (two a round) and the
-  asgiref hops at a run's start and end are the next ones.
+  100 runs over four (session 19); the tools' thread hops (two a round) are the next
+  ones (session 20 grouped the runs' ends and took one lane trip off each).
+- The scenario's two bad phases (session 20): the start (POSTs, claims, first rounds
+  together) and the first runs' ends during the others' last rounds; the claims and
+  `load_history` (one trip each) could be grouped as the ends now are.
 """
 
 
