@@ -35,6 +35,7 @@ from .storage import clean_text
 RUNNING, WAITING = RunStatus.RUNNING, RunStatus.WAITING
 INTERRUPTED = RunStatus.INTERRUPTED
 SUCCEEDED, FAILED, CANCELLED = RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
 ALLOWED_MOVES: Mapping[RunStatus, frozenset[RunStatus]] = {
     RunStatus.QUEUED: frozenset({RUNNING, CANCELLED, FAILED}),
@@ -108,7 +109,7 @@ def move_locked(run: Run, to: RunStatus, event: Mapping[str, Any] | None = None,
     check_move(run.status, to)
     token = run.lease_token + 1
     closed: dict[str, Any] = {}
-    if to in (SUCCEEDED, FAILED, CANCELLED):
+    if to in TERMINAL:
         fields.setdefault("finished_at", timezone.now())
         closed = close_unfinished(str(run.pk), to)
     Run.objects.filter(pk=run.pk).update(status=to, lease_token=token, lease_owner="",
@@ -167,7 +168,7 @@ class Ending:
 
     @property
     def terminal(self) -> bool:
-        return self.status in (SUCCEEDED, FAILED, CANCELLED)
+        return self.status in TERMINAL
 
     def event(self, last_round: int | None) -> dict[str, Any]:
         """The run_status event; `last_round`: the run's last round index, if it has
@@ -185,8 +186,6 @@ class Ending:
 
 # A finished run leaves nothing in flight: its unanswered round and its calls that never
 # finished end in a final state, so no badge says "requested" and no bar keeps growing.
-
-
 def close_unfinished(run_id: str, to: RunStatus,
                      streamed: Mapping[int, str] | None = None) -> dict[str, Any]:
     """End what the run left in flight (inside the caller's transaction): a round still

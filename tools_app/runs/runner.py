@@ -38,7 +38,7 @@ from .breakpoint_hooks import RunBreakpoints, added_messages
 from .db import drop_broken_connections, write_turn
 from .eventlog import LeaseLost, notify
 from .leases import cancel_requested, claim, new_worker_id, renew
-from .lifecycle import Ending, finish, wait
+from .lifecycle import TERMINAL, Ending, finish, wait
 from .recorder import RunRecorder
 from .selectors import run_row
 from .snapshot import engine_for_snapshot, snapshot_messages, snapshot_parameters
@@ -96,13 +96,6 @@ async def execute_run(run_id: str) -> str | None:
     return str(status)
 
 
-# The ends a run's own recorder writes, with the chat's last events, in its loop's
-# groups (batch_writer): the runs of a loop end in bursts as they move in step, and one
-# transaction each was the largest share of a worker's database lanes at 100 runs
-# (docs/benchmarks/product-path.md). A run that waits or is handed back ends alone.
-ENDS_IN_A_GROUP = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
-
-
 async def _end(run_id: str, token: int, status: RunStatus, fields: dict[str, Any],
                streamed: dict[int, str], recorder: RunRecorder | None,
                ) -> tuple[RunStatus, int]:
@@ -112,7 +105,12 @@ async def _end(run_id: str, token: int, status: RunStatus, fields: dict[str, Any
     stored, and the resumed run starts from what is)."""
     held = recorder.take_held() if recorder is not None else []
     try:
-        if recorder is not None and status in ENDS_IN_A_GROUP:
+        # A terminal end goes with the chat's last events, in its loop's groups
+        # (batch_writer): the runs of a loop end in bursts as they move in step, and one
+        # transaction each was the largest share of a worker's database lanes at 100
+        # runs (docs/benchmarks/product-path.md). A run that waits or is handed back
+        # ends alone.
+        if recorder is not None and status in TERMINAL:
             ending = Ending(status, fields, streamed)
             return status, await batch_writer.write(recorder, held, end=ending)
         return status, await sync_to_async(_finish)(run_id, token, status, fields, streamed)
