@@ -82,13 +82,13 @@ def _in_pipeline() -> bool:
             != PipelineStatus.OFF)
 
 
-def _statements_in_pipeline(action: Callable[[], Any]) -> list[tuple[str, bool]]:
-    """(statement start, whether it was sent in a pipeline) for each statement
-    `action` executes."""
-    seen: list[tuple[str, bool]] = []
+def _statements_in_pipeline(action: Callable[[], Any]) -> list[tuple[str, bool, bool]]:
+    """(statement, whether it was sent in a pipeline, whether in a transaction) for
+    each statement `action` executes."""
+    seen: list[tuple[str, bool, bool]] = []
 
     def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        seen.append((sql, _in_pipeline()))
+        seen.append((sql, _in_pipeline(), connection.in_atomic_block))
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record):
@@ -103,14 +103,24 @@ def test_a_run_and_its_task_are_written_in_one_pipeline_on_postgresql(
         user=None, endpoint=weather_endpoint, tools=[demo_tools["get_weather"]],
         policy=policy, messages=conversation(user_message="Weather?")))
 
-    writes = [sql.split("(")[0].strip() for sql, _ in statements
+    writes = [sql.split("(")[0].strip() for sql, _, _ in statements
               if sql.startswith("INSERT")]
     assert writes == ['INSERT INTO "tools_app_run"', 'INSERT INTO "tools_app_runevent"',
                       'INSERT INTO "django_tasks_database_dbtaskresult"']
-    # PostgreSQL: the writes and the workers' wake-up in one pipeline (SQLite is in
-    # process: nothing to pipeline).
-    assert all(pipelined for _, pipelined in statements) == \
-        (connection.vendor == "postgresql")
+    # PostgreSQL: the writes in one pipeline (SQLite is in process: nothing to
+    # pipeline), then the workers' wake-up, after the commit and alone (task_wakeup:
+    # a transaction that NOTIFYs holds a cluster-wide lock through its commit's flush).
+    writing = [(pipelined, in_transaction) for sql, pipelined, in_transaction in statements
+               if sql.startswith("INSERT")]
+    assert all(pipelined for pipelined, _ in writing) == (connection.vendor == "postgresql")
+    assert all(in_transaction for _, in_transaction in writing)
+    wake_ups = [(sql, pipelined, in_transaction) for sql, pipelined, in_transaction
+                in statements if "pg_notify" in sql]
+    if connection.vendor == "postgresql":
+        assert statements[-1] == wake_ups[0]
+        assert wake_ups == [("SELECT pg_notify(%s, '')", False, False)]
+    else:
+        assert wake_ups == []
     run = Run.objects.get()
     assert [e.seq for e in RunEvent.objects.filter(run=run)] == [1]
     assert DBTaskResult.objects.get().args_kwargs == {"args": [str(run.pk)], "kwargs": {}}

@@ -88,3 +88,21 @@ def test_a_dropped_listener_asks_for_a_claim_turn_and_listens_again(
     assert wakeups._listener.info.backend_pid != pid
     enqueue_run("run-after-the-restart")
     assert wakeups.wait(DELIVERED_WITHIN) is True
+
+
+def test_a_failed_wake_up_loses_no_task(database_backend: None, wakeups: TaskWakeups,
+                                        monkeypatch: pytest.MonkeyPatch,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    """The notification goes after the commit: one that fails (here PostgreSQL refuses
+    the channel's name) is logged, and the task stays stored for the workers' poll."""
+    from django_tasks_db.models import DBTaskResult
+
+    from tools_app.runs import task_wakeup
+
+    assert wakeups.listen()
+    monkeypatch.setattr(task_wakeup, "CHANNEL", "c" * 100)  # over NAMEDATALEN
+    with transaction.atomic():
+        enqueue_run("run-kept")
+    assert DBTaskResult.objects.filter(args_kwargs__args=["run-kept"]).count() == 1
+    assert "pg_notify" in caplog.text or "channel name too long" in caplog.text
+    assert wakeups.wait(NOTHING_WITHIN) is False

@@ -63,8 +63,8 @@ def pipelined(alias: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     one round trip for several writes that read nothing back. An error is raised at the
     end, as Django's database errors. Elsewhere (SQLite is in process), nothing changes.
 
-    Why: POST /api/runs writes the run, its first event and its task and wakes the
-    workers, and each statement waited for its answer in turn; under a burst of starts
+    Why: POST /api/runs writes the run, its first event and its task, and each
+    statement waited for its answer in turn; under a burst of starts
     every round trip is a thread switch on both sides (docs/benchmarks/product-path.md).
     Only for statements whose results nobody reads: a fetch inside would wait anyway,
     and a row count (an ORM `update()`, the `save()` of an existing row, which decides

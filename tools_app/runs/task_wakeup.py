@@ -10,8 +10,14 @@ On PostgreSQL, enqueueing a task also sends `NOTIFY` on one channel
 (`WakingDatabaseBackend`), and each db_worker LISTENs on it between its claim turns
 (`TaskWakeups.wait`): the poll interval becomes a fallback (a task deferred with
 `run_after`, a notification lost with a dropped connection), not the latency of every
-run. A notification is transactional: one sent by an enqueue inside a transaction is
-delivered at its commit, once the task's row is visible, and never if it rolls back.
+run. The notification is sent after the enqueue's transaction commits, once the task's
+row is visible, never if it rolls back, and once for all the tasks a transaction
+enqueued (`transaction.on_commit`), in a statement of its own: a transaction that
+NOTIFYs takes a lock of the whole database cluster at its commit and keeps it through
+its WAL flush, so 100 runs started at once, each NOTIFYing in its own transaction,
+committed one after another (measured: docs/benchmarks/product-path.md); sent alone, the
+notification's transaction writes no WAL and holds that lock for a moment. A process
+that dies between the commit and the notification leaves the task to the poll.
 A worker LISTENs before its first claim, so a task enqueued between a claim turn and
 the wait that follows still wakes it (PostgreSQL keeps the notification for the
 listening connection until it is read). On other databases (SQLite has no NOTIFY) the
@@ -23,11 +29,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import psycopg
 from asgiref.sync import sync_to_async
-from django.db import DEFAULT_DB_ALIAS, connections, router
+from django.db import DEFAULT_DB_ALIAS, connections, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django_tasks_db import DatabaseBackend
 from django_tasks_db.compat import normalize_json
@@ -41,13 +49,28 @@ CHANNEL = "agentforge_tasks"
 
 
 def wake_workers(alias: str) -> None:
-    """Tell the db_workers listening on `alias`'s database that a task is ready (at the
-    commit of the caller's transaction, if it is in one)."""
+    """Tell the db_workers listening on `alias`'s database that a task is ready: after
+    the commit of the caller's transaction (at once outside one), once a transaction
+    (module docstring)."""
     connection = connections[alias]
     if connection.vendor != "postgresql":
         return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+    waking = _notifier(alias)
+    if any(entry[1] is waking for entry in connection.run_on_commit):
+        return  # this transaction wakes them already
+    # Robust: a failed notification (the connection lost after the commit) is logged,
+    # never raised to the request whose run is stored; the poll finds the task.
+    transaction.on_commit(waking, using=alias, robust=True)
+
+
+@cache
+def _notifier(alias: str) -> Callable[[], None]:
+    """The one wake-up callback of `alias`'s database (`wake_workers` finds it among a
+    transaction's commit callbacks)."""
+    def notify() -> None:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+    return notify
 
 
 class WakingDatabaseBackend(DatabaseBackend):
