@@ -22,6 +22,7 @@ from .leases import (
     runs_to_recover_at_start,
 )
 from .lifecycle import CLAIMABLE
+from .planner_stats import analyze_grown_tables
 from .provider_clients import close_at_exit
 from .reexecution import recover_reexecutions
 from .tasks import enqueue_run, execute_run, uses_database_tasks
@@ -95,13 +96,24 @@ def recover_at_start() -> list[str]:
     return ids
 
 
+def sweep() -> None:
+    """A worker's periodic care: reap the lost runs, then keep PostgreSQL's statistics
+    of the run path's tables up with their growth (runs.planner_stats); a failure of
+    either is logged and retried at the next sweep."""
+    try:
+        reap_and_enqueue()
+    except Exception:
+        logger.exception("run reaper failed; retrying")
+    try:
+        analyze_grown_tables()
+    except Exception:
+        logger.exception("analyzing the run tables failed; retrying at the next sweep")
+
+
 async def reap_forever() -> None:
     while True:
         await asyncio.sleep(reap_interval())
-        try:
-            await sync_to_async(reap_and_enqueue)()
-        except Exception:
-            logger.exception("run reaper failed; retrying")
+        await sync_to_async(sweep)()
 
 
 def start_embedded_worker() -> None:
@@ -143,9 +155,7 @@ def start_reaper_thread(stop: threading.Event) -> threading.Thread:
     def loop() -> None:
         while not stop.wait(reap_interval()):
             try:
-                reap_and_enqueue()
-            except Exception:
-                logger.exception("run reaper failed; retrying")
+                sweep()
             finally:
                 close_old_connections()
 
