@@ -26,7 +26,15 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from ..models import Round, Run, RunEvent, RunStatus, ToolCall, ToolCallState
+from ..models import (
+    TERMINAL_STATUSES,
+    Round,
+    Run,
+    RunEvent,
+    RunStatus,
+    ToolCall,
+    ToolCallState,
+)
 from . import rowsql
 from .eventlog import LeaseLost, append_event, notify_after_commit, run_key
 from .rowsql import In
@@ -35,7 +43,6 @@ from .storage import clean_text
 RUNNING, WAITING = RunStatus.RUNNING, RunStatus.WAITING
 INTERRUPTED = RunStatus.INTERRUPTED
 SUCCEEDED, FAILED, CANCELLED = RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED
-TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
 
 ALLOWED_MOVES: Mapping[RunStatus, frozenset[RunStatus]] = {
     RunStatus.QUEUED: frozenset({RUNNING, CANCELLED, FAILED}),
@@ -109,7 +116,7 @@ def move_locked(run: Run, to: RunStatus, event: Mapping[str, Any] | None = None,
     check_move(run.status, to)
     token = run.lease_token + 1
     closed: dict[str, Any] = {}
-    if to in TERMINAL:
+    if to in TERMINAL_STATUSES:
         fields.setdefault("finished_at", timezone.now())
         closed = close_unfinished(str(run.pk), to)
     Run.objects.filter(pk=run.pk).update(status=to, lease_token=token, lease_owner="",
@@ -168,7 +175,7 @@ class Ending:
 
     @property
     def terminal(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in TERMINAL_STATUSES
 
     def event(self, last_round: int | None) -> dict[str, Any]:
         """The run_status event; `last_round`: the run's last round index, if it has

@@ -31,14 +31,14 @@ from ..engine import (
     UserMessage,
 )
 from ..engine.providers.adapter import WireChatModel
-from ..models import Round, Run, RunStatus, ToolCall, ToolCallState
+from ..models import TERMINAL_STATUSES, Round, Run, RunStatus, ToolCall, ToolCallState
 from . import batch_writer, rowsql
 from .approver import RunApprover
 from .breakpoint_hooks import RunBreakpoints, added_messages
 from .db import drop_broken_connections, write_turn
 from .eventlog import LeaseLost, notify
 from .leases import cancel_requested, claim, new_worker_id, renew
-from .lifecycle import TERMINAL, Ending, finish, wait
+from .lifecycle import Ending, finish, wait
 from .recorder import RunRecorder
 from .selectors import run_row
 from .snapshot import engine_for_snapshot, snapshot_messages, snapshot_parameters
@@ -110,7 +110,7 @@ async def _end(run_id: str, token: int, status: RunStatus, fields: dict[str, Any
         # transaction each was the largest share of a worker's database lanes at 100
         # runs (docs/benchmarks/product-path.md). A run that waits or is handed back
         # ends alone.
-        if recorder is not None and status in TERMINAL:
+        if recorder is not None and status in TERMINAL_STATUSES:
             ending = Ending(status, fields, streamed)
             return status, await batch_writer.write(recorder, held, end=ending)
         return status, await sync_to_async(_finish)(run_id, token, status, fields, streamed)
