@@ -79,3 +79,36 @@ def test_in_picks_the_rows_holding_one_of_its_values(run: Any) -> None:
         "seq", flat=True)) == [301, 303, 305]
     with pytest.raises(ValueError, match="at least one"):
         rowsql.select(RunEvent, ("seq",), {"seq": rowsql.In(())})
+
+
+def test_each_value_is_prepared_as_its_field_prepares_it(run: Any) -> None:
+    """Each column's way of preparing is chosen once (plain values as they are, ids and
+    times prepared once a value, the rest by the field): whatever the kind of value, the
+    result is what the field's own `get_db_prep_save` gives."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from tools_app.models import Run, RunStatus
+    from tools_app.runs.storage import Encoded
+
+    moment = datetime(2026, 12, 5, 6, 30, 1, 250, tzinfo=UTC)
+    cases = [
+        ("status", RunStatus.RUNNING), ("status", "queued"), ("title", None),
+        ("last_seq", 7), ("cancel_requested", True), ("wall_ms", 12.5),
+        ("id", run.pk), ("id", str(run.pk)), ("id", uuid.UUID(str(run.pk)).hex),
+        ("created_at", moment), ("created_at", moment.isoformat()),
+        ("created_by", None), ("snapshot", {"k": ["v", 1]}), ("snapshot", [1, None]),
+    ]
+    for name, value in cases:
+        field = Run._meta.get_field(name)
+        expected = field.get_db_prep_save(value, connection)  # type: ignore[union-attr]
+        for _ in range(2):  # the first preparation and the remembered one
+            prepared = rowsql._prepared(Run, name, value, connection)
+            if connection.vendor == "postgresql" and name == "snapshot":
+                assert (prepared.obj, type(prepared)) == (expected.obj, type(expected))
+            else:  # a plain value may be left to the driver (psycopg types an int itself)
+                assert prepared == expected, name
+                assert type(prepared) in (type(expected), type(value)), name
+    assert rowsql._prepared(Run, "last_seq", rowsql.Add(3), connection) == 3
+    encoded = rowsql._prepared(Run, "snapshot", Encoded({"a": 1}, '{"a": 1}'), connection)
+    assert (encoded if connection.vendor != "postgresql" else encoded.obj) == '{"a": 1}'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any
 
 import pytest
@@ -369,6 +370,40 @@ def test_a_clean_payload_holds_what_clean_json_gives_and_the_text_json_dumps_wri
     else:  # the database layer encodes the cleaned value, as it always did
         assert stored == clean_json(data)
         assert not isinstance(stored, Encoded)
+
+
+class _Level(IntEnum):
+    HIGH = 3
+
+
+class _Name(str):
+    def __str__(self) -> str:
+        return "not what json writes"
+
+
+@pytest.mark.parametrize("value", [
+    0, -5, 10**40, 1.5, -0.0, 1e300, 1e-7, 0.1 + 0.2, True, False, None, "",
+    "plain", 'quote " backslash \\ newline \n tab \t', "d\u00e9j\u00e0",
+    _Level.HIGH, _Name("sub"), [1, "a"], {"k": 2.5},
+])
+def test_a_values_text_is_what_json_dumps_writes(value: Any) -> None:
+    """Scalars take a short path to their text (no encoder built for each): it writes
+    exactly what json.dumps does, subclasses (an IntEnum, a str subclass) included."""
+    import json
+
+    from tools_app.runs.storage import clean_json_encoded
+
+    cleaned, text = clean_json_encoded(value)
+    assert cleaned == value
+    assert text == json.dumps(value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_number_alone_is_cleaned_and_has_no_text(value: float) -> None:
+    from tools_app.runs.storage import clean_json_encoded
+
+    assert clean_json_encoded(value) == (clean_json(value), None)
+    assert isinstance(clean_json(value), str)
 
 
 def test_a_value_that_is_not_json_data_is_stored_as_pydantics_json_mode_gives_it() -> None:

@@ -17,11 +17,11 @@ parameters.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from typing import Any
 from uuid import UUID
 
@@ -91,14 +91,15 @@ def update_many(model: type[Model], keys: tuple[str, ...], rows: Sequence[Mappin
                   if name not in keys)
     connection = _connection()
     conditions = tuple((name, False) for name in (where or {}))
+    preparers = _preparers(model, (*keys, *(name for name, _ in shape)), connection)
     per_statement = max(1, (MAX_PARAMETERS - len(conditions)) // len(first))
     returned: list[tuple[Any, ...]] = []
     for start in range(0, len(rows), per_statement):
         chunk = rows[start:start + per_statement]
         sql = _update_many_sql(model, keys, shape, len(chunk), conditions, returning,
                                connection.vendor)
-        params = [_prepared(model, name, row[name], connection)
-                  for row in chunk for name in (*keys, *(n for n, _ in shape))]
+        params = [prepare(row[name], connection)
+                  for row in chunk for name, prepare in preparers]
         params += _where_params(model, where or {}, connection)
         with _executed(connection, sql, params) as cursor:
             if returning:
@@ -169,14 +170,15 @@ def insert(model: type[Model], rows: Sequence[Mapping[str, Any]], *,
         rows = [{name: row[name] if name in row else _field(model, name).get_default()
                  for name in names} for row in rows]
     connection = _connection()
+    preparers = _preparers(model, names, connection)
     per_statement = max(1, MAX_PARAMETERS // len(names))
     returned: list[Any] = []
     for start in range(0, len(rows), per_statement):
         chunk = rows[start:start + per_statement]
         sql = _insert_sql(model, names, len(chunk), conflict, on_conflict_update, returning,
                           connection.vendor)
-        params = [_prepared(model, name, row[name], connection)
-                  for row in chunk for name in names]
+        params = [prepare(row[name], connection)
+                  for row in chunk for name, prepare in preparers]
         with _executed(connection, sql, params) as cursor:
             if returning:
                 returned += cursor.fetchall()
@@ -281,14 +283,44 @@ def _numbered(sql: str) -> str:
 
 def _prepared(model: type[Model], name: str, value: Any,
               connection: BaseDatabaseWrapper) -> Any:
+    return _preparer(model, name, connection.vendor)(value, connection)
+
+
+Preparer = Callable[[Any, BaseDatabaseWrapper], Any]
+
+
+def _preparers(model: type[Model], names: Iterable[str],
+               connection: BaseDatabaseWrapper) -> tuple[tuple[str, Preparer], ...]:
+    return tuple((name, _preparer(model, name, connection.vendor)) for name in names)
+
+
+@cache
+def _preparer(model: type[Model], name: str, vendor: str) -> Preparer:
+    """How a column's values are prepared, chosen once a column: a batch prepares
+    about a hundred values a round, and choosing again for each (the column's type
+    looked up, then each kind of value tried) was most of their cost."""
+    stored = _stored_type(model, name)
+    if stored in _PLAIN_TYPES:
+        def plain(value: Any, connection: BaseDatabaseWrapper) -> Any:
+            if isinstance(value, _PLAIN_VALUES):
+                return value
+            return _prepared_by_field(model, name, value, connection)
+        return plain
+    if stored in _REPEATED_TYPES:
+        def repeated(value: Any, connection: BaseDatabaseWrapper) -> Any:
+            if isinstance(value, _REPEATED_VALUES):
+                return _prepared_once(model, name, type(value).__name__, value, vendor)
+            return _prepared_by_field(model, name, value, connection)
+        return repeated
+    return partial(_prepared_by_field, model, name)
+
+
+def _prepared_by_field(model: type[Model], name: str, value: Any,
+                       connection: BaseDatabaseWrapper) -> Any:
     if isinstance(value, Add):
         return value.amount
     if isinstance(value, Encoded):
         return _encoded(value, connection.vendor)
-    if isinstance(value, _PLAIN_VALUES) and _is_plain(model, name):
-        return value
-    if isinstance(value, _REPEATED_VALUES) and _is_repeated(model, name):
-        return _prepared_once(model, name, type(value).__name__, value, connection.vendor)
     return _field(model, name).get_db_prep_save(value, connection)
 
 
@@ -314,14 +346,6 @@ def _prepared_once(model: type[Model], name: str, kind: str, value: Any,
     # share an entry. The result depends only on the field, the value and the vendor
     # (the settings' time zone is fixed for a process).
     return _field(model, name).get_db_prep_save(value, connections[DEFAULT_DB_ALIAS])
-
-
-def _is_plain(model: type[Model], name: str) -> bool:
-    return _stored_type(model, name) in _PLAIN_TYPES
-
-
-def _is_repeated(model: type[Model], name: str) -> bool:
-    return _stored_type(model, name) in _REPEATED_TYPES
 
 
 @cache

@@ -11,6 +11,7 @@ import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from json.encoder import encode_basestring_ascii  # the C encoder's, as json.dumps uses
 from typing import Any, overload
 
 import pydantic_core
@@ -91,7 +92,9 @@ def clean_json_encoded(value: Any, cap: int | None = None) -> tuple[Any, str | N
     UTF-8 of any string in it). A round's wire request, which carries the whole
     conversation, is most of what the recorder cleans."""
     try:
-        text = _STRICT_JSON.encode(value)
+        text = _scalar_text(value)
+        if text is None:
+            text = _STRICT_JSON.encode(value)
     except TypeError:  # not JSON data: as pydantic's JSON mode would have given it
         return clean_json(pydantic_core.to_jsonable_python(value)), None
     except ValueError:  # NaN or Infinity in it
@@ -105,6 +108,29 @@ def clean_json_encoded(value: Any, cap: int | None = None) -> tuple[Any, str | N
 # json.dumps' own text (its default separators and ASCII escapes), NaN refused; made
 # once: json.dumps builds a new encoder on every call given any option.
 _STRICT_JSON = json.JSONEncoder(allow_nan=False)
+
+
+# The texts json.dumps writes for the scalars an event's payload is mostly made of (a
+# round index, a time, a name, a flag). Why: JSONEncoder.encode builds a new C encoder
+# for every value but a string, and a round's payloads hold a few dozen of them (about
+# a tenth of the recorder's CPU a round at one run; docs/benchmarks/product-path.md).
+_LITERALS: dict[Any, str] = {None: "null", True: "true", False: "false"}
+
+
+def _scalar_text(value: Any) -> str | None:
+    """`value`'s text as `_STRICT_JSON` writes it, if it is a plain scalar (None, a
+    bool, an int, a finite float, a str; not a subclass, which may encode otherwise);
+    else None."""
+    kind = value.__class__
+    if kind is str:
+        return encode_basestring_ascii(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float:
+        return float.__repr__(value) if math.isfinite(value) else None
+    if value is None or kind is bool:
+        return _LITERALS[value]
+    return None
 
 
 @dataclass(frozen=True, slots=True)
