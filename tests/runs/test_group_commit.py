@@ -686,7 +686,7 @@ def test_an_event_nobody_waits_for_is_committed_after_a_short_linger(
         await writer(started_event("c1"))
         await writer(finished_event("c1"))
         seen.append(await sync_to_async(stored_kinds)(run))
-        for _ in range(500):  # bounded: 5 s for a 20 ms linger
+        for _ in range(500):  # bounded: 5 s for a 100 ms linger
             await asyncio.sleep(0.01)
             if len(await sync_to_async(stored_kinds)(run)) == 2:
                 break

@@ -77,8 +77,11 @@ logger = logging.getLogger(__name__)
 
 EPHEMERAL_KINDS = frozenset({"partial_text", "partial_tool_call"})
 # How long an event nobody waits for may stay queued (so what follows shares its batch)
-# before the writer starts anyway: short enough that a viewer never notices.
-LINGER_SECONDS = 0.02
+# before the writer starts anyway: short enough that a viewer never notices, long enough
+# to cover a busy worker's steps from a round's response to its next request (tool
+# threads, the loop's queue: tens of milliseconds at 100 runs, where 20 ms split a
+# round's events into two batches a run in two rounds; docs/benchmarks/product-path.md).
+LINGER_SECONDS = 0.1
 
 Queued = tuple[Any, dict[str, Any], "asyncio.Future[int] | None"]
 
