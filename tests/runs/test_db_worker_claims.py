@@ -150,3 +150,61 @@ def test_a_tasks_outcome_is_stored_then_told_once(finished_signals: list[str],
     assert "the run broke" in broken.traceback
     assert (refused.status, refused.exception_class_path) == ("FAILED", "builtins.TypeError")
     assert finished_signals == ["SUCCESSFUL", "FAILED", "FAILED"]
+
+
+@pytest.fixture
+def lanes_reset() -> Any:
+    from tools_app.runs import task_backend
+
+    yield task_backend
+    task_backend.use_database_lanes(None)
+
+
+def test_a_db_worker_runs_its_own_number_of_database_lanes(
+        lanes_reset: Any, monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    """--db-threads, else AGENTFORGE_DB_WORKER_DB_THREADS (one), not the embedded
+    server's AGENTFORGE_WORKER_DB_THREADS: each loop of the process opens that many
+    lanes, and runs that many event writers."""
+    from django_tasks_db.management.commands import db_worker as base_command
+
+    from tools_app.management.commands import db_worker
+
+    seen: list[int] = []
+    monkeypatch.setattr(base_command.Command, "handle",
+                        lambda self, *args, **options: seen.append(
+                            lanes_reset.database_lanes()))
+    for name in ("preload_for_runs", "freeze_startup_objects", "reap_and_enqueue",
+                 "start_reaper_thread", "close_at_exit"):
+        monkeypatch.setattr(db_worker, name, lambda *args: None)
+    settings.AGENTFORGE_WORKER_DB_THREADS = 2
+    settings.AGENTFORGE_DB_WORKER_DB_THREADS = 1
+
+    command = db_worker.Command()
+    command.handle(concurrency=None, db_threads=3)
+    command.handle(concurrency=None, db_threads=None)
+
+    assert seen == [3, 1]
+    option = command.create_parser("manage.py", "db_worker")._option_string_actions[
+        "--db-threads"]
+    assert option.type is db_worker.positive_int
+    assert option.default is None
+
+
+def test_a_loop_opens_as_many_lanes_as_the_process_is_told(
+        lanes_reset: Any, settings: Any) -> None:
+    import asyncio
+
+    settings.AGENTFORGE_WORKER_DB_THREADS = 2
+
+    async def lanes_opened() -> int:
+        return len(await lanes_reset._open_lanes())
+
+    assert asyncio.run(lanes_opened()) == 2  # the setting's
+    lanes_reset.use_database_lanes(1)
+    assert asyncio.run(lanes_opened()) == 1
+    lanes_reset.use_database_lanes(3)
+    assert asyncio.run(lanes_opened()) == 3
+    lanes_reset.use_database_lanes(None)
+    assert lanes_reset.database_lanes() == 2
+    with pytest.raises(ValueError, match="at least one"):
+        lanes_reset.use_database_lanes(0)

@@ -5,7 +5,7 @@ it hands that batch here. A writer task of the event loop takes every batch wait
 writes them in ONE transaction, with statements that carry all of their rows (the runs'
 fenced seq allocations by `UPDATE ... FROM (VALUES ...)`, one INSERT of all their
 events, of all their new rounds, of all their calls). A loop has up to as many writer
-tasks as it has database lanes (`AGENTFORGE_WORKER_DB_THREADS`): while one group's
+tasks as it has database lanes (`task_backend.database_lanes()`): while one group's
 statements run in SQLite or PostgreSQL (the GIL released), another is prepared, and a
 burst's first batches are written at once, alone; the batches that arrive while every
 writer is busy wait for the next group, so the groups grow with the load and nothing
@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import transaction
 
 from ..models import RunStatus
@@ -57,6 +56,7 @@ from .eventlog import Append, append_many, run_key
 from .lifecycle import Ending, close_unfinished_of, last_round_indexes
 from .row_changes import RowChanges, write_all
 from .storage import CleanPayload
+from .task_backend import database_lanes
 
 logger = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ async def write(recorder: Writes, events: Events, *, end: Ending | None = None) 
         writer = _writers[loop] = _LoopWriter()
     future: asyncio.Future[int] = loop.create_future()
     writer.waiting.append(_Waiting(Batch(recorder, events, end), future))
-    if len(writer.tasks) < settings.AGENTFORGE_WORKER_DB_THREADS:
+    if len(writer.tasks) < database_lanes():
         # Created here, in the context of this batch's run: the group's database work
         # runs on that run's thread (module docstring).
         writer.tasks.add(loop.create_task(writer.write_all()))

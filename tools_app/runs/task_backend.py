@@ -10,7 +10,8 @@ unless AGENTFORGE_WORKER_EVENT_LOOP says "asyncio" (its own costs are a tenth of
 worker's CPU less than the standard loop's).
 
 Database lanes: a task's synchronous (database) work runs on one of a few "lane"
-threads (`AGENTFORGE_WORKER_DB_THREADS`), each an asgiref ThreadSensitiveContext held
+threads (`database_lanes()`: AGENTFORGE_WORKER_DB_THREADS, or a db_worker's own
+count), each an asgiref ThreadSensitiveContext held
 open for the loop's life, so a process holds that many connections however many runs
 it drives (a thread and a connection per run exhausted PostgreSQL's connections at
 100 runs, and the threads fought over the GIL). A task keeps its lane to its end, so
@@ -138,6 +139,25 @@ async def _in_a_lane(coroutine: Coroutine[Any, Any, Any]) -> Any:
         lane.tasks -= 1
 
 
+# A db_worker's lane count (`use_database_lanes`); None: the setting's.
+_lanes_wanted: int | None = None
+
+
+def database_lanes() -> int:
+    """How many database lanes (threads, connections) each loop of this process opens,
+    and so how many event writers it runs (batch_writer)."""
+    return _lanes_wanted or int(settings.AGENTFORGE_WORKER_DB_THREADS)
+
+
+def use_database_lanes(count: int | None) -> None:
+    """This process's lane count from now on (a db_worker's, set before its loop
+    starts); None: AGENTFORGE_WORKER_DB_THREADS again."""
+    global _lanes_wanted
+    if count is not None and count < 1:
+        raise ValueError(f"a loop needs at least one database lane, got {count}")
+    _lanes_wanted = count
+
+
 async def _open_lanes() -> list[_Lane]:
     loop = asyncio.get_running_loop()
     lanes = _lanes_by_loop.get(loop)
@@ -146,7 +166,7 @@ async def _open_lanes() -> list[_Lane]:
     async with lanes.lock:
         # A lane whose holder ended (cancelled) has no thread left: open another.
         lanes.lanes = [lane for lane in lanes.lanes if not lane.holder.done()]
-        while len(lanes.lanes) < settings.AGENTFORGE_WORKER_DB_THREADS:
+        while len(lanes.lanes) < database_lanes():
             ready: asyncio.Future[contextvars.Context] = loop.create_future()
             # Started in an empty context, so a lane inherits nothing from its opener.
             holder = loop.create_task(_hold_lane(ready), name=LANE_TASK_NAME,

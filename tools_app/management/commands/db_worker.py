@@ -47,7 +47,7 @@ class RunWorker(db_worker.Worker):
     A run spends most of its time waiting for a model or a tool, so one process can
     drive many: async tasks (runs, re-executions, probes) are tasks of ONE event loop
     (`task_backend`'s, as in the embedded server), their database work on its few
-    lane threads, so a process holds AGENTFORGE_WORKER_DB_THREADS connections and one
+    lane threads, so a process holds --db-threads connections and one
     HTTP pool per endpoint however many runs it drives (a thread, an event loop and a
     connection per run exhausted PostgreSQL's connections at 100 runs). A sync task
     gets a thread of its own. The claim loop takes the next task only while a slot is
@@ -312,9 +312,15 @@ class Command(db_worker.Command):
             "--concurrency", type=positive_int, default=None,
             help="runs executed at once by this process (default: "
                  "AGENTFORGE_WORKER_CONCURRENCY)")
+        parser.add_argument(
+            "--db-threads", type=positive_int, default=None,
+            help="threads (so database connections) doing the database work of the runs "
+                 "(default: AGENTFORGE_DB_WORKER_DB_THREADS)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         at_once: int = options.pop("concurrency") or settings.AGENTFORGE_WORKER_CONCURRENCY
+        task_backend.use_database_lanes(options.pop("db_threads")
+                                        or settings.AGENTFORGE_DB_WORKER_DB_THREADS)
         preload_for_runs()
         freeze_startup_objects()
         reap_and_enqueue()
