@@ -258,17 +258,17 @@ AGENTFORGE_MAX_RESUMES = envint("AGENTFORGE_MAX_RESUMES", 3, minimum=0)
 # takes only its own run down; with more, the runs beside it are interrupted too (and
 # resumed elsewhere).
 AGENTFORGE_WORKER_CONCURRENCY = envint("AGENTFORGE_WORKER_CONCURRENCY", 1, minimum=1)
-# Threads (and so database connections) that do the database work of the runs a process
-# drives, however many runs that is (runs.task_backend's lanes). Two: each more thread
-# takes the GIL from the loop that drives the runs (4 lanes against 2, the product path
-# at 100 runs on PostgreSQL: 84-85 % against 90-92 %; docs/benchmarks/product-path.md),
-# and one alone would queue a burst's claims and ends behind the groups of batches.
+# Threads (and so database connections) that do the database work of the runs the
+# embedded server drives, however many runs that is (runs.task_backend's lanes). Two:
+# each more thread takes the GIL from the loop that drives the runs (4 lanes against 2
+# at 100 runs: 84-85 % against 90-92 %), and one alone was worse here, unlike in a
+# db_worker (50 runs: from emit p95 72-85 ms against 43-44 with two;
+# docs/benchmarks/product-path.md).
 AGENTFORGE_WORKER_DB_THREADS = envint("AGENTFORGE_WORKER_DB_THREADS", 2, minimum=1)
-# The same for a `db_worker` process (its --db-threads): one. Its runs' batches then go
-# in one writer's groups, larger and fewer, and one thread less takes the GIL from the
-# runs' loop: scale-out, 100 runs, three alternating pairs of three scenarios: from
-# emit p95 median 207 -> 171 ms, p50 53-83 -> 31-53 ms, efficiency 81-89 -> 86-92 %.
-# The embedded server keeps two (50 runs: p95 43-44 ms with two, 72-85 with one).
+# The same for a `db_worker` process (its --db-threads overrides this): one. Its runs'
+# batches then go in one writer's groups, larger and fewer, and one thread less takes
+# the GIL from the runs' loop (scale-out, 100 runs, five alternating pairs: from emit
+# p95 median 201 -> 152 ms, efficiency 81-89 -> 86-92 %).
 AGENTFORGE_DB_WORKER_DB_THREADS = envint("AGENTFORGE_DB_WORKER_DB_THREADS", 1, minimum=1)
 # The event loop that drives the runs of a process (the embedded worker's, a db_worker's):
 # "uvloop" (libuv's loop, where the package is installed: every platform but Windows) or
