@@ -453,7 +453,11 @@ class Run(models.Model):
 
 
 class Round(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rounds")
+    # No index of its own: the unique constraint below (run, index) leads with it and
+    # serves its lookups and cascades (a second index was one more B-tree written
+    # by every round: docs/benchmarks/product-path.md).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rounds",
+                            db_index=False)
     index = models.PositiveIntegerField()
     status = models.CharField(max_length=16, default="requested")
     request_json = models.JSONField(null=True, blank=True, help_text="Wire request, redacted.")
@@ -500,7 +504,11 @@ class ToolCallState(models.TextChoices):
 
 class ToolCall(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
-    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="tool_calls")
+    # No index of its own: the unique constraint below (round, call_index) leads with it
+    # and serves its lookups and cascades (a second index was one more B-tree written
+    # by every call: docs/benchmarks/product-path.md).
+    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="tool_calls",
+                              db_index=False)
     call_index = models.PositiveIntegerField()
     call_id = models.CharField(max_length=200)
     tool_name = models.CharField(max_length=200)
@@ -735,7 +743,11 @@ class RunPause(models.Model):
 
 
 class RunEvent(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the unique constraint below (run, seq) leads with it and
+    # serves its lookups and cascades (a second index was one more B-tree written
+    # by every event: docs/benchmarks/product-path.md).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events",
+                            db_index=False)
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=40)
     payload = models.JSONField(default=dict)
