@@ -548,6 +548,43 @@ within one session by 30-50 % from hour to hour: compare rows measured together.
 `benchmarks/bench_app_overhead.py` (docs/benchmarks/app-overhead.md) measures the
 ceiling, the engine alone in process with no database.
 
+Session 23 (its change below). Its machine ran the engine about as fast as session
+22's (alone in process: 2.7-3.9 ms of CPU a round at 1 run, 1.5-2.1 at 50) but the
+application markedly slower, and it slowed down further within the hour: the CPU added
+at 50 runs 1.7-3.2 ms a round (session 22: 1.4-1.6), the 50-run application
+efficiency in app-overhead 87-95 % in its first hour and 67-90 % in its second (either
+version of the code), the host taking up to 16 % of the two CPUs as steal during the
+benchmarks (vmstat). The table above is its full run after the change, in that second hour.
+"All" is every other scenario of the session (its A/B and diagnostic runs, both
+versions of the code):
+
+| target (p95: from emit) | session 23: full run / all | met on session 23's machine |
+|---|---|---|
+| embedded, 1 run | 96 % (worst 93), 12 ms | no |
+| embedded, 50 runs | 93 % (worst 86), 73 ms | % only |
+| scale-out, 1 run | 93 % (89), 32 ms / 97 % (93), 5 ms | once in two |
+| scale-out, 100 runs | 76 % (53), 579 ms / 67-88 %, 158-742 ms | no |
+| CPU added ms, 1 / 10 / 50 runs | 4.60 / 3.65 / 3.17; all 3.11-4.78 / 2.91-4.38 / 1.66-3.21 | no |
+
+The full run's 100-run scenarios: 686, 465 and 204 ms (embedded: 1327, 1471, 1326).
+
+What a round's transaction writes on SQLite (session 23, a copy of a benchmark's
+database, 200 transactions of each kind, WAL frames counted from the file's growth):
+one run's round is 40 pages: the calls' INSERT 26.5 (the call table's 14 indexes about
+19, its search index 6.6), the events 10.5, the next round's row 5.4 (its request body
+spills over a page), the run's row 1. In a loop, warm, that is 0.5 ms of SQLite's CPU,
+the search index's trigger 0.15 of it; FTS5 with `detail=none, columnsize=0` (enough
+for the words-as-prefixes search) saves 1-2 pages and no CPU: not kept. The writer's
+thread CPU at 1 run (2.6 ms a round) splits into the statements' execution 0.66 ms a
+group, the COMMIT 0.27, the BEGIN 0.12, and Python's preparation of the values and the
+batch's fold about 0.9. A db_worker at 100 runs (py-spy, busy samples): the engine's
+chat 37 % (its HTTP client 20), the groups' writes 17.5 %, the recorder's payloads 7 %,
+the claims 10 %. An ANALYZE of the benchmark's database before each scenario (what
+`runs.planner_stats` does in the sweep, session 21) left PostgreSQL's CPU a round where
+it was (2.1-2.9 ms either way, two alternating pairs). The tools' thread pool grows
+toward its 64 threads (CPython's idle count misses a thread that takes two calls in a
+row): about 2.6 new threads a run until then, none after; not a steady cost.
+
 Session 22 (its changes below). The table above is its last full run (all four
 changes); "first" is its full run before the last two (the linger, the db_workers'
 one lane). The CPU added adds nine runs of app-overhead (four with the session's
@@ -861,6 +898,19 @@ Why the rest was not met then:
 Sessions 8-10's trials (GIL switch interval; grouping runs' batches in one
 transaction with per-run statements; one database lane; a process-wide SQLite write
 lock; folding a batch before its transaction) are in the history of this file.
+
+### What session 23 changed (measured, kept)
+
+1. **No index of their own for three foreign keys** (migration
+   `0017_fk_indexes_covered_by_unique`): a round's run, an event's run and a call's
+   round are each the first column of a unique constraint (run, index; run, seq;
+   round, call_index), whose index serves their lookups, joins and cascades, and
+   Django's own index on each key was one more B-tree every row wrote. Dropped by
+   name, not by `AlterField` (on SQLite that rebuilds the table: every event copied,
+   the call table's triggers lost). A run's 11 events in one transaction, SQLite, a
+   copy of a benchmark's database, 3,000 transactions three times: 172-182 -> 116-137
+   us of CPU. End to end under the noise: app-overhead alternating the two, three
+   pairs, the recorder's writes at 1 run 2.30-2.60 against 2.33-2.55 ms a round.
 
 ### What session 22 changed (measured, kept)
 
