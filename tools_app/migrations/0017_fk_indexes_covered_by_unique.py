@@ -16,6 +16,12 @@ COVERED = [
     ("tools_app_runevent", "run_id", "tools_app_runevent_run_id_cdee9e51"),
     ("tools_app_toolcall", "round_id", "tools_app_toolcall_round_id_9c423ccb"),
 ]
+# The same keys as the models now declare them: (model, field, related_name, target)
+KEYS = [
+    ("round", "run", "rounds", "tools_app.run"),
+    ("runevent", "run", "events", "tools_app.run"),
+    ("toolcall", "round", "tool_calls", "tools_app.round"),
+]
 
 
 class Migration(migrations.Migration):
@@ -33,27 +39,13 @@ class Migration(migrations.Migration):
             ],
             state_operations=[
                 migrations.AlterField(
-                    model_name="round",
-                    name="run",
+                    model_name=model_name,
+                    name=name,
                     field=models.ForeignKey(db_index=False,
                                             on_delete=django.db.models.deletion.CASCADE,
-                                            related_name="rounds", to="tools_app.run"),
-                ),
-                migrations.AlterField(
-                    model_name="runevent",
-                    name="run",
-                    field=models.ForeignKey(db_index=False,
-                                            on_delete=django.db.models.deletion.CASCADE,
-                                            related_name="events", to="tools_app.run"),
-                ),
-                migrations.AlterField(
-                    model_name="toolcall",
-                    name="round",
-                    field=models.ForeignKey(db_index=False,
-                                            on_delete=django.db.models.deletion.CASCADE,
-                                            related_name="tool_calls",
-                                            to="tools_app.round"),
-                ),
+                                            related_name=related_name, to=to),
+                )
+                for model_name, name, related_name, to in KEYS
             ],
         ),
     ]
