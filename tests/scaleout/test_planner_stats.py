@@ -54,25 +54,33 @@ def _counted_rows() -> float:
         return float(cursor.fetchone()[0])
 
 
+def _runs_table_analyzed() -> bool:
+    """Whether the sweep's step analyzed the runs table. Only it is looked at: the other
+    run-path tables' counts can still be growing from earlier tests (a backend sends
+    its counts to the statistics up to a second after its commit, or when it exits, so
+    a table emptied since may be counted as grown)."""
+    return RUNS in analyze_grown_tables()
+
+
 def test_a_table_that_more_than_doubled_is_analyzed_once(runs_table_left_to_us: None) -> None:
     before = _analyses()
     _add_runs(MIN_ROWS + 10)
 
-    assert analyze_grown_tables() == [RUNS]
+    assert _runs_table_analyzed()
     assert _analyses() == before + 1
     assert _counted_rows() == MIN_ROWS + 10
 
     # Counted again now: not analyzed until it doubles once more.
-    assert analyze_grown_tables() == []
+    assert not _runs_table_analyzed()
     _add_runs(MIN_ROWS)  # 110 rows against 60 counted: under twice
-    assert analyze_grown_tables() == []
+    assert not _runs_table_analyzed()
     _add_runs(20)
-    assert analyze_grown_tables() == [RUNS]
+    assert _runs_table_analyzed()
     assert _analyses() == before + 2
 
 
 def test_a_small_table_is_left_to_autovacuum(runs_table_left_to_us: None) -> None:
     before = _analyses()
     _add_runs(MIN_ROWS - 1)
-    assert analyze_grown_tables() == []
+    assert not _runs_table_analyzed()
     assert _analyses() == before
