@@ -569,21 +569,26 @@ versions of the code):
 The full run's 100-run scenarios: 686, 465 and 204 ms (embedded: 1327, 1471, 1326).
 
 What a round's transaction writes on SQLite (session 23, a copy of a benchmark's
-database, 200 transactions of each kind, WAL frames counted from the file's growth):
-one run's round is 40 pages: the calls' INSERT 26.5 (the call table's 14 indexes about
-19, its search index 6.6), the events 10.5, the next round's row 5.4 (its request body
+database, 200 transactions of each kind, WAL frames counted from the file's growth): one
+run's round is 40 pages: the calls' INSERT 26.5 (the call table's 14 indexes about 19,
+its search index 6.6), the events 10.5, the next round's row 5.4 (its request body
 spills over a page), the run's row 1. In a loop, warm, that is 0.5 ms of SQLite's CPU,
-the search index's trigger 0.15 of it; FTS5 with `detail=none, columnsize=0` (enough
-for the words-as-prefixes search) saves 1-2 pages and no CPU: not kept. The writer's
-thread CPU at 1 run (2.6 ms a round) splits into the statements' execution 0.66 ms a
-group, the COMMIT 0.27, the BEGIN 0.12, and Python's preparation of the values and the
-batch's fold about 0.9. A db_worker at 100 runs (py-spy, busy samples): the engine's
-chat 37 % (its HTTP client 20), the groups' writes 17.5 %, the recorder's payloads 7 %,
-the claims 10 %. An ANALYZE of the benchmark's database before each scenario (what
-`runs.planner_stats` does in the sweep, session 21) left PostgreSQL's CPU a round where
-it was (2.1-2.9 ms either way, two alternating pairs). The tools' thread pool grows
-toward its 64 threads (CPython's idle count misses a thread that takes two calls in a
-row): about 2.6 new threads a run until then, none after; not a steady cost.
+the search index's trigger 0.15 of it; FTS5 with `detail=none, columnsize=0` (enough for
+the words-as-prefixes search) saves 1-2 pages and no CPU: not kept. The writer's thread
+CPU at 1 run (2.6 ms a round) splits into the statements' execution 0.66 ms a group, the
+COMMIT 0.27, the BEGIN 0.12, and Python's preparation of the values and the batch's fold
+about 0.9 (replaying one captured round batch warm, in rolled-back transactions: 1.2-1.5
+ms with its SQL, so not only cold caches). Not kept: a one-entry identity cache before
+the lru cache of the ids' and times' preparations (a batch's rows share its one
+`created_at` and run id), no gain in that replay (best of five, three alternating pairs:
+1,159-1,543 without, 1,232-1,689 us with). A db_worker at 100 runs (py-spy, busy
+samples): the engine's chat 37 % (its HTTP client 20), the groups' writes 17.5 %, the
+recorder's payloads 7 %, the claims 10 %. An ANALYZE of the benchmark's database before
+each scenario (what `runs.planner_stats` does in the sweep, session 21) left
+PostgreSQL's CPU a round where it was (2.1-2.9 ms either way, two alternating pairs).
+The tools' thread pool grows toward its 64 threads (CPython's idle count misses a thread
+that takes two calls in a row): about 2.6 new threads a run until then, none after; not
+a steady cost.
 
 Session 22 (its changes below). The table above is its last full run (all four
 changes); "first" is its full run before the last two (the linger, the db_workers'
