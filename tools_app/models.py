@@ -453,9 +453,7 @@ class Run(models.Model):
 
 
 class Round(models.Model):
-    # No index of its own: the unique constraint below (run, index) leads with it and
-    # serves its lookups and cascades (a second index was one more B-tree written
-    # by every round: docs/benchmarks/product-path.md).
+    # Indexed by the unique constraint below (run, index): migration 0017.
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rounds",
                             db_index=False)
     index = models.PositiveIntegerField()
@@ -504,9 +502,7 @@ class ToolCallState(models.TextChoices):
 
 class ToolCall(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
-    # No index of its own: the unique constraint below (round, call_index) leads with it
-    # and serves its lookups and cascades (a second index was one more B-tree written
-    # by every call: docs/benchmarks/product-path.md).
+    # Indexed by the unique constraint below (round, call_index): migration 0017.
     round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="tool_calls",
                               db_index=False)
     call_index = models.PositiveIntegerField()
@@ -743,9 +739,7 @@ class RunPause(models.Model):
 
 
 class RunEvent(models.Model):
-    # No index of its own: the unique constraint below (run, seq) leads with it and
-    # serves its lookups and cascades (a second index was one more B-tree written
-    # by every event: docs/benchmarks/product-path.md).
+    # Indexed by the unique constraint below (run, seq): migration 0017.
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events",
                             db_index=False)
     seq = models.PositiveIntegerField()
