@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -61,6 +61,7 @@ IDEAL_MS = MODEL_CALLS * LATENCY_MS
 ENDPOINT = "bench-product"
 TOOLS = ["get_weather"]
 SINGLE_REPEATS = 3
+WARM_UP_WAVES = 10
 # The largest scenario is repeated too, its runs pooled: one 100-run scenario's from
 # emit p95 moved between 91 and 198 ms for the same code on session 21's machine (the
 # runs move in step, so its events' delays come in correlated bursts).
@@ -153,6 +154,10 @@ class Server:
     processes: dict[str, subprocess.Popen[bytes]]
     logs: list[Path]
     fake_pid: int
+    # How many processes have executed a run (scale-out: the db_workers that claimed a
+    # task); None where one process executes them all.
+    workers_that_ran: Callable[[], int] | None = None
+    workers: int = 1
 
     def cpu(self) -> dict[str, float]:
         return {name: cpu_seconds(p.pid) for name, p in self.processes.items()}
@@ -208,7 +213,7 @@ def serve(env: dict[str, str], workdir: Path, *, workers: int) -> Iterator[Serve
                 "--concurrency", str(WORKER_CONCURRENCY)])
         server = Server(f"http://127.0.0.1:{port}", token,
                         {k: v for k, v in processes.items() if k != "fake_llm"}, logs,
-                        fake.process.pid)
+                        fake.process.pid, workers=max(workers, 1))
         wait_until_up(server)
         yield server
     finally:
@@ -372,9 +377,19 @@ def merged(outcomes: list[Outcome]) -> Outcome:
     return total
 
 
+def warm_up(server: Server) -> None:
+    """Runs not counted, until every process that executes runs has run one (its first
+    run imports and connects): two at a time, and a woken db_worker claims every task
+    ready, so one wave can leave the other worker cold."""
+    for _ in range(WARM_UP_WAVES):
+        print(f"  warm-up: {describe(asyncio.run(scenario(server, 2)))}", flush=True)
+        if server.workers_that_ran is None or server.workers_that_ran() >= server.workers:
+            return
+    raise RuntimeError(f"a db_worker ran none of {WARM_UP_WAVES} warm-up waves")
+
+
 def run_config(server: Server, counts: list[int]) -> list[Outcome]:
-    # A run first, not counted: the processes' first run imports and connects.
-    print(f"  warm-up: {describe(asyncio.run(scenario(server, 2)))}", flush=True)
+    warm_up(server)
     outcomes = []
     for runs in counts:
         repeats = (SINGLE_REPEATS if runs == 1 else LARGE_REPEATS if runs >= LARGE_RUNS
@@ -426,10 +441,12 @@ def scale_out(counts: list[int]) -> Result | str:
     try:
         admin.execute(f'DROP DATABASE IF EXISTS "{BENCH_DATABASE}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{BENCH_DATABASE}"')
-        env = base_env(f"postgres://postgres@127.0.0.1:5432/{BENCH_DATABASE}", workdir,
+        database_url = f"postgresql://postgres@127.0.0.1:5432/{BENCH_DATABASE}"
+        env = base_env(database_url, workdir,
                        REDIS_URL=REDIS_URL, TASK_BACKEND="database",
                        AGENTFORGE_EMBEDDED_WORKER="0")
         with serve(env, workdir, workers=WORKERS) as server:
+            server.workers_that_ran = lambda: workers_that_ran(database_url)
             outcomes = run_config(server, counts)
             return outcomes, server.locked_lines(), server.exits()
     finally:
@@ -437,6 +454,17 @@ def scale_out(counts: list[int]) -> Result | str:
         admin.close()
         client.flushdb()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def workers_that_ran(database_url: str) -> int:
+    """The db_workers that have claimed a task (django-tasks-db keeps their ids)."""
+    import psycopg
+
+    with psycopg.connect(database_url, connect_timeout=3) as connection:
+        row = connection.execute(
+            "SELECT count(DISTINCT worker) FROM django_tasks_database_dbtaskresult,"
+            " jsonb_array_elements_text(worker_ids) AS worker").fetchone()
+    return int(row[0]) if row else 0
 
 
 # -- report ----------------------------------------------------------------------------
@@ -515,14 +543,14 @@ calls made ({MODEL_CALLS} per run); **other CPU per round** the same for the mac
 other work on the scenario (the fake provider, PostgreSQL's and Redis's processes), and
 **machine busy** the share of the {os.cpu_count()} CPUs busy during the scenario (all
 processes, from its first POST to its last run's end, whatever else the host ran).
-Each configuration starts with 2 runs not counted
-(the processes' first run imports and connects). **Peak RSS** = each process's high-water mark after
-the scenario. Embedded: SQLite (WAL), the in-memory channel layer, the worker inside
-daphne. Scale-out: PostgreSQL, Redis, one daphne and {WORKERS} `db_worker
---concurrency {WORKER_CONCURRENCY}` (their default poll interval, 1 s: an enqueue wakes
-them). Everything (the fake server, PostgreSQL, Redis, the client) shares one
-machine ({os.cpu_count()} CPUs, shared with other work: the 1-minute load average
-before / after each scenario is given).
+Each configuration starts with runs not counted, 2 at a time until every process
+that executes runs has run one (its first run imports and connects). **Peak RSS** =
+each process's high-water mark after the scenario. Embedded: SQLite (WAL), the
+in-memory channel layer, the worker inside daphne. Scale-out: PostgreSQL, Redis, one
+daphne and {WORKERS} `db_worker --concurrency {WORKER_CONCURRENCY}` (their default poll
+interval, 1 s: an enqueue wakes them). Everything (the fake server, PostgreSQL, Redis,
+the client) shares one machine ({os.cpu_count()} CPUs, shared with other work: the
+1-minute load average before / after each scenario is given).
 
 {HEADER}
 {chr(10).join(rows)}

@@ -18,15 +18,17 @@ def freeze_startup_objects() -> None:
 
 
 def preload_for_runs() -> None:
-    """Import now what a process's first run would import on its way (every provider
-    adapter, the channel layer's backend with its Redis client): 100-150 ms of a
-    db_worker's first run otherwise, spent while that run and the others it started
-    with wait on the one event loop. Before `freeze_startup_objects`, so what this
-    builds is frozen with the rest."""
+    """Import and build now what a process's first run would on its way (every provider
+    adapter, the channel layer's backend with its Redis client, the model clients'
+    default TLS context): 150-250 ms of a db_worker's first run otherwise, spent while
+    that run and the others it started with wait on the one event loop. Before
+    `freeze_startup_objects`, so what this builds is frozen with the rest."""
     from channels.layers import get_channel_layer
 
+    from ..engine.providers.clients import default_ssl_context
     from ..engine.providers.registry import PROVIDERS, chat_model_class
 
     for kind in PROVIDERS:
         chat_model_class(kind)
     get_channel_layer()
+    default_ssl_context()

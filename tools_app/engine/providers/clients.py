@@ -115,9 +115,11 @@ def environment_proxy(url: str) -> str | None:
 
 
 @functools.cache
-def _default_ssl_context() -> ssl.SSLContext:
+def default_ssl_context() -> ssl.SSLContext:
     """httpx's default verifying context (certifi's CAs; SSL_CERT_FILE / SSL_CERT_DIR
-    honoured), built once per process: about 40 ms of CPU each time otherwise."""
+    honoured), built once per process: about 40 ms of CPU each time otherwise. A
+    process that executes runs builds it at start (`runs.process.preload_for_runs`):
+    built by its first client, on the event loop, every run of the loop waited."""
     return httpx.create_ssl_context(verify=True, trust_env=True)
 
 
@@ -138,7 +140,7 @@ def new_client(config: EndpointConfig,
     if transport is None:
         proxy = config.proxy or (
             environment_proxy(config.base_url) if config.environment_proxy else None)
-        verify = _default_ssl_context() if config.verify is True else config.verify
+        verify = default_ssl_context() if config.verify is True else config.verify
         limits = config.limits
 
         context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(
