@@ -314,7 +314,7 @@ def hold_first_group(monkeypatch: pytest.MonkeyPatch,
             assert release.wait(10)
         return real(batches)
 
-    monkeypatch.setattr(batch_writer, "write_group", held)
+    monkeypatch.setattr(batch_writer._WRITERS, "handle", held)
     return groups, writing, release
 
 
@@ -367,7 +367,7 @@ def test_a_cancelled_writer_fails_the_batches_it_held_and_those_waiting(
         assert await asyncio.to_thread(writing.wait, 10)
         second = loop.create_task(batch_writer.write(made[1][1], recorded))
         await asyncio.sleep(0)
-        (writer,) = batch_writer._writers[loop].tasks
+        (writer,) = batch_writer._WRITERS.queues[loop].tasks
         writer.cancel()
         outcomes = await asyncio.gather(first, second, return_exceptions=True)
         release.set()  # the held thread finishes its group; nobody waits for it
@@ -390,7 +390,7 @@ def test_an_idle_writer_keeps_no_task_so_its_loop_can_go(
     async def scenario() -> tuple[int, Any]:
         seq = await batch_writer.write(recorder, recorded)
         await asyncio.sleep(0)  # the writer's last step, after it settled the batch
-        return seq, batch_writer._writers[asyncio.get_running_loop()].tasks
+        return seq, batch_writer._WRITERS.queues[asyncio.get_running_loop()].tasks
 
     assert async_to_sync(scenario)() == (len(recorded), set())
     assert_seqs_gapless(run)
@@ -417,8 +417,8 @@ def test_a_loop_has_as_many_writers_as_lanes_and_more_batches_wait_for_a_group(
         await asyncio.sleep(0)  # its writer takes it
         tasks.append(loop.create_task(batch_writer.write(made[2][1], recorded)))
         await asyncio.sleep(0)  # no third writer: it waits
-        writers = batch_writer._writers[loop]
-        seen = (len(writers.tasks), [w.batch.recorder.run_id for w in writers.waiting])
+        writers = batch_writer._WRITERS.queues[loop]
+        seen = (len(writers.tasks), [w.item.recorder.run_id for w in writers.waiting])
         release.set()
         return seen[0], seen[1], [await task for task in tasks]
 

@@ -27,7 +27,7 @@ from tools_app.models import (
 from tools_app.runs import prepared
 from tools_app.runs.run_views import CALL_FIELDS, ROUND_FIELDS, header_view, live_run
 from tools_app.runs.runner import execute_run
-from tools_app.runs.selectors import run_row
+from tools_app.runs.selectors import run_row, run_rows
 
 from ..web.support import start_run
 
@@ -243,3 +243,15 @@ def test_a_claim_reads_the_run_as_the_orm_does(two_runs: list[Run]) -> None:
         assert fields_of(run_row(run.pk)) == fields_of(Run.objects.get(pk=run.pk))
     with pytest.raises(Run.DoesNotExist):
         run_row(uuid.uuid4())
+
+
+def test_a_group_of_claims_reads_its_runs_as_the_orm_does(two_runs: list[Run]) -> None:
+    """A list of UUIDs is an IN of UUIDs (SQLite's hex text, PostgreSQL's uuid): each
+    list its own rows, an unknown id matching none."""
+    first, second = two_runs
+    expected = {run.pk: fields_of(Run.objects.get(pk=run.pk)) for run in two_runs}
+    for ids in ([first.pk], [second.pk, first.pk], [str(first.pk), uuid.uuid4()],
+                [uuid.uuid4()]):
+        found = {run.pk: fields_of(run) for run in run_rows(ids)}
+        assert found == {pk: fields for pk, fields in expected.items()
+                         if pk in {uuid.UUID(str(one)) for one in ids}}

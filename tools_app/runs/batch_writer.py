@@ -1,15 +1,12 @@
 """The runs of one event loop write their batches together: group commit.
 
 Each run's recorder has at most one batch in flight (its batches are written in order);
-it hands that batch here. A writer task of the event loop takes every batch waiting and
-writes them in ONE transaction, with statements that carry all of their rows (the runs'
-fenced seq allocations by `UPDATE ... FROM (VALUES ...)`, one INSERT of all their
-events, of all their new rounds, of all their calls). A loop has up to as many writer
-tasks as it has database lanes (`task_backend.database_lanes()`): while one group's
-statements run in SQLite or PostgreSQL (the GIL released), another is prepared, and a
-burst's first batches are written at once, alone; the batches that arrive while every
-writer is busy wait for the next group, so the groups grow with the load and nothing
-waits on a timer. Measured on the product path (docs/benchmarks/product-path.md): one
+it hands that batch here. A writer task of the event loop (`loop_groups`: up to one
+per database lane, and the batches arriving while they are busy wait for the next
+group) takes every batch waiting and writes them in ONE transaction, with statements
+that carry all of their rows (the runs' fenced seq allocations by `UPDATE ... FROM
+(VALUES ...)`, one INSERT of all their events, of all their new rounds, of all their
+calls). Measured on the product path (docs/benchmarks/product-path.md): one
 writer a loop left the runs' last drains waiting behind its single pipeline.
 
 Why: the runs a worker drives move in step (their models answer after about the same
@@ -31,32 +28,24 @@ What a batch promises is kept whatever its group does:
   that error (the runs stop and are handed back, resumed from what is stored), never
   written again (it could be stored twice).
 - Only after the commit are the waiting recorders told (they notify the viewers).
-
-The writer's database work runs where its first batch's recorder would have run its
-own (asgiref's thread-sensitive context of that run's task: a lane of the in-process
-backend or a db_worker, or a test's own thread and transaction); each event loop has
-its own writers, so no loop ever writes another's batches.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from ..models import RunStatus
 from .db import write_turn
 from .eventlog import Append, append_many, run_key
 from .lifecycle import Ending, close_unfinished_of, last_round_indexes
+from .loop_groups import LoopGroups
 from .row_changes import RowChanges, write_all
 from .storage import CleanPayload
-from .task_backend import database_lanes
 
 logger = logging.getLogger(__name__)
 
@@ -179,58 +168,7 @@ def _outcome(batch: Batch) -> int | Exception:
         return exc
 
 
-@dataclass
-class _Waiting:
-    batch: Batch
-    future: asyncio.Future[int]
-
-
-@dataclass
-class _LoopWriter:
-    """The batches waiting on one event loop, and the tasks writing them."""
-
-    waiting: list[_Waiting] = field(default_factory=list)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-
-    async def write_all(self) -> None:
-        try:
-            while self.waiting:
-                group, self.waiting = self.waiting[:MAX_GROUP], self.waiting[MAX_GROUP:]
-                await self._write(group)
-        finally:
-            # Idle (or cancelled): nothing here refers to the loop any more (a task
-            # would), so the loop's entry goes with the loop.
-            self.tasks.discard(asyncio.current_task())
-
-    async def _write(self, group: list[_Waiting]) -> None:
-        try:
-            outcomes: list[int | Exception] = await sync_to_async(write_group)(
-                [w.batch for w in group])
-        except Exception as exc:  # write_group returns its failures: not expected
-            outcomes = [exc for _ in group]
-        except BaseException:
-            # Cancelled (its loop is closing): whether the group is stored is unknown,
-            # and nothing may be left to write what waits after it.
-            error = RuntimeError("the event writer was cancelled")
-            for waiting in [*group, *self.waiting]:
-                _settle(waiting.future, error)
-            self.waiting = []
-            raise
-        for waiting, outcome in zip(group, outcomes, strict=True):
-            _settle(waiting.future, outcome)
-
-
-def _settle(future: asyncio.Future[int], outcome: int | BaseException) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
-
-
-_writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWriter] = \
-    weakref.WeakKeyDictionary()
+_WRITERS: LoopGroups[Batch, int] = LoopGroups("event writer", write_group, MAX_GROUP)
 
 
 async def write(recorder: Writes, events: Events, *, end: Ending | None = None) -> int:
@@ -238,16 +176,4 @@ async def write(recorder: Writes, events: Events, *, end: Ending | None = None) 
     with whatever else this loop's runs have waiting; returns its last seq once
     committed, or raises what kept it from being stored (the recorder's own failure
     rules apply)."""
-    loop = asyncio.get_running_loop()
-    writer = _writers.get(loop)
-    if writer is None:
-        writer = _writers[loop] = _LoopWriter()
-    future: asyncio.Future[int] = loop.create_future()
-    writer.waiting.append(_Waiting(Batch(recorder, events, end), future))
-    if len(writer.tasks) < database_lanes():
-        # Created here, in the context of this batch's run: the group's database work
-        # runs on that run's thread (module docstring).
-        writer.tasks.add(loop.create_task(writer.write_all()))
-    # Shielded: a run cancelled while its batch is written stops waiting, and the group
-    # (other runs' batches with it) is still written.
-    return await asyncio.shield(future)
+    return await _WRITERS.submit(Batch(recorder, events, end))

@@ -75,8 +75,8 @@ def rows(key: Hashable, build: Callable[..., QuerySet[Any, Any]],
          *arguments: Any) -> list[Any]:
     """What `list(build(*arguments))` returns (a values() or values_list() queryset),
     with the SQL compiled once for `key` and the arguments' shape. Arguments: UUIDs,
-    ints, strings, and non-empty lists of ints or of strings (a UUID column takes a
-    UUID, not its text); `build` must use each one as a query parameter (a filter
+    ints, strings, and non-empty lists of ints, of strings or of UUIDs (a UUID column
+    takes a UUID, not its text); `build` must use each one as a query parameter (a filter
     value), never to choose the query's shape."""
     connection = connections[DEFAULT_DB_ALIAS]
     arguments = tuple(_padded(argument) for argument in arguments)
@@ -159,6 +159,8 @@ def _kind(argument: Any) -> Any:
             return ("ints", len(argument))
         if all(isinstance(item, str) for item in argument):
             return ("strs", len(argument))
+        if all(isinstance(item, uuid.UUID) for item in argument):
+            return ("uuids", len(argument))
     raise TypeError(f"unsupported query argument: {argument!r}")
 
 
@@ -175,6 +177,8 @@ def _markers(shape: tuple[Any, ...]) -> list[Any]:
             markers.append("marker-" + secrets.token_hex(12))
         elif kind[0] == "strs":
             markers.append([f"marker-{secrets.token_hex(12)}" for _ in range(kind[1])])
+        elif kind[0] == "uuids":
+            markers.append([uuid.uuid4() for _ in range(kind[1])])
         else:
             markers.append(list(range(counter + 1, counter + 1 + kind[1])))
             counter += kind[1]
@@ -209,7 +213,11 @@ def _compile(build: Callable[..., QuerySet[Any, Any]], shape: tuple[Any, ...],
 def _slot_of(position: int, param: Any, markers: Sequence[Any]) -> _Slot | None:
     int_type = type(param) if isinstance(param, int) and type(param) not in (int, bool) else None
     for argument, marker in enumerate(markers):
-        if isinstance(marker, list):
+        if isinstance(marker, list) and isinstance(marker[0], uuid.UUID):
+            for element, one in enumerate(marker):
+                if param == one or param == one.hex:
+                    return _Slot(position, argument, element, param != one)
+        elif isinstance(marker, list):
             if isinstance(param, str) and param in marker:
                 return _Slot(position, argument, marker.index(param), False)
             if isinstance(param, int) and not isinstance(param, bool) and param in marker:

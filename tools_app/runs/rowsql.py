@@ -77,9 +77,10 @@ def update_many(model: type[Model], keys: tuple[str, ...], rows: Sequence[Mappin
     """UPDATE one row per entry of `rows` in one statement (`UPDATE ... FROM (VALUES
     ...)`): each entry names the `keys` columns' values that pick its row, then the
     values to set there (`Add` increments); every entry has the same columns, in the
-    same order, and the same kind of value (set or `Add`) in each. `where`: equalities
-    every updated row must meet too (no None). With `returning`, those columns of the
-    rows updated, in no particular order; else []. A row no entry picks is left as it is.
+    same order, and the same kind of value (set or `Add`) in each. `where`: what every
+    updated row must meet too (as for `update`: None is IS NULL). With `returning`,
+    those columns of the rows updated, in no particular order; else []. A row no entry
+    picks is left as it is.
 
     Why: a group of runs' batches changes one row of each run (its seqs and counters)
     and of each of their rounds; one statement for them all costs about what one of
@@ -90,9 +91,10 @@ def update_many(model: type[Model], keys: tuple[str, ...], rows: Sequence[Mappin
     shape = tuple((name, isinstance(value, Add)) for name, value in first.items()
                   if name not in keys)
     connection = _connection()
-    conditions = tuple((name, False) for name in (where or {}))
+    conditions = _where_shape(where or {})
+    where_params = _where_params(model, where or {}, connection)
     preparers = _preparers(model, (*keys, *(name for name, _ in shape)), connection)
-    per_statement = max(1, (MAX_PARAMETERS - len(conditions)) // len(first))
+    per_statement = max(1, (MAX_PARAMETERS - len(where_params)) // len(first))
     returned: list[tuple[Any, ...]] = []
     for start in range(0, len(rows), per_statement):
         chunk = rows[start:start + per_statement]
@@ -100,7 +102,7 @@ def update_many(model: type[Model], keys: tuple[str, ...], rows: Sequence[Mappin
                                connection.vendor)
         params = [prepare(row[name], connection)
                   for row in chunk for name, prepare in preparers]
-        params += _where_params(model, where or {}, connection)
+        params += where_params
         with _executed(connection, sql, params) as cursor:
             if returning:
                 returned += [tuple(r) for r in cursor.fetchall()]
@@ -400,7 +402,7 @@ def _update_sql(model: type[Model], shape: tuple[tuple[str, bool], ...],
 @cache
 def _update_many_sql(model: type[Model], keys: tuple[str, ...],
                      shape: tuple[tuple[str, bool], ...], count: int,
-                     conditions: tuple[tuple[str, bool], ...], returning: tuple[str, ...],
+                     conditions: tuple[Condition, ...], returning: tuple[str, ...],
                      vendor: str) -> str:
     table = _quote(model._meta.db_table)
     names = (*keys, *(name for name, _ in shape))
@@ -418,8 +420,8 @@ def _update_many_sql(model: type[Model], keys: tuple[str, ...],
     sql = (f"UPDATE {table} SET {sets} FROM (VALUES {', '.join([row] * count)}) AS v "
            f"WHERE {matched}")
     if conditions:
-        sql += " AND " + " AND ".join(f"{table}.{_column(model, name)} = %s"
-                                      for name, _ in conditions)
+        sql += " AND " + " AND ".join(_compared(f"{table}.{_column(model, name)}", kind)
+                                      for name, kind in conditions)
     if returning:
         sql += " RETURNING " + ", ".join(f"{table}.{_column(model, name)}"
                                          for name in returning)

@@ -36,11 +36,12 @@ from . import batch_writer, rowsql
 from .approver import RunApprover
 from .breakpoint_hooks import RunBreakpoints, added_messages
 from .db import drop_broken_connections, write_turn
-from .eventlog import LeaseLost, notify
-from .leases import cancel_requested, claim, new_worker_id, renew
+from .eventlog import LeaseLost, notify, run_key
+from .leases import cancel_requested, claim_new_many, claim_other, new_worker_id, renew
 from .lifecycle import Ending, finish, wait
+from .loop_groups import LoopGroups
 from .recorder import RunRecorder
-from .selectors import run_row
+from .selectors import run_row, run_rows
 from .snapshot import engine_for_snapshot, snapshot_messages, snapshot_parameters
 from .storage import clean_text, redact
 
@@ -73,8 +74,7 @@ class _Stop:
 
 async def execute_run(run_id: str) -> str | None:
     """Run (or resume) a run to its end. Returns the final status, or None if not claimed."""
-    worker_id = new_worker_id()
-    claimed = await sync_to_async(_claimed)(run_id, worker_id)
+    claimed = await _CLAIMS.submit((run_id, new_worker_id()))
     if claimed is None:
         return None
     started = time.perf_counter()
@@ -136,16 +136,54 @@ class _Claimed:
     history: tuple[list[ChatMessage], ResumeState | None] | Exception
 
 
-def _claimed(run_id: str, worker_id: str) -> _Claimed | None:
+def _claimed_together(requests: Sequence[tuple[str, str]]) -> list[_Claimed | Exception | None]:
+    """The claims of the runs a loop starts together (`(run id, worker id)` each), in
+    order: each run claimed with its row and stored history, None if it could not be
+    claimed, or the error its claim failed with. The first claims of runs never started
+    (nearly all) are one statement, their rows and whether they have rounds one query
+    each; any other run is claimed alone (`leases.claim_other`).
+
+    Why together: a db_worker's claim turn starts up to `--concurrency` runs at once,
+    and three statements and a commit each kept its database lane from the running runs'
+    event writes (docs/benchmarks/product-path.md)."""
     with write_turn():  # SQLite: the worker's writers take turns (db.write_turn)
-        token = claim(run_id, worker_id)
+        tokens = claim_new_many(requests, timezone.now())
+    runs = {run_key(run.pk): run for run in run_rows(list(tokens))} if tokens else {}
+    started = {run_key(row[0]) for row in rowsql.select(
+        Round, ("run",), {"run": rowsql.In(tuple(tokens))})} if tokens else set()
+    outcomes: list[_Claimed | Exception | None] = []
+    for run_id, worker_id in requests:
+        key = run_key(run_id)
+        try:
+            if key in tokens:
+                run = runs[key]
+                outcomes.append(_Claimed(run, tokens[key], _history(run, key in started)))
+            else:
+                outcomes.append(_claimed_alone(run_id, worker_id))
+        except Exception as exc:  # this run's failure is its own
+            outcomes.append(exc)
+    return outcomes
+
+
+def _claimed_alone(run_id: str, worker_id: str) -> _Claimed | None:
+    with write_turn():
+        token = claim_other(run_id, worker_id, timezone.now())
     if token is None:
         return None
     run = run_row(run_id)
+    return _Claimed(run, token, _history(run, None))
+
+
+def _history(run: Run, has_rounds: bool | None,
+             ) -> tuple[list[ChatMessage], ResumeState | None] | Exception:
     try:
-        return _Claimed(run, token, load_history(run))
-    except Exception as exc:
-        return _Claimed(run, token, exc)
+        return load_history(run, has_rounds=has_rounds)
+    except Exception as exc:  # the run fails with it (`_drive`), its claim stands
+        return exc
+
+
+_CLAIMS: LoopGroups[tuple[str, str], _Claimed | None] = LoopGroups(
+    "claims of runs", _claimed_together, max_group=64)
 
 
 class _LastEvents:
@@ -318,12 +356,16 @@ def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any],
 # -- resuming from the stored history --------------------------------------------------
 
 
-def load_history(run: Run) -> tuple[list[ChatMessage], ResumeState | None]:
-    """Rebuild the conversation from stored rounds; the unfinished round becomes resume state."""
+def load_history(run: Run, *, has_rounds: bool | None = None,
+                 ) -> tuple[list[ChatMessage], ResumeState | None]:
+    """Rebuild the conversation from stored rounds; the unfinished round becomes resume
+    state. `has_rounds`: whether the run has any, when the caller already read it."""
     messages = snapshot_messages(run.snapshot)
-    if not rowsql.select(Round, ("id",), {"run": run.pk}):
-        # Every run's first claim: one precompiled statement, not the ORM's query and
-        # its prefetch (about 1 ms of CPU a run, docs/benchmarks/product-path.md).
+    if has_rounds is None:
+        has_rounds = bool(rowsql.select(Round, ("id",), {"run": run.pk}))
+    if not has_rounds:
+        # Every run's first claim: no rounds, and not the ORM's query and its prefetch
+        # to find none (about 1 ms of CPU a run, docs/benchmarks/product-path.md).
         return messages, None
     rounds = list(Round.objects.filter(run=run).order_by("index").prefetch_related("tool_calls"))
     idempotent = idempotent_tools(run)
