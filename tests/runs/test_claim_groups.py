@@ -43,12 +43,21 @@ def claim_updates(queries: CaptureQueriesContext) -> list[str]:
             and '"tools_app_run"."started_at" IS NULL' in q["sql"]]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_runs_started_together_are_claimed_by_one_statement(
-    make_run: Any, monkeypatch: pytest.MonkeyPatch, settings: Any,
-) -> None:
-    settings.AGENTFORGE_WORKER_DB_THREADS = 1
-    runs = [make_run() for _ in range(3)]
+def run_together(runs: list[Run]) -> tuple[list[str | None], list[str]]:
+    """The runs executed at once on one event loop: their outcomes, and the statements
+    of their first claims."""
+    async def together() -> list[str | None]:
+        return list(await asyncio.gather(
+            *(tasks.execute_run.acall(str(run.pk)) for run in runs)))
+
+    with CaptureQueriesContext(connection) as queries:
+        outcomes = async_to_sync(together)()
+    return outcomes, claim_updates(queries)
+
+
+@pytest.fixture
+def groups_seen(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The run ids of each group of claims the loop groups handled."""
     groups: list[list[str]] = []
     real = runner._CLAIMS.handle
 
@@ -57,21 +66,46 @@ def test_runs_started_together_are_claimed_by_one_statement(
         return real(requests)
 
     monkeypatch.setattr(runner._CLAIMS, "handle", observed)
+    return groups
 
-    async def together() -> list[str | None]:
-        return list(await asyncio.gather(
-            *(tasks.execute_run.acall(str(run.pk)) for run in runs)))
 
-    with CaptureQueriesContext(connection) as queries:
-        outcomes = async_to_sync(together)()
+@pytest.mark.django_db(transaction=True)
+def test_runs_started_together_are_claimed_by_one_statement(
+    make_run: Any, groups_seen: list[list[str]], monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+) -> None:
+    settings.AGENTFORGE_WORKER_DB_THREADS = 1
+    monkeypatch.setattr(runner, "claims_grouped", lambda: True)
+    runs = [make_run() for _ in range(3)]
+
+    outcomes, claims = run_together(runs)
 
     assert outcomes == ["succeeded"] * 3
-    assert groups == [[str(run.pk) for run in runs]]
-    assert len(claim_updates(queries)) == 1
+    assert groups_seen == [[str(run.pk) for run in runs]]
+    assert len(claims) == 1
     for run in runs:
         run.refresh_from_db()
         assert (run.status, run.lease_token) == (RunStatus.SUCCEEDED, 1)
         assert_seqs_gapless(run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_where_claims_are_not_grouped_each_run_claims_alone(
+    make_run: Any, groups_seen: list[list[str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runner, "claims_grouped", lambda: False)
+    runs = [make_run() for _ in range(3)]
+
+    outcomes, claims = run_together(runs)
+
+    assert outcomes == ["succeeded"] * 3
+    assert (groups_seen, len(claims)) == ([], 3)
+
+
+def test_claims_are_grouped_on_postgresql_not_on_sqlite() -> None:
+    """Grouping saves PostgreSQL's round trips and commits; on SQLite a claim is cheap
+    and grouping only lined up runs that had arrived apart (runner.claims_grouped)."""
+    assert runner.claims_grouped() == (connection.vendor == "postgresql")
 
 
 def test_a_group_claims_each_run_as_its_own_claim_would(make_run: Any) -> None:

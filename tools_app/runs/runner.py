@@ -17,7 +17,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections, transaction
 from django.utils import timezone
 
 from ..engine import (
@@ -74,7 +74,7 @@ class _Stop:
 
 async def execute_run(run_id: str) -> str | None:
     """Run (or resume) a run to its end. Returns the final status, or None if not claimed."""
-    claimed = await _CLAIMS.submit((run_id, new_worker_id()))
+    claimed = await _claim(run_id)
     if claimed is None:
         return None
     started = time.perf_counter()
@@ -137,11 +137,12 @@ class _Claimed:
 
 
 def _claimed_together(requests: Sequence[tuple[str, str]]) -> list[_Claimed | Exception | None]:
-    """The claims of the runs a loop starts together (`(run id, worker id)` each), in
-    order: each run claimed with its row and stored history, None if it could not be
-    claimed, or the error its claim failed with. The first claims of runs never started
-    (nearly all) are one statement, their rows and whether they have rounds one query
-    each; any other run is claimed alone (`leases.claim_other`).
+    """The claims of the runs a loop starts together (`(run id, worker id)` each; one at
+    a time where `claims_grouped()` says not), in order: each run claimed with its row
+    and stored history, None if it could not be claimed, or the error its claim failed
+    with. The first claims of runs never started (nearly all) are one statement, their
+    rows and whether they have rounds one query each; any other run is claimed alone
+    (`leases.claim_other`).
 
     Why together: a db_worker's claim turn starts up to `--concurrency` runs at once,
     and three statements and a commit each kept its database lane from the running runs'
@@ -184,6 +185,28 @@ def _history(run: Run, has_rounds: bool | None,
 
 _CLAIMS: LoopGroups[tuple[str, str], _Claimed | None] = LoopGroups(
     "claims of runs", _claimed_together, max_group=64)
+
+
+def claims_grouped() -> bool:
+    """Whether a loop's runs are claimed in groups: on PostgreSQL, where each claim alone
+    cost its lane three round trips and a commit's WAL flush (5 ms of wall in a busy
+    db_worker), and a db_worker's claim turn starts its runs together anyway. Not on
+    SQLite, where a claim costs its lane well under a millisecond and grouping only
+    lined up runs whose POSTs had come apart, their rounds then falling in the same
+    bursts (embedded, 50 runs: 97-98 -> 90-92 % and from emit p95 22-42 -> 43-56 ms
+    grouped, docs/benchmarks/product-path.md)."""
+    return connections[DEFAULT_DB_ALIAS].vendor != "sqlite"
+
+
+async def _claim(run_id: str) -> _Claimed | None:
+    """The run claimed with its row and history (`_claimed_together`), or None."""
+    request = (run_id, new_worker_id())
+    if claims_grouped():
+        return await _CLAIMS.submit(request)
+    (outcome,) = await sync_to_async(_claimed_together)([request])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 class _LastEvents:
