@@ -3,11 +3,11 @@
 Each run's recorder has at most one batch in flight (its batches are written in order);
 it hands that batch here. A writer task of the event loop (`loop_groups`: up to one
 per database lane, and the batches arriving while they are busy wait for the next
-group) takes every batch waiting and writes them in ONE transaction, with statements
-that carry all of their rows (the runs' fenced seq allocations by `UPDATE ... FROM
-(VALUES ...)`, one INSERT of all their events, of all their new rounds, of all their
-calls). Measured on the product path (docs/benchmarks/product-path.md): one
-writer a loop left the runs' last drains waiting behind its single pipeline.
+group; one writer a loop left the runs' last drains waiting behind its single
+pipeline, docs/benchmarks/product-path.md) takes every batch waiting and writes them in
+ONE transaction, with statements that carry all of their rows (the runs' fenced seq
+allocations by `UPDATE ... FROM (VALUES ...)`, one INSERT of all their events, of all
+their new rounds, of all their calls).
 
 Why: the runs a worker drives move in step (their models answer after about the same
 time), so their batches come in bursts, and SQLite takes one writer at a time. Written
