@@ -25,9 +25,15 @@ migrate: install
 seed: migrate
 	$(PY) manage.py seed_demo
 
+# daphne's -b/-p listen with Twisted's backlog of 50 connections waiting to be accepted:
+# past that a burst's connections are dropped and retried a second later. An endpoint
+# string sets it (the kernel caps it at net.core.somaxconn).
+BACKLOG ?= 1024
+
 run: seed
 	$(PY) manage.py first_login_hint
-	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) agentforge_web.asgi:application
+	$(VENV)/bin/daphne -e tcp:port=$(PORT):interface=$(HOST):backlog=$(BACKLOG) \
+		agentforge_web.asgi:application
 
 test: install
 	$(PY) manage.py check --fail-level WARNING

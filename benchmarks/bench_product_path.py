@@ -205,7 +205,7 @@ def serve(env: dict[str, str], workdir: Path, *, workers: int) -> Iterator[Serve
                 processes[name] = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out,
                                                    stderr=subprocess.STDOUT)
 
-        start("daphne", [DAPHNE, "-b", "127.0.0.1", "-p", str(port),
+        start("daphne", [DAPHNE, "-e", f"tcp:port={port}:interface=127.0.0.1:backlog=1024",
                          "agentforge_web.asgi:application"])
         for index in range(workers):
             start(f"db_worker{index + 1}", [
