@@ -49,10 +49,14 @@ def manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def start_daphne(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return int(probe.getsockname()[1])
+
+
+def start_daphne(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    port = free_port()
     with log.open("ab") as out:
         return subprocess.Popen([DAPHNE, "-b", "127.0.0.1", "-p", str(port),
                                  "agentforge_web.asgi:application"], cwd=ROOT, env=env,

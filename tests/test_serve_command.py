@@ -7,12 +7,11 @@ from the kernel (`ss`: a listening socket's Send-Q is its backlog)."""
 from __future__ import annotations
 
 import shlex
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-from tests.test_embedded_restart import ROOT, TIMEOUT, environment
+from tests.test_embedded_restart import ROOT, TIMEOUT, environment, free_port
 
 BACKLOG = 1024
 
@@ -32,12 +31,6 @@ def listen_backlog(port: int) -> int | None:
                          text=True, timeout=10, check=True).stdout.split()
     # State, Recv-Q, Send-Q (the backlog), local address, peer address.
     return int(out[2]) if out else None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_make_run_serves_with_a_backlog_a_burst_fits_in(tmp_path: Path) -> None:
