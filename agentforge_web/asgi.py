@@ -40,10 +40,10 @@ application = ProtocolTypeRouter(
 if settings.TASK_BACKEND == "inprocess" and os.environ.get("AGENTFORGE_EMBEDDED_WORKER") != "0":
     # The embedded default: this server process is also the worker. Resume what a
     # previous process left behind, then reap lost leases periodically.
-    from tools_app.runs.worker import start_embedded_worker
+    from tools_app.runs.sweeps import start_embedded_worker
 
     start_embedded_worker()
 
-from tools_app.runs.process import freeze_startup_objects  # noqa: E402
+from tools_app.runs.loops.process import freeze_startup_objects  # noqa: E402
 
 freeze_startup_objects()  # last: after everything the server imports at start

@@ -105,7 +105,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
             ],
-            "libraries": {"timeline": "tools_app.web.timeline_tags"},
+            "libraries": {"timeline": "tools_app.web.pages.timeline_tags"},
         },
     },
 ]
@@ -118,7 +118,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # requests' kept threads, agentforge_web/handler.py; a worker's database lanes; the
     # live timeline's reads), and opening SQLite again costs a request about 2.7 ms of
     # CPU (docs/benchmarks/product-path.md). A connection that failed is still replaced
-    # (Django's rule at each request's start and end; runs.db for the other threads).
+    # (Django's rule at each request's start and end; runs.store.db for the other threads).
     DATABASES["default"]["CONN_MAX_AGE"] = None
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     DATABASES["default"]["OPTIONS"] = {
@@ -231,8 +231,8 @@ else:
 
 TASK_BACKEND = envstr("TASK_BACKEND", "inprocess")
 _TASK_BACKENDS = {
-    "inprocess": "tools_app.runs.task_backend.InProcessBackend",
-    "database": "tools_app.runs.task_wakeup.WakingDatabaseBackend",
+    "inprocess": "tools_app.runs.loops.task_backend.InProcessBackend",
+    "database": "tools_app.runs.loops.task_wakeup.WakingDatabaseBackend",
     "immediate": "django.tasks.backends.immediate.ImmediateBackend",
 }
 if TASK_BACKEND not in _TASK_BACKENDS:
@@ -259,7 +259,7 @@ AGENTFORGE_MAX_RESUMES = envint("AGENTFORGE_MAX_RESUMES", 3, minimum=0)
 # resumed elsewhere).
 AGENTFORGE_WORKER_CONCURRENCY = envint("AGENTFORGE_WORKER_CONCURRENCY", 1, minimum=1)
 # Threads (and so database connections) that do the database work of the runs the
-# embedded server drives, however many runs that is (runs.task_backend's lanes). Two:
+# embedded server drives, however many runs that is (runs.loops.task_backend's lanes). Two:
 # each more thread takes the GIL from the loop that drives the runs (4 lanes against 2
 # at 100 runs: 84-85 % against 90-92 %), and one alone was worse here, unlike in a
 # db_worker (50 runs: from emit p95 72-85 ms against 43-44 with two;

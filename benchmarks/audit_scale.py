@@ -107,8 +107,8 @@ def _label(name: str, value: str) -> str:
 def _deep_run_cursor(staff: bool) -> str:
     from django.contrib.auth import get_user_model
 
-    from tools_app.runs import selectors
-    from tools_app.runs.filters import _encode_cursor
+    from tools_app.audit.run_filters import _encode_cursor
+    from tools_app.runs.store import selectors
 
     user = get_user_model().objects.get(username=STAFF if staff else USER)
     runs = selectors.run_list_for_user(user).order_by("-created_at", "-pk")
@@ -119,8 +119,8 @@ def _deep_run_cursor(staff: bool) -> str:
 def _deep_call_cursor(staff: bool) -> str:
     from django.contrib.auth import get_user_model
 
-    from tools_app.runs.audit import calls_for_user
-    from tools_app.runs.call_filters import _encode_cursor
+    from tools_app.audit.call_filters import _encode_cursor
+    from tools_app.audit.selectors import calls_for_user
 
     user = get_user_model().objects.get(username=STAFF if staff else USER)
     calls = calls_for_user(user).order_by("-pk")
@@ -133,7 +133,7 @@ def measure_requests(repeat: int) -> list[dict[str, Any]]:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from tools_app.web.api_tokens import create_token
+    from tools_app.web.api.tokens import create_token
 
     results: list[dict[str, Any]] = []
     load_before = os.getloadavg()[0]
@@ -172,7 +172,7 @@ def measure_export() -> dict[str, Any]:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from tools_app.web.api_tokens import create_token
+    from tools_app.web.api.tokens import create_token
 
     user = get_user_model().objects.get(username=STAFF)
     token = create_token(user, "export")[1]

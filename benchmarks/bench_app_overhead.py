@@ -89,7 +89,7 @@ def measure_all(counts: list[int]) -> list[dict[str, Any]]:
 
 def measure(count: int, new_runs: Callable[[int], list[Any]]) -> dict[str, Any]:
     from tools_app.models import Run
-    from tools_app.runs import batch_writer
+    from tools_app.runs.worker import batch_writer
 
     engine_cpu, app_cpu, recorder_cpu, batches, groups = [], [], [], [], []
     engine_walls: list[float] = []
@@ -144,8 +144,8 @@ def scenario(body: Callable[[list[Any]], Coroutine[Any, Any, list[float]]],
 
 
 async def engine_alone(runs: list[Any]) -> list[float]:
-    from tools_app.runs.provider_clients import PROVIDER_CLIENTS
-    from tools_app.runs.snapshot import (
+    from tools_app.runs.loops.provider_clients import PROVIDER_CLIENTS
+    from tools_app.runs.snapshot.frozen import (
         engine_for_snapshot,
         snapshot_messages,
         snapshot_parameters,
@@ -164,8 +164,8 @@ async def engine_alone(runs: list[Any]) -> list[float]:
 
 
 async def application(runs: list[Any]) -> list[float]:
-    from tools_app.runs import task_backend
-    from tools_app.runs.runner import execute_run
+    from tools_app.runs.loops import task_backend
+    from tools_app.runs.worker.runner import execute_run
 
     futures = [task_backend.submit(execute_run(str(run.pk))) for run in runs]
     statuses = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))

@@ -88,7 +88,7 @@ import json, os
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.backends.db import SessionStore
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 from tools_app.models import ModelEndpoint
 user = get_user_model().objects.create_user("bench", is_staff=True)
 session = SessionStore()
@@ -487,7 +487,7 @@ kept per connection, `__in` lists padded), each step kept only for its own gain:
    saved (36 M): the queries, not the templates, were most of a batch.
 2. **Prepared reads** (-41 %: 28.9 -> 17.1 M): building and compiling a query was 55-75 %
    of each of a batch's five reads (0.35-0.7 ms against 0.05-0.16 ms to execute and
-   fetch); `runs.prepared` keeps the SQL the ORM compiled for each shape and database and
+   fetch); `runs.store.prepared` keeps the SQL the ORM compiled for each shape and database and
    converts the rows with the ORM's own converters. The run row too, with its owner's
    name, instead of `get()` with a join (`run_views.live_run`).
 3. **One template rendering a batch** (-15 %: 17.1 -> 14.5 M): `run_detail.html#live_batch`

@@ -86,7 +86,7 @@ BUSY_LOOP = "import time\nend = time.monotonic() + 1800\nwhile time.monotonic() 
 
 SETUP_CODE = """
 import os
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 from django.contrib.auth import get_user_model
 from tools_app.models import ModelEndpoint
 user = get_user_model().objects.create_user("bench", is_staff=True)
@@ -704,7 +704,7 @@ the lru cache of the ids' and times' preparations (a batch's rows share its one
 1,159-1,543 without, 1,232-1,689 us with). A db_worker at 100 runs (py-spy, busy
 samples): the engine's chat 37 % (its HTTP client 20), the groups' writes 17.5 %, the
 recorder's payloads 7 %, the claims 10 %. An ANALYZE of the benchmark's database before
-each scenario (what `runs.planner_stats` does in the sweep, session 21) left
+each scenario (what `runs.store.planner_stats` does in the sweep, session 21) left
 PostgreSQL's CPU a round where it was (2.1-2.9 ms either way, two alternating pairs).
 The tools' thread pool grows toward its 64 threads (CPython's idle count misses a thread
 that takes two calls in a row): about 2.6 new threads a run until then, none after; not
@@ -945,7 +945,7 @@ writers a loop, item 3 below); "after" ranges cover the runs with one and with f
 ### What session 11 changed (measured, kept)
 
 1. **Group commit across runs, with statements carrying every run's rows**
-   (`tools_app/runs/batch_writer.py`). Each run still has one batch in flight at a
+   (`tools_app/runs/worker/batch_writer.py`). Each run still has one batch in flight at a
    time, but hands it to one writer per event loop, which takes every batch waiting
    and stores them in one transaction: the runs' fenced seq allocations in one
    `UPDATE run ... FROM (VALUES ...) RETURNING` (a run missing from what it returns
@@ -1137,7 +1137,7 @@ Measured and not kept:
 
 ### What session 21 changed (measured, kept)
 
-1. **The run path's tables analyzed as they first grow** (`runs.planner_stats`, in
+1. **The run path's tables analyzed as they first grow** (`runs.store.planner_stats`, in
    each worker's sweep, every half lease). PostgreSQL checks each event's, round's and
    call's foreign key with a query that each connection plans once and keeps; planned
    while the runs table held the warm-up's few rows, it read the whole table, and
@@ -1366,7 +1366,7 @@ in the same half hour.
 
 Measured, not changed:
 
-- **The tool slots' trigger** (runs/audit_schema.py) keeps one row per tool and quarter
+- **The tool slots' trigger** (audit/triggers.py) keeps one row per tool and quarter
   hour, so every transaction writing calls of one tool waits for that row: with
   pg_stat_statements, its upsert took 1.5 s of statement time over 1,020 calls in a
   100-run scenario (lock waits). Disabled, three alternating pairs showed no
@@ -1435,7 +1435,7 @@ end's own transaction the rest (not in it).
 
 ### What session 15 changed (measured, kept)
 
-1. **db_workers woken by enqueues, not by their poll** (`runs/task_wakeup.py`): on
+1. **db_workers woken by enqueues, not by their poll** (`runs/loops/task_wakeup.py`): on
    PostgreSQL every enqueue sends `NOTIFY` (delivered at the enqueuing transaction's
    commit) and a worker waits between claim turns on a LISTENing connection of its own;
    `--interval` (1 s by default) is only the fallback, and turns woken by a burst are

@@ -361,7 +361,7 @@ def worker(spec_json: str) -> None:
     # As the product's serving processes do once started (daphne, db_worker).
     import tools_app.engine.providers.openai
     import tools_app.engine.service  # noqa: F401
-    from tools_app.runs.process import freeze_startup_objects
+    from tools_app.runs.loops.process import freeze_startup_objects
 
     freeze_startup_objects()
     result = asyncio.run(worker_main(spec))
@@ -606,7 +606,7 @@ OpenAIChatModel on httpx's `client.build_request()` / `send()` spent about 700 �
 client CPU per request (65 %); building each request once per path (the URL parsed once,
 the headers complete, a cookie jar that does not read `Set-Cookie`) and sending it with
 `send()` took that to about 565 µs (75 %, with a wide spread); the serving processes
-taking their start-up objects out of the collector's scans (`tools_app/runs/process.py`)
+taking their start-up objects out of the collector's scans (`tools_app/runs/loops/process.py`)
 to about 550 µs (79 %, a narrow spread). The bare loop on the same client still uses
 `client.post()`, as a hand-written loop would.
 """
@@ -640,7 +640,7 @@ def render(seq: list[Sample], conc: list[Sample], seq_vs: list[Variant],
 every sample a fresh client process after a
 warm-up, variants interleaved; {pinned}. Every client process takes its start-up objects out of the
 garbage collector's scans once it has imported its stack, as the product's processes do
-(`tools_app/runs/process.py`). Python {platform.python_version()}, stock asyncio,
+(`tools_app/runs/loops/process.py`). Python {platform.python_version()}, stock asyncio,
 {os.cpu_count()} CPUs;
 {versions}. Shipped HTTP stack: **{SHIPPED}**. Load average
 {_load(load[0])} at the start, {_load(load[1])} at the end; the run took {elapsed:.0f} s.

@@ -74,7 +74,7 @@ def pytest_runtest_teardown(
 def _finish_or_cancel_in_process_tasks() -> str:
     """What was still running on the in-process worker's loop after a test ("" if
     nothing); it is cancelled."""
-    from tools_app.runs import task_backend
+    from tools_app.runs.loops import task_backend
 
     loop = task_backend._worker_loop  # None until a test used the in-process backend
     if loop is None or loop.is_closed():
@@ -91,7 +91,7 @@ def _finish_or_cancel_in_process_tasks() -> str:
 
 
 async def _finish_or_cancel() -> list[str]:
-    from tools_app.runs.task_backend import LANE_TASK_NAME
+    from tools_app.runs.loops.task_backend import LANE_TASK_NAME
 
     this = asyncio.current_task()
     # The database lanes' holders live as long as the loop, by design.

@@ -27,7 +27,7 @@ from tools_app.models import (
     ToolRegistration,
 )
 from tools_app.tools.registry import compute_version_hash
-from tools_app.web.api_tokens import create_token, user_for_token
+from tools_app.web.api.tokens import create_token, user_for_token
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 from django.forms.models import model_to_dict
 
 from tools_app.models import ApiToken
-from tools_app.web.api_tokens import create_token, user_for_token
+from tools_app.web.api.tokens import create_token, user_for_token
 
 pytestmark = pytest.mark.django_db
 

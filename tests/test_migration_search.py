@@ -10,9 +10,9 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from tests.migration_support import migrate
+from tools_app.audit.search import search_calls, search_runs
+from tools_app.audit.search_index import SQLITE_TRIGGERS
 from tools_app.models import Run, ToolCall
-from tools_app.runs.search import search_calls, search_runs
-from tools_app.runs.search_schema import SQLITE_TRIGGERS
 
 BEFORE = [("tools_app", "0010_timeline_raw_stream")]
 AFTER = [("tools_app", "0011_auditscale_search")]

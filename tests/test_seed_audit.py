@@ -10,8 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import Count, Max, Min
 
+from tools_app.audit.search import search_calls
 from tools_app.models import Round, Run, ToolCall
-from tools_app.runs.search import search_calls
 
 pytestmark = [pytest.mark.django_db, pytest.mark.both]
 

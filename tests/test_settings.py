@@ -173,7 +173,7 @@ def test_the_default_is_the_embedded_configuration(tmp_path: Path) -> None:
     assert config["database"]["ENGINE"] == "django.db.backends.sqlite3"
     assert config["database"]["NAME"] == str(tmp_path / "agentforge.sqlite3")
     assert config["channel_layer"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
-    assert config["tasks"] == "tools_app.runs.task_backend.InProcessBackend"
+    assert config["tasks"] == "tools_app.runs.loops.task_backend.InProcessBackend"
     assert (config["lease"], config["heartbeat"]) == (30.0, 5.0)
 
 
@@ -197,7 +197,7 @@ def test_the_scale_out_configuration_is_honoured(tmp_path: Path) -> None:
         "CONFIG": {"hosts": [{"address": "redis://cache.internal:6380/2",
                               "socket_timeout": 30}], "capacity": 250},
     }
-    assert config["tasks"] == "tools_app.runs.task_wakeup.WakingDatabaseBackend"
+    assert config["tasks"] == "tools_app.runs.loops.task_wakeup.WakingDatabaseBackend"
     assert (config["lease"], config["heartbeat"]) == (12.5, 2.0)
 
 

@@ -19,15 +19,15 @@ class ToolsAppConfig(AppConfig):
 
 def _ensure_search_index(using: str = "default", **kwargs: Any) -> None:
     """A table rebuild by a later migration drops SQLite's search triggers: put them back
-    (`runs.search_schema`)."""
-    from .runs.search_schema import ensure_search_index
+    (`audit.search_index`)."""
+    from tools_app.audit.search_index import ensure_search_index
 
     ensure_search_index(connections[using])
 
 
 def _ensure_audit_triggers(using: str = "default", **kwargs: Any) -> None:
     """The same for the triggers that keep the audit log's copied columns
-    (`runs.audit_schema`)."""
-    from .runs.audit_schema import ensure_audit_triggers
+    (`audit.triggers`)."""
+    from tools_app.audit.triggers import ensure_audit_triggers
 
     ensure_audit_triggers(connections[using])

@@ -527,7 +527,7 @@ class ToolCall(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True)
     # The run's created_at and created_by_id, copied by database triggers
-    # (runs.audit_schema): the calls list's since / until, an ordinary user's calls and
+    # (audit.triggers): the calls list's since / until, an ordinary user's calls and
     # a tool page's chart read them without a join.
     run_created_at = models.DateTimeField(null=True, blank=True, editable=False)
     run_owner_id = models.BigIntegerField(null=True, blank=True, editable=False)
@@ -575,7 +575,7 @@ class ToolCallSlot(models.Model):
     """A tool's calls and errors per quarter hour (UTC) of their moment (the start, or the
     run's creation for a call that never started): what a tool page's chart draws for
     staff, without reading the tool's calls. Written only by database triggers on
-    `ToolCall` (runs.audit_schema), so every insert, update and delete of a call, by
+    `ToolCall` (audit.triggers), so every insert, update and delete of a call, by
     whatever path, is counted; never edited here."""
 
     tool_name = models.CharField(max_length=200)
@@ -594,7 +594,7 @@ class ToolCallSlot(models.Model):
 class ToolErrorGroup(models.Model):
     """A tool's erring calls grouped as its page lists them (error type and the first 300
     characters of the message): how many, and the newest one's id. Written only by
-    database triggers on `ToolCall` (runs.audit_schema), like `ToolCallSlot`."""
+    database triggers on `ToolCall` (audit.triggers), like `ToolCallSlot`."""
 
     tool_name = models.CharField(max_length=200)
     error_type = models.CharField(max_length=200)

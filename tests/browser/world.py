@@ -165,7 +165,7 @@ def mcp() -> None:
     """The real time server and the tests' misbehaving one, synced; an endpoint that
     calls the time, then a tool returning markup and one that crashes mid-call."""
     from tools_app.models import McpServer, ModelEndpoint, ProviderKind
-    from tools_app.runs.mcp_tools import sync_server
+    from tools_app.runs.snapshot.mcp import sync_server
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     time_server, _ = McpServer.objects.update_or_create(name="time", defaults={

@@ -16,13 +16,13 @@ from django.core.management import CommandError, call_command
 
 from tools_app.engine.sources.mcp import MCP_SESSIONS
 from tools_app.models import ErrorPolicy, McpServer, ModelEndpoint, Run, ToolRegistration
-from tools_app.runs.mcp_tools import (
+from tools_app.runs.snapshot.frozen import engine_for_snapshot
+from tools_app.runs.snapshot.mcp import (
     McpSyncError,
     annotation_words,
     mcp_config_problems,
     sync_server,
 )
-from tools_app.runs.snapshot import engine_for_snapshot
 
 from ..runs.support import calls, events, execute, start, stored_strings
 from .servers import http_server

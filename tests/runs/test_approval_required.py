@@ -10,10 +10,10 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 
 from tools_app.models import CallDecision, ErrorPolicy, Run, RunStatus, ToolRegistration
-from tools_app.runs import approvals
-from tools_app.runs.approvals import DecisionError, DecisionRequest, decide
-from tools_app.runs.leases import reap_expired_runs
+from tools_app.runs.debugger import approvals
+from tools_app.runs.debugger.approvals import DecisionError, DecisionRequest, decide
 from tools_app.runs.services import run_cancel
+from tools_app.runs.store.leases import reap_expired_runs
 
 from .support import calls, execute, expire_lease, kinds, start, statuses
 from .tools_for_tests import STATE, SimulatedCrash

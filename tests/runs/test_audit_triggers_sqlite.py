@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
+from tools_app.audit.triggers import SQLITE_GROUP_TRIGGERS, SQLITE_SLOT_TRIGGERS, SQLITE_TRIGGERS
 from tools_app.models import ToolCall
-from tools_app.runs.audit_schema import SQLITE_GROUP_TRIGGERS, SQLITE_SLOT_TRIGGERS, SQLITE_TRIGGERS
 
 from .test_call_run_copy import make_run as make_copy_run
 from .test_call_run_copy import stored

@@ -1,4 +1,4 @@
-"""Several runs' batches written as one group (runs.batch_writer): the same rows as each
+"""Several runs' batches written as one group (runs.worker.batch_writer): the same rows as each
 run alone, in the statements of one batch, and every run its own outcome when something
 fails: a lost lease, a failing statement, a failing COMMIT."""
 
@@ -23,11 +23,12 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
-from tools_app.runs import batch_writer, db
-from tools_app.runs.batch_writer import Batch, write_group
-from tools_app.runs.eventlog import LeaseLost
-from tools_app.runs.lifecycle import Ending
-from tools_app.runs.recorder import RunRecorder
+from tools_app.runs.store import db
+from tools_app.runs.store.eventlog import LeaseLost
+from tools_app.runs.store.lifecycle import Ending
+from tools_app.runs.worker import batch_writer
+from tools_app.runs.worker.batch_writer import Batch, write_group
+from tools_app.runs.worker.recorder import RunRecorder
 
 from .support import assert_seqs_gapless, execute, start
 from .test_group_commit import PARALLEL_TWICE, recording_run, rows, stored_events

@@ -12,10 +12,15 @@ from django.contrib.auth.models import AbstractUser
 
 from tools_app.engine import ChatRequest, ChatResponse, ScriptedChatModel, UserMessage
 from tools_app.models import ErrorPolicy, Run, RunPause, ToolRegistration
-from tools_app.runs.approvals import DecisionError, DecisionRequest, decide, expire_waiting_runs
-from tools_app.runs.breakpoints import continue_run
-from tools_app.runs.runner import load_history
+from tools_app.runs.debugger.approvals import (
+    DecisionError,
+    DecisionRequest,
+    decide,
+    expire_waiting_runs,
+)
+from tools_app.runs.debugger.breakpoints import continue_run
 from tools_app.runs.services import RunRequestError
+from tools_app.runs.worker.runner import load_history
 
 from .support import calls, execute, kinds, start, statuses
 from .tools_for_tests import STATE

@@ -1,5 +1,5 @@
 """Each tool call keeps its run's creation time and creator (`ToolCall.run_created_at`,
-`run_owner_id`), copied by database triggers (`runs.audit_schema`) however the rows are
+`run_owner_id`), copied by database triggers (`audit.triggers`) however the rows are
 written: the calls list's since / until, what an ordinary user sees and a tool page's
 chart read them instead of joining the run. Marked `both`: the triggers are each
 database's own SQL."""
@@ -15,8 +15,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from tests.migration_support import migrate
+from tools_app.audit.search_index import ensure_search_index
 from tools_app.models import Round, Run, ToolCall
-from tools_app.runs.search_schema import ensure_search_index
 
 pytestmark = pytest.mark.both
 
@@ -91,7 +91,7 @@ def test_it_follows_the_runs_creation_time_and_a_move_to_another_run() -> None:
 @pytest.mark.django_db
 def test_it_follows_the_runs_creator_and_the_deletion_of_the_user(
         bob: AbstractUser, charlie: AbstractUser) -> None:
-    from tools_app.runs.audit import calls_for_user
+    from tools_app.audit.selectors import calls_for_user
 
     run, round_ = make_run(owner=bob)
     calls = [ToolCall.objects.create(run=run, round=round_, call_index=i, call_id=f"c{i}",
@@ -112,7 +112,7 @@ def test_the_calls_time_filters_read_it() -> None:
     call = ToolCall.objects.create(run=run, round=round_, call_index=0, call_id="a",
                                    tool_name="t")
     Run.objects.filter(pk=run.pk).update(created_at=MOMENT)
-    from tools_app.runs.call_filters import matching_calls
+    from tools_app.audit.call_filters import matching_calls
 
     def ids(**params: str) -> list[int]:
         return list(matching_calls(ToolCall.objects.all(), params).values_list("pk", flat=True))

@@ -8,9 +8,9 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolRegistration
-from tools_app.runs import worker
-from tools_app.runs.leases import reap_expired_runs
+from tools_app.runs import sweeps
 from tools_app.runs.services import run_cancel
+from tools_app.runs.store.leases import reap_expired_runs
 
 from .support import (
     assert_seqs_gapless,
@@ -139,9 +139,9 @@ def test_a_run_interrupted_after_its_cancel_was_requested_ends_cancelled_at_rest
     Run.objects.filter(pk=queued_run.pk).update(status=RunStatus.INTERRUPTED,
                                                 cancel_requested=True, lease_token=1)
     enqueued: list[str] = []
-    monkeypatch.setattr(worker, "enqueue_run", enqueued.append)
+    monkeypatch.setattr(sweeps, "enqueue_run", enqueued.append)
 
-    assert worker.recover_at_start() == [str(queued_run.pk)]
+    assert sweeps.recover_at_start() == [str(queued_run.pk)]
     assert enqueued == [str(queued_run.pk)]
     assert execute(queued_run) is None
 

@@ -17,7 +17,8 @@ from django.utils import timezone
 
 from tools_app.engine import ResumeState
 from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolRegistration
-from tools_app.runs import runner, tasks
+from tools_app.runs import tasks
+from tools_app.runs.worker import runner
 
 from .support import assert_seqs_gapless, start
 

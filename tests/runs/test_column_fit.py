@@ -15,9 +15,9 @@ from tools_app.engine.events import (
 )
 from tools_app.engine.messages import ToolExecutionRequest
 from tools_app.models import ErrorPolicy, ToolCall, ToolRegistration
-from tools_app.runs.leases import claim
-from tools_app.runs.recorder import RunRecorder
-from tools_app.runs.storage import fit_column
+from tools_app.runs.store.leases import claim
+from tools_app.runs.store.sanitize import fit_column
+from tools_app.runs.worker.recorder import RunRecorder
 
 from .support import calls, execute, start
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolCall, ToolRegistration
-from tools_app.runs.eventlog import append_event
-from tools_app.runs.leases import reap_expired_runs
+from tools_app.runs.store.eventlog import append_event
+from tools_app.runs.store.leases import reap_expired_runs
 
 from .support import (
     ModelSpy,

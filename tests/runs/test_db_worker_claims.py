@@ -133,7 +133,8 @@ def test_a_tasks_outcome_is_stored_then_told_once(finished_signals: list[str],
                                                   settings: Any) -> None:
     from tools_app.management.commands.db_worker import _store_outcome
 
-    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.task_wakeup.WakingDatabaseBackend"}}
+    settings.TASKS = {"default": {
+        "BACKEND": "tools_app.runs.loops.task_wakeup.WakingDatabaseBackend"}}
     ready(3, backend_name="default")
     succeeded, failed, unstorable = worker(backend_name="default").claim_ready(3)[0]
 
@@ -154,7 +155,7 @@ def test_a_tasks_outcome_is_stored_then_told_once(finished_signals: list[str],
 
 @pytest.fixture
 def lanes_reset() -> Any:
-    from tools_app.runs import task_backend
+    from tools_app.runs.loops import task_backend
 
     yield task_backend
     task_backend.use_database_lanes(None)

@@ -9,7 +9,7 @@ import pytest
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolRegistration
 from tools_app.runs.services import RunRequestError
-from tools_app.runs.snapshot import engine_for_snapshot
+from tools_app.runs.snapshot.frozen import engine_for_snapshot
 
 from .support import calls, execute, overlaps, rounds, start
 

@@ -15,7 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from tools_app.models import ErrorPolicy, Round, Run, RunEvent, ToolCall, ToolRegistration
-from tools_app.runs.fixtures import export_run, unregistered_tool_code
+from tools_app.runs.debugger.run_files import export_run, unregistered_tool_code
 from tools_app.tools.registry import compute_version_hash
 
 from .support import execute, start

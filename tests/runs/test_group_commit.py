@@ -36,10 +36,10 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
-from tools_app.runs import recorder as recorder_module
-from tools_app.runs.leases import claim
-from tools_app.runs.lifecycle import Ending
-from tools_app.runs.recorder import RunRecorder
+from tools_app.runs.store.leases import claim
+from tools_app.runs.store.lifecycle import Ending
+from tools_app.runs.worker import recorder as recorder_module
+from tools_app.runs.worker.recorder import RunRecorder
 
 from .support import assert_seqs_gapless, execute, kinds, start
 
@@ -571,8 +571,8 @@ def test_a_batch_reads_the_runs_cancellation_so_the_heartbeat_need_not_ask(
     endpoint: ModelEndpoint, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tools_app.runs import runner
-    from tools_app.runs.runner import _cancelled
+    from tools_app.runs.worker import runner
+    from tools_app.runs.worker.runner import _cancelled
 
     asked: list[str] = []
     real_ask = runner.cancel_requested
@@ -824,8 +824,8 @@ def test_a_batch_after_the_runs_end_is_refused_not_stored(
 ) -> None:
     """The worker's own end does not change the token: the status fences a batch
     still in flight then, so nothing is stored after the run's last event."""
-    from tools_app.runs import runner
-    from tools_app.runs.eventlog import LeaseLost
+    from tools_app.runs.store.eventlog import LeaseLost
+    from tools_app.runs.worker import runner
 
     run, token = recording_run(endpoint, tools, policy)
     writer = RunRecorder(str(run.pk), token)
@@ -874,7 +874,7 @@ def test_a_batch_too_big_for_one_statement_is_written_in_several(
 ) -> None:
     """Both databases cap a statement's parameters (a round of thousands of calls would
     pass them): an INSERT is split, here at 60 parameters (two calls, twelve events)."""
-    from tools_app.runs import rowsql
+    from tools_app.runs.store import rowsql
 
     monkeypatch.setattr(rowsql, "MAX_PARAMETERS", 60)
     run, token = recording_run(endpoint, tools, policy)

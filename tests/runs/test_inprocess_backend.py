@@ -22,7 +22,8 @@ from django.db.models import Count, Q
 
 from tests.fixtures_world import WEATHER_SCRIPT
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall, ToolRegistration
-from tools_app.runs import task_backend, tasks
+from tools_app.runs import tasks
+from tools_app.runs.loops import task_backend
 from tools_app.tools.registry import sync_tools
 
 from .support import assert_seqs_gapless, start, wait_until
@@ -33,7 +34,7 @@ DEADLINE_SECONDS = 60.0
 
 @pytest.fixture
 def inprocess_backend(settings: Any) -> None:
-    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.task_backend.InProcessBackend"}}
+    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.loops.task_backend.InProcessBackend"}}
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from django.db.models import F
 
 from tools_app.engine.events import RoundStarted
 from tools_app.models import ErrorPolicy, Round, Run, RunEvent, RunStatus, ToolRegistration
-from tools_app.runs import runner
-from tools_app.runs.eventlog import LeaseLost, append_event, next_seq
-from tools_app.runs.leases import claim, reap_expired_runs, renew
-from tools_app.runs.recorder import RunRecorder
+from tools_app.runs.store.eventlog import LeaseLost, append_event, next_seq
+from tools_app.runs.store.leases import claim, reap_expired_runs, renew
+from tools_app.runs.worker import runner
+from tools_app.runs.worker.recorder import RunRecorder
 
 from .support import calls, execute, expire_lease, start
 from .tools_for_tests import STATE
@@ -94,7 +94,7 @@ def test_a_run_that_is_no_longer_running_cannot_be_finished_with_its_token(
     keeps its token, but its worker can no longer end it."""
     from django.db import transaction
 
-    from tools_app.runs.lifecycle import wait
+    from tools_app.runs.store.lifecycle import wait
 
     token = claim(str(queued_run.pk), "worker-1")
     assert token is not None
@@ -270,7 +270,7 @@ def test_recording_a_proposed_call_does_not_look_its_round_up_again(queued_run: 
 def test_a_stopping_server_hands_back_only_the_runs_it_executes(
     make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
 ) -> None:
-    from tools_app.runs.leases import new_worker_id, release_this_process_runs
+    from tools_app.runs.store.leases import new_worker_id, release_this_process_runs
 
     endpoint = make_endpoint(WAIT_SCRIPT)
     mine = start(endpoint, [tools["wait_here"]], policy)

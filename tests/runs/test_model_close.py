@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from tools_app.models import ErrorPolicy, ToolRegistration
-from tools_app.runs import runner, snapshot
+from tools_app.runs.snapshot import frozen
+from tools_app.runs.worker import runner
 
 from .support import execute, start
 
@@ -29,11 +30,11 @@ class ClosingSpy:
 
 @pytest.fixture
 def spied_models(monkeypatch: pytest.MonkeyPatch) -> type[ClosingSpy]:
-    real = snapshot.engine_for_snapshot
+    real = frozen.engine_for_snapshot
 
     def with_spy(data: dict[str, Any]) -> Any:
         engine = real(data)
-        return snapshot.RunEngine(model=ClosingSpy(engine.model), service=engine.service,
+        return frozen.RunEngine(model=ClosingSpy(engine.model), service=engine.service,
                                   secrets=engine.secrets)
 
     ClosingSpy.closed = 0

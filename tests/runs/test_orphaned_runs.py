@@ -1,6 +1,6 @@
 """Scale-out recovery of queued runs no task will run: a db_worker claims its tasks
 before their runs claim themselves, and one killed in between leaves the tasks
-"running" and the runs queued (runs/worker.orphaned_runs)."""
+"running" and the runs queued (runs/sweeps.orphaned_runs)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.utils import timezone
 from django_tasks_db.models import DBTaskResult, get_date_max
 
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolRegistration
-from tools_app.runs import worker
+from tools_app.runs import sweeps
 from tools_app.runs.tasks import execute_run
 
 from .support import start
@@ -56,7 +56,7 @@ def test_a_queued_run_whose_task_a_lost_worker_holds_is_orphaned(
                          status=RunStatus.INTERRUPTED)
     task_for(handed_back, "SUCCESSFUL", started_s_ago=2 * LEASE)  # the try it ended
 
-    assert set(worker.orphaned_runs()) == {str(lost.pk), str(never.pk), str(handed_back.pk)}
+    assert set(sweeps.orphaned_runs()) == {str(lost.pk), str(never.pk), str(handed_back.pk)}
 
 
 def test_runs_a_task_will_still_run_are_left(
@@ -69,7 +69,7 @@ def test_runs_a_task_will_still_run_are_left(
     queued(make_endpoint, tools, policy, age_s=1)  # just created: its task may be on its way
     queued(make_endpoint, tools, policy, age_s=3 * LEASE, status=RunStatus.RUNNING)
 
-    assert worker.orphaned_runs() == []
+    assert sweeps.orphaned_runs() == []
 
 
 def test_the_reaper_enqueues_orphans_only_with_the_database_task_backend(
@@ -80,13 +80,13 @@ def test_the_reaper_enqueues_orphans_only_with_the_database_task_backend(
     run has a task row, and every queued run would look orphaned."""
     run = queued(make_endpoint, tools, policy, age_s=3 * LEASE)
     enqueued: list[str] = []
-    monkeypatch.setattr(worker, "enqueue_run", enqueued.append)
+    monkeypatch.setattr(sweeps, "enqueue_run", enqueued.append)
 
-    assert not worker.uses_database_tasks()  # the tests' in-process backend
-    assert worker.reap_and_enqueue() == []
+    assert not sweeps.uses_database_tasks()  # the tests' in-process backend
+    assert sweeps.reap_and_enqueue() == []
 
-    monkeypatch.setattr(worker, "uses_database_tasks", lambda: True)
-    assert worker.reap_and_enqueue() == [str(run.pk)]
+    monkeypatch.setattr(sweeps, "uses_database_tasks", lambda: True)
+    assert sweeps.reap_and_enqueue() == [str(run.pk)]
     assert enqueued == [str(run.pk)]
 
 

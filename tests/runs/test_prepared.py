@@ -1,4 +1,4 @@
-"""Prepared reads (runs/prepared.py): the rows the ORM's own queryset returns, for each
+"""Prepared reads (runs/store/prepared.py): the rows the ORM's own queryset returns, for each
 set of arguments, with the SQL compiled once; on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
-from tools_app.runs import prepared
-from tools_app.runs.run_views import CALL_FIELDS, ROUND_FIELDS, header_view, live_run
-from tools_app.runs.runner import execute_run
-from tools_app.runs.selectors import run_row, run_rows
+from tools_app.runs.debugger.timeline import CALL_FIELDS, ROUND_FIELDS, header_view, live_run
+from tools_app.runs.store import prepared
+from tools_app.runs.store.selectors import run_row, run_rows
+from tools_app.runs.worker.runner import execute_run
 
 from ..web.support import start_run
 

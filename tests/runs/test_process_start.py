@@ -20,7 +20,7 @@ lazy = ["tools_app.engine.providers.openai", "tools_app.engine.providers.anthrop
 from tools_app.engine.providers.clients import default_ssl_context
 before = {name: name in sys.modules for name in lazy}
 tls_before = default_ssl_context.cache_info().currsize
-from tools_app.runs.process import preload_for_runs
+from tools_app.runs.loops.process import preload_for_runs
 preload_for_runs()
 print(json.dumps({"before": before, "after": {name: name in sys.modules for name in lazy},
                   "tls": [tls_before, default_ssl_context.cache_info().currsize]}))

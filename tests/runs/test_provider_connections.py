@@ -12,8 +12,8 @@ from django.db import transaction
 
 from tools_app.fake_llm import BackgroundServer
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolRegistration
-from tools_app.runs import task_backend
-from tools_app.runs.provider_clients import PROVIDER_CLIENTS
+from tools_app.runs.loops import task_backend
+from tools_app.runs.loops.provider_clients import PROVIDER_CLIENTS
 
 from .support import execute, fake_llm_server, start, wait_until
 
@@ -40,7 +40,7 @@ def test_two_runs_in_a_row_on_the_embedded_worker_share_one_connection(
     fake_server: BackgroundServer, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
     settings: Any, lock_free_polling: None,
 ) -> None:
-    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.task_backend.InProcessBackend"}}
+    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.loops.task_backend.InProcessBackend"}}
     endpoint = ModelEndpoint.objects.create(
         name="fake openai", kind="openai_compatible", model="weather",
         base_url=fake_server.base_urls()["openai"])

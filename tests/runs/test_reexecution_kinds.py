@@ -1,6 +1,6 @@
 """Re-executing a call runs the tool as frozen in the run with the executor of its kind
 (mock, HTTP, Python), schema-validated, under a timeout, its secrets kept out of what is
-stored (runs/reexecution.py, runs/reexec_runner.py)."""
+stored (runs/debugger/reexecution.py, runs/worker/reexecute.py)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from django.urls import reverse
 
 from tools_app.models import CallReexecution, ErrorPolicy, Run, ToolRegistration
 from tools_app.runs import tasks
-from tools_app.runs.reexecution import (
+from tools_app.runs.debugger.reexecution import (
     ReexecutionError,
     ReexecutionRequest,
     request_reexecution,
 )
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .support import calls, execute, http_server, start
 from .test_tool_kinds import CANARY, _EchoHeaders, calling, registration
@@ -174,7 +174,8 @@ def test_lost_re_executions_are_recovered(make_endpoint: Any, policy: ErrorPolic
 
     from django.utils import timezone
 
-    from tools_app.runs import reexecution, worker
+    from tools_app.runs import sweeps
+    from tools_app.runs.debugger import reexecution
 
     run = start(make_endpoint(calling("calculator", {"expression": "1+1"})),
                 [demo_tools["calculator"]], policy)
@@ -194,7 +195,7 @@ def test_lost_re_executions_are_recovered(make_endpoint: Any, policy: ErrorPolic
     CallReexecution.objects.filter(pk=recent.pk).update(state="running",
                                                         started_at=timezone.now())
 
-    worker.recover_at_start()
+    sweeps.recover_at_start()
 
     assert enqueued.ids == [pending.pk]
     running.refresh_from_db()
@@ -202,5 +203,5 @@ def test_lost_re_executions_are_recovered(make_endpoint: Any, policy: ErrorPolic
     assert "outcome is unknown" in (running.result_text or "")
     recent.refresh_from_db()
     assert recent.state == "running"  # still within its timeout: left alone
-    worker.reap_and_enqueue()
+    sweeps.reap_and_enqueue()
     assert enqueued.ids == [pending.pk]  # the periodic sweep never re-enqueues

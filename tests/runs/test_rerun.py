@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from tools_app.runs.rerun import RerunError, run_rerun
+from tools_app.runs.debugger.rerun import RerunError, run_rerun
 
 from .support import calls, execute, start
 

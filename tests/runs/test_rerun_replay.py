@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolCall, ToolRegistration
-from tools_app.runs.rerun import ReplayOptions, RerunError, run_rerun
+from tools_app.runs.debugger.rerun import ReplayOptions, RerunError, run_rerun
 
 from .support import calls, execute, start
 from .tools_for_tests import ToolState

@@ -20,7 +20,7 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
-from tools_app.runs.retention import parse_age
+from tools_app.runs.store.retention import parse_age
 from tools_app.runs.tasks import prune_old_runs
 
 from .support import execute, start

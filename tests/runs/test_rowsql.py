@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, RunEvent, ToolRegistration
-from tools_app.runs import rowsql
+from tools_app.runs.store import rowsql
 
 from .support import start
 
@@ -89,7 +89,7 @@ def test_each_value_is_prepared_as_its_field_prepares_it(run: Any) -> None:
     from datetime import UTC, datetime
 
     from tools_app.models import Run, RunStatus
-    from tools_app.runs.storage import Encoded
+    from tools_app.runs.store.sanitize import Encoded
 
     moment = datetime(2026, 12, 5, 6, 30, 1, 250, tzinfo=UTC)
     cases = [

@@ -84,7 +84,8 @@ def test_with_the_database_backend_the_task_is_stored_with_the_run(
     """The scale-out configuration writes the run's task in the run's own transaction:
     both are stored, or neither (no queued run without a task if the process dies at
     the commit)."""
-    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.task_wakeup.WakingDatabaseBackend"}}
+    settings.TASKS = {"default": {
+        "BACKEND": "tools_app.runs.loops.task_wakeup.WakingDatabaseBackend"}}
 
     def create(text: str) -> Run:
         return run_create(user=None, endpoint=weather_endpoint,

@@ -22,10 +22,10 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
-from tools_app.runs import recorder
-from tools_app.runs.leases import claim
-from tools_app.runs.lifecycle import finish
 from tools_app.runs.services import run_cancel
+from tools_app.runs.store.leases import claim
+from tools_app.runs.store.lifecycle import finish
+from tools_app.runs.worker import recorder
 
 from .support import calls, execute, fake_llm_server, rounds, start
 

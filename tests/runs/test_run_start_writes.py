@@ -17,10 +17,10 @@ from django_tasks_db.models import DBTaskResult, get_date_max
 from psycopg.pq import PipelineStatus
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolRegistration
-from tools_app.runs import rowsql
-from tools_app.runs.db import pipelined
+from tools_app.runs.loops.task_wakeup import WakingDatabaseBackend
 from tools_app.runs.services import conversation, run_create
-from tools_app.runs.task_wakeup import WakingDatabaseBackend
+from tools_app.runs.store import rowsql
+from tools_app.runs.store.db import pipelined
 from tools_app.runs.tasks import execute_run
 
 pytestmark = [pytest.mark.both, pytest.mark.django_db(transaction=True)]
@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.both, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def database_backend(settings: Any) -> WakingDatabaseBackend:
-    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.task_wakeup.WakingDatabaseBackend"}}
+    settings.TASKS = {"default": {
+        "BACKEND": "tools_app.runs.loops.task_wakeup.WakingDatabaseBackend"}}
     backend = task_backends["default"]
     assert isinstance(backend, WakingDatabaseBackend)
     return backend

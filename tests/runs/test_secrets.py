@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolRegistration
-from tools_app.runs import recorder
-from tools_app.runs.recorder import RAW_STREAM_WITHHELD
+from tools_app.runs.worker import recorder
+from tools_app.runs.worker.recorder import RAW_STREAM_WITHHELD
 
 from .support import execute, http_server, start, stored_strings
 

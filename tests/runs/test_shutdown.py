@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolCall, ToolRegistration
-from tools_app.runs import runner, tasks
+from tools_app.runs import tasks
+from tools_app.runs.worker import runner
 
 from .support import (
     ModelSpy,
@@ -128,7 +129,7 @@ def _database_down_for(monkeypatch: pytest.MonkeyPatch, kind: str) -> list[str]:
     kind, as a dropped connection would; returns the kinds failed so far."""
     from django.db import OperationalError
 
-    from tools_app.runs.recorder import RunRecorder
+    from tools_app.runs.worker.recorder import RunRecorder
 
     real_record = RunRecorder.record_batch
     down: list[str] = []
@@ -152,7 +153,7 @@ def _hand_back_after_database_failure(run: Run, monkeypatch: pytest.MonkeyPatch,
     re-queued, not failed. A call on a tool that is not idempotent had its start (and
     round 0's response) committed before it ran; one on an idempotent tool did not
     wait, so the failed batch carried round 0's response and the call too."""
-    from tools_app.runs import recorder
+    from tools_app.runs.worker import recorder
 
     enqueued: list[str] = []
     monkeypatch.setattr(tasks, "enqueue_run", enqueued.append)
@@ -231,7 +232,7 @@ def test_a_database_failure_storing_a_runs_last_events_hands_it_back(
     transaction stored, no end), and the resumed run ends it."""
     from django.db import OperationalError
 
-    from tools_app.runs.recorder import RunRecorder
+    from tools_app.runs.worker.recorder import RunRecorder
 
     run = start(make_endpoint(THREE_ROUNDS), [tools["lookup"]], policy)
     enqueued: list[str] = []

@@ -127,7 +127,7 @@ def test_an_endpoints_proxy_reaches_its_model_and_its_credentials_are_redacted(
     monkeypatch: pytest.MonkeyPatch, proxy_url: str, environment: dict[str, str],
     expected: str | None,
 ) -> None:
-    from tools_app.runs.snapshot import chat_model_for
+    from tools_app.runs.snapshot.frozen import chat_model_for
 
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
@@ -144,7 +144,7 @@ def test_a_proxy_read_from_an_unset_variable_fails_the_run_naming_it(
 ) -> None:
     from django.core.exceptions import ImproperlyConfigured
 
-    from tools_app.runs.snapshot import chat_model_for
+    from tools_app.runs.snapshot.frozen import chat_model_for
 
     monkeypatch.delenv("CORP_PROXY_URL", raising=False)
     with pytest.raises(ImproperlyConfigured, match="CORP_PROXY_URL, which is not set"):
@@ -152,7 +152,7 @@ def test_a_proxy_read_from_an_unset_variable_fails_the_run_naming_it(
 
 
 def test_a_snapshot_from_before_proxies_still_builds_its_model() -> None:
-    from tools_app.runs.snapshot import chat_model_for
+    from tools_app.runs.snapshot.frozen import chat_model_for
 
     model, _ = chat_model_for(ENDPOINT, max_retries=0)  # no proxy_url key at all
     assert model.http.config.proxy is None  # type: ignore[attr-defined]
@@ -169,7 +169,7 @@ def test_a_credential_from_a_variable_outside_the_allowlist_fails_the_run_unread
     """An endpoint edited to read DATABASE_URL (say) must not send it to its server."""
     from django.core.exceptions import ImproperlyConfigured
 
-    from tools_app.runs.snapshot import chat_model_for
+    from tools_app.runs.snapshot.frozen import chat_model_for
 
     monkeypatch.setenv("DATABASE_URL", "postgres://user:hunter2@db/prod")
     monkeypatch.setenv("SECRET_KEY", "django-secret")
@@ -182,7 +182,7 @@ def test_a_credential_from_a_variable_outside_the_allowlist_fails_the_run_unread
 def test_the_allowlist_is_the_operators_to_widen(
     monkeypatch: pytest.MonkeyPatch, settings: Any,
 ) -> None:
-    from tools_app.runs.snapshot import chat_model_for
+    from tools_app.runs.snapshot.frozen import chat_model_for
 
     settings.AGENTFORGE_SECRET_ENV_ALLOW = ["LOCAL_MODEL_*"]
     monkeypatch.setenv("LOCAL_MODEL_KEY", "sk-local-123456789")

@@ -9,8 +9,8 @@ import pytest
 from django.db import transaction
 
 from tools_app.models import ErrorPolicy, Run, RunEvent, RunStatus, ToolRegistration
-from tools_app.runs.leases import claim
-from tools_app.runs.lifecycle import (
+from tools_app.runs.store.leases import claim
+from tools_app.runs.store.lifecycle import (
     ALLOWED_MOVES,
     IllegalTransition,
     check_move,
@@ -92,7 +92,7 @@ def test_a_move_by_someone_else_fences_the_worker_and_writes_its_event(run: Run)
     event = RunEvent.objects.get(run=run, seq=seq)
     assert (event.kind, event.payload) == ("run_status",
                                            {"status": "interrupted", "message": "why"})
-    from tools_app.runs.eventlog import LeaseLost
+    from tools_app.runs.store.eventlog import LeaseLost
 
     with pytest.raises(LeaseLost), transaction.atomic():  # the old worker writes nothing
         finish(str(run.pk), token, RunStatus.SUCCEEDED, {})

@@ -9,7 +9,7 @@ import pytest
 
 from tools_app.engine import ChatRequest, ChatResponse, ScriptedChatModel
 from tools_app.models import ErrorPolicy, RunEvent, ToolRegistration
-from tools_app.runs.storage import NUL_REPLACEMENT, REDACTED, clean_json, clean_text, redact
+from tools_app.runs.store.sanitize import NUL_REPLACEMENT, REDACTED, clean_json, clean_text, redact
 
 from .support import calls, execute, rounds, start, stored_strings
 from .tools_for_tests import STATE
@@ -175,7 +175,7 @@ def test_clean_json_data_cleans_exactly_as_clean_json(value: Any, settings: Any)
     """The fast path (the value checked as one serialised text) never skips a value the
     string-by-string walk would change: NULs, lone surrogates, non-finite numbers,
     anything over the cap."""
-    from tools_app.runs.storage import clean_json_data
+    from tools_app.runs.store.sanitize import clean_json_data
 
     settings.AGENTFORGE_MAX_VALUE_BYTES = 2048
     assert clean_json_data(value) == clean_json(value)
@@ -222,7 +222,7 @@ def test_redact_with_no_usable_secrets_returns_the_value_unchanged() -> None:
 def test_the_truncation_marker_counts_every_dropped_byte_of_a_split_character(
     settings: object,
 ) -> None:
-    from tools_app.runs.storage import clean_text
+    from tools_app.runs.store.sanitize import clean_text
 
     text = "ab" + "é" * 10  # é is two bytes: a cap of 3 splits the first one
     cleaned = clean_text(text, limit=3)
@@ -310,7 +310,7 @@ SECRET = "sk-split-secret-0123456789"
 
 @pytest.mark.parametrize("cut", [1, 5, 12, len(SECRET) - 1])
 def test_a_secret_split_across_streamed_pieces_is_never_shown(cut: int) -> None:
-    from tools_app.runs.storage import StreamRedactor
+    from tools_app.runs.store.sanitize import StreamRedactor
 
     streams = StreamRedactor([SECRET])
     text = f"the key is {SECRET} and more"
@@ -325,7 +325,7 @@ def test_a_secret_split_across_streamed_pieces_is_never_shown(cut: int) -> None:
 
 
 def test_streams_are_redacted_apart_and_plain_text_flows_at_once() -> None:
-    from tools_app.runs.storage import StreamRedactor
+    from tools_app.runs.store.sanitize import StreamRedactor
 
     streams = StreamRedactor([SECRET])
     assert streams.feed("a", "hello ") == "hello "  # nothing that starts a secret: no wait
@@ -356,7 +356,7 @@ def test_a_clean_payload_holds_what_clean_json_gives_and_the_text_json_dumps_wri
     encoding) writes, so storing them changes nothing but the work."""
     import json
 
-    from tools_app.runs.storage import CleanPayload, Encoded
+    from tools_app.runs.store.sanitize import CleanPayload, Encoded
 
     settings.AGENTFORGE_MAX_VALUE_BYTES = 2048
     payload = CleanPayload.of(data)
@@ -391,7 +391,7 @@ def test_a_values_text_is_what_json_dumps_writes(value: Any) -> None:
     exactly what json.dumps does, subclasses (an IntEnum, a str subclass) included."""
     import json
 
-    from tools_app.runs.storage import clean_json_encoded
+    from tools_app.runs.store.sanitize import clean_json_encoded
 
     cleaned, text = clean_json_encoded(value)
     assert cleaned == value
@@ -400,7 +400,7 @@ def test_a_values_text_is_what_json_dumps_writes(value: Any) -> None:
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
 def test_a_non_finite_number_alone_is_cleaned_and_has_no_text(value: float) -> None:
-    from tools_app.runs.storage import clean_json_encoded
+    from tools_app.runs.store.sanitize import clean_json_encoded
 
     assert clean_json_encoded(value) == (clean_json(value), None)
     assert isinstance(clean_json(value), str)
@@ -409,7 +409,7 @@ def test_a_non_finite_number_alone_is_cleaned_and_has_no_text(value: float) -> N
 def test_a_value_that_is_not_json_data_is_stored_as_pydantics_json_mode_gives_it() -> None:
     from datetime import UTC, datetime
 
-    from tools_app.runs.storage import CleanPayload
+    from tools_app.runs.store.sanitize import CleanPayload
 
     payload = CleanPayload.of({"body": {"when": datetime(2026, 1, 2, tzinfo=UTC),
                                         "pair": ("a", "b")}})
@@ -425,8 +425,8 @@ def test_a_payload_stored_from_its_text_reads_back_as_the_orm_stores_it(
     texts read back as the same rows written by the ORM from the plain values."""
     from django.utils import timezone
 
-    from tools_app.runs import rowsql
-    from tools_app.runs.storage import CleanPayload
+    from tools_app.runs.store import rowsql
+    from tools_app.runs.store.sanitize import CleanPayload
 
     settings.AGENTFORGE_MAX_VALUE_BYTES = 2048
     run = start(make_endpoint([{"text": "done"}]), [tools["lookup"]], policy)
@@ -448,7 +448,7 @@ def test_a_wire_events_payload_is_its_json_mode_dump_with_the_body_as_it_is() ->
     """The recorder does not have pydantic walk a wire body (the whole conversation):
     the payload is still exactly the event's JSON-mode dump, in its fields' order."""
     from tools_app.engine.events import ProviderWireRequest, ProviderWireResponse
-    from tools_app.runs.recorder import RunRecorder
+    from tools_app.runs.worker.recorder import RunRecorder
 
     body = {"model": "m", "messages": [{"role": "user", "content": "d\u00e9j\u00e0 \x00"}],
             "temperature": 0.5, "tools": [{"type": "function", "function": {"name": "f"}}]}
@@ -475,7 +475,7 @@ def test_a_wire_events_payload_is_its_json_mode_dump_with_the_body_as_it_is() ->
 ])
 def test_a_wire_body_is_stored_as_sent_only_when_cleaning_and_redacting_keep_it(
         content: bytes, secrets: tuple[str, ...], expected: bool, settings: Any) -> None:
-    from tools_app.runs.storage import stored_as_sent
+    from tools_app.runs.store.sanitize import stored_as_sent
 
     settings.AGENTFORGE_MAX_VALUE_BYTES = 2048
     assert stored_as_sent(content, secrets) is expected
@@ -491,7 +491,7 @@ def test_a_wire_requests_body_is_stored_as_the_engine_sent_it_when_nothing_chang
 
     from tools_app.engine.events import ProviderWireRequest
     from tools_app.engine.providers.jsoncodec import encode_json
-    from tools_app.runs.recorder import RunRecorder
+    from tools_app.runs.worker.recorder import RunRecorder
 
     for body in ({"messages": [{"role": "tool", "content": "d\u00e9j\u00e0, 20 \u00b0C"}]},
                  {"messages": [{"role": "tool", "content": "leaked: sk-live-1234"}]}):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from tools_app.runs.task_wakeup import TaskWakeups, wake_workers
+from tools_app.runs.loops.task_wakeup import TaskWakeups, wake_workers
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,8 @@ from django.db.models import Count, F, Q
 from django.db.models.functions import TruncDay, TruncHour, TruncWeek
 from django.utils import timezone
 
+from tools_app.audit.tool_stats import Bucket, _moment, _sqlite_buckets
 from tools_app.models import Round, Run, ToolCall
-from tools_app.runs.tool_stats import Bucket, _moment, _sqlite_buckets
 
 pytestmark = pytest.mark.django_db
 

@@ -18,14 +18,14 @@ from tools_app.engine import SchemaValidatingExecutor, ToolSpecification
 from tools_app.engine.outbound import OutboundPolicy
 from tools_app.engine.sources import MockToolExecutor
 from tools_app.models import ErrorPolicy, Run, ToolCallState, ToolRegistration
-from tools_app.runs.tool_executors import (
+from tools_app.runs.snapshot.executors import (
     EXECUTOR_BUILDERS,
     BuiltExecutor,
     ToolContext,
     build_executor,
 )
 from tools_app.tools.registry import compute_version_hash
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .support import calls, execute, http_server, json_service, start, stored_strings
 

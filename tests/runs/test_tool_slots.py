@@ -1,6 +1,6 @@
 """A tool's calls and errors per quarter hour (`ToolCallSlot`) and its erring calls per
 error group (`ToolErrorGroup`), kept by database triggers on the calls
-(`runs.audit_schema`), are what a tool page's chart and most frequent errors show
+(`audit.triggers`), are what a tool page's chart and most frequent errors show
 staff: they must always equal a count of the calls themselves, however the calls are
 written (created as the recorder proposes them, started, finished, moved, deleted, their
 run re-dated), and what the page shows from them must be what it shows from the calls.
@@ -19,9 +19,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from tests.migration_support import migrate
+from tools_app.audit.search_index import ensure_search_index
+from tools_app.audit.tool_stats import over_time, top_errors
 from tools_app.models import Round, Run, ToolCall, ToolCallSlot, ToolErrorGroup
-from tools_app.runs.search_schema import ensure_search_index
-from tools_app.runs.tool_stats import over_time, top_errors
 
 pytestmark = pytest.mark.both
 

@@ -1,5 +1,5 @@
 """A worker's periodic sweep (runs.worker.sweep): the reaping, then the run tables'
-statistics (runs.planner_stats), each failure logged without stopping the other."""
+statistics (runs.store.planner_stats), each failure logged without stopping the other."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 
 from tools_app.models import Run
-from tools_app.runs import worker
-from tools_app.runs.planner_stats import MIN_ROWS, analyze_grown_tables
+from tools_app.runs import sweeps
+from tools_app.runs.store.planner_stats import MIN_ROWS, analyze_grown_tables
 
 
 def _fail(what: str) -> object:
@@ -22,10 +22,10 @@ def _fail(what: str) -> object:
 def test_a_failed_reaping_still_analyzes_and_is_logged(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     analyzed: list[bool] = []
-    monkeypatch.setattr(worker, "reap_and_enqueue", _fail("the database went away"))
-    monkeypatch.setattr(worker, "analyze_grown_tables", lambda: analyzed.append(True) or [])
-    with caplog.at_level(logging.ERROR, logger="tools_app.runs.worker"):
-        worker.sweep()
+    monkeypatch.setattr(sweeps, "reap_and_enqueue", _fail("the database went away"))
+    monkeypatch.setattr(sweeps, "analyze_grown_tables", lambda: analyzed.append(True) or [])
+    with caplog.at_level(logging.ERROR, logger="tools_app.runs.sweeps"):
+        sweeps.sweep()
     assert analyzed == [True]
     assert "run reaper failed" in caplog.text
     assert "the database went away" in caplog.text
@@ -34,10 +34,10 @@ def test_a_failed_reaping_still_analyzes_and_is_logged(
 def test_a_failed_analysis_is_logged_not_raised(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     reaped: list[bool] = []
-    monkeypatch.setattr(worker, "reap_and_enqueue", lambda: reaped.append(True) or [])
-    monkeypatch.setattr(worker, "analyze_grown_tables", _fail("permission denied"))
-    with caplog.at_level(logging.ERROR, logger="tools_app.runs.worker"):
-        worker.sweep()
+    monkeypatch.setattr(sweeps, "reap_and_enqueue", lambda: reaped.append(True) or [])
+    monkeypatch.setattr(sweeps, "analyze_grown_tables", _fail("permission denied"))
+    with caplog.at_level(logging.ERROR, logger="tools_app.runs.sweeps"):
+        sweeps.sweep()
     assert reaped == [True]
     assert "analyzing the run tables failed" in caplog.text
 

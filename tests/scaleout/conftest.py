@@ -65,7 +65,8 @@ def _scaleout_configuration(settings: Any) -> None:
         pytest.fail("scale-out tests need DATABASE_URL=postgres://... and REDIS_URL "
                     "(see the Makefile's test target)")
     settings.TASK_BACKEND = "database"
-    settings.TASKS = {"default": {"BACKEND": "tools_app.runs.task_wakeup.WakingDatabaseBackend"}}
+    settings.TASKS = {"default": {
+        "BACKEND": "tools_app.runs.loops.task_wakeup.WakingDatabaseBackend"}}
 
 
 def database_url() -> str:

@@ -19,7 +19,7 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 
 from tools_app.models import CallDecision, ErrorPolicy, ModelEndpoint, ToolRegistration
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .conftest import (
     REPO_ROOT,

@@ -1,4 +1,4 @@
-"""The run path's tables analyzed as they first grow (runs.planner_stats): PostgreSQL's
+"""The run path's tables analyzed as they first grow (runs.store.planner_stats): PostgreSQL's
 foreign-key checks are planned per connection against the statistics of their day, and
 a plan made when the runs table held a few rows scanned all of it for every event."""
 
@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from tools_app.models import Run
-from tools_app.runs.planner_stats import MIN_ROWS, analyze_grown_tables
+from tools_app.runs.store.planner_stats import MIN_ROWS, analyze_grown_tables
 
 pytestmark = [pytest.mark.scaleout, pytest.mark.django_db(transaction=True)]
 

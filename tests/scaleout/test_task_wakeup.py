@@ -1,4 +1,4 @@
-"""A task's enqueue wakes the db_workers listening on PostgreSQL (runs/task_wakeup.py):
+"""A task's enqueue wakes the db_workers listening on PostgreSQL (runs/loops/task_wakeup.py):
 at its commit, never before and never for a rolled-back one (the SQLite fallback:
 tests/runs/test_task_wakeup.py; a real worker woken: test_worker_wakeup.py)."""
 
@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, transaction
 from django.tasks import task_backends
 
-from tools_app.runs.task_wakeup import TaskWakeups, WakingDatabaseBackend
+from tools_app.runs.loops.task_wakeup import TaskWakeups, WakingDatabaseBackend
 from tools_app.runs.tasks import enqueue_run
 
 pytestmark = [pytest.mark.scaleout, pytest.mark.django_db(transaction=True)]
@@ -25,7 +25,7 @@ NOTHING_WITHIN = 0.2
 @pytest.fixture
 def database_backend(settings: object) -> None:
     settings.TASKS = {  # type: ignore[attr-defined]
-        "default": {"BACKEND": "tools_app.runs.task_wakeup.WakingDatabaseBackend"}}
+        "default": {"BACKEND": "tools_app.runs.loops.task_wakeup.WakingDatabaseBackend"}}
     assert isinstance(task_backends["default"], WakingDatabaseBackend)
 
 
@@ -97,7 +97,7 @@ def test_a_failed_wake_up_loses_no_task(database_backend: None, wakeups: TaskWak
     the channel's name) is logged, and the task stays stored for the workers' poll."""
     from django_tasks_db.models import DBTaskResult
 
-    from tools_app.runs import task_wakeup
+    from tools_app.runs.loops import task_wakeup
 
     assert wakeups.listen()
     monkeypatch.setattr(task_wakeup, "CHANNEL", "c" * 100)  # over NAMEDATALEN

@@ -21,7 +21,7 @@ from django.contrib.auth.models import AbstractUser
 from tools_app.live import watching
 from tools_app.live.notify import group_name
 from tools_app.models import Run
-from tools_app.runs.eventlog import notify
+from tools_app.runs.store.eventlog import notify
 
 from .test_live_events import open_socket
 

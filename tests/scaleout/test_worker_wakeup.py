@@ -1,5 +1,5 @@
 """A db_worker waiting between claim turns is woken by a run's enqueue, not by the end of
-its poll interval (runs/task_wakeup.py): with an interval of a minute, a run started
+its poll interval (runs/loops/task_wakeup.py): with an interval of a minute, a run started
 after the worker went idle still ends within seconds."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs import tasks
-from tools_app.runs.runner import execute_run
+from tools_app.runs.worker.runner import execute_run
 
 from .support import start_run
 

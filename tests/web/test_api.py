@@ -12,8 +12,8 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from tools_app.runs.runner import execute_run
-from tools_app.web.api_tokens import create_token
+from tools_app.runs.worker.runner import execute_run
+from tools_app.web.api.tokens import create_token
 
 from .support import start_run
 
@@ -534,14 +534,15 @@ def test_runs_started_through_the_api_and_the_pages_are_the_same_runs(
 def test_a_failing_token_lookup_is_a_json_500_too(
     bob_api: Api, body: dict[str, Any], monkeypatch: pytest.MonkeyPatch, settings: Any,
 ) -> None:
-    from tools_app.web import api_base
+
+    from tools_app.web.api import base
 
     settings.DEBUG = True
 
     def database_down(token: str) -> None:
         raise RuntimeError("database down")
 
-    monkeypatch.setattr(api_base, "user_for_token", database_down)
+    monkeypatch.setattr(base, "user_for_token", database_down)
     response = bob_api.post("/api/runs", body)
 
     assert error_of(response, 500)["code"] == "internal_error"

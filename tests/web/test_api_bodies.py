@@ -1,4 +1,4 @@
-"""Every JSON body is validated with the model its view documents (web/api_schemas.py):
+"""Every JSON body is validated with the model its view documents (web/api/schemas.py):
 a wrong type anywhere in it, nested included, or a field the model does not have, is a
 400 naming its JSON path, before the view does anything with the body."""
 

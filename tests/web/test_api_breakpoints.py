@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .test_api import MISSING_RUN, Api, error_of, execute
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import AbstractUser
 
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from . import audit_world
 from .test_api import Api, error_of

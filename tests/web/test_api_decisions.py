@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractUser
 
 from tools_app.models import CallDecision, ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs.services import run_cancel
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .support import start_run
 from .test_api import MISSING_RUN, Api, error_of, execute

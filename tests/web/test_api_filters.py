@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 
 from tools_app.models import Run
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .test_api import Api, error_of
 

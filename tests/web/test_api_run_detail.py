@@ -11,10 +11,11 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
 
 from tools_app.models import CallDecision, ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from tools_app.runs import run_views, services
-from tools_app.runs.runner import execute_run
-from tools_app.web.api import _round_json
-from tools_app.web.api_tokens import create_token
+from tools_app.runs import services
+from tools_app.runs.debugger import timeline
+from tools_app.runs.worker.runner import execute_run
+from tools_app.web.api.runs import _round_json
+from tools_app.web.api.tokens import create_token
 
 from .test_api import Api
 
@@ -56,7 +57,7 @@ def test_calls_a_capped_run_never_executed_are_listed_as_not_executed(
 def reported_rounds(run: Run, *, display: bool) -> list[dict[str, Any]]:
     run = Run.objects.get(pk=run.pk)
     return [_round_json(view, str(run.pk))
-            for view in run_views.round_views(run, display=display)]
+            for view in timeline.round_views(run, display=display)]
 
 
 @pytest.mark.parametrize("shape", ["succeeded", "capped", "waiting-one-decided"])

@@ -75,7 +75,7 @@ def test_the_filters_stay_in_the_form_the_export_links_and_the_pushed_url(
 
 def test_keyset_pages(alice_client: Client, world: dict[str, Any],
                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tools_app.web.audit_views.CALLS_PAGE_SIZE", 4)
+    monkeypatch.setattr("tools_app.web.pages.audit.CALLS_PAGE_SIZE", 4)
     first = alice_client.get("/calls/?tool=get_weather")
     older = re.search(r'<a href="\?([^"]+)" rel="next">', first.content.decode())
     assert older is not None

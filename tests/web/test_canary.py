@@ -17,7 +17,7 @@ from tests.runs.support import http_server, stored_strings
 from tests.runs.test_secrets import EchoingModel
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs import tasks
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .support import start_run
 

@@ -26,11 +26,11 @@ from tools_app.live import consumers
 from tools_app.live.fragments import render_updates
 from tools_app.live.notify import group_name
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolCall, ToolRegistration
-from tools_app.runs import recorder
-from tools_app.runs.eventlog import notify
-from tools_app.runs.rerun import ReplayOptions, run_rerun
-from tools_app.runs.runner import execute_run
-from tools_app.runs.selectors import event_marks_after
+from tools_app.runs.debugger.rerun import ReplayOptions, run_rerun
+from tools_app.runs.store.eventlog import notify
+from tools_app.runs.store.selectors import event_marks_after
+from tools_app.runs.worker import recorder
+from tools_app.runs.worker.runner import execute_run
 
 from .support import PAYLOAD, Tree, assert_inert, start_run
 
@@ -753,7 +753,7 @@ async def test_every_viewer_of_a_run_gets_the_same_live_message(
 def append_status_event(run_id: Any) -> int:
     from django.db import transaction
 
-    from tools_app.runs.eventlog import append_event
+    from tools_app.runs.store.eventlog import append_event
 
     with transaction.atomic():
         return append_event(str(run_id), None, "run_status", {"status": "queued"})
@@ -874,7 +874,7 @@ async def test_cancelling_a_queued_run_reaches_its_live_viewers(
 async def test_a_run_the_reaper_interrupts_shows_it_live(
     weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
 ) -> None:
-    from tools_app.runs.leases import claim, reap_expired_runs
+    from tools_app.runs.store.leases import claim, reap_expired_runs
 
     run = await weather_run()
     assert await sync_to_async(claim)(str(run.pk), "a-worker-that-dies") is not None

@@ -15,8 +15,8 @@ from django.test import Client
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs import tasks
-from tools_app.runs.rerun import run_rerun
-from tools_app.web.api_tokens import create_token
+from tools_app.runs.debugger.rerun import run_rerun
+from tools_app.web.api.tokens import create_token
 
 from .support import Tree, inside_hx_disable
 from .test_api import Api, error_of

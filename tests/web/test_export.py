@@ -14,7 +14,7 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
 from tools_app.models import Run
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .test_api import Api
 

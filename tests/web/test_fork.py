@@ -16,10 +16,10 @@ from django.test import Client
 
 from tools_app.models import ErrorPolicy, Run, ToolCall, ToolRegistration
 from tools_app.runs import tasks
-from tools_app.runs.fork import editable_messages, inherited_prefix
-from tools_app.runs.rerun import run_rerun
-from tools_app.runs.snapshot import dump_messages
-from tools_app.web.api_tokens import create_token
+from tools_app.runs.debugger.fork import editable_messages, inherited_prefix
+from tools_app.runs.debugger.rerun import run_rerun
+from tools_app.runs.snapshot.frozen import dump_messages
+from tools_app.web.api.tokens import create_token
 
 from .support import Tree, start_run
 from .test_api import Api, error_of

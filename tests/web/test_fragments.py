@@ -27,9 +27,9 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
-from tools_app.runs import recorder
-from tools_app.runs.runner import execute_run
-from tools_app.runs.selectors import EventMark, event_marks_after, events_after
+from tools_app.runs.store.selectors import EventMark, event_marks_after, events_after
+from tools_app.runs.worker import recorder
+from tools_app.runs.worker.runner import execute_run
 
 from .support import (
     AXIS_RE,
@@ -86,7 +86,7 @@ def live_batches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             await sync_to_async(batch)(run_id)
 
     monkeypatch.setattr(recorder, "notify", notify)
-    monkeypatch.setattr("tools_app.runs.runner.notify", notify)
+    monkeypatch.setattr("tools_app.runs.worker.runner.notify", notify)
     return batches
 
 

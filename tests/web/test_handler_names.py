@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tools_app.audit.selectors import handler_names
 from tools_app.models import Round, Run, ToolCall
-from tools_app.runs.audit import handler_names
 
 pytestmark = [pytest.mark.django_db, pytest.mark.both]
 

@@ -14,9 +14,10 @@ from django.test import Client, RequestFactory
 from django.urls import resolve
 
 from tools_app.models import Run, ToolRegistration
-from tools_app.web import api_base, urls
-from tools_app.web.api_schemas import Body, RerunBody, StartRunBody, TryBody
-from tools_app.web.api_tokens import create_token
+from tools_app.web import urls
+from tools_app.web.api import base
+from tools_app.web.api.schemas import Body, RerunBody, StartRunBody, TryBody
+from tools_app.web.api.tokens import create_token
 
 from .test_api import Api, bob_api, body  # noqa: F401 - fixtures
 
@@ -95,7 +96,7 @@ def test_documented_body_is_the_model_the_view_parses_with(document: dict[str, A
         url = re.sub(r"\{(\w+)\}", lambda m: SAMPLE_IDS[m[1]], path)
         request = RequestFactory().generic(method.upper(), url)
         request.resolver_match = resolve(url)
-        model = api_base.body_model(request)
+        model = base.body_model(request)
         assert issubclass(model, Body)
         assert model.__name__ == name
 
@@ -127,9 +128,9 @@ def test_a_view_cannot_validate_with_another_model_than_it_documents(
         bob_api: Api, body: dict[str, Any]) -> None:  # noqa: F811
     request = RequestFactory().post("/api/runs", body, content_type="application/json")
     request.resolver_match = resolve("/api/runs")
-    assert isinstance(api_base.parse_body(request, StartRunBody), StartRunBody)
+    assert isinstance(base.parse_body(request, StartRunBody), StartRunBody)
     with pytest.raises(LookupError, match="documents StartRunBody for POST, not RerunBody"):
-        api_base.parse_body(request, RerunBody)
+        base.parse_body(request, RerunBody)
 
 
 def test_errors_security_and_streams_are_described(document: dict[str, Any]) -> None:

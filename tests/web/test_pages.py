@@ -25,7 +25,7 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
-from tools_app.runs.runner import execute_run
+from tools_app.runs.worker.runner import execute_run
 
 from .support import Tree, start_run
 

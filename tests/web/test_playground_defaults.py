@@ -12,8 +12,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from tools_app.models import ModelEndpoint, Run
-from tools_app.runs.runner import execute_run
-from tools_app.web import views
+from tools_app.runs.worker.runner import execute_run
+from tools_app.web.pages import views
 
 from .support import Tree
 

@@ -9,8 +9,8 @@ import pytest
 from django.test import Client
 
 from tools_app.models import ModelEndpoint
-from tools_app.runs.probing import probe_and_store
-from tools_app.web import views
+from tools_app.runs.worker.probing import probe_and_store
+from tools_app.web.pages import views
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -58,7 +58,7 @@ def call(calc_run: Run) -> ToolCall:
 
 @pytest.fixture
 def bob_api(bob: AbstractUser) -> Api:
-    from tools_app.web.api_tokens import create_token
+    from tools_app.web.api.tokens import create_token
 
     return Api(create_token(bob, "ci")[1])
 
@@ -152,7 +152,7 @@ def test_bad_arguments_are_refused_by_json_pointer(
 def test_only_users_who_may_see_the_run_re_execute(calc_run: Run, call: ToolCall,
                                                    charlie: AbstractUser,
                                                    alice: AbstractUser) -> None:
-    from tools_app.web.api_tokens import create_token
+    from tools_app.web.api.tokens import create_token
 
     charlie_api = Api(create_token(charlie, "ci")[1])
     body = {"arguments": {"expression": "2"}}
@@ -347,7 +347,7 @@ def test_a_long_result_is_shown_up_to_the_display_limit(
 
 def test_a_rerun_of_a_spliced_run_keeps_what_was_spliced(bob_api: Api, calc_run: Run,
                                                          call: ToolCall) -> None:
-    from tools_app.runs.rerun import run_rerun
+    from tools_app.runs.debugger.rerun import run_rerun
 
     made = bob_api.post(execute_url(calc_run, call), {"arguments": {"expression": "2+3"}})
     perform(made.json()["id"])

@@ -13,7 +13,7 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolCall
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .support import start_run
 from .test_api import Api, error_of

@@ -15,7 +15,7 @@ from django.test import Client
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs import tasks
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .support import Tree, inside_hx_disable, start_run
 from .test_api import Api, error_of

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import AbstractUser
 
+from tools_app.audit import search
+from tools_app.audit.search_index import INDEXED_CHARS
 from tools_app.models import Round, Run, ToolCall
-from tools_app.runs import search
-from tools_app.runs.search_schema import INDEXED_CHARS
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .test_api import Api
 
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.both]
 
 @pytest.fixture(autouse=True, params=["ids", "walk"])
 def plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test with both ways a runs search can go (`runs.search`): reading the ids of
+    """Every test with both ways a runs search can go (`audit.search`): reading the ids of
     the runs that match (few matches), and checking each run in the list's order (many:
     forced here by a bound of -1 matches)."""
     monkeypatch.setattr(search, "FEW_MATCHES", 10**9 if request.param == "ids" else -1)

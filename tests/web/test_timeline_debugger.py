@@ -16,8 +16,8 @@ from django.utils import timezone
 from tools_app.live.fragments import render_updates
 from tools_app.models import ErrorPolicy, Round, Run, ToolCall, ToolRegistration
 from tools_app.runs import services
-from tools_app.runs.runner import execute_run
-from tools_app.runs.selectors import EventMark
+from tools_app.runs.store.selectors import EventMark
+from tools_app.runs.worker.runner import execute_run
 
 from .support import PAYLOAD, STATIC_SCRIPTS, Tree, assert_inert, inside_hx_disable
 

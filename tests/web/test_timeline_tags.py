@@ -1,4 +1,4 @@
-"""`{% call_url %}` (web/timeline_tags.py): the URL `{% url %}` gives for a call of a run,
+"""`{% call_url %}` (web/pages/timeline_tags.py): the URL `{% url %}` gives for a call of a run,
 from one reverse per run and URL name."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from django.template import engines
 from django.urls import NoReverseMatch, clear_script_prefix, reverse, set_script_prefix
 
-from tools_app.web import timeline_tags
-from tools_app.web.timeline_tags import call_url
+from tools_app.web.pages import timeline_tags
+from tools_app.web.pages.timeline_tags import call_url
 
 CALL_URLS = ("call_reexecute", "call_result", "call_check_arguments", "call_reexecute_check")
 

@@ -15,9 +15,9 @@ from django.contrib.auth.models import AbstractUser
 from django.db import connection
 from django.test import Client
 
+from tools_app.audit.selectors import calls_for_user
+from tools_app.audit.tool_stats import tool_stats
 from tools_app.models import ToolCall
-from tools_app.runs.audit import calls_for_user
-from tools_app.runs.tool_stats import tool_stats
 
 from . import audit_world
 from .support import PAYLOAD, Tree, inside_hx_disable

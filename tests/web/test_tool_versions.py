@@ -24,7 +24,7 @@ from tools_app.tools.registry import (
     sync_tools,
     version_definition,
 )
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .support import PAYLOAD, Tree, inside_hx_disable, start_run
 from .test_api import Api, error_of

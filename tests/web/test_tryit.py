@@ -16,12 +16,13 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from django.utils import timezone
 
+from tools_app.audit.selectors import calls_for_user
+from tools_app.audit.tool_stats import tool_stats
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall, ToolRegistration
-from tools_app.runs import rerun, tasks, tryit
-from tools_app.runs.audit import calls_for_user
-from tools_app.runs.tool_stats import tool_stats
+from tools_app.runs import tasks
+from tools_app.runs.debugger import rerun, tryit
 from tools_app.tools.registry import compute_version_hash
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 from .support import Tree, inside_hx_disable
 from .test_api import Api, error_of

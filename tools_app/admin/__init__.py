@@ -28,6 +28,11 @@ from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 from pydantic import ValidationError as PydanticValidationError
 
+from tools_app.runs.snapshot.access import secret_variable_problem
+from tools_app.runs.snapshot.mcp import mcp_config_problems
+from tools_app.runs.snapshot.policy import template_problem
+from tools_app.web.api.tokens import assign_new_secret
+
 from ..engine.definitions import schema_problems
 from ..engine.providers.scripted import ScriptStep
 from ..models import (
@@ -40,13 +45,9 @@ from ..models import (
     ToolRegistration,
     env_var_validator,
 )
-from ..runs.access import secret_variable_problem
-from ..runs.mcp_tools import mcp_config_problems
-from ..runs.policy import template_problem
 from ..tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
 from ..tools.kinds import config_help, config_problems
 from ..tools.registry import compute_version_hash, record_version, resolve_tool_function
-from ..web.api_tokens import assign_new_secret
 from . import mcp  # noqa: F401  (registers the MCP servers' admin)
 from .audit import ReadOnlyAdmin
 from .credentials import SECRET_HEADER_WORDS

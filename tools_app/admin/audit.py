@@ -10,8 +10,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from tools_app.runs.debugger.timeline import format_ms
+
 from ..models import CallReexecution, Round, Run, RunEvent, ToolCall
-from ..runs.run_views import format_ms
 
 
 class ReadOnlyAdmin[M: Model](admin.ModelAdmin[M]):
@@ -97,7 +98,7 @@ class ToolCallAdmin(CallColumns, ReadOnlyAdmin[ToolCall]):
 
 @admin.register(CallReexecution)
 class CallReexecutionAdmin(CallColumns, ReadOnlyAdmin[CallReexecution]):
-    """Re-executions of tool calls by people (runs/reexecution.py): who ran what, how it
+    """Re-executions of tool calls by people (runs/debugger/reexecution.py): who ran what, how it
     ended."""
 
     list_display = ("id", "run", "tool_call", "number", "tool_name", "state", "approved",

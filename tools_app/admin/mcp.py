@@ -13,9 +13,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from tools_app.runs.snapshot.access import secret_variable_problem
+from tools_app.runs.snapshot.mcp import McpSyncError, annotation_words, sync_server
+
 from ..models import McpServer, McpTransport, ModelEndpoint, ToolKind, ToolRegistration
-from ..runs.access import secret_variable_problem
-from ..runs.mcp_tools import McpSyncError, annotation_words, sync_server
 from .credentials import SECRET_HEADER_WORDS
 
 

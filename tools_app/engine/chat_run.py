@@ -546,7 +546,7 @@ class ChatRun:
 async def invoke_tool(registered: RegisteredTool, request: ToolExecutionRequest, *,
                       default_timeout: float | None) -> ToolExecutionResult:
     """Run one call with the tool's (or the default) timeout: the loop's invocation,
-    also used alone to execute a recorded call again (runs/reexecution.py). Raises
+    also used alone to execute a recorded call again (runs/debugger/reexecution.py). Raises
     ToolArgumentsError, ToolExecutionError (ToolTimeoutError for a timeout) or
     ReplayDivergence; anything else a custom executor raises counts as the tool failing."""
     timeout = registered.timeout or default_timeout

@@ -27,10 +27,11 @@ from asgiref.typing import WebSocketConnectEvent
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from tools_app.runs.loops.task_backend import remember_server_loop
+from tools_app.runs.store.db import drop_broken_connections
+from tools_app.runs.store.selectors import event_marks_after, run_get_for_user
+
 from ..models import Run
-from ..runs.db import drop_broken_connections
-from ..runs.selectors import event_marks_after, run_get_for_user
-from ..runs.task_backend import remember_server_loop
 from .fragments import render_fragment, render_updates
 from .notify import group_name
 from .watching import mark_watched

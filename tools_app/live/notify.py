@@ -10,8 +10,9 @@ from typing import Any
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.dispatch import receiver
 
-from ..runs.eventlog import run_event_committed
-from ..runs.task_backend import on_server_loop
+from tools_app.runs.loops.task_backend import on_server_loop
+from tools_app.runs.store.eventlog import run_event_committed
+
 from .watching import anyone_watches
 
 logger = logging.getLogger(__name__)

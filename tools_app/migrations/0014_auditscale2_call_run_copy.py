@@ -1,6 +1,6 @@
 """The audit log at scale, second pass (docs/benchmarks/audit.md): each tool call keeps its
 run's creation time and creator (`run_created_at`, `run_owner_id`, maintained by
-database triggers: `tools_app.runs.audit_schema`), indexed, so the calls list's since /
+database triggers: `tools_app.audit.triggers`), indexed, so the calls list's since /
 until and an ordinary user's calls need no join; the columns are filled for the calls
 already stored with one UPDATE (bounded memory at any size) before their indexes are
 built. Partial indexes for the runs filters on their calls (`has_errors`,
@@ -10,13 +10,13 @@ from django.db import migrations, models
 
 
 def create(apps, schema_editor):
-    from tools_app.runs.audit_schema import create_run_copy_triggers
+    from tools_app.audit.triggers import create_run_copy_triggers
 
     create_run_copy_triggers(schema_editor.connection)
 
 
 def drop(apps, schema_editor):
-    from tools_app.runs.audit_schema import drop_run_copy_triggers
+    from tools_app.audit.triggers import drop_run_copy_triggers
 
     drop_run_copy_triggers(schema_editor.connection)
 

@@ -1,7 +1,7 @@
 """A tool page without reading all of the tool's calls (docs/benchmarks/audit.md): its
 chart's counts kept per tool and quarter hour (`ToolCallSlot`) and its most frequent
 errors kept per group (`ToolErrorGroup`), both maintained by database triggers on the
-calls (`tools_app.runs.audit_schema`) and filled from the calls already stored by one
+calls (`tools_app.audit.triggers`) and filled from the calls already stored by one
 INSERT ... SELECT ... GROUP BY each; the outcome counts from an index holding the state
 and the error flag; the span of a tool's calls from an index on their moment; an
 ordinary user's tool page from one index holding what it counts."""
@@ -13,14 +13,14 @@ from django.db import migrations, models
 
 
 def create(apps, schema_editor):
-    from tools_app.runs.audit_schema import create_group_triggers, create_slot_triggers
+    from tools_app.audit.triggers import create_group_triggers, create_slot_triggers
 
     create_slot_triggers(schema_editor.connection)
     create_group_triggers(schema_editor.connection)
 
 
 def drop(apps, schema_editor):
-    from tools_app.runs.audit_schema import drop_group_triggers, drop_slot_triggers
+    from tools_app.audit.triggers import drop_group_triggers, drop_slot_triggers
 
     drop_slot_triggers(schema_editor.connection)
     drop_group_triggers(schema_editor.connection)

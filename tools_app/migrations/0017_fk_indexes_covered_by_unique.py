@@ -5,7 +5,7 @@ round, event and call a run stores (docs/benchmarks/product-path.md).
 
 The indexes are dropped by name, not by `AlterField`'s own SQL: on SQLite that rebuilds
 the whole table (copying every event of the audit log) and the rebuilt call table
-would lose the triggers that keep its search index and counts (runs.audit_schema)."""
+would lose the triggers that keep its search index and counts (audit.triggers)."""
 
 import django.db.models.deletion
 from django.db import migrations, models

@@ -8,6 +8,14 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
+from tools_app.runs.debugger.breakpoints import BreakpointError, checked_breakpoints
+from tools_app.runs.snapshot.frozen import build_snapshot
+from tools_app.runs.snapshot.policy import PolicyOverrideError, checked_overrides
+from tools_app.runs.store.db import pipelined
+from tools_app.runs.store.leases import cancel_now
+from tools_app.runs.store.lifecycle import create_queued
+from tools_app.runs.store.sanitize import NUL_REPLACEMENT
+
 from ..engine import (
     ChatMessage,
     ChatRequestParameters,
@@ -23,13 +31,6 @@ from ..models import (
     RunStatus,
     ToolRegistration,
 )
-from .breakpoints import BreakpointError, checked_breakpoints
-from .db import pipelined
-from .leases import cancel_now
-from .lifecycle import create_queued
-from .policy import PolicyOverrideError, checked_overrides
-from .snapshot import build_snapshot
-from .storage import NUL_REPLACEMENT
 from .tasks import enqueue_run_at_commit
 
 
@@ -74,7 +75,7 @@ def run_create(
     snapshot["policy_changed"] = sorted(
         name for name, value in overrides.items() if snapshot["policy"].get(name) != value)
     snapshot["policy"] |= overrides
-    try:  # where the run will pause (runs.breakpoints); frozen with the rest
+    try:  # where the run will pause (runs.debugger.breakpoints); frozen with the rest
         snapshot["breakpoints"] = checked_breakpoints(breakpoints, [t.name for t in tools])
     except BreakpointError as exc:
         raise RunRequestError(str(exc), field="breakpoints") from exc

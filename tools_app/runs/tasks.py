@@ -7,9 +7,10 @@ from django.db import transaction
 from django.tasks import task
 from django_tasks_db import DatabaseBackend
 
+from tools_app.runs.loops.provider_clients import close_if_the_loop_ends
+from tools_app.runs.worker import runner
+
 from ..models import RunStatus
-from . import runner
-from .provider_clients import close_if_the_loop_ends
 
 
 @task
@@ -50,8 +51,8 @@ def uses_database_tasks() -> bool:
 
 @task
 async def execute_reexecution(reexecution_id: int) -> str | None:
-    """A person's re-execution of one tool call (runs/reexecution.py)."""
-    from .reexec_runner import perform
+    """A person's re-execution of one tool call (runs/debugger/reexecution.py)."""
+    from tools_app.runs.worker.reexecute import perform
 
     try:
         return await perform(reexecution_id)
@@ -61,7 +62,7 @@ async def execute_reexecution(reexecution_id: int) -> str | None:
 
 @task
 async def probe_endpoint(endpoint_id: str) -> str:
-    from .probing import probe_and_store
+    from tools_app.runs.worker.probing import probe_and_store
 
     try:
         return await probe_and_store(endpoint_id)
@@ -77,6 +78,6 @@ def enqueue_probe(endpoint_id: str) -> None:
 def prune_old_runs(older_than: str, keep_failed: bool = False) -> str:
     """`manage.py prune_runs` as a task, for a scheduler to enqueue (a cron entry or a
     periodic job calling `prune_old_runs.enqueue("30d")`)."""
-    from .retention import parse_age, prune_runs
+    from tools_app.runs.store.retention import parse_age, prune_runs
 
     return str(prune_runs(parse_age(older_than), keep_failed=keep_failed))

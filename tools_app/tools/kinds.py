@@ -3,7 +3,7 @@
 the models' own field descriptions so it cannot drift from what is checked.
 
 `CONFIG_MODELS` maps a kind to its model (adding a kind is one entry); the runs layer
-builds executors from the same models (runs/tool_executors.py).
+builds executors from the same models (runs/snapshot/executors.py).
 """
 
 from __future__ import annotations

@@ -1,2 +1,2 @@
-"""HTTP: pages (views, forms, template tags) and the JSON API (api, api tokens). Thin:
-reads through selectors, writes through services."""
+"""The HTTP surface: the JSON API (`api/`), the HTML pages (`pages/`), the audit exports
+both serve (`export`) and the URL map (`urls`)."""

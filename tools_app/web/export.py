@@ -17,10 +17,11 @@ from typing import Any
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
 
+from tools_app.audit.call_filters import CALL_EXPORT_FILTERS, STATE_NAMES, matching_calls
+from tools_app.audit.run_filters import EXPORT_FILTERS, matching_runs
+from tools_app.audit.selectors import call_rows
+
 from ..models import Run, ToolCall
-from ..runs.audit import call_rows
-from ..runs.call_filters import CALL_EXPORT_FILTERS, STATE_NAMES, matching_calls
-from ..runs.filters import EXPORT_FILTERS, matching_runs
 
 COLUMNS = ("id", "created_at", "status", "title", "endpoint", "model", "tools", "started_by",
            "rounds", "tool_calls", "errors", "total_tokens", "wall_ms", "error_type",

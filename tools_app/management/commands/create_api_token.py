@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from tools_app.web.api_tokens import create_token
+from tools_app.web.api.tokens import create_token
 
 
 class Command(BaseCommand):

@@ -25,13 +25,15 @@ from django_tasks_db.management.commands import db_worker
 from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
-from tools_app.runs import rowsql, runner, task_backend
-from tools_app.runs.leases import release_this_process_runs
-from tools_app.runs.process import freeze_startup_objects, preload_for_runs
-from tools_app.runs.provider_clients import close_at_exit
-from tools_app.runs.task_wakeup import TaskWakeups
+from tools_app.runs.loops import task_backend
+from tools_app.runs.loops.process import freeze_startup_objects, preload_for_runs
+from tools_app.runs.loops.provider_clients import close_at_exit
+from tools_app.runs.loops.task_wakeup import TaskWakeups
+from tools_app.runs.store import rowsql
+from tools_app.runs.store.leases import release_this_process_runs
+from tools_app.runs.sweeps import reap_and_enqueue, start_reaper_thread
 from tools_app.runs.tasks import enqueue_run
-from tools_app.runs.worker import reap_and_enqueue, start_reaper_thread
+from tools_app.runs.worker import runner
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +147,7 @@ class RunWorker(db_worker.Worker):
         turn: its ORM query and its claim's save were about a sixth of a busy worker's
         CPU at 100 runs, paid again for every run of a burst
         (docs/benchmarks/product-path.md). A turn that claimed nothing is followed by a
-        wait for the next enqueue, not a blind sleep (runs/task_wakeup.py)."""
+        wait for the next enqueue, not a blind sleep (runs/loops/task_wakeup.py)."""
         wakeups = TaskWakeups(connections[DBTaskResult.objects.db])
         try:
             self._claim_turns(wakeups)
@@ -158,7 +160,7 @@ class RunWorker(db_worker.Worker):
         if self.startup_delay and self.interval:
             time.sleep(random.random())  # noqa: S311 (against a thundering herd)
         # Before the first claim: a task enqueued after a turn found nothing still wakes
-        # the wait that follows it (runs/task_wakeup.py).
+        # the wait that follows it (runs/loops/task_wakeup.py).
         wakeups.listen()
         while self.running:
             turn_started = time.monotonic()

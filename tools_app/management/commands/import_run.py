@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from tools_app.runs.fixtures import FixtureError, import_fixture, load_fixture
+from tools_app.runs.debugger.run_files import FixtureError, import_fixture, load_fixture
 
 
 class Command(BaseCommand):

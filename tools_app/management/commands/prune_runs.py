@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from tools_app.runs.retention import AgeError, parse_age, prune_runs
+from tools_app.runs.store.retention import AgeError, parse_age, prune_runs
 
 
 def positive_int(value: str) -> int:

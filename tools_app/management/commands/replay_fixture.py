@@ -15,13 +15,13 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandParser
 
-from tools_app.runs.fixtures import (
+from tools_app.runs.debugger.replay import MODEL_MODES, TOOLS_MODES, describe, replay_fixture
+from tools_app.runs.debugger.run_files import (
     FixtureError,
     RunFixture,
     load_fixture,
     unregistered_tool_code,
 )
-from tools_app.runs.replay import MODEL_MODES, TOOLS_MODES, describe, replay_fixture
 
 MATCHES, DIVERGES, UNUSABLE = 0, 1, 2
 

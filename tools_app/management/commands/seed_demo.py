@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, ProviderKind
-from tools_app.runs.selectors import PLAYGROUND_DEFAULT_ENDPOINT
+from tools_app.runs.store.selectors import PLAYGROUND_DEFAULT_ENDPOINT
 from tools_app.tools.registry import ToolSyncError, sync_tools
 
 # The tool the "hallucinated tool" script calls; it must never be registered.

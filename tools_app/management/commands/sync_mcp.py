@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tools_app.models import McpServer
-from tools_app.runs.mcp_tools import McpSyncError, sync_server
+from tools_app.runs.snapshot.mcp import McpSyncError, sync_server
 
 
 class Command(BaseCommand):

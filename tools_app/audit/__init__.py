@@ -1,0 +1,4 @@
+"""The audit log: finding runs and tool calls across every run (`run_filters`,
+`call_filters`, full-text `search` over `search_index`), the calls and tool pages' reads
+(`selectors`, `tool_stats`) and the columns database triggers keep for them
+(`triggers`). Reads stored rows only: imports nothing from `runs/`."""

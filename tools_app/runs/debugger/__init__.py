@@ -1,0 +1,6 @@
+"""The debugger's features on stored runs: rerun and replay with recorded answers
+(`rerun`, `replay`), fork from a round and splice (`fork`), run files for regression
+fixtures (`run_files`), compare two runs (`compare`), re-execute one call
+(`reexecution`, `reexecution_reads`), approvals and breakpoints (`approvals`,
+`breakpoints`), try-it runs of one tool (`tryit`) and what the timeline shows of a run
+(`timeline`)."""

@@ -1,0 +1,486 @@
+"""What the run page and the live timeline show of a run: its rounds and their calls
+as display-ready dicts (wire bodies, bars on a time axis, approvals, what was not
+executed), the run header, and the live batches' reads. The rows come from
+prepared reads (prepared.py) and values() queries, never model instances per call:
+a run of 1,000 calls renders fast (docs/benchmarks/render.md)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Collection, Iterable, Mapping
+from functools import partial
+from typing import Any
+
+import pydantic_core
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import DEFAULT_DB_ALIAS
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+
+from tools_app.engine.conversation import to_openai_messages
+from tools_app.models import (
+    CallDecision,
+    DecisionKind,
+    Round,
+    Run,
+    RunEvent,
+    RunPause,
+    RunStatus,
+    ToolCall,
+    ToolCallState,
+)
+from tools_app.runs.debugger.reexecution_reads import lane_adder as reexec_lanes
+from tools_app.runs.snapshot.frozen import snapshot_messages
+from tools_app.runs.store import prepared
+from tools_app.runs.store.selectors import as_uuid
+
+
+def replay_divergences(run: Run) -> list[str]:
+    """What a replaying run said where it left its recording and went on live (only a
+    replay told to go on live records it: the others read nothing)."""
+    replay = run.snapshot.get("replay")
+    if not isinstance(replay, dict) or replay.get("on_divergence") != "live":
+        return []
+    payloads = RunEvent.objects.filter(run=run, kind="replay_diverged").order_by("seq")
+    return [str(p.get("detail", "")) for p in payloads.values_list("payload", flat=True)
+            if isinstance(p, dict)]
+
+
+def starting_conversation(run: Run) -> list[dict[str, Any]]:
+    """The conversation the run started from, as OpenAI-format dicts (role, content,
+    tool calls with their arguments pretty-printed when they are JSON)."""
+    if "messages" not in run.snapshot:
+        return []  # a row made outside the run services (tests, imports of old data)
+    shown = []
+    for message in to_openai_messages(snapshot_messages(run.snapshot), error_flags=True):
+        calls = [{"id": c["id"], "name": c["function"]["name"],
+                  "arguments": _pretty_arguments(c["function"]["arguments"])}
+                 for c in message.get("tool_calls", [])]
+        shown.append(message | {"calls": calls})
+    return shown
+
+
+def _pretty_arguments(raw: str) -> str:
+    try:
+        return _pretty(json.loads(raw))
+    except ValueError:
+        return raw
+
+
+def round_views(run: Run, indexes: Iterable[int] | None = None, *,
+                display: bool = True) -> list[dict[str, Any]]:
+    """Rounds with their calls, as plain dicts with display values computed here.
+
+    Rows are read with values() (no model instances) and the template gets plain dicts
+    and precomputed strings: a finished run with 1,000 tool calls must render fast
+    (see docs/benchmarks.md). `display=False` gives the rows' own values only, what the
+    JSON API reports: no wire bodies (a round's request repeats the whole conversation),
+    pretty JSON or bars, which were half the cost of a client polling a run.
+    """
+    wanted = list(indexes) if indexes is not None else None
+    return _rounds_of(run, wanted, _calls_by_round(run, wanted), "id", display)
+
+
+def live_views(run: Run, whole: Collection[int], lanes: Mapping[int, Collection[str]],
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """For a live batch: the rounds `whole` as `round_views` shows them, and for each
+    round of `lanes` (whose only news is that the calls it names started or finished)
+    its time axis and those calls' lanes, the same views as in its whole round. The
+    lane rounds' own rows (their model call, with the whole request body) are not read;
+    the calls of all the rounds are read together (nothing is read when there are no
+    rounds). A round some of whose named calls
+    match no stored call is rendered whole: an event's call id is the one the provider
+    sent, redacted, and a stored one is cut to fit its column (`storage.fit_column`), so a
+    very long id or one holding a secret differs, and its lane would never be updated."""
+    by_round = _calls_by_round(run, [*whole, *lanes], keyed_by_index=True)
+    whole_rounds = list(whole)
+    lane_rounds = []
+    for index, call_ids in lanes.items():
+        views, axis = _call_views(by_round.get(index, []))
+        changed = [view for view in views if view["call_id"] in call_ids]
+        if {view["call_id"] for view in changed} != set(call_ids):
+            whole_rounds.append(index)
+        else:
+            lane_rounds.append({"index": index, "axis": axis, "calls": views,
+                                "changed": changed})
+    rounds = (_rounds_of(run, sorted(whole_rounds), by_round, "index", True)
+              if whole_rounds else [])
+    return rounds, lane_rounds
+
+
+def _calls_by_round(run: Run, indexes: list[int] | None, *, keyed_by_index: bool = False,
+                    ) -> dict[int, list[dict[str, Any]]]:
+    """The calls of the rounds `indexes` (all: None) with their decisions and
+    re-executions, by round id (or index), in call order."""
+    if indexes == []:
+        return {}
+    columns = ("pk", "round_id", *(("round__index",) if keyed_by_index else ()), *CALL_FIELDS)
+
+    def calls(run_pk: Any, *wanted: Any) -> QuerySet[ToolCall, Any]:
+        found = ToolCall.objects.filter(run=run_pk).order_by("call_index")
+        picked: QuerySet[ToolCall, Any] = (
+            found.filter(round__index__in=wanted[0]) if wanted else found).values(*columns)
+        return picked
+
+    by_round: dict[int, list[dict[str, Any]]] = {}
+    approval = _approval_state(run)
+    reexecutions = reexec_lanes(run, indexes=indexes)
+    arguments = (run.pk,) if indexes is None else (run.pk, indexes)
+    for call in prepared.rows(("calls", columns), calls, *arguments):
+        key = call.pop("round__index") if keyed_by_index else call["round_id"]
+        by_round.setdefault(key, []).append(reexecutions(approval(call)))
+    return by_round
+
+
+def _rounds_of(run: Run, indexes: list[int] | None, by_round: dict[int, list[dict[str, Any]]],
+               key: str, display: bool) -> list[dict[str, Any]]:
+    """The rounds `indexes` (all: None) with their calls from `by_round` (by round `key`:
+    "id" or "index")."""
+    if indexes == []:
+        return []
+    fields = ROUND_FIELDS if display else RECORD_ROUND_FIELDS
+
+    def rounds(run_pk: Any, *wanted: Any) -> QuerySet[Round, Any]:
+        found = Round.objects.filter(run=run_pk).order_by("index")
+        picked: QuerySet[Round, Any] = (
+            found.filter(index__in=wanted[0]) if wanted else found).values(
+            "id", "response", *fields)
+        return picked
+
+    added = _added_messages(run)
+    finished = run.is_terminal
+    arguments = (run.pk,) if indexes is None else (run.pk, indexes)
+    return [_round_view(r, by_round.get(r[key], []), finished, display) | {
+        "added_messages": added.get(r["index"], []), "final": _is_final(run, r)}
+        for r in prepared.rows(("rounds", fields), rounds, *arguments)]
+
+
+def _is_final(run: Run, round_: dict[str, Any]) -> bool:
+    """The round whose text is the run's final answer (shown once, in the header)."""
+    return (run.final_text is not None and round_["index"] == run.rounds_count - 1
+            and round_["ai_text"] == run.final_text)
+
+
+def unexecuted_requests(round_: Mapping[str, Any], recorded: int) -> list[dict[str, Any]]:
+    """The calls a stored response proposed past the `recorded` ones: a run that stopped
+    on its round-trip cap stores the round's response, but its calls never ran."""
+    response = round_.get("response")
+    if round_["status"] != "responded" or not isinstance(response, dict):
+        return []
+    requests = (response.get("ai_message") or {}).get("tool_execution_requests") or []
+    return [r for r in requests[recorded:] if isinstance(r, dict)]
+
+
+def _not_executed_call(round_index: int, call_index: int,
+                       request: dict[str, Any]) -> dict[str, Any]:
+    """A lane for a proposed call that never ran (no ToolCall row: nothing happened)."""
+    raw = str(request.get("arguments") or "")
+    try:
+        parsed: Any = json.loads(raw) if raw else {}
+    except ValueError:
+        parsed = None
+    return {"pk": None, "dom_id": f"round-{round_index}-unexecuted-{call_index}",
+            "call_id": str(request.get("id", "")), "tool_name": str(request.get("name", "")),
+            "state": "not_executed", "state_label": "Not executed", "duration_ms": None,
+            "attempts": 0, "arguments": parsed, "arguments_raw": raw, "error_details": None,
+            "result_text": None, "result_json": None, "is_error": False, "error_type": "",
+            "error_message": "", "handled_by": "", "stopped_run": False, "traceback": "",
+            "started_at": None, "finished_at": None, "decision": None,
+            "awaiting_decision": False, "held_at_breakpoint": False,
+            "reexecutable": False, "reexecutions": []}
+
+
+def _added_messages(run: Run) -> dict[int, list[dict[str, Any]]]:
+    """Round index -> the messages people added at a breakpoint before its model call."""
+    if not run.snapshot.get("breakpoints"):
+        return {}
+    added: dict[int, list[dict[str, Any]]] = {}
+    rows = RunPause.objects.filter(run=run, before="model", resolved_at__isnull=False).exclude(
+        message="").values("round_index", "message", "resolved_by_label")
+    for row in rows:
+        added.setdefault(row["round_index"], []).append(dict(row))
+    return added
+
+
+def _approval_state(run: Run) -> Any:
+    """Adds to a call's dict its decision (if any) and whether it awaits one now."""
+    flagged = frozenset(t["name"] for t in run.snapshot["tools"] if t.get("requires_approval"))
+    decisions: dict[int, dict[str, Any]] = {}
+    if flagged:
+        rows = CallDecision.objects.filter(run=run).values(
+            "tool_call_id", "decision", "arguments", "message", "decided_by_label",
+            "decided_at")
+        decisions = {row["tool_call_id"]: dict(row) for row in rows}
+    labels = dict(DecisionKind.choices)
+    waiting = run.status == RunStatus.WAITING
+    pause = run.open_pause if waiting else None
+    held = frozenset(pause.call_ids) if pause is not None else frozenset()
+
+    def add(call: dict[str, Any]) -> dict[str, Any]:
+        decision = decisions.get(call["pk"])
+        if decision is not None:
+            decision = decision | {
+                "label": labels.get(decision["decision"], decision["decision"]),
+                "arguments_text": (_pretty(decision["arguments"])
+                                   if decision["arguments"] is not None else None)}
+        awaiting = (waiting and decision is None and call["tool_name"] in flagged
+                    and call["state"] == ToolCallState.PROPOSED)
+        extra = {"state_label": "Awaiting approval"} if awaiting else {}
+        if call["call_id"] in held and call["state"] == ToolCallState.PROPOSED:
+            extra = {"state_label": "Held at a breakpoint"}
+        return call | {"decision": decision, "awaiting_decision": awaiting,
+                       "held_at_breakpoint": call["call_id"] in held} | extra
+
+    return add
+
+
+# A round's own values, then what only the page shows: its wire bodies and stream.
+RECORD_ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_token_ms",
+                       "input_tokens", "output_tokens", "attempts", "thinking", "ai_text")
+ROUND_FIELDS = (*RECORD_ROUND_FIELDS, "request_json", "response_json", "raw_stream")
+CALL_FIELDS = ("call_id", "tool_name", "state", "duration_ms", "attempts", "arguments",
+               "arguments_raw", "error_details", "result_text", "result_json", "is_error",
+               "error_type", "error_message", "handled_by", "stopped_run", "traceback",
+               "started_at", "finished_at")
+
+
+def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]], finished: bool,
+                display: bool) -> dict[str, Any]:
+    view = {name: round_[name] for name in (ROUND_FIELDS if display else RECORD_ROUND_FIELDS)}
+    if finished:  # while the run goes on, the rows of proposed calls are about to come
+        calls = calls + [_not_executed_call(round_["index"], len(calls) + n, request)
+                         for n, request in enumerate(unexecuted_requests(round_, len(calls)))]
+    if not display:
+        return view | {"calls": calls}
+    view["calls"], view["axis"] = _call_views(calls)
+    view["not_executed"] = sum(1 for c in calls if c["state"] == "not_executed")
+    view["awaiting_decisions"] = sum(1 for c in calls if c["awaiting_decision"])
+    view["has_wire"] = round_["request_json"] is not None or round_["response_json"] is not None
+    view["stream"] = _stream_view(round_["raw_stream"])
+    view["wire"] = [_wire_view("request", round_["request_json"]),
+                    _wire_view("response", round_["response_json"])]
+    return view
+
+
+def _pretty(value: Any) -> str:
+    """Indented JSON. pydantic-core's encoder: the standard library's falls back to pure
+    Python as soon as `indent` is set, which made this the slowest part of a page."""
+    return pydantic_core.to_json(value, indent=2).decode()
+
+
+def _wire_view(which: str, body: Any) -> dict[str, Any]:
+    """Pretty and raw JSON of a wire body; past the display limit only a head is shown
+    (a long conversation's request repeats the whole history every round)."""
+    limit = settings.AGENTFORGE_DISPLAY_LIMIT
+    pretty = _pretty(body) if body is not None else ""
+    raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")) if body is not None else ""
+    return {"which": which, "large": len(pretty) > limit, "size": len(raw),
+            "pretty": pretty[:limit], "raw": raw[:limit]}
+
+
+def _stream_view(raw: str | None) -> dict[str, Any] | None:
+    """A streamed response's event-stream lines as they arrived (stored redacted)."""
+    if raw is None:
+        return None
+    limit = settings.AGENTFORGE_DISPLAY_LIMIT
+    return {"text": raw[:limit], "large": len(raw) > limit, "size": len(raw)}
+
+
+def _call_views(calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The round's calls on one time axis: 0 is the first call's start, the end the last
+    call's end (a running call's is now); each bar is placed by its offset on it."""
+    starts = [c["started_at"] for c in calls if c["started_at"]]
+    ends = [_end_of(c) for c in calls if c["started_at"]]
+    origin = min(starts) if starts else None
+    span = (max(ends) - origin).total_seconds() if origin and ends else 0.0
+    labels = dict(ToolCallState.choices)
+    limit = settings.AGENTFORGE_DISPLAY_LIMIT
+    return [_call_view(c, origin, span, labels, limit) for c in calls], _axis(span, starts)
+
+
+def _axis(span: float, starts: list[Any]) -> dict[str, Any]:
+    """The scale drawn above a round's bars: five evenly spaced labels, 0 to the span.
+    None for fewer than two calls that started: there is nothing to compare."""
+    if len(starts) < 2:
+        return {"ticks": []}
+    return {"ticks": [format_ms(span * 1000 * n / 4) for n in range(5)],
+            "span_text": format_ms(span * 1000)}
+
+
+def _call_view(call: dict[str, Any], origin: Any, span: float, labels: dict[str, str],
+               limit: int) -> dict[str, Any]:
+    x, width = _bar(call, origin, span)
+    result = call["result_text"]
+    raw_result = None
+    if call["result_json"] is not None and call["result_json"] != result:
+        raw_result = _pretty(call["result_json"])
+    arguments = call["arguments"]
+    return call | {
+        "dom_id": call.get("dom_id") or f"call-{call['pk']}",
+        "state_label": call.get("state_label") or labels.get(call["state"], call["state"]),
+        "running": call["state"] == ToolCallState.STARTED and call["finished_at"] is None,
+        "elapsed_ms": _elapsed_ms(call),
+        "elapsed_text": format_ms(float(_elapsed_ms(call) or 0)),
+        # Strings, not numbers: the template then has nothing to localize per call.
+        "duration_text": format_ms(call["duration_ms"]), "bar_x": str(x), "bar_width": str(width),
+        "args_text": _pretty(arguments) if arguments is not None else call["arguments_raw"],
+        "failing_paths": _failing_paths(call["error_details"]),
+        "result_large": result is not None and len(result) > limit,
+        "result_head": result[:limit] if result is not None else None,
+        "result_length": len(result) if result is not None else 0,
+        "raw_result": raw_result,
+    }
+
+
+def _elapsed_ms(call: dict[str, Any]) -> str:
+    """How long a running call has run at rendering (the page's script ticks it on)."""
+    if call["started_at"] is None or call["finished_at"] is not None:
+        return ""
+    return str(int((timezone.now() - call["started_at"]).total_seconds() * 1000))
+
+
+def _bar(call: dict[str, Any], origin: Any, span: float) -> tuple[int, int]:
+    """Waterfall bar in a 0..1000 viewBox (SVG attributes, so the CSP needs no inline style)."""
+    started = call["started_at"]
+    if origin is None or started is None:
+        return 0, 0
+    total = span or 1.0
+    x = min(int((started - origin).total_seconds() / total * 1000), 994)
+    width = max(int((_end_of(call) - started).total_seconds() / total * 1000), 6)
+    return x, min(width, 1000 - x)
+
+
+def _end_of(call: dict[str, Any]) -> Any:
+    """A call still running extends to now, so its bar grows while it runs."""
+    if call["finished_at"] is not None:
+        return call["finished_at"]
+    return timezone.now() if call["state"] == "started" else call["started_at"]
+
+
+def _failing_paths(details: Any) -> list[str]:
+    if not isinstance(details, list):
+        return []
+    paths = []
+    for item in details:
+        if isinstance(item, dict):
+            # Schema-validated tools name the value by its JSON pointer; Python tools by
+            # pydantic's location.
+            pointer = item.get("pointer")
+            loc = (pointer if isinstance(pointer, str) else
+                   ".".join(str(p) for p in item.get("loc", []))) or "(arguments)"
+            paths.append(f"{loc}: {item.get('msg', '')}")
+    return paths
+
+
+def format_ms(value: float | None) -> str:
+    """A duration in milliseconds as people read it: "-", "4.2 ms", "87 ms", "1.25 s"."""
+    if value is None:
+        return "-"
+    if value >= 1000:
+        return f"{value / 1000:.2f} s"
+    return f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
+
+
+# -- the run header ---------------------------------------------------------------------
+
+# The policy values a run actually used, in the header's words (the snapshot holds the
+# policy with the run's own choices already applied).
+SETTING_LABELS = (("parallel", "Parallel calls"), ("max_concurrency", "At most at once"),
+                  ("max_round_trips", "Max rounds"), ("default_tool_timeout", "Tool timeout"),
+                  ("arguments_error", "Arguments errors"), ("execution_error", "Tool errors"),
+                  ("hallucinated_tool", "Unknown tools"),
+                  ("provider_max_retries", "Provider retries"))
+
+
+def header_view(run: Run, owner: str | None = None) -> dict[str, Any]:
+    """What the run header shows beyond the run row: who started it (`owner`: their
+    username if already read, else read from `run.created_by`; "" for none), the
+    effective settings, counts taken from the same rows as the lanes (so they agree at
+    every moment of a live run), and the call that stopped the run, if one did (its
+    error is shown in its lane), and where a replay left its recording and went on live
+    (so it shows as it happens)."""
+    if owner is None:
+        owner = run.created_by.get_username() if run.created_by is not None else ""
+    return {"owner": owner, "settings": effective_settings(run), "counts": _lane_counts(run),
+            "stopped_by": _stopping_call(run), "divergences": replay_divergences(run)}
+
+
+RUN_COLUMNS = prepared.concrete_names(Run)
+
+
+def live_run(run_id: str | uuid.UUID) -> tuple[Run, str]:
+    """The run and its owner's username ("" for none), for a live batch's header: one
+    prepared read (prepared.py) instead of the ORM's get() with its join, which every
+    batch paid for. Raises Run.DoesNotExist."""
+    username = "created_by__" + get_user_model().USERNAME_FIELD
+    found = prepared.rows(("live_run", username), partial(_run_row, username),
+                          as_uuid(run_id))
+    if not found:
+        raise Run.DoesNotExist(run_id)
+    row = found[0]
+    run = Run.from_db(DEFAULT_DB_ALIAS, RUN_COLUMNS, [row[name] for name in RUN_COLUMNS])
+    return run, row[username] or ""
+
+
+def _run_row(username: str, run_id: Any) -> QuerySet[Run, Any]:
+    picked: QuerySet[Run, Any] = Run.objects.filter(pk=run_id).values(*RUN_COLUMNS, username)
+    return picked
+
+
+def effective_settings(run: Run) -> list[dict[str, Any]]:
+    policy = run.snapshot.get("policy") or {}
+    changed = set(run.snapshot.get("policy_changed") or ())
+    return [{"label": label, "value": _setting_text(name, policy[name]),
+             "changed": name in changed} for name, label in SETTING_LABELS if name in policy]
+
+
+def _setting_text(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "no limit"
+    if name == "default_tool_timeout":
+        return f"{value} s"
+    return str(value).replace("_", " ")
+
+
+def _lane_counts(run: Run) -> dict[str, int]:
+    # One prepared query for the three counts: the header is rendered again for every
+    # live batch.
+    found = prepared.rows("lane_counts", _lane_counts_query, run.pk)
+    counted = found[0] if found else {"rows": 0, "running": 0, "errors": 0}
+    not_executed = _not_executed_count(run)
+    return {"calls": counted["rows"] + not_executed, "not_executed": not_executed,
+            "running": counted["running"], "errors": counted["errors"]}
+
+
+def _lane_counts_query(run_pk: Any) -> QuerySet[ToolCall, Any]:
+    return ToolCall.objects.filter(run=run_pk).order_by().values("run").annotate(
+        rows=Count("pk"), running=Count("pk", filter=Q(state=ToolCallState.STARTED)),
+        errors=Count("pk", filter=Q(is_error=True)))
+
+
+def _not_executed_count(run: Run) -> int:
+    """Only the last round of a finished run can hold calls that never ran."""
+    if not run.is_terminal or not run.rounds_count:
+        return 0
+    last = Round.objects.filter(run=run).order_by("-index").values(
+        "id", "index", "status", "response").first()
+    if last is None:
+        return 0
+    recorded = ToolCall.objects.filter(round_id=last["id"]).count()
+    return len(unexecuted_requests(dict(last), recorded))
+
+
+def _stopping_call(run: Run) -> dict[str, Any] | None:
+    if not run.error_type:
+        return None
+    stopping = ToolCall.objects.filter(run=run, stopped_run=True)
+    call = (stopping.order_by("round__index", "call_index")
+            .values("pk", "tool_name", "round__index", "error_type").first())
+    if call is None:
+        return None
+    return {"dom_id": f"call-{call['pk']}", "tool_name": call["tool_name"],
+            "round": call["round__index"] + 1, "error_type": call["error_type"]}

@@ -1,0 +1,116 @@
+"""What an error policy may hold, checked in one place for the admin and for the
+per-run overrides of the playground and the API (the same limits for both)."""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from tools_app.models import ErrorPolicy
+
+TEMPLATE_PLACEHOLDERS = ("tool", "error", "arguments")
+TEMPLATE_FIELDS = ("arguments_error_template", "execution_error_template")
+
+OVERRIDABLE_FIELDS = frozenset({
+    "arguments_error", "arguments_error_template", "execution_error",
+    "execution_error_template", "hallucinated_tool", "max_round_trips",
+    "default_tool_timeout", "parallel", "max_concurrency", "provider_max_retries",
+})
+"""A run may change these for itself; never the policy's name, id or default flag
+(the run page would show a policy the run did not use)."""
+
+
+class PolicyOverrideError(ValueError):
+    """Overrides a run cannot use; the message names every offending field."""
+
+    def __init__(self, problems: Mapping[str, str]) -> None:
+        self.problems = dict(problems)
+        super().__init__("; ".join(f"policy_overrides.{field}: {problem}"
+                                   for field, problem in self.problems.items()))
+
+
+def template_problem(template: str) -> str | None:
+    """Why a policy template would not format, or None.
+
+    Conversions and format specs are refused too: "{error:>999999999}" would format,
+    and allocate a gigabyte on the worker.
+    """
+    allowed = ", ".join(f"{{{name}}}" for name in TEMPLATE_PLACEHOLDERS)
+    if "\x00" in template:
+        return "A template cannot hold a NUL character."
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"Not a valid template ({exc}). Write {{{{ and }}}} for literal braces."
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in TEMPLATE_PLACEHOLDERS or spec or conversion:
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + (
+                f":{spec}" if spec else "") + "}"
+            return (f"Unknown placeholder {shown}: use only {allowed}. "
+                    "Write {{ and }} for literal braces.")
+    try:
+        template.format(tool="tool", error="error", arguments="{}")
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        return f"The template does not format: {exc}"
+    return None
+
+
+def checked_overrides(policy: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The overrides as the run will use them, validated like the admin form validates
+    a policy (field types, choices, limits, templates, parallel vs max_concurrency).
+    A None value means "keep the policy's"."""
+    unknown = sorted(set(overrides) - OVERRIDABLE_FIELDS)
+    if unknown:
+        raise PolicyOverrideError({
+            name: "cannot be overridden per run (allowed: "
+                  f"{', '.join(sorted(OVERRIDABLE_FIELDS))})" for name in unknown})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    problems = _type_problems(given)
+    if problems:
+        raise PolicyOverrideError(problems)
+    values = {name: policy[name] for name in OVERRIDABLE_FIELDS if name in policy} | given
+    candidate = ErrorPolicy(name="override check", **values)
+    try:
+        candidate.clean_fields(exclude=[f.name for f in ErrorPolicy._meta.concrete_fields
+                                        if f.name not in given])
+    except ValidationError as exc:
+        problems |= {field: " ".join(messages) for field, messages in exc.message_dict.items()}
+    for field in TEMPLATE_FIELDS:
+        if field in given and (problem := template_problem(given[field])):
+            problems[field] = problem
+    if ({"max_concurrency", "parallel"} & set(given) and values.get("parallel") is False
+            and values.get("max_concurrency") is not None):
+        problems["max_concurrency"] = ("only meaningful when calls run in parallel: turn "
+                                       "parallel on or leave it out")
+    if problems:
+        raise PolicyOverrideError(problems)
+    return {field: getattr(candidate, field) for field in given}
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "parallel": (bool,), "max_round_trips": (int,), "max_concurrency": (int,),
+    "provider_max_retries": (int,), "default_tool_timeout": (int, float),
+    "arguments_error": (str,), "execution_error": (str,), "hallucinated_tool": (str,),
+    "arguments_error_template": (str,), "execution_error_template": (str,),
+}
+
+
+def _type_problems(given: Mapping[str, Any]) -> dict[str, str]:
+    """JSON types first: the model fields would turn "yes" into True and 3.7 into 3."""
+    problems = {}
+    for field, value in given.items():
+        expected = _TYPES[field]
+        if isinstance(value, float) and not math.isfinite(value):
+            problems[field] = "must be a finite number"
+            continue
+        if (isinstance(value, bool) and bool not in expected) or not isinstance(value, expected):
+            kinds = " or ".join("a boolean" if t is bool else "an integer" if t is int
+                                else "a number" if t is float else "a string" for t in expected)
+            problems[field] = f"must be {kinds}"
+    return problems

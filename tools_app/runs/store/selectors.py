@@ -1,0 +1,184 @@
+"""Reads. Views, the consumer and the API get their data here."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+
+from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolRegistration
+from tools_app.runs.store import prepared
+
+User = AbstractBaseUser | AnonymousUser
+
+
+def run_list_for_user(user: User) -> QuerySet[Run]:
+    return _visible_to(user, _listed_runs())
+
+
+def _listed_runs() -> QuerySet[Run]:
+    """Runs as the pages list and show them: with their endpoint and owner, newest first."""
+    return Run.objects.select_related("endpoint", "created_by").order_by("-created_at")
+
+
+def _visible_to(user: User, runs: QuerySet[Run]) -> QuerySet[Run]:
+    """The runs this user may see: any for staff, else their own."""
+    if getattr(user, "is_staff", False):
+        return runs
+    return runs.filter(created_by_id=user.pk)
+
+
+def run_for_api(run_id: str | uuid.UUID, user: User) -> Run | None:
+    """As `run_get_for_user`, without joining the run's endpoint and owner rows: the
+    API's answers take those from the run's snapshot (a view that does follow them
+    loads them lazily), and a client polling a run pays for a lookup of one table, a
+    prepared read (prepared.py: every API call on a run starts with it)."""
+    if not user.is_authenticated:
+        return None
+    try:
+        key = as_uuid(run_id)
+    except (ValueError, TypeError, AttributeError):  # not a UUID (a query string's id)
+        return None
+    if getattr(user, "is_staff", False):
+        found = prepared.instances("run_by_pk", Run, _run_by_pk, key)
+    else:
+        found = prepared.instances("api_own_run", Run, _own_run_by_pk, key, user.pk)
+    return found[0] if found else None
+
+
+def run_row(run_id: str | uuid.UUID) -> Run:
+    """The run's row, every field: a prepared read (prepared.py), as every run's claim
+    reads it. Raises Run.DoesNotExist."""
+    found = prepared.instances("run_by_pk", Run, _run_by_pk, as_uuid(run_id))
+    if not found:
+        raise Run.DoesNotExist(run_id)
+    return found[0]
+
+
+def run_rows(run_ids: Sequence[str | uuid.UUID]) -> list[Run]:
+    """The rows of these runs (those that exist, in no order), every field: one
+    prepared read, as a group of runs' claims reads them."""
+    return prepared.instances("runs_by_pk", Run, _runs_by_pk,
+                              [as_uuid(run_id) for run_id in run_ids])
+
+
+def _runs_by_pk(run_ids: Any) -> QuerySet[Run]:
+    return Run.objects.filter(pk__in=run_ids).order_by()
+
+
+def _run_by_pk(run_id: Any) -> QuerySet[Run]:
+    return Run.objects.filter(pk=run_id).order_by()
+
+
+def _own_run_by_pk(run_id: Any, user_id: Any) -> QuerySet[Run]:
+    return Run.objects.filter(pk=run_id, created_by_id=user_id).order_by()
+
+
+def _visible_run(run_id: str | uuid.UUID, user: User, runs: QuerySet[Run]) -> Run | None:
+    """The run of `runs` with this id if this user may see it, else None."""
+    if not user.is_authenticated:
+        return None
+    try:
+        return _visible_to(user, runs).filter(pk=run_id).first()
+    except (ValueError, TypeError, ValidationError):  # not a UUID (a query string's id)
+        return None
+
+
+def endpoint_names() -> list[str]:
+    return list(ModelEndpoint.objects.order_by("name").values_list("name", flat=True))
+
+
+def policy_names() -> list[str]:
+    return list(ErrorPolicy.objects.order_by("name").values_list("name", flat=True))
+
+
+def tool_names() -> list[str]:
+    return list(ToolRegistration.objects.order_by("name").values_list("name", flat=True))
+
+
+def run_get_for_user(run_id: str | uuid.UUID, user: User) -> Run | None:
+    """The run if this user may see it (their own, or any for staff), else None."""
+    return _visible_run(run_id, user, _listed_runs())
+
+
+def events_after(run_id: str | uuid.UUID, seq: int, limit: int = 500) -> list[RunEvent]:
+    return list(RunEvent.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq")[:limit])
+
+
+class EventMark(NamedTuple):
+    """What the live timeline needs of an event: its seq, the round it touched, its kind
+    and, for a tool call's event, the call's id (what the live batch re-renders)."""
+
+    seq: int
+    round_index: Any  # an int for events of a round; None (or anything else) otherwise
+    kind: str = ""
+    call_id: Any = None  # a str for a tool call's events
+
+
+def event_marks_after(run_id: str | uuid.UUID, seq: int, limit: int = 500) -> list[EventMark]:
+    """Like events_after, without the payloads: a wire event's payload holds a whole
+    request body (the conversation so far), which a live update never needs."""
+    def marks(run: Any, after: Any) -> QuerySet[RunEvent, Any]:
+        return (RunEvent.objects.filter(run_id=run, seq__gt=after).order_by("seq")
+                .values_list("seq", "payload__round_index", "kind", "payload__call_id")[:limit])
+
+    # Prepared: every live batch begins with this read (prepared.py).
+    return [EventMark(*row) for row in prepared.rows(("event_marks", limit), marks,
+                                                     as_uuid(run_id), seq)]
+
+
+def as_uuid(run_id: str | uuid.UUID) -> uuid.UUID:
+    return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(run_id)
+
+
+def endpoints_for_playground() -> QuerySet[ModelEndpoint]:
+    return ModelEndpoint.objects.order_by("kind", "name")
+
+
+def tools_for_playground() -> QuerySet[ToolRegistration]:
+    return ToolRegistration.objects.filter(enabled=True).order_by("name")
+
+
+# The demo endpoint a fresh install's playground starts on (seed_demo creates it): the
+# first endpoint by name would be a demo made to fail ("bad arguments").
+PLAYGROUND_DEFAULT_ENDPOINT = "Scripted: weather in parallel"
+
+
+def playground_default_endpoint() -> ModelEndpoint | None:
+    preferred = ModelEndpoint.objects.filter(name=PLAYGROUND_DEFAULT_ENDPOINT).first()
+    return preferred or endpoints_for_playground().first()
+
+
+def tools_a_script_calls(endpoint: ModelEndpoint) -> list[str]:
+    """The ids of the enabled tools a scripted endpoint's script calls: without them
+    its run would only meet "unknown tool" errors."""
+    if endpoint.kind != "scripted" or not isinstance(endpoint.script, list):
+        return []
+    names = {call.get("name") for step in endpoint.script if isinstance(step, dict)
+             for call in step.get("tool_calls") or () if isinstance(call, dict)}
+    return [str(pk) for pk in tools_for_playground().filter(name__in=names).values_list(
+        "pk", flat=True)]
+
+
+def scripted_endpoint_ids() -> list[str]:
+    return [str(pk) for pk in ModelEndpoint.objects.filter(kind="scripted").values_list(
+        "pk", flat=True)]
+
+
+def policies() -> QuerySet[ErrorPolicy]:
+    return ErrorPolicy.objects.order_by("-is_default", "name")
+
+
+def default_policy() -> ErrorPolicy | None:
+    """The policy a run takes when none is named: a prepared read (prepared.py), as
+    every run started without one looks it up."""
+    found = prepared.instances("default_policy", ErrorPolicy, _first_policy)
+    return found[0] if found else None
+
+
+def _first_policy() -> QuerySet[ErrorPolicy]:
+    return policies()[:1]

@@ -1,0 +1,34 @@
+"""Run the capability probe against a stored endpoint and keep the report on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.utils import timezone
+
+from tools_app.engine.probe import probe_capabilities
+from tools_app.models import ModelEndpoint
+from tools_app.runs.snapshot.frozen import ENDPOINT_FIELDS, chat_model_for
+
+
+def may_probe(user: Any) -> bool:
+    """A probe calls the endpoint with the server's credentials: staff may, other users
+    only where the operator allows it."""
+    return bool(user.is_authenticated and user.is_active
+                and (user.is_staff or settings.AGENTFORGE_PROBE_NON_STAFF))
+
+
+async def probe_and_store(endpoint_id: str) -> str:
+    endpoint = await ModelEndpoint.objects.aget(pk=endpoint_id)
+    config = {name: getattr(endpoint, name) for name in ENDPOINT_FIELDS}
+    model, _ = chat_model_for(config | {"stream": False}, max_retries=1)
+    streaming, _ = chat_model_for(config | {"stream": True}, max_retries=1)
+    report = await probe_capabilities(model, streaming_model=streaming,
+                                      model_name=endpoint.model or endpoint.name)
+    endpoint.capability_report = report.model_dump(mode="json")
+    endpoint.capability_checked_at = timezone.now()
+    await sync_to_async(endpoint.save)(
+        update_fields=["capability_report", "capability_checked_at", "updated_at"])
+    return "probed"

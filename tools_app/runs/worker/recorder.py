@@ -1,0 +1,516 @@
+"""Engine events -> database rows + one RunEvent each, then a live notification.
+
+Events are written in batches: the recorder queues each event and one writer task per
+run hands everything queued so far to `batch_writer` as one batch (the seqs allocated
+together under the worker's lease token, the RunEvents inserted together, each event's
+state change applied in order), which commits it in one transaction with the batches
+the loop's other runs have waiting. While a batch is being written the engine goes
+on, and what it emits meanwhile forms the next batch.
+
+The engine waits for durability only where crash safety needs it: a call's start on a
+tool that is not idempotent is committed before the tool runs (and, batches being
+written in order, so is the round's response it belongs to), and the runner drains the
+queue before anything reads the run's rows to decide (gates, approvals); what a chat
+that succeeded left queued is written by the run's end, in its transaction, before the
+end reads the rows (`hold_for_end`). A call on an idempotent tool runs at once, its
+start written with what follows: whatever a crash loses of it, the resumed run calls it
+again (or asks the model again, if the round's response was lost with it;
+runner.load_history), which is what idempotent permits. What the model is told next (a
+round's results, the next round's start and its request) is written while the model
+answers: its batch starts at the
+model's announced HTTP request (`ProviderWireRequest`, or `ModelRequestSent` for a
+model that announces none) and nothing waits for it. An event nobody waits for lingers
+a moment (`LINGER_SECONDS`) before the writer starts, so a round's results, the next
+round's start and its request share one batch: two batches a round, one if its calls
+are idempotent and quick (docs/benchmarks/product-path.md); only a streamed answer's
+first piece waits for that batch (viewers see a round before its pieces). A failed
+batch stops the run: nothing the recorder queued after it is ever written (the log
+would have a hole; the runner still writes the run's end), and the failure is raised
+where the engine waits or at its next event. Only after a commit are viewers notified
+(`eventlog.notify`), with the batch's last seq: the WebSocket consumer reads rows by
+seq, so a dropped notification never loses anything.
+Streaming fragments (partial text / tool-call pieces) are not stored: they are only
+broadcast, after the stored events before them, and the stored response supersedes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+from tools_app.engine.events import (
+    ModelResponseReceived,
+    PartialText,
+    PartialToolCall,
+    ProviderAttempt,
+    ProviderWireRequest,
+    ProviderWireResponse,
+    RoundStarted,
+    ToolCallFinished,
+    ToolCallProposed,
+    ToolCallStarted,
+)
+from tools_app.engine.execution import arguments_as_map
+from tools_app.models import Round, ToolCall
+from tools_app.runs.store.eventlog import notify
+from tools_app.runs.store.lifecycle import Ending
+from tools_app.runs.store.row_changes import RowChanges
+from tools_app.runs.store.sanitize import (
+    CleanPayload,
+    StreamRedactor,
+    clean_json,
+    clean_text,
+    fit_column,
+    redact,
+    stored_as_sent,
+)
+from tools_app.runs.worker import batch_writer
+from tools_app.runs.worker.batch_writer import Batch, write_together
+
+logger = logging.getLogger(__name__)
+
+EPHEMERAL_KINDS = frozenset({"partial_text", "partial_tool_call"})
+# How long an event nobody waits for may stay queued (so what follows shares its batch)
+# before the writer starts anyway: short enough that a viewer never notices, long enough
+# to cover a busy worker's steps from a round's response to its next request (tool
+# threads, the loop's queue: tens of milliseconds at 100 runs, where 20 ms split a
+# round's events into two batches a run in two rounds; docs/benchmarks/product-path.md).
+LINGER_SECONDS = 0.1
+
+Queued = tuple[Any, dict[str, Any], "asyncio.Future[int] | None"]
+
+
+class RunRecorder:
+    """An engine observer bound to one run and one lease token."""
+
+    def __init__(self, run_id: str, token: int, secrets: tuple[str, ...] = ()) -> None:
+        self.run_id = run_id
+        self.token = token
+        self.secrets = secrets
+        self.before_round: Any = None  # an async hook the runner uses as a checkpoint
+        self._round_ids: dict[int, int] = {}  # round index -> Round pk, once committed
+        self._streams = StreamRedactor(secrets)
+        # Round index -> the text it streamed so far, as shown (redacted): what a round
+        # the run ends before its response keeps (runner -> lifecycle.finish).
+        self.streamed: dict[int, str] = {}
+        self._queue: list[Queued] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._linger: asyncio.TimerHandle | None = None  # the writer's delayed start
+        self._drains = 0  # tasks waiting for the queue to be committed
+        # The chat ended: what is queued stays for the run's end (hold_for_end).
+        self._held = False
+        # Something queued must be written as soon as the writer is free (the model's
+        # request was queued while a batch was being written): no linger for it.
+        self._write_next = False
+        # Whether the model announces each HTTP request (ProviderWireRequest) before
+        # sending it: where the batch of what the model is told starts. Otherwise
+        # (scripted, recorded models) it is the ModelRequestSent before the call.
+        self.requests_announced = False
+        # The first batch that failed: every later event and drain raises it, and
+        # nothing queued after it is written.
+        self._error: Exception | None = None
+        # (when, cancel_requested) as the last batch's own UPDATE read it: the heartbeat
+        # needs no query of its own while the run writes.
+        self.cancel_seen: tuple[float, bool] | None = None
+        # What each new call row copies from its run (audit.triggers's triggers would
+        # otherwise put it right with one more UPDATE per call): set by the runner.
+        self.call_row_defaults: dict[str, Any] = {}
+        # Tools a resumed run may call again (the snapshot's idempotent flag, as
+        # runner.load_history reads it): their calls' starts are not waited for.
+        self.idempotent_tools: frozenset[str] = frozenset()
+
+    async def __call__(self, event: Any) -> None:
+        if isinstance(event, RoundStarted) and self.before_round is not None:
+            await self.before_round()
+        # After the checkpoint's await (a batch may have failed meanwhile); from here to
+        # the queue nothing yields, so nothing is queued behind a failed batch.
+        self._raise_failure()
+        if event.kind in EPHEMERAL_KINDS:
+            fragment = self._fragment(event)
+            if fragment is not None:
+                # Viewers see the round before its pieces, and none of a round whose
+                # batch failed: the one wait on the request's batch (a streamed answer's
+                # first piece comes long after it commits).
+                await self.drain()
+                await notify(self.run_id, {"fragment": fragment})
+            return
+        payload = self._payload(event)
+        if self.secrets:
+            # The one boundary every stored value crosses: the rows are written from the
+            # redacted event, whichever path (streamed or not) the values came by.
+            event = type(event).model_validate(payload)
+        waiter = asyncio.get_running_loop().create_future() \
+            if self._must_be_durable(event) else None
+        self._queue.append((event, payload, waiter))
+        if waiter is not None:
+            self._write_now()
+            # Shielded: a cancelled run stops waiting, the batch is still written.
+            await asyncio.shield(waiter)
+        elif event.kind == self._request_kind:
+            # The model is about to be asked: what it is told (the round's results, the
+            # round's start and this request) is written while it answers. Crash
+            # safety does not need it first: a result lost with this batch is that of a
+            # call whose start is stored, which a resumed run runs again if the tool is
+            # idempotent and reports as an unknown outcome if not.
+            self._write_now()
+        else:
+            self._write_soon()
+
+    def _must_be_durable(self, event: Any) -> bool:
+        """Whether the engine waits for this event's commit: a call's start on a tool
+        that must not run twice (a crash after the commit leaves the call in doubt,
+        reported as an unknown outcome, never silently run again)."""
+        return (isinstance(event, ToolCallStarted)
+                and event.tool_name not in self.idempotent_tools)
+
+    @property
+    def _request_kind(self) -> str:
+        return "provider_wire_request" if self.requests_announced else "model_request_sent"
+
+    async def drain(self) -> None:
+        """Wait until every queued event is committed; raise the failure of any batch."""
+        await self._written()
+        self._raise_failure()
+
+    async def settle(self) -> None:
+        """Before the run's end is written: commit what is still queued, whatever
+        stopped the chat (a chat cancelled in its last drain stopped waiting for it).
+        A failure is logged, not raised: the run is ending anyway, and a batch that
+        would come after the end is refused (its UPDATE expects the run running). A
+        batch that failed before was raised to the run already: nothing is left."""
+        if self._error is not None or self._held:
+            return  # nothing to write, or the run's end writes it
+        try:
+            await self.drain()
+        except Exception:
+            logger.warning("run %s: events queued at its end could not be stored",
+                           self.run_id, exc_info=True)
+
+    async def hold_for_end(self) -> None:
+        """The chat ended: wait for the batch being written (batches stay in order) and
+        keep what is still queued for the run's end, which writes it in its own
+        transaction (`take_held`): one commit fewer a run, and the end stored sooner.
+        Raises the failure of any batch, as a drain would."""
+        if any(waiter is not None for _, _, waiter in self._queue):
+            await self.drain()  # someone waits for a commit: not expected at the end
+            return
+        self._held = True
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+        self._raise_failure()
+
+    def take_held(self) -> list[tuple[Any, dict[str, Any]]]:
+        """What `hold_for_end` kept, for the run's end to write (once)."""
+        held, self._queue = self._queue, []
+        return [(event, payload) for event, payload, _ in held]
+
+    async def _written(self) -> None:
+        self._drains += 1
+        try:
+            self._write_now()
+            while self._writer is not None and not self._writer.done():
+                await asyncio.shield(self._writer)
+        finally:
+            self._drains -= 1
+
+    def _write_now(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        if not self._queue or self._error is not None or self._held:
+            return
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_queued())
+        else:
+            self._write_next = True  # the busy writer takes it next, without a linger
+
+    def _write_soon(self) -> None:
+        """Start the writer after a short linger, unless something needs it first: the
+        events that follow (a round's results, its start, its request) then share the
+        batch the request starts."""
+        if self._writer is None or self._writer.done():
+            self._linger_then_write()
+
+    def _linger_then_write(self) -> None:
+        if self._linger is None:
+            self._linger = asyncio.get_running_loop().call_later(LINGER_SECONDS,
+                                                                 self._write_now)
+
+    def _waited_for(self) -> bool:
+        """Whether what is queued must be written at once: the engine waits for it (a
+        call's start, a drain), or it was asked for while a batch was being written
+        (the model's request)."""
+        return (self._write_next or self._drains > 0
+                or any(waiter is not None for _, _, waiter in self._queue))
+
+    def _raise_failure(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    async def _write_queued(self) -> None:
+        """The run's writer: commit what is queued, one batch at a time, in order."""
+        while self._queue and not self._held:
+            batch, self._queue = self._queue, []
+            self._write_next = False
+            try:
+                seq = await batch_writer.write(
+                    self, [(event, payload) for event, payload, _ in batch])
+            except Exception as exc:  # the run's own task decides what a failure means
+                self._fail(exc, batch)
+                return
+            except BaseException:
+                # The writer itself was cancelled (its loop is closing): whether the
+                # batch committed is unknown, so nothing after it may be written.
+                self._fail(RuntimeError(f"run {self.run_id}: the event writer was "
+                                        "cancelled"), batch)
+                raise
+            for _, _, waiter in batch:
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(seq)
+            await notify(self.run_id, {"seq": seq})
+            if self._queue and not self._waited_for():
+                # Queued while this batch was written, and nobody waits for it: it
+                # lingers for what follows, as if the writer had been idle.
+                self._linger_then_write()
+                return
+
+    def _fail(self, error: Exception, batch: list[Queued]) -> None:
+        """A batch failed: it and everything queued after it are never written (a later
+        batch would leave a hole in the log); whoever waits on them gets the error."""
+        self._error = error
+        for _, _, waiter in [*batch, *self._queue]:
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(error)
+        self._queue = []
+
+    def _payload(self, event: Any) -> CleanPayload:
+        data = _dumped(event)
+        if data.get("raw_stream") and _mentions_secret(data.get("body"), self.secrets):
+            # The stream carried a secret in pieces (one per event, each harmless alone,
+            # whole when read together), which redacting line by line cannot catch.
+            data["raw_stream"] = RAW_STREAM_WITHHELD
+        known = self._known_texts(event)
+        if known is None:
+            return CleanPayload.of(redact(data, self.secrets))
+        # The body, as sent, holds no secret: redacting it (a walk of the whole
+        # conversation, string by string) would change nothing. The rest is redacted.
+        rest = redact({key: value for key, value in data.items() if key not in known},
+                      self.secrets)
+        if rest.keys() != data.keys() - known.keys():  # a secret in a field's name (!)
+            return CleanPayload.of(redact(data, self.secrets))
+        return CleanPayload.of({key: data[key] if key in known else rest[key]
+                                for key in data}, known)
+
+    def _known_texts(self, event: Any) -> dict[str, str] | None:
+        """A wire request's body as the engine sent it, when that is what the payload
+        stores (nothing to clean, no secret to redact): the whole conversation, not
+        encoded again."""
+        if not isinstance(event, ProviderWireRequest) or event.content is None:
+            return None
+        if not stored_as_sent(event.content, self.secrets):
+            return None
+        return {"body": event.content.decode()}
+
+    def _fragment(self, event: PartialText | PartialToolCall) -> dict[str, Any] | None:
+        """The fragment viewers may see: its text piece redacted as a stream (a secret
+        split across pieces included), None while there is nothing new to show."""
+        data = event.model_dump(mode="json")
+        if isinstance(event, PartialText):
+            data["delta"] = self._streams.feed(("text", event.round_index), event.delta)
+            shown = bool(data["delta"])
+            self._keep_streamed(event.round_index, data["delta"])
+        else:
+            data["arguments_delta"] = self._streams.feed(
+                ("call", event.round_index, event.index), event.arguments_delta)
+            shown = bool(data["arguments_delta"] or event.id or event.name)
+        return clean_json(redact(data, self.secrets)) if shown else None
+
+    def _keep_streamed(self, round_index: int | None, delta: str) -> None:
+        index = round_index or 0
+        if index not in self.streamed:
+            self.streamed.clear()  # an earlier round has its response stored by now
+        self.streamed[index] = self.streamed.get(index, "") + delta
+
+    def record(self, event: Any, payload: dict[str, Any]) -> int:
+        """Write one event now (its own transaction); returns its seq."""
+        return self.record_batch([(event, payload)])
+
+    def record_batch(self, batch: Sequence[tuple[Any, dict[str, Any]]], *,
+                     end: Ending | None = None) -> int:
+        """Write events in one transaction, in order (with `end`, the run's end after
+        them); returns the last seq."""
+        return write_together([Batch(self, batch, end)])[0]
+
+    def fold(self, batch: Sequence[tuple[Any, dict[str, Any]]]) -> RowChanges:
+        """The row changes of a batch's events (inside its transaction: a retried
+        attempt's own count reads what is stored)."""
+        changes = RowChanges(self.run_id, self._round_ids, self.call_row_defaults)
+        for event, payload in batch:
+            apply = _APPLIERS.get(event.kind)
+            if apply is not None:
+                apply(changes, event, payload)
+        return changes
+
+    def committed(self, changes: RowChanges, cancel_requested: bool) -> None:
+        """After the batch's commit (never before: a rolled-back round must not be
+        remembered)."""
+        self.cancel_seen = (time.monotonic(), cancel_requested)
+        self._round_ids.update(changes.new_rounds)
+
+
+# -- state changes, one per event kind, folded into the batch's RowChanges ----------------
+
+
+def on_round_started(changes: RowChanges, event: RoundStarted, payload: dict[str, Any]) -> None:
+    changes.start_round(event.round_index or 0, {
+        "status": "requested", "started_at": _dt(event.at), "attempts": [],
+        "finished_at": None})
+
+
+def on_wire_request(changes: RowChanges, event: ProviderWireRequest,
+                    payload: dict[str, Any]) -> None:
+    changes.update_round(event.round_index or 0, {"request_json": _column(payload, "body")})
+
+
+def on_wire_response(changes: RowChanges, event: ProviderWireResponse,
+                     payload: dict[str, Any]) -> None:
+    changes.update_round(event.round_index or 0, {
+        "response_json": _column(payload, "body"),
+        "raw_stream": clean_text(payload.get("raw_stream"))})
+
+
+def on_attempt(changes: RowChanges, event: ProviderAttempt, payload: dict[str, Any]) -> None:
+    index = event.round_index or 0
+    attempts = changes.pending_round_value(index, "attempts")
+    if attempts is None:  # retries are rare: read what is stored
+        attempts = Round.objects.filter(pk=changes.round_id(index)).values_list(
+            "attempts", flat=True).get()
+    changes.update_round(index, {"attempts": [*attempts, payload]})
+
+
+def on_response(changes: RowChanges, event: ModelResponseReceived,
+                payload: dict[str, Any]) -> None:
+    response = event.response
+    usage = response.usage
+    changes.update_round(event.round_index or 0, {
+        "status": "responded",
+        "response": _column(payload, "response"),
+        "ai_text": clean_text(response.ai_message.text),
+        "thinking": clean_text(response.ai_message.thinking),
+        "finish_reason": fit_column(Round, "finish_reason", response.finish_reason),
+        "input_tokens": usage.input_tokens if usage else None,
+        "output_tokens": usage.output_tokens if usage else None,
+        "latency_ms": event.latency_ms,
+        "first_token_ms": event.first_token_ms,
+        "finished_at": _dt(event.at),
+    })
+    if usage:
+        changes.count(input_tokens=usage.input_tokens or 0,
+                      output_tokens=usage.output_tokens or 0,
+                      total_tokens=usage.total_tokens or 0)
+
+
+def on_proposed(changes: RowChanges, event: ToolCallProposed, payload: dict[str, Any]) -> None:
+    request = event.request
+    changes.propose_call(event.round_index or 0, {
+        "run": changes.run_id,
+        "call_index": event.call_index,
+        "call_id": fit_column(ToolCall, "call_id", request.id),
+        "tool_name": fit_column(ToolCall, "tool_name", request.name),
+        "arguments_raw": clean_text(request.arguments),
+        "arguments": clean_json(_parsed_or_none(request)),
+    })
+
+
+def on_started(changes: RowChanges, event: ToolCallStarted, payload: dict[str, Any]) -> None:
+    changes.update_call(event.round_index or 0, fit_column(ToolCall, "call_id", event.call_id),
+                        fit_column(ToolCall, "tool_name", event.tool_name),
+                        {"state": "started", "started_at": _dt(event.at), "finished_at": None},
+                        started=True)
+
+
+def on_finished(changes: RowChanges, event: ToolCallFinished, payload: dict[str, Any]) -> None:
+    changes.update_call(event.round_index or 0, fit_column(ToolCall, "call_id", event.call_id),
+                        fit_column(ToolCall, "tool_name", event.tool_name), {
+        "state": event.outcome,
+        "result_text": clean_text(event.text),
+        "result_json": _column(payload, "result_json"),
+        "is_error": event.is_error,
+        "error_type": fit_column(ToolCall, "error_type", event.error_type),
+        "error_message": clean_text(event.error_message) or "",
+        "error_details": _column(payload, "error_details"),
+        "traceback": clean_text(event.traceback) or "",
+        "handled_by": fit_column(ToolCall, "handled_by", event.handled_by),
+        "stopped_run": event.stopped_run,
+        "started_at": _dt(event.started_at),
+        "finished_at": _dt(event.finished_at),
+        "duration_ms": event.duration_ms,
+    })
+    changes.count(tool_calls_count=1, errors_count=1 if event.is_error else 0)
+
+
+RAW_STREAM_WITHHELD = ("(The raw stream is not shown: the response carried a credential, "
+                       "which its events split into pieces. The assembled response above "
+                       "is shown redacted.)")
+
+
+def _dumped(event: Any) -> dict[str, Any]:
+    """The event in pydantic's JSON mode, but a provider's wire body as it is: JSON data
+    already (what was sent, or parsed from what came back), the whole conversation,
+    which pydantic would walk value by value (a tenth of a worker's CPU at 50 runs,
+    docs/benchmarks/app-overhead.md); CleanPayload still checks it is JSON."""
+    if not isinstance(event, ProviderWireRequest | ProviderWireResponse):
+        return event.model_dump(mode="json")  # type: ignore[no-any-return]
+    dumped = event.model_dump(mode="json", exclude={"body"})
+    # In the fields' order, as a whole dump has them.
+    return {name: event.body if name == "body" else dumped[name]
+            for name in _field_names(type(event)) if name == "body" or name in dumped}
+
+
+@cache
+def _field_names(event_type: type[Any]) -> tuple[str, ...]:
+    return tuple(event_type.model_fields)
+
+
+def _column(payload: dict[str, Any], key: str) -> Any:
+    """A payload value for a JSON column: with its text, when the recorder made it."""
+    return payload.column(key) if isinstance(payload, CleanPayload) else payload[key]
+
+
+def _mentions_secret(body: Any, secrets: tuple[str, ...]) -> bool:
+    if not secrets:
+        return False
+    text = json.dumps(body, ensure_ascii=False)
+    return any(secret in text for secret in secrets)
+
+
+def _parsed_or_none(request: Any) -> Any:
+    try:
+        return arguments_as_map(request)
+    except Exception:  # invalid arguments are recorded raw; the engine reports the error
+        return None
+
+
+def _dt(epoch: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, tz=UTC) if epoch is not None else None
+
+
+_APPLIERS: dict[str, Any] = {
+    "round_started": on_round_started,
+    "provider_wire_request": on_wire_request,
+    "provider_wire_response": on_wire_response,
+    "provider_attempt": on_attempt,
+    "model_response_received": on_response,
+    "tool_call_proposed": on_proposed,
+    "tool_call_started": on_started,
+    "tool_call_finished": on_finished,
+}

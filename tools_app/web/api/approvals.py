@@ -1,0 +1,86 @@
+"""The JSON API of approvals and breakpoints (runs/debugger/approvals.py and
+breakpoints.py), bearer-token auth like the rest:
+
+POST /api/runs/<id>/decisions        decide a call awaiting approval:
+     {"call_id", "decision": "approve"|"reject"|"edit", "arguments"?, "message"?}
+POST /api/runs/<id>/continue         go on from a breakpoint:
+     {"step": "run"|"call"|"round"|"abort", "arguments"?: {call_id: {...}}, "message"?}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods
+
+from tools_app.models import RunPause
+from tools_app.runs.debugger import approvals, breakpoints
+from tools_app.web.api.base import ApiError, parse_body, token_required, visible
+from tools_app.web.api.docs import Operation, documented
+from tools_app.web.api.schemas import ContinueBody, DecisionBody
+
+
+@documented(post=Operation("Decide a call awaiting approval", body=DecisionBody,
+                           responses={201: (None, "The decision, stored"),
+                                      200: (None, "The same decision was already stored")},
+                           errors=(400, 404, 409, 413)))
+@csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
+@require_http_methods(["POST"])
+@token_required
+def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """A decision on a call awaiting approval: 201 when stored, 200 when the same
+    decision was already stored (nothing changes), 409 when it cannot be taken now."""
+    run = visible(request, run_id)
+    body = parse_body(request, DecisionBody)
+    try:
+        decided = approvals.decide(run=run, user=request.user,
+                                   request=approvals.DecisionRequest(
+                                       body.call_id, body.decision,
+                                       arguments=body.arguments, message=body.message))
+    except approvals.DecisionError as exc:
+        raise _refused(exc) from exc
+    stored = decided.decision
+    return JsonResponse({"call_id": stored.tool_call.call_id, "decision": stored.decision,
+                         "arguments": stored.arguments, "message": stored.message,
+                         "decided_by": stored.decided_by_label,
+                         "decided_at": stored.decided_at.isoformat(),
+                         "created": decided.created, "run_status": decided.run_status},
+                        status=201 if decided.created else 200)
+
+
+@documented(post=Operation("Go on from the breakpoint the run is paused at",
+                           body=ContinueBody,
+                           responses={200: (None, '{"pause", "run_status"}')},
+                           errors=(400, 404, 409, 413)))
+@csrf_exempt  # token-authenticated, like run_decisions()
+@require_http_methods(["POST"])
+@token_required
+def run_continue(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """Go on from the breakpoint the run is paused at: run on, step one call or one
+    round, or abort; optionally with edited arguments for the held calls (call id ->
+    object) or a message added before the model call."""
+    run = visible(request, run_id)
+    body = parse_body(request, ContinueBody)
+    try:
+        continued = breakpoints.continue_run(run=run, user=request.user, step=body.step,
+                                             arguments=body.arguments, message=body.message)
+    except approvals.DecisionError as exc:
+        raise _refused(exc) from exc
+    return JsonResponse({"pause": pause_json(continued.pause),
+                         "run_status": continued.run_status})
+
+
+def _refused(exc: approvals.DecisionError) -> ApiError:
+    extra = {"problems": exc.problems} if exc.problems else {}
+    return ApiError(exc.status, exc.code, str(exc), **extra)
+
+
+def pause_json(pause: RunPause | None) -> dict[str, Any] | None:
+    """A breakpoint's pause as the API shows it (here and in a run's detail)."""
+    if pause is None:
+        return None
+    return {"round": pause.round_index + 1, "before": pause.before, "calls": pause.call_ids,
+            "reason": pause.reason, "resolution": pause.resolution or None,
+            "resolved_by": pause.resolved_by_label or None}

@@ -1,0 +1,75 @@
+"""The JSON API of the audit log's tool calls (bearer token, like the rest of the API):
+
+GET /api/calls?<filters>                  one keyset page of calls -> {"calls", "next_cursor"}
+GET /api/calls/export.csv|jsonl?<filters> every matching call, streamed
+
+The filters are `audit.call_filters`'; an unknown one or a bad value is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.http.response import HttpResponseBase
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET
+
+from tools_app.audit.call_filters import (
+    CALL_EXPORT_FILTERS,
+    CALL_FILTERS,
+    STATE_NAMES,
+    filtered_calls,
+)
+from tools_app.audit.run_filters import FilterError
+from tools_app.audit.selectors import call_rows, calls_listed_for_user
+from tools_app.models import ToolCall
+from tools_app.web.api.base import ApiError, token_required
+from tools_app.web.api.docs import Operation, documented
+from tools_app.web.export import calls_export_response
+
+
+@documented(get=Operation("One keyset page of the tool calls the user may see",
+                          query=CALL_FILTERS, errors=(400,),
+                          responses={200: (None, '{"calls": [...], "next_cursor"}')}))
+@csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
+@require_GET
+@token_required
+def calls(request: HttpRequest) -> JsonResponse:
+    try:
+        page = filtered_calls(calls_listed_for_user(request.user), request.GET.dict(),
+                              call_rows)
+    except FilterError as exc:
+        raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
+    return JsonResponse({"calls": [call_json(c) for c in page.calls],
+                         "next_cursor": page.next_cursor})
+
+
+@documented(get=Operation("Every matching tool call, streamed as CSV or JSON Lines",
+                          query=CALL_EXPORT_FILTERS, errors=(400,),
+                          streams=("text/csv", "application/x-ndjson")))
+@csrf_exempt
+@require_GET
+@token_required
+def calls_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
+    try:
+        return calls_export_response(calls_listed_for_user(request.user), request.GET.dict(), fmt)
+    except FilterError as exc:
+        raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
+
+
+def call_json(call: ToolCall) -> dict[str, Any]:
+    """A call as the list shows it: where it ran, what it was, how it ended."""
+    run = call.run
+    return {
+        "id": call.pk, "run": str(run.pk), "run_status": run.status,
+        "url": f"/runs/{run.pk}/#call-{call.pk}",
+        "endpoint": run.endpoint.name if run.endpoint else None,
+        "started_by": run.created_by.get_username() if run.created_by else None,
+        "call_id": call.call_id, "tool": call.tool_name,
+        "state": STATE_NAMES.get(call.state, call.state), "stored_state": call.state,
+        "handled_by": call.handled_by or None, "is_error": call.is_error,
+        "duration_ms": call.duration_ms, "arguments": call.arguments_raw,
+        "error_type": call.error_type or None, "error_message": call.error_message or None,
+        "started_at": call.started_at.isoformat() if call.started_at else None,
+    }

@@ -1,0 +1,104 @@
+"""The JSON API of re-executions (runs/debugger/reexecution.py), bearer-token auth like the rest.
+`<call>` is the tool call's row id (`GET /api/calls`' `id`; `row_id` in a run's detail).
+
+POST /api/runs/<id>/calls/<call>/execute      {"arguments": {...}, "approve"?: true}
+     -> 202 {"id", "number", "state", "url"}: the re-execution runs in a worker; poll url
+GET  /api/runs/<id>/calls/<call>/executions/<n>           one re-execution
+POST /api/runs/<id>/calls/<call>/executions/<n>/splice    -> 201 the new run
+
+Refusals: 404 for a run the user may not see (or no such call); 400 for arguments that
+do not fit the tool's schema (`problems` by JSON pointer) or a missing approval; 409 for
+a hallucinated tool, a tool that can no longer run, or a call not finished yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods
+
+from tools_app.models import CallReexecution, Run, ToolCall
+from tools_app.runs.debugger import reexecution
+from tools_app.runs.debugger.reexecution_reads import execution_row
+from tools_app.web.api.base import ApiError, parse_body, token_required, visible
+from tools_app.web.api.docs import Operation, documented
+from tools_app.web.api.runs import reexecution_json
+from tools_app.web.api.schemas import Created, ExecuteBody, Queued
+
+
+def _call(request: HttpRequest, run_id: Any, call_id: int) -> tuple[Run, ToolCall]:
+    run = visible(request, run_id)
+    call = ToolCall.objects.select_related("round").filter(run=run, pk=call_id).first()
+    if call is None:
+        raise ApiError(404, "unknown_call", f"The run has no tool call {call_id}")
+    return run, call
+
+
+def _refused(exc: reexecution.ReexecutionError) -> ApiError:
+    extra = {"problems": exc.problems} if exc.problems else {}
+    return ApiError(exc.status, exc.code, str(exc), **extra)
+
+
+@documented(post=Operation("Re-execute the tool call, in a worker", body=ExecuteBody,
+                           responses={202: (Queued, "Queued: poll url")},
+                           errors=(400, 404, 409, 413)))
+@csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
+@require_http_methods(["POST"])
+@token_required
+def execute(request: HttpRequest, run_id: Any, call_id: int) -> JsonResponse:
+    run, call = _call(request, run_id, call_id)
+    body = parse_body(request, ExecuteBody)
+    try:
+        execution = reexecution.request_reexecution(
+            run=run, call=call, user=request.user,
+            request=reexecution.ReexecutionRequest(body.arguments, approve=body.approve))
+    except reexecution.ReexecutionError as exc:
+        raise _refused(exc) from exc
+    return JsonResponse({"id": execution.pk, "number": execution.number,
+                         "state": execution.state, "url": _url(execution)}, status=202)
+
+
+@documented(get=Operation("One re-execution of the call",
+                          responses={200: (None, "The re-execution")}, errors=(404,)))
+@csrf_exempt  # token-authenticated, like execute()
+@require_GET
+@token_required
+def execution(request: HttpRequest, run_id: Any, call_id: int, number: int) -> JsonResponse:
+    return JsonResponse(execution_json(_execution(request, run_id, call_id, number)[1]))
+
+
+@documented(post=Operation("A new run with this re-execution's result spliced in",
+                           responses={201: (Created, "The new run")}, errors=(404, 409)))
+@csrf_exempt  # token-authenticated, like execute()
+@require_http_methods(["POST"])
+@token_required
+def splice(request: HttpRequest, run_id: Any, call_id: int, number: int) -> JsonResponse:
+    run, found = _execution(request, run_id, call_id, number)
+    try:
+        new = reexecution.splice(run=run, execution=found, user=request.user)
+    except reexecution.ReexecutionError as exc:
+        raise _refused(exc) from exc
+    return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
+                         "splice": new.snapshot["splice"], "url": f"/runs/{new.pk}/"},
+                        status=201)
+
+
+def _execution(request: HttpRequest, run_id: Any, call_id: int,
+               number: int) -> tuple[Run, CallReexecution]:
+    run, call = _call(request, run_id, call_id)
+    found = (CallReexecution.objects.select_related("tool_call__round")
+             .filter(tool_call=call, number=number).first())
+    if found is None:
+        raise ApiError(404, "unknown_execution", f"The call has no re-execution {number}")
+    return run, found
+
+
+def _url(execution: CallReexecution) -> str:
+    return (f"/api/runs/{execution.run_id}/calls/{execution.tool_call_id}/executions/"
+            f"{execution.number}")
+
+
+def execution_json(execution: CallReexecution) -> dict[str, Any]:
+    return reexecution_json(execution_row(execution), str(execution.run_id))

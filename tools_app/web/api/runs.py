@@ -1,0 +1,376 @@
+"""The JSON API: bearer-token auth, clear 4xx errors with a JSON body for bad input.
+
+POST /api/runs                       start a run -> {"id": ..., "url": ...}
+GET  /api/runs/<id>                  status, rounds, tool calls, final answer
+GET  /api/runs/<id>/events?after=N   the run's events after seq N
+GET  /api/runs/compare?a=<id>&b=<id> two runs aligned by round and call, with deltas
+GET  /api/runs/<id>/export           the run as a regression fixture (docs/run-run_files.md)
+POST /api/runs/<id>/rerun            rerun it (as it was / current, replay modes)
+POST /api/runs/<id>/fork             a new run from its conversation before round N, edited
+GET  /api/openapi.json               all of it as OpenAPI (web/api/openapi.py, web/api/docs.py)
+
+Deciding calls awaiting approval, going on from a breakpoint: web/api/approvals.py.
+Re-executing one tool call, and splicing the result into a new run: web/api/reexecution.py.
+What every view shares (auth, errors, bodies validated with their models): web/api/base.py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.http.response import HttpResponseBase
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods
+from pydantic import ValidationError
+
+from tools_app.audit.run_filters import EXPORT_FILTERS, RUN_FILTERS, FilterError, filtered_runs
+from tools_app.engine import ChatMessage, ChatRequestParameters
+from tools_app.engine.conversation import ConversationError, parse_conversation
+from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
+from tools_app.runs import services
+from tools_app.runs.debugger import (
+    compare,
+    fork,
+    rerun,
+    run_files,
+    timeline,
+)
+from tools_app.runs.store import prepared, selectors
+from tools_app.web.api.approvals import pause_json
+from tools_app.web.api.base import (
+    MAX_ROW_ID,
+    ApiError,
+    is_digits,
+    is_row_id,
+    parse_body,
+    token_required,
+    visible,
+)
+from tools_app.web.api.docs import Operation, documented
+from tools_app.web.api.schemas import Created, ForkBody, RerunBody, StartRunBody
+from tools_app.web.export import export_response
+
+
+@documented(
+    get=Operation("The runs the token's user may see, one keyset page", query=RUN_FILTERS,
+                  responses={200: (None, '{"runs": [...], "next_cursor"}')}, errors=(400,)),
+    post=Operation("Start a run", body=StartRunBody,
+                   responses={201: (Created, "The run, started")}, errors=(400, 404, 413)))
+@csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
+@require_http_methods(["GET", "POST"])
+@token_required
+def runs(request: HttpRequest) -> JsonResponse:
+    if request.method == "GET":
+        try:
+            page = filtered_runs(selectors.run_list_for_user(request.user),
+                                 request.GET.dict())
+        except FilterError as exc:
+            raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
+        return JsonResponse({"runs": [_run_summary(r) for r in page.runs],
+                             "next_cursor": page.next_cursor})
+    run = _start_run(request, parse_body(request, StartRunBody))
+    return JsonResponse({"id": str(run.pk), "status": run.status,
+                         "url": f"/runs/{run.pk}/"}, status=201)
+
+
+def _start_run(request: HttpRequest, body: StartRunBody) -> Run:
+    endpoint = _lookup(ModelEndpoint, body.endpoint, "endpoint")
+    tools = _tools(body.tools)
+    policy = (_lookup(ErrorPolicy, body.policy, "policy") if body.policy
+              else selectors.default_policy())
+    if policy is None:
+        raise ApiError(400, "missing_field", "No policy given and none exists", field="policy")
+    try:
+        return services.run_create(
+            user=request.user, endpoint=endpoint, tools=tools, policy=policy,
+            messages=_messages(body.messages),
+            parameters=_parameters(body.parameters or {}),
+            policy_overrides=body.policy_overrides or None, breakpoints=body.breakpoints,
+        )
+    except services.RunRequestError as exc:
+        if exc.field is None:
+            raise ApiError(400, "invalid_request", str(exc)) from exc
+        raise ApiError(400, "invalid_field", str(exc), field=exc.field,
+                       problems=exc.problems) from exc
+
+
+def _lookup(model: Any, key: str | int, field: str) -> Any:
+    """By id, else by name: prepared reads (runs/store/prepared.py), as every POST /api/runs
+    looks its endpoint up."""
+    by_id = _as_id(key, model)
+    found = (_first(model, "pk", by_id) if by_id is not None else None) or \
+        _first(model, "name", str(key))
+    if found is None:
+        raise ApiError(404 if field == "endpoint" else 400, f"unknown_{field}",
+                       f"No {field} named or with id {key!r}", field=field)
+    return found
+
+
+def _first(model: Any, field: str, value: Any) -> Any:
+    found = prepared.instances(("api_lookup", model, field), model,
+                               lambda marked: model.objects.filter(**{field: marked})
+                               .order_by()[:1], value)
+    return found[0] if found else None
+
+
+def _as_id(key: str | int, model: Any) -> Any:
+    if model is ErrorPolicy:
+        return int(key) if is_row_id(str(key)) else None
+    try:
+        return uuid.UUID(str(key))
+    except ValueError:
+        return None
+
+
+def _tools(names: list[str]) -> list[ToolRegistration]:
+    # A prepared read, as every POST /api/runs makes it (an empty list is no IN).
+    found = {t.name: t for t in prepared.instances(
+        ("api_tools",), ToolRegistration,
+        lambda marked: ToolRegistration.objects.filter(name__in=marked).order_by(),
+        names)} if names else {}
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        raise ApiError(400, "unknown_tool", f"Unknown tools: {', '.join(unknown)}",
+                       field="tools", unknown=unknown)
+    return [found[n] for n in names]
+
+
+def _messages(raw: list[dict[str, Any]]) -> list[ChatMessage]:
+    """Every message kind, in the OpenAI Chat Completions format (engine.conversation)."""
+    try:
+        return parse_conversation(raw)
+    except ConversationError as exc:
+        raise ApiError(400, "invalid_field", str(exc), field=exc.field) from exc
+
+
+def _parameters(raw: dict[str, Any]) -> ChatRequestParameters:
+    try:
+        return ChatRequestParameters.model_validate(raw)
+    except ValidationError as exc:
+        problems = [{"loc": [str(p) for p in e["loc"]], "msg": e["msg"]}
+                    for e in exc.errors(include_url=False, include_input=False)]
+        raise ApiError(400, "invalid_field", "parameters are invalid", field="parameters",
+                       problems=problems) from exc
+
+
+@documented(get=Operation("Every run GET /api/runs would list, streamed as CSV or JSON Lines",
+                          query=EXPORT_FILTERS, streams=("text/csv", "application/x-ndjson"),
+                          errors=(400,)))
+@csrf_exempt  # token-authenticated, like runs()
+@require_GET
+@token_required
+def runs_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
+    """The runs `GET /api/runs` would list with the same filters, all of them, streamed
+    as CSV or JSON Lines."""
+    try:
+        return export_response(selectors.run_list_for_user(request.user),
+                               request.GET.dict(), fmt)
+    except FilterError as exc:
+        raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
+
+
+@documented(post=Operation("Rerun the run", body=RerunBody,
+                           responses={201: (None, "The new run: id, status, parent, "
+                                              "differences, replay, url")},
+                           errors=(400, 404, 409, 413)))
+@csrf_exempt  # token-authenticated, like runs()
+@require_http_methods(["POST"])
+@token_required
+def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """`{"snapshot": "same" | "current", "model": "recorded" | "live", "tools": "recorded" |
+    "live" | "mock", "on_divergence": "stop" | "live"}`, every field optional (same, live,
+    live, stop; `"mode": "as_it_was" | "current"` is the older spelling of `snapshot`): a
+    new run repeating this one; 201 with its id."""
+    run = visible(request, run_id)
+    body = parse_body(request, RerunBody) if request.body else RerunBody()
+    options = rerun.ReplayOptions(model=body.model, tools=body.tools,
+                                  on_divergence=body.on_divergence)
+    try:
+        new = rerun.run_rerun(run=run, user=request.user, mode=_rerun_mode(body),
+                              replay=options)
+    except rerun.RerunError as exc:
+        raise ApiError(409, "cannot_rerun", str(exc)) from exc
+    return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
+                         "differences": new.snapshot["rerun"]["differences"],
+                         "replay": new.snapshot["rerun"].get("replay"),
+                         "url": f"/runs/{new.pk}/"}, status=201)
+
+
+SNAPSHOT_CHOICES: dict[str, rerun.RerunMode] = {"same": "as_it_was", "current": "current"}
+
+
+@documented(post=Operation("A new run from this run's conversation before a round, edited",
+                           body=ForkBody,
+                           responses={201: (Created, "The new run (with its fork record)")},
+                           errors=(400, 404, 409, 413)))
+@csrf_exempt  # token-authenticated, like runs()
+@require_http_methods(["POST"])
+@token_required
+def run_fork(request: HttpRequest, run_id: Any) -> JsonResponse:
+    """`{"round": N, "messages"?: [...], "append"?: [...], "endpoint"?, "tools"?,
+    "policy"?, "parameters"?, "policy_overrides"?, "snapshot"?: "same" | "current"}`: a
+    new run starting from this run's conversation before round N (`messages`: that
+    whole conversation as edited, OpenAI format; left out: inherited unchanged), then
+    `append`; 201 with its id."""
+    run = visible(request, run_id)
+    body = parse_body(request, ForkBody)
+    try:
+        new = fork.run_fork(run=run, user=request.user, round_number=body.round,
+                            messages=body.messages, append=body.append,
+                            mode=SNAPSHOT_CHOICES[body.snapshot], config=_fork_config(body))
+    except fork.ForkError as exc:
+        if exc.field is None:
+            raise ApiError(409, "cannot_fork", str(exc)) from exc
+        raise ApiError(400, "invalid_field", str(exc), field=exc.field) from exc
+    return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
+                         "fork": new.snapshot["fork"], "url": f"/runs/{new.pk}/"},
+                        status=201)
+
+
+def _fork_config(body: ForkBody) -> fork.ForkConfig:
+    """What the fork changes: each field left out keeps the original run's."""
+    return fork.ForkConfig(
+        endpoint=_lookup(ModelEndpoint, body.endpoint, "endpoint")
+        if body.endpoint is not None else None,
+        tools=_tools(body.tools) if body.tools is not None else None,
+        policy=_lookup(ErrorPolicy, body.policy, "policy") if body.policy is not None else None,
+        parameters=_parameters(body.parameters) if body.parameters is not None else None,
+        policy_overrides=body.policy_overrides)
+
+
+def _rerun_mode(body: RerunBody) -> rerun.RerunMode:
+    if "snapshot" in body.model_fields_set:
+        return SNAPSHOT_CHOICES[body.snapshot]
+    return body.mode or "as_it_was"
+
+
+@documented(get=Operation("Two runs aligned round by round and call by call",
+                          query=("a", "b"), required_query=("a", "b"),
+                          responses={200: (None, "The comparison, with deltas")},
+                          errors=(400, 404)))
+@csrf_exempt  # token-authenticated, like runs()
+@require_GET
+@token_required
+def run_compare(request: HttpRequest) -> JsonResponse:
+    """`?a=<run id>&b=<run id>`: the two runs aligned round by round and call by call."""
+    ids = {}
+    for field in ("a", "b"):
+        value = request.GET.get(field, "").strip()
+        if not value:
+            raise ApiError(400, "missing_field", f"'{field}' is required: ?a=<run id>&b=<run id>",
+                           field=field)
+        ids[field] = value
+    return JsonResponse(compare.compare_runs(visible(request, ids["a"]),
+                                             visible(request, ids["b"])))
+
+
+@documented(get=Operation("The run as a regression fixture (an attachment)",
+                          responses={200: (None, "The fixture")}, errors=(404,)))
+@csrf_exempt  # token-authenticated, like runs()
+@require_GET
+@token_required
+def run_export(request: HttpRequest, run_id: Any) -> HttpResponseBase:
+    """The run as a regression fixture (docs/run-run_files.md)."""
+    run = visible(request, run_id)
+    response = JsonResponse(run_files.export_run(run), json_dumps_params={"ensure_ascii": False})
+    response["Content-Disposition"] = f'attachment; filename="{run_files.export_filename(run)}"'
+    return response
+
+
+@documented(get=Operation("The run: status, rounds, tool calls, final answer",
+                          responses={200: (None, "The run")}, errors=(404,)))
+@csrf_exempt  # token-authenticated, like runs(): a POST gets 405, not a CSRF page
+@require_GET
+@token_required
+def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
+    run = visible(request, run_id)
+    rounds = timeline.round_views(run, display=False)
+    return JsonResponse(_run_summary(run) | {
+        "final_answer": run.final_text,
+        "error": {"type": run.error_type, "message": run.error_message} if run.error_type else None,
+        "breakpoints": run.snapshot.get("breakpoints", []),
+        "paused": pause_json(run.open_pause),
+        "rounds": [_round_json(r, str(run.pk)) for r in rounds],
+        "splice": run.snapshot.get("splice"),
+    })
+
+
+@documented(get=Operation("The run's events after seq `after`", query=("after",),
+                          responses={200: (None, '{"events": [...], "last_seq"}')},
+                          errors=(400, 404)))
+@csrf_exempt
+@require_GET
+@token_required
+def run_events(request: HttpRequest, run_id: Any) -> JsonResponse:
+    run = visible(request, run_id)
+    after_raw = request.GET.get("after", "0")
+    if not is_digits(after_raw):
+        raise ApiError(400, "invalid_field", "after must be a non-negative integer", field="after")
+    # Beyond any seq there is nothing (the database cannot compare a larger number).
+    after = int(after_raw) if is_row_id(after_raw) else MAX_ROW_ID
+    events = selectors.events_after(run.pk, after)
+    return JsonResponse({"events": [{"seq": e.seq, "kind": e.kind, "payload": e.payload,
+                                     "created_at": e.created_at.isoformat()} for e in events],
+                         "last_seq": events[-1].seq if events else after})
+
+
+def _run_summary(run: Run) -> dict[str, Any]:
+    return {
+        "id": str(run.pk), "status": run.status, "title": run.title,
+        "parent": str(run.parent_id) if run.parent_id else None,
+        "endpoint": run.snapshot["endpoint"]["name"],
+        "tools": [t["name"] for t in run.snapshot["tools"]],
+        "rounds": run.rounds_count, "tool_calls": run.tool_calls_count,
+        "errors": run.errors_count, "total_tokens": run.total_tokens, "wall_ms": run.wall_ms,
+        "created_at": run.created_at.isoformat(),
+        # Queued -> started is the wait for a worker; started -> finished is wall_ms.
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }
+
+
+def _round_json(view: dict[str, Any], run_id: str) -> dict[str, Any]:
+    return {
+        "index": view["index"], "status": view["status"], "text": view["ai_text"],
+        "finish_reason": view["finish_reason"], "latency_ms": view["latency_ms"],
+        "tool_calls": [{
+            "id": c["call_id"], "name": c["tool_name"], "arguments": c["arguments_raw"],
+            "state": c["state"], "result": c["result_text"], "is_error": c["is_error"],
+            "error_type": c["error_type"] or None, "error_message": c["error_message"] or None,
+            "handled_by": c["handled_by"] or None, "duration_ms": c["duration_ms"],
+            "awaiting_decision": c["awaiting_decision"], "decision": _decision_json(c),
+            "row_id": c["pk"], "reexecutions": [reexecution_json(e, run_id)
+                                                for e in c["reexecutions"]],
+        } for c in view["calls"]],
+    }
+
+
+def _decision_json(call: dict[str, Any]) -> dict[str, Any] | None:
+    decision = call["decision"]
+    if decision is None:
+        return None
+    return {"decision": decision["decision"], "arguments": decision["arguments"],
+            "message": decision["message"], "decided_by": decision["decided_by_label"],
+            "decided_at": decision["decided_at"].isoformat()}
+
+
+def reexecution_json(view: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """A re-execution (its lane view) as the API shows it."""
+    def iso(value: Any) -> str | None:
+        return value.isoformat() if value is not None else None
+
+    return {
+        "id": view["pk"], "number": view["number"], "call": view["tool_call_id"],
+        "state": view["state"], "arguments": view["arguments"],
+        "result": view["result_text"], "is_error": view["is_error"],
+        "error_type": view["error_type"] or None, "error_message": view["error_message"] or None,
+        "requested_by": view["requested_by_label"], "requested_at": iso(view["requested_at"]),
+        "started_at": iso(view["started_at"]), "finished_at": iso(view["finished_at"]),
+        "duration_ms": view["duration_ms"], "approved": view["approved"],
+        "tool": {"name": view["tool_name"], "kind": view["tool_kind"],
+                 "version_hash": view["tool_version_hash"] or None},
+        "same_result": view["same_result"], "result_diff": view["result_diff"],
+        "url": f"/api/runs/{run_id}/calls/{view['tool_call_id']}/executions/{view['number']}",
+    }

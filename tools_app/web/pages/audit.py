@@ -1,0 +1,135 @@
+"""The audit log's pages: every tool call across runs (filtered, paged, exported), the
+tools index, a tool's page (statistics, chart, recent calls, definition versions) and
+the diff of two versions. Everything is limited to what the viewer may see."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
+from django.http.response import HttpResponseBase
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from tools_app.audit.call_filters import STATE_LABELS, STATE_NAMES, CallPage, filtered_calls
+from tools_app.audit.run_filters import FilterError
+from tools_app.audit.selectors import (
+    DiffError,
+    call_rows,
+    calls_for_user,
+    calls_listed_for_user,
+    diff_versions,
+    handler_names,
+    tool_index,
+    version_by_hash,
+    versions_of,
+)
+from tools_app.audit.tool_stats import tool_stats
+from tools_app.models import RunStatus, ToolCall, ToolRegistration
+from tools_app.runs.store import selectors
+from tools_app.web.export import calls_export_response
+from tools_app.web.pages.charts import calls_chart
+from tools_app.web.pages.tryit_form import tryit_context
+from tools_app.web.pages.views import AuthenticatedHttpRequest
+
+CALLS_PAGE_SIZE = 50
+RECENT_CALLS = 10
+
+
+@require_GET
+@login_required
+def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Every call this user may see, filtered like `GET /api/calls`, newest first, a
+    keyset page at a time; the filters live in the URL as on the runs page."""
+    filters = {k: v for k, v in request.GET.dict().items() if v.strip()}  # empty = none
+    visible = calls_for_user(request.user)
+    status, error = 200, None
+    try:
+        page = filtered_calls(calls_listed_for_user(request.user),
+                              {"limit": str(CALLS_PAGE_SIZE)} | filters, call_rows)
+    except FilterError as exc:
+        status, error, page = 400, f"{exc.field}: {exc}", CallPage([], None)
+    shown = {k: v for k, v in filters.items() if k not in ("cursor", "limit")}
+    response = render(request, "tools_app/call_list.html", {
+        "calls": [(call, STATE_NAMES.get(call.state, call.state)) for call in page.calls],
+        "error": error, "filters": shown,
+        "next_query": urlencode(filters | {"cursor": page.next_cursor})
+        if page.next_cursor else None,
+        "filters_query": urlencode(shown), "paged": "cursor" in filters,
+        "statuses": RunStatus.choices, "states": list(STATE_LABELS.items()),
+        "endpoint_names": selectors.endpoint_names(), "tool_names": selectors.tool_names(),
+        "handlers": handler_names(visible, every_call=request.user.is_staff),
+    }, status=status)
+    if getattr(request, "htmx", False):
+        query = urlencode(filters)
+        response["HX-Push-Url"] = f"{request.path}?{query}" if query else request.path
+    return response
+
+
+@require_GET
+@login_required
+def calls_export(request: AuthenticatedHttpRequest, fmt: str) -> HttpResponseBase:
+    try:
+        return calls_export_response(calls_listed_for_user(request.user), request.GET.dict(),
+                                     fmt)
+    except FilterError as exc:
+        return HttpResponseBadRequest(f"{exc.field}: {exc}", content_type="text/plain")
+
+
+@require_GET
+@login_required
+def tools_index(request: AuthenticatedHttpRequest) -> HttpResponse:
+    return render(request, "tools_app/tool_index.html",
+                  {"tools": tool_index(calls_for_user(request.user))})
+
+
+@require_GET
+@login_required
+def tool_detail(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
+    context = tool_page_context(request, name)
+    return render(request, "tools_app/tool_detail.html",
+                  context | tryit_context(request.user, context["registration"]))
+
+
+def tool_page_context(request: AuthenticatedHttpRequest, name: str) -> dict[str, Any]:
+    """A tool's statistics over the calls this user may see, and its versions. A name
+    with no registration has a page only if the user's calls used it (hallucinated)."""
+    registration = ToolRegistration.objects.filter(name=name).first()
+    calls = calls_for_user(request.user).filter(tool_name=name)
+    if registration is None and not calls.exists():
+        raise Http404("No such tool")
+    # staff see every call of the tool: the chart adds up the counts kept per quarter hour
+    stats = tool_stats(calls, every_call_of=name if request.user.is_staff else None)
+    return {
+        "name": name, "registration": registration, "stats": stats,
+        "chart": calls_chart(stats.buckets, stats.bucket_unit),
+        "recent": [(call, STATE_NAMES.get(call.state, call.state))
+                   for call in call_rows(ToolCall.objects.filter(
+                       pk__in=calls.order_by("-pk").values("pk")[:RECENT_CALLS]))
+                   .order_by("-pk")],
+        "versions": versions_of(registration) if registration else [],
+        "percentiles": list(stats.percentiles.items()),
+    }
+
+
+@require_GET
+@login_required
+def tool_diff(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
+    """Two of a tool's versions side by side as a unified diff (?old=<hash>&new=<hash>)."""
+    registration = ToolRegistration.objects.filter(name=name).first()
+    if registration is None:
+        raise Http404("No such tool")
+    unknown = sorted(set(request.GET) - {"old", "new"})
+    context: dict[str, Any] = {"name": name, "lines": [], "error": None}
+    try:
+        if unknown:
+            raise DiffError(unknown[0], f"unknown parameter {unknown[0]}: give old and new")
+        old = version_by_hash(registration, "old", request.GET.get("old", ""))
+        new = version_by_hash(registration, "new", request.GET.get("new", ""))
+    except DiffError as exc:
+        context["error"] = f"{exc.field}: {exc}"
+        return render(request, "tools_app/tool_diff.html", context, status=400)
+    context |= {"old": old, "new": new, "lines": diff_versions(old, new)}
+    return render(request, "tools_app/tool_diff.html", context)

@@ -1,0 +1,55 @@
+"""Template helpers for the timeline and the audit pages (`{% load timeline %}`,
+registered in settings' TEMPLATES libraries). Everything they return is plain text: the
+template's autoescaping still applies (nothing here marks anything safe)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from django import template
+from django.urls import get_script_prefix, get_urlconf, reverse
+
+from tools_app.runs.debugger.timeline import format_ms
+
+register = template.Library()
+register.filter("ms", format_ms)
+
+
+@register.filter
+def percent(value: float) -> str:
+    """A share from 0 to 1 as people read it: "0 %", "12.5 %", "100 %"."""
+    share = float(value) * 100
+    return f"{share:.0f} %" if share in (0, 100) or share >= 10 else f"{share:.1f} %"
+
+
+@register.filter
+def words(value: str) -> list[str]:
+    """A string's words: `"a b c"|words` is ["a", "b", "c"] (a list an include's `with`
+    can pass, as in _filters.html)."""
+    return value.split()
+
+
+# A call id no call has: where it lands in a reversed URL marks where any call's id goes.
+_CALL_MARKER = 987_654_321_987
+
+
+@register.simple_tag
+def call_url(name: str, run_pk: object, call_pk: int) -> str:
+    """`{% url name run_pk call_pk %}` for a URL of one call of a run (`<uuid:run_id>`,
+    then `<int:call_id>`), from one `reverse` per run and URL name: a page of a run with
+    1,000 calls reversed the re-execute URL 1,000 times, a tenth of its rendering
+    (docs/benchmarks/render.md). The int converter writes the id as its digits, so the
+    URL is the reversed one with the marker's digits replaced."""
+    head, tail = _call_url_parts(name, str(run_pk), get_script_prefix(), get_urlconf())
+    return f"{head}{int(call_pk)}{tail}"
+
+
+@lru_cache(maxsize=1024)
+def _call_url_parts(name: str, run_pk: str, script_prefix: str,
+                    urlconf: object) -> tuple[str, str]:
+    # script_prefix, urlconf: parts of the key only (reverse reads the current ones).
+    url = reverse(name, args=[run_pk, _CALL_MARKER])
+    head, marker, tail = url.partition(f"/{_CALL_MARKER}/")
+    if not marker or str(_CALL_MARKER) in tail:
+        raise ValueError(f"{name} does not take a call id as one path segment: {url}")
+    return head + "/", "/" + tail
