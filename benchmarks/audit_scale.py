@@ -327,57 +327,10 @@ at {args.runs:,}. Target: p95 < {TARGET_MS:.0f} ms. Machine: 2 cores shared with
 work (the load average while measuring is given per database: above 2, every figure
 includes waiting for a core), SQLite file in WAL mode, PostgreSQL 15 on loopback; DEBUG
 off; planner statistics fresh (ANALYZE after seeding).
-
-Fixes made from the first measurement (at 10,000 runs, before them): the calls list
-filtered on its run's fields with a join, which let SQLite start from the matching runs
-and sort all their calls (now a correlated EXISTS, and so an ordinary user's calls); the
-handler choices were a DISTINCT over every visible call (now a loose index scan over a
-new `handled_by` index, plus an existence check per name for an ordinary user);
-SQLite's tool-page chart called Django's Python Trunc function per call (now counted per
-UTC quarter hour in SQL); a tool's recent calls were sorted (now an index on
-`tool_name, id`); the runs list got keyset indexes under a user and a status.
-
-Second pass (migrations `0014_auditscale2_*`, from the misses of the first full-size
-measurement): each call keeps its run's creation time and creator, copied by database
-triggers (`run_created_at`, `run_owner_id`, indexed), so the calls list's `until` and
-an ordinary user's calls need no join, and a calls page picks its ids from the calls
-alone before reading its rows with their joins; a runs search for a common word
-checks the runs in the list's order against the index's matches (read once) instead of
-reading the run of each of 350,000 matching calls (SQLite counts the matches in FTS5,
-PostgreSQL reads its planner's estimate, to choose); a tool page reads its chart and
-its most frequent errors, for staff, from counts the triggers keep per tool and
-quarter hour and per error group, its outcome counts and span from indexes, and a
-user's from one index holding what it counts; PostgreSQL got partial indexes for
-`has_errors` / `error_type` and statistics on the snapshot's text for `tool_version`.
 """]
     for result in results:
         parts.append(_database_section(result))
-    parts.append(MISSES)
     return "\n".join(parts)
-
-
-MISSES = """
-### What is still close to the target, or would miss it, and why
-
-- **A runs search for a common word on SQLite** (`q=kubernetes`, `q=zürich invoice`:
-  each word in about a third of all calls) reads the index's matches into a set (some
-  350,000 call ids, a few tens of milliseconds) on every request before checking the
-  newest runs against it: about 80-100 ms with the cores free, near 200 ms at p95 when
-  other work keeps both cores busy (a load average of 4). FTS5 cannot check one call
-  against a prefix query cheaply (each probe rebuilds the prefix's match list), so the
-  set is read whole.
-- **A common word whose matches are all in old runs**: the runs list then walks the
-  newest runs (under its other filters) until it finds a page; a document per run
-  (every call's words in the run's own index row) would find them directly. Not built:
-  it costs a rewrite of the run's document as each call finishes.
-- **The calls list with `until` near the middle of the calls' time span**: the order
-  by the time index is chosen when `until` is in the older half, so up to half of the
-  calls' index entries are read and sorted.
-- **An ordinary user's tool page** counts their own calls (from one index, no kept
-  counts per user): a user with most of a busy tool's calls reads them all.
-- Figures above the target under load: every figure includes waiting for a core when
-  other processes keep both busy (see the load average).
-"""
 
 
 def _database_section(result: dict[str, Any]) -> str:
@@ -386,8 +339,8 @@ def _database_section(result: dict[str, Any]) -> str:
     note = (" The small size's figures come from a separate run on a database of that "
             "size, with the same code; the full size's from a database seeded once and kept."
             if small.get("same_code") else
-            " The small size's figures come from a first measurement, taken before the "
-            "fixes listed above; the full size's with them."
+            " The small size's figures come from a first measurement, taken with earlier "
+            "code; the full size's with the current code."
             if full.get("remeasured") else "")
     load = full["requests"][0].get("load") if full["requests"] else None
     lines = [f"### {result['database']}: {full['runs']:,} runs, {full['calls']:,} calls", "",

@@ -468,116 +468,6 @@ def problems(label: str, o: Outcome) -> list[str]:
     return notes
 
 
-# Written by hand from profiling runs of this benchmark against an instrumented server
-# (timings logged around the recorder, the notification hop and the consumer's reads, and
-# py-spy samples); this script does not re-measure it.
-PROFILE = """
-### Session 14: cheaper live batches
-
-What session 13 found (below) was fixed by making each batch cheaper to read and render,
-measured on the batches of one of this scenario's runs replayed through
-`render_updates` (18 batches, as the run committed them) under callgrind: **33.5 -> 13.7
-million instructions a batch** (-59 %; 13.4 M with the review's changes: converters
-kept per connection, `__in` lists padded), each step kept only for its own gain:
-
-1. **A lane-only batch** (-14 %: 33.5 -> 28.9 M): a round whose only events in the
-   batch are calls starting or finishing is not rendered whole; those calls' lanes and
-   the round's time axis are (`live.fragments.touched`), read with the whole rounds'
-   calls in one query. Rendered first as a separate read per round, it cost more than it
-   saved (36 M): the queries, not the templates, were most of a batch.
-2. **Prepared reads** (-41 %: 28.9 -> 17.1 M): building and compiling a query was 55-75 %
-   of each of a batch's five reads (0.35-0.7 ms against 0.05-0.16 ms to execute and
-   fetch); `runs.store.prepared` keeps the SQL the ORM compiled for each shape and database and
-   converts the rows with the ORM's own converters. The run row too, with its owner's
-   name, instead of `get()` with a join (`run_views.live_run`).
-3. **One template rendering a batch** (-15 %: 17.1 -> 14.5 M): `run_detail.html#live_batch`
-   instead of a `render_to_string` per header, round, axis, lane and marker.
-4. **Numbers written as they are** (-6 %: 14.5 -> 13.7 M): `{% localize off %}` on the page
-   and the batch (each int went through Django's number formatting, which changes nothing
-   in the app's `en-us`).
-
-A/B in the same half hour (this benchmark's (a) and (b), 2 runs each): (a) p95 22-24 ->
-16-20 ms, (b) p95 280-351 -> 233 ms and from emit p95 1.4-1.6 s -> 0.8-1.0 s, with the
-first two steps; the table above is the run after all four. (b) still misses the target:
-in the embedded configuration the runs and the viewers share one process, its GIL and
-the one reader thread, and at 700-1,000 events/s the flushes (about 670 messages, a few
-ms each) still queue behind each other and the runs; (c) and (d), whose runs execute in
-another process, fell to p95 26-37 and 464-520 ms (88 and 990 ms in session 13's
-run).
-
-### Session 13: the runs got faster than the viewers
-
-Re-run on 2026-12-02 after the product-path work (issue 15: group commit, kept lane
-connections): the same scenario's runs now produce their events about 5-7 times as fast
-(events/s in (b) 500-960, against 143 when this page's earlier figures were taken), so
-what a watcher waits for moved. Commit -> arrival rose in (b) from p95 38 ms to 240-380
-ms, and from emit (the engine's event -> arrival, what a watching user sees) was p95
-0.6-2.0 s (1.3 s before): the viewers' side is now the bottleneck. In daphne's GIL
-profile during (b) (py-spy `--gil`, 3 s), the consumers' work was 57 % of the samples
-(rendering the fragments 38 %, Django's templates 20 %), the runs' recording under 10 %.
-Tried: 4 reader threads (by run) instead of the consumers' one: p95 304 ms against 366
-ms with one, in the same half hour, within the noise; not kept. What would help: cheaper
-fragment renders (fewer template renders per batch). (c) and (d) rose too.
-
-### Where the time goes
-
-Profiled separately (an instrumented copy of the server with timestamps logged around the
-recorder, the notification hop and the consumer's reads, and py-spy samples, `--gil`
-for CPU); the figures are indicative, single runs on the 2 shared CPUs.
-
-At first this benchmark gave p50 / p95: (a) 46 / 88 ms, (b) 322 / 993 ms, (c) 154 / 750
-ms. What was found and changed, in order:
-
-1. **A database-thread hop per notification per viewer.** Channels runs
-   `close_old_connections()` before every consumer handler, via `sync_to_async` onto the
-   one thread (asgiref's thread-sensitive executor) that also does every viewer's reads and
-   renders: ~7,300 hops in (b), each queued behind renders. *Fixed*: `run.event` messages
-   go straight to `run_event`; its reads go through `database_sync_to_async`, which closes
-   old connections around the work itself.
-2. **A read per notification, and an empty read to end each flush.** *Fixed*: a
-   notification for a seq already sent is skipped (seqs commit in order, under the run
-   row's lock), and a batch shorter than 500 events ends the flush.
-3. **Every viewer read and rendered the same batch.** The header carried the viewer's
-   CSRF token (its Cancel form), so only the rounds could be shared, and each viewer still
-   hopped to the database thread. *Fixed*: the Cancel button submits a form outside the
-   header (`<button form="cancel-form">`), so a batch is the same for every viewer; the
-   first viewer asking for "after seq N" reads and renders it in a task of its own, the
-   others join that task or reuse its result on the serving loop, with no hop. (b) went
-   from p50 / p95 138 / 301 ms to 34 / 67-78 ms.
-4. **A new database connection per read.** With `CONN_MAX_AGE=0`, every
-   `database_sync_to_async` call opened a connection and closed it: on SQLite, Django's
-   set-up of a new connection (PRAGMAs, registered functions) on the one reader thread; on
-   PostgreSQL ~8-12 ms. The instrumented server showed a flush (read + render) taking p50
-   53 ms of wall time for ~2 ms of CPU: the reader thread was queueing. *Fixed*: the
-   consumers' reads, which all run on one long-lived thread, keep their connection
-   (closed only when it broke). `CONN_MAX_AGE` stays 0 for everything else: under ASGI
-   each HTTP request runs on a thread of its own, where a kept connection would outlive
-   the thread. Flush p50 ~12 ms; (b) p50 / p95 ~20 / ~35 ms, (c) 47 / 89 -> ~14 / ~22 ms.
-5. **Tried and dropped**: a shorter GIL switch interval (1 ms: no better); delaying each
-   flush 5-20 ms to merge bursts (fewer messages, no better latency); a Python lock so
-   in-process writers take turns before SQLite's (its busy handler sleeps up to 100 ms
-   between tries): the "from emit" p95 fell a little but its p50 rose from ~45 to ~270 ms
-   and the event rate fell; the recorder retrying in Python with short sleeps instead of
-   SQLite's busy handler (busy_timeout 0, backoff 0.5 ms doubling to 2-4 ms): far worse
-   (p95 250-400 ms, most runs unfinished in time: the retries burn the CPU the runs need).
-
-**What remains: "from emit" in (b).** With 20 runs writing at once in one process, each
-from its own thread and connection, SQLite takes one writer at a time and the others
-wait in its busy handler: the wait between an engine event and its insert is p50 ~45 ms,
-p95 1-1.7 s, max ~5 s. Commit -> arrival (the target) is unaffected; a user watching
-one of 20 concurrent runs on the embedded configuration sees events that late. The
-scale-out configuration (PostgreSQL row locks) has no such wait: "from emit" p95 ~45 ms
-in (c).
-
-**(d): 20 concurrent runs on the scale-out configuration.** Sampled with `top` during the
-scenario: the worker process ~80 % of a CPU, daphne ~50 %, PostgreSQL's backends ~6 %
-each, Redis ~6 %, plus the clients: more than the 2 CPUs, so every hop queues. A
-dedicated pool of 4 reader threads in daphne (tried) moved p95 only from ~480 to ~410
-ms. The per-event path itself is fast, as (c) shows; (d) needs the CPUs the
-configuration is meant to spread over several machines.
-"""
-
-
 SCALE_OUT_NOTE = """(c), (d): the scale-out configuration, in separate processes: PostgreSQL, the
 Redis channel layer, daphne and one `manage.py db_worker` (TASK_BACKEND=database); the 50
 clients are spread over the 20 runs as in (b). In (c) the worker has one slot
@@ -648,7 +538,7 @@ Target p95 < {TARGET_MS:g} ms for 1 run and for 20 concurrent runs watched by 50
 the default (embedded) configuration: {"met" if met else "NOT met"}. By scenario:
 {"; ".join(verdicts)}.
 {chr(10).join(f"- {n}" for n in notes)}
-{PROFILE}""").read_text()
+""").read_text()
 
 
 if __name__ == "__main__":

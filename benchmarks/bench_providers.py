@@ -600,15 +600,6 @@ number of waiting requests and drops keep-alive connections under load
 (`trust_env`), and the bare-loop rows put its client within a few points of aiohttp's
 own API. One client per endpoint and event loop is shared by every run
 (`SharedHttpClients`), so concurrent runs reuse keep-alive connections.
-
-What the product does for (2), measured step by step on this machine: ToolService +
-OpenAIChatModel on httpx's `client.build_request()` / `send()` spent about 700 µs of
-client CPU per request (65 %); building each request once per path (the URL parsed once,
-the headers complete, a cookie jar that does not read `Set-Cookie`) and sending it with
-`send()` took that to about 565 µs (75 %, with a wide spread); the serving processes
-taking their start-up objects out of the collector's scans (`tools_app/runs/loops/process.py`)
-to about 550 µs (79 %, a narrow spread). The bare loop on the same client still uses
-`client.post()`, as a hand-written loop would.
 """
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -40,8 +41,24 @@ def summary(values: list[float]) -> dict[str, float]:
             "max": max(values) if values else float("nan"), "n": float(len(values))}
 
 
+# The hand-kept list (one line per commit) of what moved a file's results: carried over
+# from the file a benchmark replaces, so a new measurement keeps it.
+MOVED_HEADING = "### What moved these results"
+
+
+def command_line() -> str:
+    """How this process was started, as a reader would type it again."""
+    module = Path(sys.argv[0]).stem
+    return " ".join([".venv/bin/python -m", f"benchmarks.{module}", *sys.argv[1:]])
+
+
 def write_result(name: str, markdown: str) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.md"
-    path.write_text(markdown.rstrip() + "\n")
+    text = f"{markdown.rstrip()}\n\nCommand: `{command_line()}`\n"
+    if path.exists():
+        previous = path.read_text()
+        if MOVED_HEADING in previous:
+            text += "\n" + previous[previous.index(MOVED_HEADING):].rstrip() + "\n"
+    path.write_text(text)
     return path

@@ -31,10 +31,12 @@ HEADER = """# Benchmarks
 Run on demand, never as part of the test suite: `make bench` runs every benchmark
 (`.venv/bin/python -m benchmarks.run_all`, or a few by name:
 `.venv/bin/python -m benchmarks.run_all bench_providers`), and one alone runs with
-`.venv/bin/python -m benchmarks.<name>`. Each writes `docs/benchmarks/<name>.md`; this
-file is assembled from those by `benchmarks/run_all.py`, so edit neither by hand.
-Absolute times depend on the machine and on its load (each section says what it ran
-on); ratios measured in the same invocation carry over better.
+`.venv/bin/python -m benchmarks.<name>`. Each writes `docs/benchmarks/<name>.md` (the
+latest results and the command that made them); this file is assembled from those by
+`benchmarks/run_all.py`. Edit neither by hand, except each file's "What moved these
+results" list (one line per commit), which a new run keeps. Absolute times depend on
+the machine and on its load (each section says what it ran on); ratios measured in the
+same invocation carry over better.
 """
 
 

@@ -1,39 +1,16 @@
 """Full-text search (the `q` filter of runs and tool calls) with each database's own index.
 
-What people search in an audit log are words: a city or an id in a call's arguments, an
-error type, a word of the model's answer or of the user's message. So `q` is split into
-words (runs of letters and digits; everything else separates them, quotes and FTS
-operators included, so no input is ever an error) and a row matches when it holds
-every word, each as a word prefix, in any case: `paris` finds `{"city": "Paris"}`,
-`zerodiv` finds `ZeroDivisionError`, `zhou` does not find `Hangzhou` (no substring
-matches: that is what the indexes make fast).
+`q` is split into words (runs of letters and digits, so no input is ever an error); a row
+matches when it holds every word as a word prefix, in any case: `paris` finds
+`{"city": "Paris"}`, `zhou` does not find `Hangzhou`. SQLite uses FTS5 tables kept by
+triggers, PostgreSQL a stored `search_vector` with a GIN index (migration
+`0011_auditscale_search`); both tokenize the same first `INDEXED_CHARS` characters of a
+field, so they agree.
 
-Both databases tokenize the stored text the same way (migration
-`0011_auditscale_search`):
-
-- SQLite: FTS5 tables (`unicode61`, diacritics kept, tokens are letters and digits),
-  kept in sync by triggers: the calls' table indexes `tools_app_toolcall` as external
-  content (rowid = the call's id); the runs' table holds its own copy, its rowids mapped
-  to run ids by `tools_app_run_fts_map` (a UUID-keyed table's own rowid can change on
-  VACUUM).
-- PostgreSQL: a stored generated `search_vector` tsvector column with a GIN index on
-  each table, built with the `simple` configuration (no stemming, no stop words: the
-  same words FTS5 sees) from the text with every run of non-alphanumerics replaced by a
-  space, so PostgreSQL's parser sees the same words as FTS5.
-
-Only the first `INDEXED_CHARS` characters of each field are indexed (a tsvector holds at
-most 1 MB; both databases keep the same prefix so they agree).
-
-Runs are found in one of two ways, chosen by how many rows the words are in (SQLite:
-counted from the index up to `FEW_MATCHES`, one query; PostgreSQL: its planner's
-estimates, two EXPLAINs, as counting there rechecks each match's row). Few: the ids
-of the matching runs (their own text, or the run of each matching call) are read from
-the index and the list keeps those. Many (a common word is in a third of all calls):
-reading the run of every matching call costs a random read each (350,000 for one
-word, seconds), so the list walks its own order instead (newest first, under its
-other filters) and checks each run as it goes: its own text, or one of its calls
-(found by the calls' `run_id` index), against the matches read once from the index,
-until the page is full. Both give the same runs.
+Runs are found in one of two ways, by how many rows match: few, the matching runs' ids
+are read from the index; many (a common word), the list walks its own order and checks
+each run against the matches read once, since reading the run of every matching call
+would be a random read each. Both give the same runs.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def handler_names(calls: QuerySet[ToolCall], *, every_call: bool = False) -> lis
     100 names): every name in a loose index scan (one index seek per distinct name, not
     a DISTINCT over a million rows); for a viewer who sees only some calls
     (`every_call` false), those names their calls used, one existence check each (a
-    DISTINCT over an ordinary user's 50,000 calls took 300 ms)."""
+    DISTINCT over all of a user's calls would read every one)."""
     with connections[calls.db].cursor() as cursor:
         cursor.execute(_DISTINCT_HANDLERS)
         names = [row[0] for row in cursor.fetchall()]

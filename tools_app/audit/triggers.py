@@ -1,36 +1,18 @@
 """Columns the audit log keeps by database triggers, so they are right whoever writes the
-rows (the recorder, the lifecycle, an import, `seed_audit`'s executemany, a queryset
-`update()`), never by a Python path a writer could skip: created (and backfilled) by
-migration `0014_auditscale2_call_run_copy` (the slots and error groups by
-`0015_auditscale2_tool_slots`), checked after every `migrate`
-(`ensure_audit_triggers`, as `search_schema` does for the search index).
+rows (the recorder, the lifecycle, an import, `seed_audit`, a queryset `update()`).
+Created by migrations `0014_auditscale2_call_run_copy` and `0015_auditscale2_tool_slots`,
+checked after every `migrate` (`ensure_audit_triggers`).
 
-- `ToolCall.run_created_at` and `ToolCall.run_owner_id`: the creation time and the
-  creator (`created_by_id`) of the call's run, copied onto each call. The calls list
-  filters `since` / `until` on the first, an ordinary user's calls (lists, exports, a
-  tool page's statistics) are those whose `run_owner_id` is theirs, and a tool page's
-  chart places a call that never started by its run's creation: none of them needs a
-  join. Set when a call is inserted or moved to another run (a value written by hand is
-  put right), and on every call of a run whose `created_at` or `created_by` changes (a
-  deleted user's runs lose their creator: so do their calls).
-- `ToolCallSlot`: each tool's calls and errors per quarter hour (UTC) of the call's
-  moment (its start, or its run's creation), what a tool page's chart draws for staff
-  without reading the tool's calls (110,000 of them for a busy tool). A call inserted
-  counts in its slot, a call deleted no longer does, and a call whose tool, moment or
-  error flag changes moves from the old count to the new one (as the recorder starts
-  and finishes it); a quarter hour keeps its row when its count drops to 0 (the chart
-  skips it). Filled from the calls already stored by one INSERT ... SELECT ... GROUP BY.
+- `ToolCall.run_created_at` / `run_owner_id`: the creation time and creator of the
+  call's run, so the calls list, a user's calls and a tool page need no join.
+- `ToolCallSlot`: each tool's calls and errors per UTC quarter hour of the call's
+  moment (its start, or its run's creation): the staff chart of a tool page.
 - `ToolErrorGroup`: each tool's erring calls by error type and the first
-  `ERROR_HEAD_CHARS` characters of the message (the page's "most frequent errors"),
-  with the newest call's id, kept the same way: a call counts in its group while it is
-  an error; when the newest call of a group goes, the next newest is looked up.
+  `ERROR_HEAD_CHARS` characters of the message, with the newest call's id.
 
-The counts are changed inside the writer's own transaction, so they commit or roll back
-with the call; on PostgreSQL two transactions that count calls of the same tool in the
-same quarter hour (or error group) take turns on that row until the first commits. A
-transaction that writes one call, as the recorder does here, changes one tool's rows in
-time order; one that wrote calls of several tools in different orders in concurrent
-transactions could deadlock on them (PostgreSQL would then abort one).
+The counts change inside the writer's transaction, so they commit or roll back with the
+call. Transactions writing calls of several tools in different orders concurrently
+could deadlock on these rows (PostgreSQL would then abort one).
 """
 
 # The SQL below is built only from this module's constant table and column names, never

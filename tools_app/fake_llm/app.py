@@ -13,15 +13,9 @@ Routes
     GET  /_fake/requests, DELETE /_fake/requests     the request log (secrets redacted)
     GET  /_fake/settings, POST /_fake/settings       {"strict": bool}: read / change
 
-Strict (the default): a request the real API refuses (unknown top-level field, a tool
-result with no call before it, calls left unanswered, empty content where the provider
-refuses it) gets that provider's 400 with the real message, and is logged with outcome
-"rejected". Lenient (`strict=False`, `--lenient`, or POST /_fake/settings
-{"strict": false}) lets such requests through, for fault rehearsals.
-
-All state lives in this object and is touched only from the event loop that serves
-it, so no locks are needed. Nothing on the request path reads files or blocks; latency
-is an `asyncio.sleep`.
+Strict (the default): a request the real API refuses gets that provider's 400 with the
+real message, logged as "rejected"; lenient (`--lenient`, or `{"strict": false}`) lets it
+through. All state is touched only from the serving event loop, so there are no locks.
 """
 
 from __future__ import annotations
@@ -420,7 +414,7 @@ async def _send_chunks(send: Send, content_type: str, chunks: list[bytes], delay
                 "headers": [(b"content-type", content_type.encode()),
                             (b"cache-control", b"no-cache"), *extra]})
     if delay_s <= 0:
-        # One write for the whole stream: the cheapest for benchmarks, and still a valid
+        # One write for the whole stream: the cheapest for the server, and still a valid
         # stream (clients cannot rely on how events are split across reads anyway).
         await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": False})
         return

@@ -6,7 +6,7 @@ Notifications from the channel layer only say "something new" (or carry an ephem
 streaming fragment), so a dropped notification or a reconnect never leaves a gap.
 
 Bursts coalesce: a notification for a seq already sent costs nothing, and viewers of one
-run share one reading and rendering of each batch (docs/benchmarks/live.md).
+run share one reading and rendering of each batch.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class _KeptConnectionSyncToAsync[**P, R](SyncToAsync[P, R]):
 
     Every viewer's reads run on one thread (asgiref's shared one: Channels creates no
     thread-sensitive context), so one kept connection serves them all; opening one per
-    live message was most of its cost (docs/benchmarks/live.md). It is kept whatever
+    live message would be most of its cost. It is kept whatever
     `CONN_MAX_AGE` says (0 on PostgreSQL, whose pool the request threads borrow from and
     give back to at each request's end). A connection that failed and is no longer
     usable is closed, so the next read opens a fresh one.

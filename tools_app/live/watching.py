@@ -1,10 +1,9 @@
 """Which runs someone watches live, on the Redis channel layer: a run's batches are
 announced only to a run that has a viewer.
 
-Every committed batch of every run used to be announced with `group_send`, which costs
-channels_redis two commands (it trims the group, then reads its members) before it finds
-nobody in it: about a tenth of a busy `db_worker`'s CPU with 100 runs that nobody
-watches (docs/benchmarks/product-path.md). Now a viewer's socket marks its run watched
+Announcing every committed batch with `group_send` would cost channels_redis two
+commands (it trims the group, then reads its members) before it finds nobody in it, for
+most runs most of the time. So a viewer's socket marks its run watched
 (a key with a time to live, `mark_watched`) before it reads the run's events, and renews
 the mark at each of its polls; a worker asks whether the runs it has news of are marked
 (`anyone_watches`) after their commit, and the runs asking in the same turn of the event
@@ -14,7 +13,7 @@ Nothing is missed: a worker that finds no mark asked before the mark was set, so
 the viewer's first read, which is later than the commit and holds it. A mark outlives
 its viewer by at most its time to live (a few extra notifications, which cost the
 consumers nothing). A Redis that fails the lookup counts as "watched": the notification
-is attempted, as before. Other channel layers are always sent to (the in-memory one
+is attempted. Other channel layers are always sent to (the in-memory one
 checks its own groups: `notify.send_to_group`).
 """
 
@@ -114,7 +113,7 @@ def _answered(waiting: Waiting, task: asyncio.Task[set[str]]) -> None:
     _answering.discard(task)
     _close(waiting)  # a task cancelled before it started did not
     if task.cancelled():
-        watched = set(waiting)  # as before marks existed: notify them all
+        watched = set(waiting)  # as if nobody kept marks: notify them all
     elif (error := task.exception()) is not None:
         logger.warning("could not read which runs are watched; notifying them all",
                        exc_info=error)

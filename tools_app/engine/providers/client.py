@@ -215,10 +215,10 @@ class ProviderHttpClient:
         """One attempt, up to the response headers (the body still unread).
 
         The request is built here rather than by `client.build_request()`, which would
-        parse the URL again and merge headers and cookies into it on every request (a
-        third of the client's CPU per request with 100 runs in flight,
-        docs/benchmarks/providers.md): the URL is parsed once per path, and the headers
-        are complete already (the client adds none: it has no defaults and no cookies)."""
+        parse the URL again and merge headers and cookies into it on every request, a
+        large share of the client's CPU under load: the URL is parsed once per path, and
+        the headers are complete already (the client adds none: it has no defaults and
+        no cookies)."""
         request = httpx.Request(
             "POST", self._parsed_url(url), content=content,
             headers=self._stream_headers if stream else self._json_headers,

@@ -11,8 +11,7 @@ the SDKs do: HTTPS_PROXY / HTTP_PROXY by the endpoint's scheme, else ALL_PROXY, 
 NO_PROXY names the host. The environment is read once, when the client is made (an
 endpoint has one host), and the proxy handed to aiohttp: its session's own
 `trust_env=True` would read the same variables (and ~/.netrc) again on every request,
-which cost ~200 µs of CPU per request under 100 concurrent runs
-(docs/benchmarks/providers.md), and it ignores ALL_PROXY. aiohttp speaks to http://
+and it ignores ALL_PROXY. aiohttp speaks to http://
 proxies only (CONNECT for https endpoints); another proxy scheme in the environment is
 ignored with a warning.
 
@@ -117,7 +116,7 @@ def environment_proxy(url: str) -> str | None:
 @functools.cache
 def default_ssl_context() -> ssl.SSLContext:
     """httpx's default verifying context (certifi's CAs; SSL_CERT_FILE / SSL_CERT_DIR
-    honoured), built once per process: about 40 ms of CPU each time otherwise. A
+    honoured), built once per process: building it is expensive. A
     process that executes runs builds it at start (`runs.process.preload_for_runs`):
     built by its first client, on the event loop, every run of the loop waited."""
     return httpx.create_ssl_context(verify=True, trust_env=True)

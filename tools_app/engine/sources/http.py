@@ -1,25 +1,15 @@
-"""HTTP tools (the seed's HttpToolExecutor): one call, one HTTP request.
+"""HTTP tools: one call, one HTTP request built from the call's arguments.
 
-The request is built from the call's arguments: the URL template's `{name}`
-placeholders (each value URL-encoded as one path segment), query parameters and a
-JSON body mapped from arguments. Header values written `env:NAME` are credentials:
-they are asked of the `resolve_secret` callable the executor is given (the engine
-never reads the environment itself), never stored or shown, and scrubbed from every
-text this executor produces, the model's result included.
+URL `{name}` placeholders (each value one URL-encoded path segment), query parameters and
+a JSON body come from the arguments. Header values `env:NAME` are credentials asked of
+the given `resolve_secret` (the engine never reads the environment), never stored, and
+scrubbed from every text this executor produces. The model gets the response text, or
+the value at a JSON pointer; a status of 400 or more is an execution error.
 
-The model gets the response's text, or the value at a JSON pointer in it; a status
-of 400 or more is an execution error quoting the start of the body. The response is
-untrusted: at most `max_response_bytes` are read (after decompression) and the whole
-exchange has `timeout_seconds`.
-
-Server-side request forgery: the client is the providers' (clients.new_client) on
-aiohttp, whose resolver checks every address it returns against the OutboundPolicy,
-so the address checked is the address connected to; literal IPs are checked before
-the request, and addresses in unusual notations (2130706433, 0x7f.1) are refused
-outright. Redirects are followed by hand, at most MAX_REDIRECTS, each destination
-checked again, http and https only, and the configured headers are dropped when a
-redirect leaves the original origin. Every refusal is a ToolExecutionError with the
-reason, which the model and the timeline see.
+The response is untrusted: read up to `max_response_bytes`, within `timeout_seconds`.
+Against request forgery the client is the providers' (the OutboundPolicy checks each
+address connected to; unusual IP notations are refused), and redirects are followed by
+hand, at most MAX_REDIRECTS, each checked again, dropping the headers off-origin.
 """
 
 from __future__ import annotations

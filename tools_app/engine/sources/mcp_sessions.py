@@ -1,25 +1,14 @@
 """MCP sessions: one per server per process, on one event loop of their own.
 
-A session is a live connection (a stdio child process, or an HTTP session) whose
-streams and task groups belong to the event loop that opened them. Runs, though, come
-on many loops: the embedded worker's one loop, but `db_worker` gives every run a loop
-of its own (asgiref's async_to_sync). So the sessions live on a dedicated background
-event loop, in a daemon thread started on first use, and every call is marshalled to it
-(`asyncio.run_coroutine_threadsafe`, awaited with `asyncio.wrap_future`): one session
-per server for the whole process, reused across calls and runs.
+A session's streams and task groups belong to the loop that opened them, but runs come on
+many loops, so sessions live on a dedicated loop in a daemon thread and every call is
+marshalled to it (`asyncio.run_coroutine_threadsafe`). A session that may be broken (the
+connection closed, the server crashed, a call timed out or was cancelled, an unreadable
+answer) is retired and the next call starts a new one; a JSON-RPC error answer keeps it.
 
-A session that fails in a way that may have broken it (the connection closed, the
-server crashed, a call timed out or was cancelled, an unreadable answer) is retired at
-once: its owner task closes it (the SDK closes stdin, then terminates the process tree,
-every wait bounded) and the next call starts a new one. A server that answers a call
-with a JSON-RPC error (an unknown tool, invalid parameters) keeps its session.
-
-Timeouts and the retirement are anyio cancel scopes, not asyncio's task cancellation:
-the SDK shields its shutdown (which is what kills a stdio server) with anyio scopes,
-which a native `task.cancel()` can defeat and anyio's own cancellation cannot. That is
-why the engine imports anyio.
-
-The process's sessions are closed at exit (`atexit`), bounded in time.
+Timeouts and retirement are anyio cancel scopes, not `task.cancel()`: the SDK shields
+its shutdown (which is what stops a stdio server) with anyio scopes, which a native
+cancel can defeat. Sessions are closed at process exit, bounded in time.
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ def freeze_startup_objects() -> None:
     garbage collector's scans, after collecting what is already garbage.
 
     A busy process (many runs allocating messages, events and HTTP objects) triggers
-    full collections often, and each would walk all of them again: with 100 concurrent
-    runs this is worth about 4 points of efficiency (docs/benchmarks/providers.md)."""
+    full collections often, and each would walk all of them again."""
     gc.collect()
     gc.freeze()
 
@@ -20,8 +19,8 @@ def freeze_startup_objects() -> None:
 def preload_for_runs() -> None:
     """Import and build now what a process's first run would on its way (every provider
     adapter, the channel layer's backend with its Redis client, the model clients'
-    default TLS context): 150-250 ms of a db_worker's first run otherwise, spent while
-    that run and the others it started with wait on the one event loop. Before
+    default TLS context), which would otherwise be built on the one event loop while
+    the first runs and the others started with them wait. Before
     `freeze_startup_objects`, so what this builds is frozen with the rest."""
     from channels.layers import get_channel_layer
 

@@ -6,15 +6,14 @@ that blocks its loop can then never freeze the WebSockets. Live notifications st
 have to be published on the serving loop, because the in-memory channel layer is not
 safe across event loops: consumers record that loop (`remember_server_loop`) and
 `publish()` hops onto it. A `db_worker` drives its runs on the same kind of loop: uvloop's
-unless AGENTFORGE_WORKER_EVENT_LOOP says "asyncio" (its own costs are a tenth of a busy
-worker's CPU less than the standard loop's).
+(cheaper for a busy worker) unless AGENTFORGE_WORKER_EVENT_LOOP says "asyncio".
 
 Database lanes: a task's synchronous (database) work runs on one of a few "lane"
 threads (`database_lanes()`: AGENTFORGE_WORKER_DB_THREADS, or a db_worker's own
 count), each an asgiref ThreadSensitiveContext held
 open for the loop's life, so a process holds that many connections however many runs
-it drives (a thread and a connection per run exhausted PostgreSQL's connections at
-100 runs, and the threads fought over the GIL). A task keeps its lane to its end, so
+it drives (a thread and a connection per run would exhaust PostgreSQL's connections,
+and the threads would fight over the GIL). A task keeps its lane to its end, so
 its calls stay ordered on one thread and one connection; a new task takes the lane
 with the fewest tasks.
 """
@@ -195,8 +194,8 @@ async def _guarded(coroutine: Awaitable[Any]) -> Any:
         # A connection broken by the last task (a database restart) is replaced before
         # this task uses it; a healthy one is kept for the lane's life. (Django's
         # `close_old_connections` would close it every time where CONN_MAX_AGE is 0
-        # (PostgreSQL's pool): a run's claim then opened a connection, 1.5-10 ms of its
-        # start, and every other task on the lane lost its connection too.)
+        # (PostgreSQL's pool): every run's claim would open a connection, and every
+        # other task on the lane would lose its connection too.)
         await sync_to_async(drop_broken_connections)()
         return await coroutine
     except Exception:

@@ -9,10 +9,9 @@ from contextlib import contextmanager
 from django.db import DEFAULT_DB_ALIAS, connections
 
 # SQLite lets one writer in at a time, and one that finds the database locked sleeps in
-# SQLite's busy handler by steps of up to 100 ms while others may take the lock before
+# SQLite's busy handler, in steps that grow long, while others may take the lock before
 # it: a worker's writers contending that way (its groups of batches, its runs' claims
-# and ends) left a burst's last writes waiting hundreds of milliseconds (embedded, 50
-# runs: from emit p95 148-570 -> 58-238 ms, docs/benchmarks/product-path.md).
+# and ends) would leave a burst's last writes waiting. So they take turns here first.
 _SQLITE_WRITERS = threading.Lock()
 _turn = threading.local()
 
@@ -64,8 +63,8 @@ def pipelined(alias: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
     end, as Django's database errors. Elsewhere (SQLite is in process), nothing changes.
 
     Why: POST /api/runs writes the run, its first event and its task, and each
-    statement waited for its answer in turn; under a burst of starts
-    every round trip is a thread switch on both sides (docs/benchmarks/product-path.md).
+    statement would wait for its answer in turn; under a burst of starts every round
+    trip is a thread switch on both sides.
     Only for statements whose results nobody reads: a fetch inside would wait anyway,
     and a row count (an ORM `update()`, the `save()` of an existing row, which decides
     by it whether to INSERT) is not known before the end: never inside."""

@@ -69,9 +69,8 @@ def claim_new_many(requests: Sequence[tuple[str, str]], now: datetime) -> dict[s
     path (`claim_other`: a resumed, interrupted or cancelled one).
 
     Why one statement for many: the runs a db_worker claims in one turn start together,
-    and one commit each (a WAL flush on PostgreSQL) kept its database lane from the
-    runs' event writes for a tenth of a second of a 100-run burst
-    (docs/benchmarks/product-path.md)."""
+    and one commit each (a WAL flush on PostgreSQL) would keep its database lane from
+    the runs' event writes."""
     check_move(RunStatus.QUEUED, RunStatus.RUNNING)
     until = now + lease_duration()
     rows = rowsql.update_many(

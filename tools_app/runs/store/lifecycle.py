@@ -83,8 +83,7 @@ def create_queued(**fields: Any) -> Run:
     # not allocated by a second statement (this is on every POST /api/runs).
     run = Run(status=RunStatus.QUEUED, last_seq=1, **fields)
     # Every column in one precompiled INSERT (`rowsql.insert_as_saved`), not the ORM's
-    # save: its compilation was the largest part of a POST /api/runs after the
-    # request's own handling (docs/benchmarks/product-path.md). Its database triggers
+    # save, whose compilation is a large part of a POST /api/runs. Its database triggers
     # fire for this INSERT as for any.
     rowsql.insert_as_saved(run)
     rowsql.insert(RunEvent, [{"run": run.pk, "seq": 1, "kind": "run_status",

@@ -3,18 +3,12 @@
 Why: every event, round and call a run writes is checked against its run (and a call
 against its round) by PostgreSQL's foreign-key triggers, whose query each connection
 plans once and keeps. Planned while the runs table held a handful of rows, that query
-scans the whole table (the cheapest plan for one page), and keeps scanning it as the
-table grows, until the table is analyzed again: on a new deployment, autovacuum looks
-once a minute and analyzes after 10 % of a table changed, and the pooled connections
-live for an hour. Measured on the product path (docs/benchmarks/product-path.md): six
-100-run scenarios in a row on a new database made 1,300-6,900 full scans of the runs
-table each, PostgreSQL's CPU a round growing from 1.8 to 2.2 ms and from emit p95 from
-144 to 244 ms; analyzed between scenarios, none from the third on.
+scans the whole table, and keeps scanning it as the table grows until the table is
+analyzed again, which autovacuum does late on a new deployment.
 
 So the worker's periodic sweep (`runs.sweeps`) analyzes each of these tables whose live
-rows have more than doubled since PostgreSQL last counted them (ANALYZE or VACUUM,
-whoever ran it): a few times in a table's early life, each a few milliseconds on a
-small table, and hardly ever once it is large, where autovacuum keeps up by itself.
+rows have more than doubled since PostgreSQL last counted them: a few times in a
+table's early life, hardly ever once it is large, where autovacuum keeps up by itself.
 ANALYZE also invalidates the plans every connection keeps for the table.
 """
 

@@ -1,10 +1,9 @@
 """Reads whose SQL the ORM builds once per shape and that run again with new parameters.
 
 Why: the live timeline reads the same few small queries for every batch it sends (a run's
-new events, its call counts, the touched rounds, their calls and re-executions), and the
-ORM spent most of each one building it again: cloning the queryset, resolving its
-filters and compiling it took 55-75 % of the query (0.35-0.7 ms against 0.05-0.16 ms to
-execute it and fetch the rows; docs/benchmarks/live.md). Here the ORM still writes the
+new events, its call counts, the touched rounds, their calls and re-executions), and
+cloning the queryset, resolving its filters and compiling it cost the ORM more than
+executing the query and fetching its rows. Here the ORM still writes the
 SQL, for each database, and its own converters still turn the columns into Python values
 (JSON, datetimes, UUIDs), so the rows are exactly what `values()` / `values_list()`
 return; only the compilation is kept.

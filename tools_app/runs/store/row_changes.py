@@ -1,9 +1,8 @@
 """The row changes of one batch of a run's events, folded into few statements.
 
 A round's events touch the same rows again and again (its Round row four times, each
-ToolCall row three times, the Run's counters per call): written one event at a time
-that was 3-6 ORM statements per event. The recorder folds a batch's changes here
-instead, then writes them in a fixed order, all inside the batch's transaction:
+ToolCall row three times, the Run's counters per call). The recorder folds a batch's
+changes here, then writes them in a fixed order, all inside the batch's transaction:
 
 1. the run: its counters folded into the UPDATE that allocates the batch's seqs
    (`eventlog.append_events`, before everything else: it is the lease's fence);
@@ -12,16 +11,13 @@ instead, then writes them in a fixed order, all inside the batch's transaction:
 3. other rounds: one UPDATE per round, with its changes merged;
 4. calls proposed in the batch: one INSERT, carrying the batch's later changes to
    them (a call usually starts in the batch that proposes it); a call stored before,
-   by a run resumed from its history, is left as it is, as `get_or_create` did, and
+   by a run resumed from its history, is left as it is (as `get_or_create` would), and
    gets those changes by UPDATE;
 5. other calls: one UPDATE per call, its start and end merged.
 
-The statements are `rowsql`'s, built once per shape: the ORM's cost of building each
-statement again was most of the application's CPU per round
-(docs/benchmarks/product-path.md).
-
-The order is the events' order where it matters (a row exists before it is updated;
-a call's started then finished fields, in that order, win over earlier ones).
+The statements are `rowsql`'s, built once per shape. The order is the events' order
+where it matters (a row exists before it is updated; a call's started then finished
+fields, in that order, win over earlier ones).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The recorder's few statement shapes as SQL built once and executed with parameters.
 
-Why not the ORM here: a run's round writes about twenty rows' worth of changes, and the
-ORM spent most of the application's CPU per round building each statement again (query
-cloning, filter resolution, compilation: 0.3-0.5 ms per statement against 0.05 ms to
-execute it; docs/benchmarks/product-path.md). These helpers cache each statement's text
+Why not the ORM here: a run's round writes about twenty rows' worth of changes, and
+building each statement again (query cloning, filter resolution, compilation) costs
+the ORM several times what executing it does. These helpers cache each statement's text
 by its shape (table, columns, conflict target) and prepare each value with the model
 field's own `get_db_prep_save`, so values are stored exactly as the ORM stores them
 (JSON, datetimes, UUIDs, per database). The SQL is portable between SQLite (3.35+) and
@@ -84,7 +83,7 @@ def update_many(model: type[Model], keys: tuple[str, ...], rows: Sequence[Mappin
 
     Why: a group of runs' batches changes one row of each run (its seqs and counters)
     and of each of their rounds; one statement for them all costs about what one of
-    them alone did (docs/benchmarks/product-path.md)."""
+    them alone does."""
     if not rows:
         return []
     first = rows[0]
@@ -237,8 +236,8 @@ def _executed(connection: BaseDatabaseWrapper, sql: str,
     `RawCursor`, wrapped as Django wraps its own (error translation, execute wrappers,
     the broken-transaction check). Django's cursor takes `%s` and has psycopg rewrite
     each statement into `$n` form in Python; it caches that rewrite only for statements
-    of up to 50 parameters, and a batch's INSERT has more: the rewrite was a tenth of a
-    db_worker's CPU (scale-out, 100 runs; docs/benchmarks/product-path.md). Where Django
+    of up to 50 parameters, and a batch's INSERT has more, so the rewrite would cost a
+    busy db_worker a large share of its CPU. Where Django
     logs queries (DEBUG, the test suite's query counting) its own cursor is used: its
     log renders the `%s` form. No statement here returns a timestamp, so the time zone
     loader Django may register on its cursors is not needed. On SQLite the driver's

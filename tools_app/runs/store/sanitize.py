@@ -112,8 +112,7 @@ _STRICT_JSON = json.JSONEncoder(allow_nan=False)
 
 # The texts json.dumps writes for the scalars an event's payload is mostly made of (a
 # round index, a time, a name, a flag). Why: JSONEncoder.encode builds a new C encoder
-# for every value but a string, and a round's payloads hold a few dozen of them (about
-# a tenth of the recorder's CPU a round at one run; docs/benchmarks/product-path.md).
+# for every value but a string, and a round's payloads hold a few dozen of them.
 _LITERALS: dict[Any, str] = {None: "null", True: "true", False: "false"}
 
 
