@@ -4,8 +4,9 @@ Runs, rounds, tool calls, run events and policy revisions are read-only: they re
 what happened, and only the engine (or a policy save) writes them. No page ever shows
 an API key: endpoints store only the NAME of the environment variable holding it.
 
-Django's admin autodiscovery imports this package; the MCP servers' admin lives in its
-own module (mcp.py), imported below so that it is registered too.
+Django's admin autodiscovery imports this package; the MCP servers' admin and the
+workers' heartbeats live in modules of their own (mcp.py, workers.py), imported below so
+that they are registered too.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from tools_app.runs.snapshot.access import secret_variable_problem
 from tools_app.runs.snapshot.mcp import mcp_config_problems
+from tools_app.runs.snapshot.parameters import default_parameter_problems
 from tools_app.runs.snapshot.policy import template_problem
 from tools_app.web.api.tokens import assign_new_secret
 
@@ -48,7 +50,10 @@ from ..models import (
 from ..tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
 from ..tools.kinds import config_help, config_problems
 from ..tools.registry import compute_version_hash, record_version, resolve_tool_function
-from . import mcp  # noqa: F401  (registers the MCP servers' admin)
+from . import (
+    mcp,  # noqa: F401  (registers the MCP servers' admin)
+    workers,  # noqa: F401  (registers the workers' heartbeats)
+)
 from .audit import ReadOnlyAdmin
 from .credentials import SECRET_HEADER_WORDS
 
@@ -148,6 +153,10 @@ class ModelEndpointForm(forms.ModelForm[ModelEndpoint]):
                 self.add_error("script", problem)
         elif kind and not (cleaned.get("model") or "").strip():
             self.add_error("model", "Name the model to call, e.g. gpt-4o-mini or llama3.1.")
+        # The same limits as a run's parameters (custom keys per provider, ranges).
+        if kind and isinstance(defaults := cleaned.get("default_parameters"), dict):
+            for problem in default_parameter_problems(kind, defaults):
+                self.add_error("default_parameters", problem)
         return cleaned
 
 

@@ -26,7 +26,8 @@ is_error set) or raise (the run stops with that exception).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import string
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -192,6 +193,40 @@ HallucinatedToolStrategy = Callable[
     ["ToolExecutionRequest", list[str]],
     "ToolExecutionResultMessage | Awaitable[ToolExecutionResultMessage]",
 ]
+
+
+ERROR_TEXT_LIMIT = 64 * 1024
+"""The most characters an error policy's template formats to (65,536)."""
+
+
+def format_error_template(template: str, values: Mapping[str, str], *,
+                          limit: int = ERROR_TEXT_LIMIT) -> str:
+    """An error policy's template with its placeholders filled, at most `limit`
+    characters: past it the text is cut and ends with a marker saying so.
+
+    Built piece by piece and stopped at the limit, so a stored template that repeats
+    {arguments} thousands of times never allocates more than the limit. A placeholder
+    gets its plain value: conversions and format specs (refused when a policy is saved)
+    are ignored rather than applied ("{error:>999999999}" would allocate a gigabyte).
+    A name not in `values` raises KeyError, as str.format does.
+    """
+    pieces: list[str] = []
+    size = 0
+    for literal, name, _spec, _conversion in string.Formatter().parse(template):
+        for piece in (literal, None if name is None else values[name]):
+            if not piece:
+                continue
+            if size + len(piece) > limit:
+                return _cut("".join(pieces) + piece[:limit - size], limit)
+            pieces.append(piece)
+            size += len(piece)
+    return "".join(pieces)
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` (`limit` characters) cut to end with the marker, `limit` in all."""
+    marker = f" [... cut: error text limited to {limit:,} characters]"
+    return text[:max(0, limit - len(marker))] + marker
 
 
 def rethrow_arguments_error(

@@ -10,6 +10,7 @@ from django.db import transaction
 
 from tools_app.runs.debugger.breakpoints import BreakpointError, checked_breakpoints
 from tools_app.runs.snapshot.frozen import build_snapshot
+from tools_app.runs.snapshot.parameters import ParameterError, check_parameters
 from tools_app.runs.snapshot.policy import PolicyOverrideError, checked_overrides
 from tools_app.runs.store.db import pipelined
 from tools_app.runs.store.leases import cancel_now
@@ -61,11 +62,18 @@ def run_create(
 
     `policy_overrides` changes policy values for this run only (the playground's
     parallel switch and max rounds), validated as the admin validates a policy; fields
-    a run may not override are refused.
+    a run may not override are refused. `parameters` are checked against the endpoint's
+    provider (snapshot/parameters.py); only staff may change its model.
     """
     _check_request(tools, messages)
+    parameters = parameters or ChatRequestParameters()
+    try:
+        check_parameters(parameters, endpoint_kind=endpoint.kind,
+                         endpoint_model=endpoint.model, user=user)
+    except ParameterError as exc:
+        raise RunRequestError(str(exc), field="parameters", problems=exc.problems) from exc
     snapshot = build_snapshot(endpoint=endpoint, tools=tools, policy=policy,
-                              messages=messages, parameters=parameters or ChatRequestParameters())
+                              messages=messages, parameters=parameters)
     try:
         overrides = checked_overrides(snapshot["policy"], policy_overrides or {})
     except PolicyOverrideError as exc:

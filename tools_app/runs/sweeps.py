@@ -17,6 +17,7 @@ from tools_app.models import Run
 from tools_app.runs.debugger.approvals import expire_waiting_runs
 from tools_app.runs.debugger.reexecution import recover_reexecutions
 from tools_app.runs.loops.provider_clients import close_at_exit
+from tools_app.runs.store.db import drop_broken_connections
 from tools_app.runs.store.leases import (
     lease_duration,
     reap_expired_runs,
@@ -24,11 +25,14 @@ from tools_app.runs.store.leases import (
     runs_to_recover_at_start,
 )
 from tools_app.runs.store.lifecycle import CLAIMABLE
+from tools_app.runs.store.outage import DATABASE_ERRORS, Outage
 from tools_app.runs.store.planner_stats import analyze_grown_tables
 from tools_app.runs.tasks import enqueue_run, execute_run, uses_database_tasks
 
 logger = logging.getLogger(__name__)
 _embedded_started = threading.Event()
+# The reaper's view of the database: an outage is logged once, not at every sweep.
+_reaper_outage = Outage(logger, "run reaper")
 
 
 def reap_interval() -> float:
@@ -37,13 +41,18 @@ def reap_interval() -> float:
 
 def reap_and_enqueue() -> list[str]:
     # Runs past AGENTFORGE_APPROVAL_TIMEOUT get their waiting calls rejected (which
-    # queues and enqueues them); a failure there must not stop the reaping below.
+    # queues and enqueues them); a failure there must not stop the reaping below. The
+    # database gone is the caller's to handle (`sweep`), not one error per step.
     try:
         expire_waiting_runs()
+    except DATABASE_ERRORS:
+        raise
     except Exception:
         logger.exception("expiring waiting runs failed; retrying at the next sweep")
     try:
         recover_reexecutions(enqueue_pending=False)
+    except DATABASE_ERRORS:
+        raise
     except Exception:
         logger.exception("recovering lost re-executions failed; retrying at the next sweep")
     ids = reap_expired_runs()
@@ -99,13 +108,29 @@ def recover_at_start() -> list[str]:
 def sweep() -> None:
     """A worker's periodic care: reap the lost runs, then keep PostgreSQL's statistics
     of the run path's tables up with their growth (runs.store.planner_stats); a failure of
-    either is logged and retried at the next sweep."""
+    either is logged and retried at the next sweep. While the database is unavailable
+    the sweeps are retried as usual, the outage logged once, its broken connections
+    dropped so that the next sweep opens new ones."""
+    try:
+        _sweep_steps()
+    except DATABASE_ERRORS as exc:
+        _reaper_outage.failed(exc)
+        drop_broken_connections()
+        return
+    _reaper_outage.succeeded()
+
+
+def _sweep_steps() -> None:
     try:
         reap_and_enqueue()
+    except DATABASE_ERRORS:
+        raise
     except Exception:
         logger.exception("run reaper failed; retrying")
     try:
         analyze_grown_tables()
+    except DATABASE_ERRORS:
+        raise
     except Exception:
         logger.exception("analyzing the run tables failed; retrying at the next sweep")
 
@@ -113,7 +138,10 @@ def sweep() -> None:
 async def reap_forever() -> None:
     while True:
         await asyncio.sleep(reap_interval())
-        await sync_to_async(sweep)()
+        try:
+            await sync_to_async(sweep)()
+        except Exception:  # never expected (sweep logs its own): the reaper lives on
+            logger.exception("run reaper sweep failed; retrying")
 
 
 def start_embedded_worker() -> None:
@@ -149,6 +177,13 @@ def hand_back_at_exit() -> None:
                        "at the next start", len(released))
 
 
+def _give_back_connections() -> None:
+    try:
+        close_old_connections()
+    except Exception:  # a connection that cannot even be closed: the next sweep opens one
+        logger.debug("closing the reaper's connections failed", exc_info=True)
+
+
 def start_reaper_thread(stop: threading.Event) -> threading.Thread:
     """For `db_worker` processes: reap in a daemon thread while tasks run in the main one."""
 
@@ -156,8 +191,10 @@ def start_reaper_thread(stop: threading.Event) -> threading.Thread:
         while not stop.wait(reap_interval()):
             try:
                 sweep()
+            except Exception:  # never expected (sweep logs its own): the thread lives on
+                logger.exception("run reaper sweep failed; retrying")
             finally:
-                close_old_connections()
+                _give_back_connections()
 
     thread = threading.Thread(target=loop, name="agentforge-reaper", daemon=True)
     thread.start()

@@ -32,6 +32,7 @@ from ..outbound import OutboundPolicy
 from .client import EventStream, JsonResponse, ProviderHttpClient
 from .clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, SharedHttpClients
 from .jsoncodec import loads_json
+from .request_limits import CustomKeys, allowed_custom
 from .retry import RetryPolicy
 from .wire_errors import ErrorDetails, invalid_response_error
 
@@ -350,10 +351,13 @@ def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def merge_custom(body: JsonObject, custom: Mapping[str, Any] | None) -> JsonObject:
+def merge_custom(body: JsonObject, custom: Mapping[str, Any] | None,
+                 keys: CustomKeys) -> JsonObject:
     """`custom` parameters go into the body last, so they win; an object merges into an
-    object already there (e.g. Gemini's generationConfig) instead of replacing it."""
-    for key, value in (custom or {}).items():
+    object already there (e.g. Gemini's generationConfig) instead of replacing it. Only
+    the adapter's allowed keys are sent: never the model, messages or tools, even from a
+    stored snapshot (request_limits.py)."""
+    for key, value in allowed_custom(custom, keys).items():
         present = body.get(key)
         both = isinstance(present, dict) and isinstance(value, dict)
         body[key] = {**present, **value} if both else value  # type: ignore[dict-item]

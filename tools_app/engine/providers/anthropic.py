@@ -62,6 +62,7 @@ from .adapter import (
     parse_json_event,
 )
 from .client import EventStream
+from .request_limits import ANTHROPIC, CustomKeys
 from .wire_errors import ErrorDetails
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -83,6 +84,7 @@ class AnthropicChatModel(WireChatModel):
     """Anthropic Messages API."""
 
     provider: ClassVar[str] = "anthropic"
+    custom_keys: ClassVar[CustomKeys] = ANTHROPIC
     default_base_url: ClassVar[str | None] = "https://api.anthropic.com"
 
     def __init__(self, *, default_max_tokens: int = DEFAULT_MAX_TOKENS,
@@ -122,7 +124,7 @@ class AnthropicChatModel(WireChatModel):
         optional = {"temperature": parameters.temperature, "top_p": parameters.top_p,
                     "stop_sequences": list(parameters.stop_sequences or ()) or None}
         body.update({k: v for k, v in optional.items() if v is not None})
-        return merge_custom(body, parameters.custom)
+        return merge_custom(body, parameters.custom, self.custom_keys)
 
     async def read_stream(self, stream: EventStream) -> JsonObject:
         folder = _MessageFolder()

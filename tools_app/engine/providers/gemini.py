@@ -52,6 +52,7 @@ from .adapter import (
 )
 from .client import EventStream
 from .gemini_schema import to_gemini_schema
+from .request_limits import GEMINI, CustomKeys
 from .wire_errors import ErrorDetails
 
 _FINISH_REASONS = {
@@ -70,6 +71,7 @@ class GeminiChatModel(WireChatModel):
     """Gemini generateContent / streamGenerateContent."""
 
     provider: ClassVar[str] = "gemini"
+    custom_keys: ClassVar[CustomKeys] = GEMINI
     default_base_url: ClassVar[str | None] = "https://generativelanguage.googleapis.com/v1beta"
 
     def credentials(self, api_key: str) -> dict[str, str]:
@@ -100,7 +102,7 @@ class GeminiChatModel(WireChatModel):
         generation = _generation_config(parameters)
         if generation:
             body["generationConfig"] = generation
-        return merge_custom(body, parameters.custom)
+        return merge_custom(body, parameters.custom, self.custom_keys)
 
     async def read_stream(self, stream: EventStream) -> JsonObject:
         folder = _ResponseFolder()

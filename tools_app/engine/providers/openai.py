@@ -6,7 +6,8 @@ description, parameters and strict; tool_choice auto/required/none/named;
 parallel_tool_calls; max_output_tokens goes out as `max_completion_tokens` for
 OpenAI (`max_tokens` is deprecated there and refused by reasoning models) and as
 `max_tokens` for OpenAI-compatible servers, which mostly know only that one (both are
-configurable with `max_tokens_field`); `custom` parameters are merged into the body last.
+configurable with `max_tokens_field`); `custom` parameters are merged into the body last
+(only the keys request_limits.py allows).
 Tool-call arguments that are empty or null are the empty object "{}"; reasoning text
 (`reasoning_content`, `reasoning`) becomes AiMessage.thinking and is never sent back.
 
@@ -56,6 +57,7 @@ from .adapter import (
     parse_json_event,
 )
 from .client import EventStream
+from .request_limits import OPENAI, OPENAI_COMPATIBLE, CustomKeys
 from .wire_errors import ErrorDetails
 
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
@@ -73,6 +75,7 @@ class OpenAIChatModel(WireChatModel):
     """OpenAI Chat Completions. `api_key=None` sends no Authorization header."""
 
     provider: ClassVar[str] = "openai"
+    custom_keys: ClassVar[CustomKeys] = OPENAI
     default_base_url: ClassVar[str | None] = "https://api.openai.com/v1"
     default_max_tokens_field: ClassVar[MaxTokensField] = "max_completion_tokens"
 
@@ -105,7 +108,7 @@ class OpenAIChatModel(WireChatModel):
         if stream:
             body["stream_options"] = {"include_usage": True}
         body.update(self._map_parameters(parameters))
-        return merge_custom(body, parameters.custom)
+        return merge_custom(body, parameters.custom, self.custom_keys)
 
     def _mapped_tools(self, specifications: tuple[ToolSpecification, ...]) -> list[JsonObject]:
         key = tuple(map(id, specifications))  # the entry keeps them alive: ids stay unique
@@ -192,6 +195,7 @@ class OpenAICompatibleChatModel(OpenAIChatModel):
     key only when the server needs one."""
 
     provider: ClassVar[str] = "openai_compatible"
+    custom_keys: ClassVar[CustomKeys] = OPENAI_COMPATIBLE
     default_base_url: ClassVar[str | None] = None
     default_max_tokens_field: ClassVar[MaxTokensField] = "max_tokens"
 

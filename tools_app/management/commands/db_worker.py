@@ -30,7 +30,10 @@ from tools_app.runs.loops.process import freeze_startup_objects, preload_for_run
 from tools_app.runs.loops.provider_clients import close_at_exit
 from tools_app.runs.loops.task_wakeup import TaskWakeups
 from tools_app.runs.store import rowsql
+from tools_app.runs.store.db import drop_broken_connections
 from tools_app.runs.store.leases import release_this_process_runs
+from tools_app.runs.store.outage import DATABASE_ERRORS, Outage
+from tools_app.runs.store.worker_beats import BEAT_EVERY, WorkerBeat, forget_old_workers
 from tools_app.runs.sweeps import reap_and_enqueue, start_reaper_thread
 from tools_app.runs.tasks import enqueue_run
 from tools_app.runs.worker import runner
@@ -54,6 +57,12 @@ class RunWorker(db_worker.Worker):
     connection per run exhausted PostgreSQL's connections at 100 runs). A sync task
     gets a thread of its own. The claim loop takes the next task only while a slot is
     free, so a busy worker leaves queued runs to others.
+
+    The claim loop outlives its database: a turn that fails for want of it (a restart,
+    a failover, dropped connections) drops the broken connections, waits a growing,
+    jittered delay and tries again; the outage and the recovery are logged once each.
+    It writes this process's heartbeat row every few seconds (runs.store.worker_beats),
+    which `manage.py worker_status` reads.
     """
 
     concurrency = 1  # set by the command before the worker is built
@@ -66,6 +75,8 @@ class RunWorker(db_worker.Worker):
         self._pool = (ThreadPoolExecutor(self.concurrency, thread_name_prefix="agentforge-run")
                       if self.concurrency > 1 else None)
         self._on_loop: set[Future[Any]] = set()
+        self._outage = Outage(logger, f"worker {self.worker_id}")
+        self._beat = WorkerBeat(self.worker_id, self.concurrency)
 
     @property
     def running_task(self) -> bool:
@@ -92,8 +103,11 @@ class RunWorker(db_worker.Worker):
             future.add_done_callback(self._loop_task_done)
         else:
             self._pool.submit(self._run_in_slot, db_task_result)
-        with self._slots:  # claim the next task only once a slot is free again
-            pass
+        # Claim the next task only once a slot is free again; meanwhile keep the
+        # heartbeat up (a busy worker is alive).
+        while not self._slots.acquire(timeout=BEAT_EVERY):
+            self._beat_safely()
+        self._slots.release()
 
     async def _run_on_loop(self, db_task_result: DBTaskResult[..., Any]) -> None:
         """django-tasks-db's run_task for an async task, awaited on the shared loop
@@ -139,6 +153,7 @@ class RunWorker(db_worker.Worker):
                 # After a stop signal: the runs in flight checkpoint at their next step.
                 self._pool.shutdown(wait=True)
                 wait(list(self._on_loop))
+            self._beat_safely(stopped=True)
 
     def _claim_loop(self) -> None:
         """django-tasks-db's loop (`Worker.run`: the same turns, stops and log lines),
@@ -164,23 +179,82 @@ class RunWorker(db_worker.Worker):
         wakeups.listen()
         while self.running:
             turn_started = time.monotonic()
-            claimed, retrieved = self.claim_ready(self._claimable())
-            for db_task_result in claimed:
-                self.run_task(db_task_result)
-            if self.batch and retrieved and not claimed:
-                db_worker.logger.info("No more tasks to run for worker_id=%s - exiting "
-                                      "gracefully.", self.worker_id)
+            try:
+                claimed = self._claim_turn()
+            except DATABASE_ERRORS as exc:
+                self._database_failed(exc, wakeups)
+                continue
+            if claimed is None:
                 return
-            if self.max_tasks is not None and self._run_tasks >= self.max_tasks:
-                db_worker.logger.info("Run maximum tasks (%d) on worker=%s - exiting "
-                                      "gracefully.", self._run_tasks, self.worker_id)
-                return
-            # Between turns, as after a request: the connection is given back (to the
-            # pool, on PostgreSQL), or replaced if it broke.
-            close_old_connections()
             # Until a task is enqueued (PostgreSQL), or the poll interval passes.
-            if self.running and not claimed and wakeups.wait(self.interval):
+            if self.running and not claimed and self._idle_wait(wakeups):
                 self._gather_burst(wakeups, turn_started)
+
+    def _claim_turn(self) -> int | None:
+        """One turn: claim what the free slots allow, start it, keep the heartbeat up.
+        The number of tasks claimed, or None once the worker is to stop (--batch,
+        --max-tasks). A database error is the caller's (`_database_failed`)."""
+        claimed, retrieved = self.claim_ready(self._claimable())
+        self._outage.succeeded()
+        self._beat.record_claims(len(claimed))
+        for db_task_result in claimed:
+            self.run_task(db_task_result)
+        if self.batch and retrieved and not claimed:
+            db_worker.logger.info("No more tasks to run for worker_id=%s - exiting "
+                                  "gracefully.", self.worker_id)
+            return None
+        if self.max_tasks is not None and self._run_tasks >= self.max_tasks:
+            db_worker.logger.info("Run maximum tasks (%d) on worker=%s - exiting "
+                                  "gracefully.", self._run_tasks, self.worker_id)
+            return None
+        if self._beat.due(timezone.now()):
+            self._beat.write(self._in_flight)
+        # Between turns, as after a request: the connection is given back (to the
+        # pool, on PostgreSQL), or replaced if it broke.
+        close_old_connections()
+        return len(claimed)
+
+    def _database_failed(self, exc: Exception, wakeups: TaskWakeups) -> None:
+        """A turn failed for want of the database: logged at the first failure only;
+        the broken connections dropped, so the next turn opens new ones; the LISTEN
+        connection too (it listens again at the next wait); then a backoff."""
+        delay = self._outage.failed(exc)
+        drop_broken_connections()
+        wakeups.close()
+        self._sleep(delay)
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep, but no longer than the worker is running (a stop signal ends it)."""
+        deadline = time.monotonic() + seconds
+        while self.running and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.2))
+
+    def _idle_wait(self, wakeups: TaskWakeups) -> bool:
+        """Wait for an enqueue (True) or the poll interval (False), writing the
+        heartbeat every BEAT_EVERY seconds meanwhile; a heartbeat that fails ends the
+        wait, so that the next claim turn meets the outage and backs off."""
+        deadline = time.monotonic() + self.interval
+        while True:
+            left = deadline - time.monotonic()
+            if wakeups.wait(max(min(left, BEAT_EVERY), 0.0)):
+                return True
+            if left <= BEAT_EVERY or not self.running or not self._beat_safely():
+                return False
+
+    def _beat_safely(self, *, stopped: bool = False) -> bool:
+        """Write the heartbeat row if it is due (or to mark the process stopped);
+        False, with the broken connections dropped, if the database is unavailable.
+        Nothing is written during a known outage: it would only wait for a connection."""
+        if self._outage.down:
+            return False
+        try:
+            if stopped or self._beat.due(timezone.now()):
+                self._beat.write(self._in_flight, stopped=stopped)
+        except DATABASE_ERRORS:
+            drop_broken_connections()
+            return False
+        close_old_connections()
+        return True
 
     @staticmethod
     def _gather_burst(wakeups: TaskWakeups, turn_started: float) -> None:
@@ -207,7 +281,8 @@ class RunWorker(db_worker.Worker):
         """Claim up to `limit` ready tasks, in django-tasks-db's order (priority, then
         run_after, then enqueue time), as `DBTaskResult.claim` does each: running, its
         start time, this worker's id added to its worker ids. Returns them, and whether
-        the database answered (a locked SQLite database is retried next turn)."""
+        the database answered (a locked SQLite database is retried next turn). Any
+        other database error is raised: the claim loop backs off and retries."""
         if limit < 1:
             return [], False
         tasks = DBTaskResult.objects.ready().filter(backend_name=self.backend_name)
@@ -326,6 +401,7 @@ class Command(db_worker.Command):
         preload_for_runs()
         freeze_startup_objects()
         reap_and_enqueue()
+        forget_old_workers()
         stop = threading.Event()
         start_reaper_thread(stop)
 

@@ -43,6 +43,7 @@ from tools_app.runs.snapshot.frozen import (
     snapshot_messages,
     tools_section,
 )
+from tools_app.runs.snapshot.parameters import ParameterError, check_parameters
 from tools_app.runs.snapshot.policy import PolicyOverrideError, checked_overrides
 from tools_app.runs.worker.runner import FINISHED_CALL_STATES
 
@@ -79,6 +80,7 @@ def run_fork(*, run: Run, user: AbstractBaseUser | AnonymousUser | None, round_n
     if not any(isinstance(m, UserMessage) for m in combined):
         raise ForkError("the conversation needs at least one user message", field="messages")
     changes = _config_changes(run, config)
+    _check_parameters(run, config, user)
     try:
         return run_rerun(run=run, user=user, mode=mode, replay=LIVE, snapshot_changes={
             "messages": dump_messages(combined),
@@ -252,6 +254,22 @@ def _unchanged_sources(before: list[dict[str, Any]],
 def _removed(marks: list[str], original_count: int) -> int:
     """How many original messages the person deleted (not edited in place)."""
     return max(0, original_count - sum(1 for m in marks if m != "added"))
+
+
+def _check_parameters(run: Run, config: ForkConfig, user: Any) -> None:
+    """The fork's parameters, given or inherited, checked against its endpoint as a new
+    run's are (custom keys, ranges, the model staff only), when either changes."""
+    if config.parameters is None and config.endpoint is None:
+        return
+    parameters = config.parameters or ChatRequestParameters.model_validate(
+        run.snapshot["parameters"])
+    endpoint = run.snapshot["endpoint"]
+    kind, model = ((config.endpoint.kind, config.endpoint.model) if config.endpoint
+                   else (endpoint["kind"], endpoint["model"]))
+    try:
+        check_parameters(parameters, endpoint_kind=kind, endpoint_model=model, user=user)
+    except ParameterError as exc:
+        raise ForkError(str(exc), field="parameters") from exc
 
 
 def _config_changes(run: Run, config: ForkConfig) -> dict[str, Any]:

@@ -42,10 +42,14 @@ from django_tasks_db.compat import normalize_json
 from django_tasks_db.models import DBTaskResult
 
 from tools_app.runs.store import rowsql
+from tools_app.runs.store.outage import Outage
 
 logger = logging.getLogger(__name__)
 
 CHANNEL = "agentforge_tasks"
+# Seconds a (re)connection of the LISTEN connection may take: an unreachable server
+# must not hold the worker's claim loop longer than that.
+LISTEN_CONNECT_TIMEOUT = 10
 
 
 def wake_workers(alias: str) -> None:
@@ -103,7 +107,9 @@ class TaskWakeups:
     """A worker's wait between claim turns: until a task is enqueued or `timeout` passes.
 
     On PostgreSQL, a connection of its own (outside Django's pool: it must stay open and
-    LISTENing for the worker's life) in autocommit mode; elsewhere a plain sleep.
+    LISTENing for the worker's life) in autocommit mode; elsewhere a plain sleep. A
+    connection lost (a database restart) is opened again, and LISTENs again, at the
+    next wait; until then the worker polls. The loss and the return are logged once.
     """
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
@@ -111,8 +117,10 @@ class TaskWakeups:
         if connection.vendor == "postgresql":
             params = connection.get_connection_params()
             params.pop("cursor_factory", None)  # Django's cursor classes need its wrapper
+            params.setdefault("connect_timeout", LISTEN_CONNECT_TIMEOUT)
             self._params = params
         self._listener: Any = None
+        self._outage = Outage(logger, "listening for enqueued tasks")
 
     @property
     def listening(self) -> bool:
@@ -128,8 +136,9 @@ class TaskWakeups:
             listener = psycopg.connect(**self._params, autocommit=True)
             listener.execute(f"LISTEN {CHANNEL}")
         except psycopg.Error as exc:
-            logger.warning("cannot LISTEN for enqueued tasks (%s); polling instead", exc)
+            self._outage.failed(exc)  # polling meanwhile; logged at the first failure
             return False
+        self._outage.succeeded()
         self._listener = listener
         return True
 
@@ -144,7 +153,7 @@ class TaskWakeups:
             # A dropped connection (a database restart): poll this turn, listen again
             # at the next one (a notification sent meanwhile is lost: the poll finds its
             # task).
-            logger.warning("listening for enqueued tasks failed (%s); listening again", exc)
+            self._outage.failed(exc)
             self.close()
             return True
 

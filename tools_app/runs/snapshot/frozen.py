@@ -36,6 +36,7 @@ from tools_app.engine import (
     tell_model_available_tools,
     throw_on_hallucinated_tool,
 )
+from tools_app.engine.errors import format_error_template
 from tools_app.engine.execution import ToolExecutor
 from tools_app.engine.providers.recorded import (
     RecordedChatModel,
@@ -339,7 +340,9 @@ def _tool_secret(name: str) -> str:
 
 
 def _format(template: str, request_name: str, error: Exception, arguments: str) -> str:
-    return template.format(tool=request_name, error=str(error), arguments=arguments)
+    # Capped (engine.errors): a stored template cannot multiply the text it is given.
+    return format_error_template(template, {"tool": request_name, "error": str(error),
+                                            "arguments": arguments})
 
 
 def _arguments_handler(policy: dict[str, Any]) -> Any:

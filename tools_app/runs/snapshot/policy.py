@@ -14,6 +14,10 @@ from tools_app.models import ErrorPolicy
 
 TEMPLATE_PLACEHOLDERS = ("tool", "error", "arguments")
 TEMPLATE_FIELDS = ("arguments_error_template", "execution_error_template")
+TEMPLATE_MAX_CHARS = 2_000
+TEMPLATE_MAX_PLACEHOLDERS = 10
+"""A template's size limits: each placeholder copies model output (the arguments) into
+the text, so their number bounds how much a template multiplies it."""
 
 OVERRIDABLE_FIELDS = frozenset({
     "arguments_error", "arguments_error_template", "execution_error",
@@ -37,15 +41,23 @@ def template_problem(template: str) -> str | None:
     """Why a policy template would not format, or None.
 
     Conversions and format specs are refused too: "{error:>999999999}" would format,
-    and allocate a gigabyte on the worker.
+    and allocate a gigabyte on the worker. So are templates over 2,000 characters or 10
+    placeholders: 90,000 {arguments} would turn 2 KB of arguments into 180 MB.
     """
     allowed = ", ".join(f"{{{name}}}" for name in TEMPLATE_PLACEHOLDERS)
     if "\x00" in template:
         return "A template cannot hold a NUL character."
+    if len(template) > TEMPLATE_MAX_CHARS:
+        return (f"At most {TEMPLATE_MAX_CHARS:,} characters (this one has "
+                f"{len(template):,}).")
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
         return f"Not a valid template ({exc}). Write {{{{ and }}}} for literal braces."
+    placeholders = sum(1 for _, name, _, _ in parsed if name is not None)
+    if placeholders > TEMPLATE_MAX_PLACEHOLDERS:
+        return (f"At most {TEMPLATE_MAX_PLACEHOLDERS} placeholders (this one has "
+                f"{placeholders}).")
     for _, name, spec, conversion in parsed:
         if name is None:
             continue

@@ -1,0 +1,96 @@
+"""The database's absence answered as such: a 503 (JSON `database_unavailable` under
+/api/, a plain page elsewhere), never a bare 500.
+
+A request meets an outage in one of three ways, all covered:
+- its view raises OperationalError / InterfaceError (`process_exception`);
+- a view that answers its own errors (the JSON API's catch-all) turns one into a 500:
+  the queries of the request are watched (an execute wrapper records those errors);
+- the connection could not be opened at all (refused, pool timeout): Django marks the
+  connection as failed and it has none, seen after the response.
+The outage is logged once, and its end once, per process (runs.store.outage).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+from django.db import connections
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from tools_app.runs.store.outage import DATABASE_ERRORS, Outage
+
+logger = logging.getLogger(__name__)
+_outage = Outage(logger, "web requests")
+
+RETRY_AFTER_SECONDS = "5"
+API_PREFIX = "/api/"
+PAGE = (b"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        b"<title>Service unavailable</title></head><body><h1>Service unavailable</h1>"
+        b"<p>The database cannot be reached right now. Try again in a few seconds.</p>"
+        b"</body></html>")
+
+
+def database_unavailable(request: HttpRequest) -> HttpResponse:
+    """The 503 of a request that needed the database while it was unavailable."""
+    response: HttpResponse
+    if request.path.startswith(API_PREFIX):
+        response = JsonResponse({"error": {
+            "code": "database_unavailable",
+            "message": "The database is unavailable; try again shortly"}}, status=503)
+    else:
+        response = HttpResponse(PAGE, status=503, content_type="text/html; charset=utf-8")
+    response["Retry-After"] = RETRY_AFTER_SECONDS
+    return response
+
+
+class _QueryErrors:
+    """An execute wrapper: notes whether a query of the request failed for want of the
+    database."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool,
+                 context: dict[str, Any]) -> Any:
+        try:
+            return execute(sql, params, many, context)
+        except DATABASE_ERRORS as exc:
+            self.error = exc
+            raise
+
+
+def _failed_to_connect() -> bool:
+    """A connection of this thread failed and has none: it could not be opened (or was
+    closed after breaking inside a transaction)."""
+    return any(conn.errors_occurred and conn.connection is None
+               for conn in connections.all(initialized_only=True))
+
+
+class DatabaseUnavailableMiddleware:
+    """First in MIDDLEWARE, so that it also sees the 500s of the middleware below it."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        watch = _QueryErrors()
+        with ExitStack() as stack:
+            for conn in connections.all():
+                stack.enter_context(conn.execute_wrapper(watch))
+            response = self.get_response(request)
+        if response.status_code == 500 and (watch.error is not None or _failed_to_connect()):
+            _outage.failed(watch.error or ConnectionError("no connection could be opened"))
+            return database_unavailable(request)
+        if response.status_code < 500:
+            _outage.succeeded()
+        return response
+
+    def process_exception(self, request: HttpRequest,
+                          exception: Exception) -> HttpResponse | None:
+        if not isinstance(exception, DATABASE_ERRORS):
+            return None
+        _outage.failed(exception)
+        return database_unavailable(request)
