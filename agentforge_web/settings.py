@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "ninja",  # the API docs page: its template and Swagger UI assets, as static files
     "axes",
     "django_ratelimit",
     "tools_app",  # before django_tasks_db: its db_worker command adds the run reaper
@@ -60,6 +61,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a request that finds the database unavailable gets a 503, never a bare 500,
+    # wherever below it failed (agentforge_web/middleware.py).
+    "agentforge_web.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -116,8 +120,8 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Persistent connections: every thread that uses the database lives on (the HTTP
     # requests' kept threads, agentforge_web/handler.py; a worker's database lanes; the
-    # live timeline's reads), and opening SQLite again costs a request about 2.7 ms of
-    # CPU (docs/benchmarks/product-path.md). A connection that failed is still replaced
+    # live timeline's reads), and opening SQLite again (its set-up, the schema parsed)
+    # is a large share of a request's CPU. A connection that failed is still replaced
     # (Django's rule at each request's start and end; runs.store.db for the other threads).
     DATABASES["default"]["CONN_MAX_AGE"] = None
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
@@ -136,14 +140,19 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A pool per process (psycopg-pool): a request thread or a run's database lane
     # borrows a connection and gives it back when Django closes it, so a burst of
     # requests waits for a connection instead of failing once PostgreSQL's
-    # max_connections is reached (100 runs started at once did), and no connection is
+    # max_connections is reached (as a burst of run starts can), and no connection is
     # opened per request. Every process's pool counts against max_connections.
+    # Each connection is checked as it is lent (an empty query): after a database
+    # restart or failover the pool's idle connections are all dead, and without the
+    # check each would fail one request or claim turn before being replaced.
+    from psycopg_pool import ConnectionPool
+
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1, "max_size": envint("AGENTFORGE_DB_POOL_SIZE", 20, minimum=1),
-        "timeout": 30}
-    # Parameters bound by the server, not quoted into the SQL text by psycopg in Python:
-    # that quoting was a fifth of a db_worker's CPU per round (scale-out 100 runs: 13.2
-    # -> 9.9 ms of server CPU a round, docs/benchmarks/product-path.md). Statements stay
+        "timeout": envfloat("AGENTFORGE_DB_POOL_TIMEOUT", 30.0, above=0),
+        "check": ConnectionPool.check_connection}
+    # Parameters bound by the server, not quoted into the SQL text by psycopg in Python,
+    # which is a large share of a busy db_worker's CPU. Statements stay
     # unnamed (Django keeps psycopg's prepare_threshold off), so PostgreSQL still plans
     # each with its actual values.
     DATABASES["default"]["OPTIONS"]["server_side_binding"] = True
@@ -260,20 +269,17 @@ AGENTFORGE_MAX_RESUMES = envint("AGENTFORGE_MAX_RESUMES", 3, minimum=0)
 AGENTFORGE_WORKER_CONCURRENCY = envint("AGENTFORGE_WORKER_CONCURRENCY", 1, minimum=1)
 # Threads (and so database connections) that do the database work of the runs the
 # embedded server drives, however many runs that is (runs.loops.task_backend's lanes). Two:
-# each more thread takes the GIL from the loop that drives the runs (4 lanes against 2
-# at 100 runs: 84-85 % against 90-92 %), and one alone was worse here, unlike in a
-# db_worker (50 runs: from emit p95 72-85 ms against 43-44 with two;
-# docs/benchmarks/product-path.md).
+# each more thread takes the GIL from the loop that drives the runs, and one alone did
+# worse in the embedded server, unlike in a db_worker.
 AGENTFORGE_WORKER_DB_THREADS = envint("AGENTFORGE_WORKER_DB_THREADS", 2, minimum=1)
 # The same for a `db_worker` process (its --db-threads overrides this): one. Its runs'
 # batches then go in one writer's groups, larger and fewer, and one thread less takes
-# the GIL from the runs' loop (scale-out, 100 runs, five alternating pairs: from emit
-# p95 median 201 -> 152 ms, efficiency 81-89 -> 86-92 %).
+# the GIL from the runs' loop.
 AGENTFORGE_DB_WORKER_DB_THREADS = envint("AGENTFORGE_DB_WORKER_DB_THREADS", 1, minimum=1)
 # The event loop that drives the runs of a process (the embedded worker's, a db_worker's):
 # "uvloop" (libuv's loop, where the package is installed: every platform but Windows) or
-# "asyncio" (the standard library's). uvloop's costs a busy worker about a tenth less CPU
-# a round (docs/benchmarks/product-path.md); the HTTP server's own loop is daphne's.
+# "asyncio" (the standard library's). uvloop's costs a busy worker less CPU a round; the
+# HTTP server's own loop is daphne's.
 AGENTFORGE_WORKER_EVENT_LOOP = envstr("AGENTFORGE_WORKER_EVENT_LOOP", "uvloop")
 if AGENTFORGE_WORKER_EVENT_LOOP not in ("uvloop", "asyncio"):
     raise ImproperlyConfigured('AGENTFORGE_WORKER_EVENT_LOOP must be "uvloop" or "asyncio", '

@@ -1,11 +1,6 @@
 from django.urls import path, re_path
 
-from tools_app.web.api import approvals as api_approvals
-from tools_app.web.api import calls as api_calls
-from tools_app.web.api import openapi
-from tools_app.web.api import reexecution as api_reexecution
-from tools_app.web.api import runs as api_runs
-from tools_app.web.api import tryit as api_tryit
+from tools_app.web.api import app as api
 from tools_app.web.pages import audit, fork, reexecution, tryit, views
 
 urlpatterns = [
@@ -49,27 +44,6 @@ urlpatterns = [
     path("tools/<path:name>/", audit.tool_detail, name="tool_detail"),
     path("endpoints/", views.endpoint_list, name="endpoint_list"),
     path("endpoints/<uuid:endpoint_id>/probe/", views.endpoint_probe, name="endpoint_probe"),
-    path("api/openapi.json", openapi.openapi_json, name="api_openapi"),
-    path("api/runs", api_runs.runs, name="api_runs"),
-    re_path(r"^api/runs/export\.(?P<fmt>csv|jsonl)$", api_runs.runs_export, name="api_runs_export"),
-    path("api/calls", api_calls.calls, name="api_calls"),
-    re_path(r"^api/calls/export\.(?P<fmt>csv|jsonl)$", api_calls.calls_export,
-            name="api_calls_export"),
-    path("api/tools/<str:name>/try", api_tryit.tool_try, name="api_tool_try"),
-    path("api/runs/compare", api_runs.run_compare, name="api_run_compare"),
-    path("api/runs/<uuid:run_id>", api_runs.run_detail, name="api_run_detail"),
-    path("api/runs/<uuid:run_id>/events", api_runs.run_events, name="api_run_events"),
-    path("api/runs/<uuid:run_id>/rerun", api_runs.run_rerun, name="api_run_rerun"),
-    path("api/runs/<uuid:run_id>/export", api_runs.run_export, name="api_run_export"),
-    path("api/runs/<uuid:run_id>/fork", api_runs.run_fork, name="api_run_fork"),
-    path("api/runs/<uuid:run_id>/decisions", api_approvals.run_decisions,
-         name="api_run_decisions"),
-    path("api/runs/<uuid:run_id>/continue", api_approvals.run_continue,
-         name="api_run_continue"),
-    path("api/runs/<uuid:run_id>/calls/<int:call_id>/execute", api_reexecution.execute,
-         name="api_call_execute"),
-    path("api/runs/<uuid:run_id>/calls/<int:call_id>/executions/<int:number>",
-         api_reexecution.execution, name="api_call_execution"),
-    path("api/runs/<uuid:run_id>/calls/<int:call_id>/executions/<int:number>/splice",
-         api_reexecution.splice, name="api_call_splice"),
+    # The JSON API (django-ninja): its routes, /api/openapi.json, /api/docs, JSON 404s.
+    *api.urlpatterns,
 ]

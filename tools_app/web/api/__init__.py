@@ -1,2 +1,2 @@
-"""The JSON API under `/api/`: bearer-token auth, bodies validated by pydantic models, one
-error shape, and the OpenAPI document built from the routes."""
+"""The JSON API under `/api/`, on django-ninja: one router per resource (runs, decisions,
+re-executions, calls, tools), assembled with its auth, errors and docs in app.py."""

@@ -1,5 +1,5 @@
-"""The JSON API of approvals and breakpoints (runs/debugger/approvals.py and
-breakpoints.py), bearer-token auth like the rest:
+"""The decisions router of the JSON API: approvals and breakpoints
+(runs/debugger/approvals.py and breakpoints.py), bearer-token auth like the rest:
 
 POST /api/runs/<id>/decisions        decide a call awaiting approval:
      {"call_id", "decision": "approve"|"reject"|"edit", "arguments"?, "message"?}
@@ -9,31 +9,27 @@ POST /api/runs/<id>/continue         go on from a breakpoint:
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_http_methods
+from ninja import Router
 
 from tools_app.models import RunPause
 from tools_app.runs.debugger import approvals, breakpoints
-from tools_app.web.api.base import ApiError, parse_body, token_required, visible
-from tools_app.web.api.docs import Operation, documented
+from tools_app.web.api.base import ApiError, answers, visible
 from tools_app.web.api.schemas import ContinueBody, DecisionBody
 
+router = Router(tags=["decisions"])
 
-@documented(post=Operation("Decide a call awaiting approval", body=DecisionBody,
-                           responses={201: (None, "The decision, stored"),
-                                      200: (None, "The same decision was already stored")},
-                           errors=(400, 404, 409, 413)))
-@csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
-@require_http_methods(["POST"])
-@token_required
-def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
+
+@router.post("/{uuid:run_id}/decisions", url_name="api_run_decisions",
+             response=answers({201: None, 200: None}, 400, 404, 409, 413),
+             summary="Decide a call awaiting approval")
+def decide_call(request: HttpRequest, run_id: uuid.UUID, body: DecisionBody) -> JsonResponse:
     """A decision on a call awaiting approval: 201 when stored, 200 when the same
     decision was already stored (nothing changes), 409 when it cannot be taken now."""
     run = visible(request, run_id)
-    body = parse_body(request, DecisionBody)
     try:
         decided = approvals.decide(run=run, user=request.user,
                                    request=approvals.DecisionRequest(
@@ -50,19 +46,14 @@ def run_decisions(request: HttpRequest, run_id: Any) -> JsonResponse:
                         status=201 if decided.created else 200)
 
 
-@documented(post=Operation("Go on from the breakpoint the run is paused at",
-                           body=ContinueBody,
-                           responses={200: (None, '{"pause", "run_status"}')},
-                           errors=(400, 404, 409, 413)))
-@csrf_exempt  # token-authenticated, like run_decisions()
-@require_http_methods(["POST"])
-@token_required
-def run_continue(request: HttpRequest, run_id: Any) -> JsonResponse:
+@router.post("/{uuid:run_id}/continue", url_name="api_run_continue",
+             response=answers({200: None}, 400, 404, 409, 413),
+             summary="Go on from the breakpoint the run is paused at")
+def continue_run(request: HttpRequest, run_id: uuid.UUID, body: ContinueBody) -> JsonResponse:
     """Go on from the breakpoint the run is paused at: run on, step one call or one
     round, or abort; optionally with edited arguments for the held calls (call id ->
-    object) or a message added before the model call."""
+    object) or a message added before the model call. `{"pause", "run_status"}`."""
     run = visible(request, run_id)
-    body = parse_body(request, ContinueBody)
     try:
         continued = breakpoints.continue_run(run=run, user=request.user, step=body.step,
                                              arguments=body.arguments, message=body.message)

@@ -1,4 +1,4 @@
-"""The JSON API of the audit log's tool calls (bearer token, like the rest of the API):
+"""The calls router of the JSON API: the audit log's tool calls (bearer token, like the rest):
 
 GET /api/calls?<filters>                  one keyset page of calls -> {"calls", "next_cursor"}
 GET /api/calls/export.csv|jsonl?<filters> every matching call, streamed
@@ -8,12 +8,11 @@ The filters are `audit.call_filters`'; an unknown one or a bad value is a 400 na
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET
+from ninja import Router
 
 from tools_app.audit.call_filters import (
     CALL_EXPORT_FILTERS,
@@ -24,18 +23,17 @@ from tools_app.audit.call_filters import (
 from tools_app.audit.run_filters import FilterError
 from tools_app.audit.selectors import call_rows, calls_listed_for_user
 from tools_app.models import ToolCall
-from tools_app.web.api.base import ApiError, token_required
-from tools_app.web.api.docs import Operation, documented
+from tools_app.web.api.base import ApiError, answers, query, streamed
 from tools_app.web.export import calls_export_response
 
+router = Router(tags=["calls"])
 
-@documented(get=Operation("One keyset page of the tool calls the user may see",
-                          query=CALL_FILTERS, errors=(400,),
-                          responses={200: (None, '{"calls": [...], "next_cursor"}')}))
-@csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
-@require_GET
-@token_required
-def calls(request: HttpRequest) -> JsonResponse:
+
+@router.get("", url_name="api_calls", response=answers({200: None}, 400),
+            openapi_extra=query(*CALL_FILTERS),
+            summary="One keyset page of the tool calls the user may see")
+def list_calls(request: HttpRequest) -> JsonResponse:
+    """`{"calls": [...], "next_cursor"}`."""
     try:
         page = filtered_calls(calls_listed_for_user(request.user), request.GET.dict(),
                               call_rows)
@@ -45,13 +43,12 @@ def calls(request: HttpRequest) -> JsonResponse:
                          "next_cursor": page.next_cursor})
 
 
-@documented(get=Operation("Every matching tool call, streamed as CSV or JSON Lines",
-                          query=CALL_EXPORT_FILTERS, errors=(400,),
-                          streams=("text/csv", "application/x-ndjson")))
-@csrf_exempt
-@require_GET
-@token_required
-def calls_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
+@router.get("/export.{export_format:fmt}", url_name="api_calls_export",
+            response=answers({}, 400),
+            openapi_extra=query(*CALL_EXPORT_FILTERS) | streamed("text/csv",
+                                                                 "application/x-ndjson"),
+            summary="Every matching tool call, streamed as CSV or JSON Lines")
+def export_calls(request: HttpRequest, fmt: Literal["csv", "jsonl"]) -> HttpResponseBase:
     try:
         return calls_export_response(calls_listed_for_user(request.user), request.GET.dict(), fmt)
     except FilterError as exc:

@@ -1,5 +1,6 @@
-"""The JSON API of re-executions (runs/debugger/reexecution.py), bearer-token auth like the rest.
-`<call>` is the tool call's row id (`GET /api/calls`' `id`; `row_id` in a run's detail).
+"""The re-executions router of the JSON API (runs/debugger/reexecution.py), bearer-token
+auth like the rest. `<call>` is the tool call's row id (`GET /api/calls`' `id`; `row_id`
+in a run's detail).
 
 POST /api/runs/<id>/calls/<call>/execute      {"arguments": {...}, "approve"?: true}
      -> 202 {"id", "number", "state", "url"}: the re-execution runs in a worker; poll url
@@ -13,22 +14,24 @@ a hallucinated tool, a tool that can no longer run, or a call not finished yet.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_http_methods
+from ninja import Router
 
 from tools_app.models import CallReexecution, Run, ToolCall
 from tools_app.runs.debugger import reexecution
 from tools_app.runs.debugger.reexecution_reads import execution_row
-from tools_app.web.api.base import ApiError, parse_body, token_required, visible
-from tools_app.web.api.docs import Operation, documented
+from tools_app.web.api.base import ApiError, answers, visible
 from tools_app.web.api.runs import reexecution_json
 from tools_app.web.api.schemas import Created, ExecuteBody, Queued
 
+router = Router(tags=["re-executions"])
+CALL = "/{uuid:run_id}/calls/{int:call_id}"
 
-def _call(request: HttpRequest, run_id: Any, call_id: int) -> tuple[Run, ToolCall]:
+
+def _call(request: HttpRequest, run_id: uuid.UUID, call_id: int) -> tuple[Run, ToolCall]:
     run = visible(request, run_id)
     call = ToolCall.objects.select_related("round").filter(run=run, pk=call_id).first()
     if call is None:
@@ -41,15 +44,12 @@ def _refused(exc: reexecution.ReexecutionError) -> ApiError:
     return ApiError(exc.status, exc.code, str(exc), **extra)
 
 
-@documented(post=Operation("Re-execute the tool call, in a worker", body=ExecuteBody,
-                           responses={202: (Queued, "Queued: poll url")},
-                           errors=(400, 404, 409, 413)))
-@csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
-@require_http_methods(["POST"])
-@token_required
-def execute(request: HttpRequest, run_id: Any, call_id: int) -> JsonResponse:
+@router.post(f"{CALL}/execute", url_name="api_call_execute",
+             response=answers({202: Queued}, 400, 404, 409, 413),
+             summary="Re-execute the tool call, in a worker")
+def execute_call(request: HttpRequest, run_id: uuid.UUID, call_id: int,
+                 body: ExecuteBody) -> JsonResponse:
     run, call = _call(request, run_id, call_id)
-    body = parse_body(request, ExecuteBody)
     try:
         execution = reexecution.request_reexecution(
             run=run, call=call, user=request.user,
@@ -60,21 +60,19 @@ def execute(request: HttpRequest, run_id: Any, call_id: int) -> JsonResponse:
                          "state": execution.state, "url": _url(execution)}, status=202)
 
 
-@documented(get=Operation("One re-execution of the call",
-                          responses={200: (None, "The re-execution")}, errors=(404,)))
-@csrf_exempt  # token-authenticated, like execute()
-@require_GET
-@token_required
-def execution(request: HttpRequest, run_id: Any, call_id: int, number: int) -> JsonResponse:
+@router.get(f"{CALL}/executions/{{int:number}}", url_name="api_call_execution",
+            response=answers({200: None}, 404),
+            summary="One re-execution of the call")
+def get_execution(request: HttpRequest, run_id: uuid.UUID, call_id: int,
+                  number: int) -> JsonResponse:
     return JsonResponse(execution_json(_execution(request, run_id, call_id, number)[1]))
 
 
-@documented(post=Operation("A new run with this re-execution's result spliced in",
-                           responses={201: (Created, "The new run")}, errors=(404, 409)))
-@csrf_exempt  # token-authenticated, like execute()
-@require_http_methods(["POST"])
-@token_required
-def splice(request: HttpRequest, run_id: Any, call_id: int, number: int) -> JsonResponse:
+@router.post(f"{CALL}/executions/{{int:number}}/splice", url_name="api_call_splice",
+             response=answers({201: Created}, 404, 409),
+             summary="A new run with this re-execution's result spliced in")
+def splice_execution(request: HttpRequest, run_id: uuid.UUID, call_id: int,
+                     number: int) -> JsonResponse:
     run, found = _execution(request, run_id, call_id, number)
     try:
         new = reexecution.splice(run=run, execution=found, user=request.user)
@@ -85,7 +83,7 @@ def splice(request: HttpRequest, run_id: Any, call_id: int, number: int) -> Json
                         status=201)
 
 
-def _execution(request: HttpRequest, run_id: Any, call_id: int,
+def _execution(request: HttpRequest, run_id: uuid.UUID, call_id: int,
                number: int) -> tuple[Run, CallReexecution]:
     run, call = _call(request, run_id, call_id)
     found = (CallReexecution.objects.select_related("tool_call__round")

@@ -1,28 +1,24 @@
-"""The JSON API: bearer-token auth, clear 4xx errors with a JSON body for bad input.
+"""The runs router of the JSON API (bearer token, like every router: app.py):
 
 POST /api/runs                       start a run -> {"id": ..., "url": ...}
+GET  /api/runs?<filters>             one keyset page of the runs the user may see
+GET  /api/runs/export.csv|jsonl      every run the filters select, streamed
 GET  /api/runs/<id>                  status, rounds, tool calls, final answer
 GET  /api/runs/<id>/events?after=N   the run's events after seq N
 GET  /api/runs/compare?a=<id>&b=<id> two runs aligned by round and call, with deltas
 GET  /api/runs/<id>/export           the run as a regression fixture (docs/run-run_files.md)
 POST /api/runs/<id>/rerun            rerun it (as it was / current, replay modes)
 POST /api/runs/<id>/fork             a new run from its conversation before round N, edited
-GET  /api/openapi.json               all of it as OpenAPI (web/api/openapi.py, web/api/docs.py)
-
-Deciding calls awaiting approval, going on from a breakpoint: web/api/approvals.py.
-Re-executing one tool call, and splicing the result into a new run: web/api/reexecution.py.
-What every view shares (auth, errors, bodies validated with their models): web/api/base.py.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from django.http import HttpRequest, JsonResponse
 from django.http.response import HttpResponseBase
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_http_methods
+from ninja import Router
 from pydantic import ValidationError
 
 from tools_app.audit.run_filters import EXPORT_FILTERS, RUN_FILTERS, FilterError, filtered_runs
@@ -42,40 +38,42 @@ from tools_app.web.api.approvals import pause_json
 from tools_app.web.api.base import (
     MAX_ROW_ID,
     ApiError,
+    answers,
     is_digits,
     is_row_id,
-    parse_body,
-    token_required,
+    query,
+    streamed,
     visible,
 )
-from tools_app.web.api.docs import Operation, documented
 from tools_app.web.api.schemas import Created, ForkBody, RerunBody, StartRunBody
 from tools_app.web.export import export_response
 
+router = Router(tags=["runs"])
 
-@documented(
-    get=Operation("The runs the token's user may see, one keyset page", query=RUN_FILTERS,
-                  responses={200: (None, '{"runs": [...], "next_cursor"}')}, errors=(400,)),
-    post=Operation("Start a run", body=StartRunBody,
-                   responses={201: (Created, "The run, started")}, errors=(400, 404, 413)))
-@csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
-@require_http_methods(["GET", "POST"])
-@token_required
-def runs(request: HttpRequest) -> JsonResponse:
-    if request.method == "GET":
-        try:
-            page = filtered_runs(selectors.run_list_for_user(request.user),
-                                 request.GET.dict())
-        except FilterError as exc:
-            raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
-        return JsonResponse({"runs": [_run_summary(r) for r in page.runs],
-                             "next_cursor": page.next_cursor})
-    run = _start_run(request, parse_body(request, StartRunBody))
+
+@router.get("", url_name="api_runs",
+            response=answers({200: None}, 400), openapi_extra=query(*RUN_FILTERS),
+            summary="The runs the token's user may see, one keyset page")
+def list_runs(request: HttpRequest) -> JsonResponse:
+    """`{"runs": [...], "next_cursor"}`, newest first; an unknown filter or a bad value
+    is a 400 naming it."""
+    try:
+        page = filtered_runs(selectors.run_list_for_user(request.user), request.GET.dict())
+    except FilterError as exc:
+        raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
+    return JsonResponse({"runs": [_run_summary(r) for r in page.runs],
+                         "next_cursor": page.next_cursor})
+
+
+@router.post("", url_name="api_runs",
+             response=answers({201: Created}, 400, 404, 413), summary="Start a run")
+def start_run(request: HttpRequest, body: StartRunBody) -> JsonResponse:
+    run = _create_run(request, body)
     return JsonResponse({"id": str(run.pk), "status": run.status,
                          "url": f"/runs/{run.pk}/"}, status=201)
 
 
-def _start_run(request: HttpRequest, body: StartRunBody) -> Run:
+def _create_run(request: HttpRequest, body: StartRunBody) -> Run:
     endpoint = _lookup(ModelEndpoint, body.endpoint, "endpoint")
     tools = _tools(body.tools)
     policy = (_lookup(ErrorPolicy, body.policy, "policy") if body.policy
@@ -155,13 +153,11 @@ def _parameters(raw: dict[str, Any]) -> ChatRequestParameters:
                        problems=problems) from exc
 
 
-@documented(get=Operation("Every run GET /api/runs would list, streamed as CSV or JSON Lines",
-                          query=EXPORT_FILTERS, streams=("text/csv", "application/x-ndjson"),
-                          errors=(400,)))
-@csrf_exempt  # token-authenticated, like runs()
-@require_GET
-@token_required
-def runs_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
+@router.get("/export.{export_format:fmt}", url_name="api_runs_export",
+            response=answers({}, 400),
+            openapi_extra=query(*EXPORT_FILTERS) | streamed("text/csv", "application/x-ndjson"),
+            summary="Every run GET /api/runs would list, streamed as CSV or JSON Lines")
+def export_runs(request: HttpRequest, fmt: Literal["csv", "jsonl"]) -> HttpResponseBase:
     """The runs `GET /api/runs` would list with the same filters, all of them, streamed
     as CSV or JSON Lines."""
     try:
@@ -171,20 +167,78 @@ def runs_export(request: HttpRequest, fmt: str) -> HttpResponseBase:
         raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
 
 
-@documented(post=Operation("Rerun the run", body=RerunBody,
-                           responses={201: (None, "The new run: id, status, parent, "
-                                              "differences, replay, url")},
-                           errors=(400, 404, 409, 413)))
-@csrf_exempt  # token-authenticated, like runs()
-@require_http_methods(["POST"])
-@token_required
-def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
-    """`{"snapshot": "same" | "current", "model": "recorded" | "live", "tools": "recorded" |
-    "live" | "mock", "on_divergence": "stop" | "live"}`, every field optional (same, live,
-    live, stop; `"mode": "as_it_was" | "current"` is the older spelling of `snapshot`): a
-    new run repeating this one; 201 with its id."""
+@router.get("/compare", url_name="api_run_compare",
+            response=answers({200: None}, 400, 404),
+            openapi_extra=query("a", "b", required=("a", "b")),
+            summary="Two runs aligned round by round and call by call")
+def compare_runs(request: HttpRequest) -> JsonResponse:
+    """`?a=<run id>&b=<run id>`: the two runs aligned round by round and call by call."""
+    ids = {}
+    for field in ("a", "b"):
+        value = request.GET.get(field, "").strip()
+        if not value:
+            raise ApiError(400, "missing_field", f"'{field}' is required: ?a=<run id>&b=<run id>",
+                           field=field)
+        ids[field] = value
+    return JsonResponse(compare.compare_runs(visible(request, ids["a"]),
+                                             visible(request, ids["b"])))
+
+
+@router.get("/{uuid:run_id}", url_name="api_run_detail",
+            response=answers({200: None}, 404),
+            summary="The run: status, rounds, tool calls, final answer")
+def run_detail(request: HttpRequest, run_id: uuid.UUID) -> JsonResponse:
     run = visible(request, run_id)
-    body = parse_body(request, RerunBody) if request.body else RerunBody()
+    rounds = timeline.round_views(run, display=False)
+    return JsonResponse(_run_summary(run) | {
+        "final_answer": run.final_text,
+        "error": {"type": run.error_type, "message": run.error_message} if run.error_type else None,
+        "breakpoints": run.snapshot.get("breakpoints", []),
+        "paused": pause_json(run.open_pause),
+        "rounds": [_round_json(r, str(run.pk)) for r in rounds],
+        "splice": run.snapshot.get("splice"),
+    })
+
+
+@router.get("/{uuid:run_id}/events", url_name="api_run_events",
+            response=answers({200: None}, 400, 404),
+            openapi_extra=query("after"), summary="The run's events after seq `after`")
+def run_events(request: HttpRequest, run_id: uuid.UUID) -> JsonResponse:
+    """`{"events": [...], "last_seq"}`: the events after seq `after` (default 0)."""
+    run = visible(request, run_id)
+    after_raw = request.GET.get("after", "0")
+    if not is_digits(after_raw):
+        raise ApiError(400, "invalid_field", "after must be a non-negative integer", field="after")
+    # Beyond any seq there is nothing (the database cannot compare a larger number).
+    after = int(after_raw) if is_row_id(after_raw) else MAX_ROW_ID
+    events = selectors.events_after(run.pk, after)
+    return JsonResponse({"events": [{"seq": e.seq, "kind": e.kind, "payload": e.payload,
+                                     "created_at": e.created_at.isoformat()} for e in events],
+                         "last_seq": events[-1].seq if events else after})
+
+
+@router.get("/{uuid:run_id}/export", url_name="api_run_export",
+            response=answers({200: None}, 404),
+            summary="The run as a regression fixture (an attachment)")
+def export_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponseBase:
+    """The run as a regression fixture (docs/run-run_files.md)."""
+    run = visible(request, run_id)
+    response = JsonResponse(run_files.export_run(run), json_dumps_params={"ensure_ascii": False})
+    response["Content-Disposition"] = f'attachment; filename="{run_files.export_filename(run)}"'
+    return response
+
+
+@router.post("/{uuid:run_id}/rerun", url_name="api_run_rerun",
+             response=answers({201: None}, 400, 404, 409, 413),
+             summary="Rerun the run")
+def rerun_run(request: HttpRequest, run_id: uuid.UUID,
+              body: RerunBody = RerunBody()) -> JsonResponse:  # noqa: B008 - never mutated
+    """`{"snapshot": "same" | "current", "model": "recorded" | "live", "tools": "recorded" |
+    "live" | "mock", "on_divergence": "stop" | "live"}`, every field optional, the body
+    too (same, live, live, stop; `"mode": "as_it_was" | "current"` is the older spelling
+    of `snapshot`): a new run repeating this one; 201 with its id, parent, differences,
+    replay and url."""
+    run = visible(request, run_id)
     options = rerun.ReplayOptions(model=body.model, tools=body.tools,
                                   on_divergence=body.on_divergence)
     try:
@@ -201,21 +255,16 @@ def run_rerun(request: HttpRequest, run_id: Any) -> JsonResponse:
 SNAPSHOT_CHOICES: dict[str, rerun.RerunMode] = {"same": "as_it_was", "current": "current"}
 
 
-@documented(post=Operation("A new run from this run's conversation before a round, edited",
-                           body=ForkBody,
-                           responses={201: (Created, "The new run (with its fork record)")},
-                           errors=(400, 404, 409, 413)))
-@csrf_exempt  # token-authenticated, like runs()
-@require_http_methods(["POST"])
-@token_required
-def run_fork(request: HttpRequest, run_id: Any) -> JsonResponse:
+@router.post("/{uuid:run_id}/fork", url_name="api_run_fork",
+             response=answers({201: Created}, 400, 404, 409, 413),
+             summary="A new run from this run's conversation before a round, edited")
+def fork_run(request: HttpRequest, run_id: uuid.UUID, body: ForkBody) -> JsonResponse:
     """`{"round": N, "messages"?: [...], "append"?: [...], "endpoint"?, "tools"?,
     "policy"?, "parameters"?, "policy_overrides"?, "snapshot"?: "same" | "current"}`: a
     new run starting from this run's conversation before round N (`messages`: that
     whole conversation as edited, OpenAI format; left out: inherited unchanged), then
-    `append`; 201 with its id."""
+    `append`; 201 with its id and fork record."""
     run = visible(request, run_id)
-    body = parse_body(request, ForkBody)
     try:
         new = fork.run_fork(run=run, user=request.user, round_number=body.round,
                             messages=body.messages, append=body.append,
@@ -244,76 +293,6 @@ def _rerun_mode(body: RerunBody) -> rerun.RerunMode:
     if "snapshot" in body.model_fields_set:
         return SNAPSHOT_CHOICES[body.snapshot]
     return body.mode or "as_it_was"
-
-
-@documented(get=Operation("Two runs aligned round by round and call by call",
-                          query=("a", "b"), required_query=("a", "b"),
-                          responses={200: (None, "The comparison, with deltas")},
-                          errors=(400, 404)))
-@csrf_exempt  # token-authenticated, like runs()
-@require_GET
-@token_required
-def run_compare(request: HttpRequest) -> JsonResponse:
-    """`?a=<run id>&b=<run id>`: the two runs aligned round by round and call by call."""
-    ids = {}
-    for field in ("a", "b"):
-        value = request.GET.get(field, "").strip()
-        if not value:
-            raise ApiError(400, "missing_field", f"'{field}' is required: ?a=<run id>&b=<run id>",
-                           field=field)
-        ids[field] = value
-    return JsonResponse(compare.compare_runs(visible(request, ids["a"]),
-                                             visible(request, ids["b"])))
-
-
-@documented(get=Operation("The run as a regression fixture (an attachment)",
-                          responses={200: (None, "The fixture")}, errors=(404,)))
-@csrf_exempt  # token-authenticated, like runs()
-@require_GET
-@token_required
-def run_export(request: HttpRequest, run_id: Any) -> HttpResponseBase:
-    """The run as a regression fixture (docs/run-run_files.md)."""
-    run = visible(request, run_id)
-    response = JsonResponse(run_files.export_run(run), json_dumps_params={"ensure_ascii": False})
-    response["Content-Disposition"] = f'attachment; filename="{run_files.export_filename(run)}"'
-    return response
-
-
-@documented(get=Operation("The run: status, rounds, tool calls, final answer",
-                          responses={200: (None, "The run")}, errors=(404,)))
-@csrf_exempt  # token-authenticated, like runs(): a POST gets 405, not a CSRF page
-@require_GET
-@token_required
-def run_detail(request: HttpRequest, run_id: Any) -> JsonResponse:
-    run = visible(request, run_id)
-    rounds = timeline.round_views(run, display=False)
-    return JsonResponse(_run_summary(run) | {
-        "final_answer": run.final_text,
-        "error": {"type": run.error_type, "message": run.error_message} if run.error_type else None,
-        "breakpoints": run.snapshot.get("breakpoints", []),
-        "paused": pause_json(run.open_pause),
-        "rounds": [_round_json(r, str(run.pk)) for r in rounds],
-        "splice": run.snapshot.get("splice"),
-    })
-
-
-@documented(get=Operation("The run's events after seq `after`", query=("after",),
-                          responses={200: (None, '{"events": [...], "last_seq"}')},
-                          errors=(400, 404)))
-@csrf_exempt
-@require_GET
-@token_required
-def run_events(request: HttpRequest, run_id: Any) -> JsonResponse:
-    run = visible(request, run_id)
-    after_raw = request.GET.get("after", "0")
-    if not is_digits(after_raw):
-        raise ApiError(400, "invalid_field", "after must be a non-negative integer", field="after")
-    # Beyond any seq there is nothing (the database cannot compare a larger number).
-    after = int(after_raw) if is_row_id(after_raw) else MAX_ROW_ID
-    events = selectors.events_after(run.pk, after)
-    return JsonResponse({"events": [{"seq": e.seq, "kind": e.kind, "payload": e.payload,
-                                     "created_at": e.created_at.isoformat()} for e in events],
-                         "last_seq": events[-1].seq if events else after})
 
 
 def _run_summary(run: Run) -> dict[str, Any]:

@@ -1,14 +1,13 @@
 """The JSON API's request bodies and common answers as pydantic (django-ninja) schemas.
 
-Each body model is the one its view validates the body with (`api_base.parse_body`
-checks it is the one the URL's view documents, `api_docs.documented`), and the one
-`GET /api/openapi.json` shows. The models enforce what they say: types are strict (no
-"5" for 5, no 1 for true), a required field left out (or sent as null, "" or []) is a
-`missing_field`, an unknown field is refused, and every refusal is the API's own 400
-(`api_base.refusal`: code, message and `field` naming the JSON path, e.g.
-`arguments.call_1` or `tools[2]`). What needs the database or the run (does the
-endpoint exist, is round N a round of the run, do the arguments fit the tool's schema)
-is checked by the view and the runs layer after the model.
+Each body model is the type of its view's `body` parameter: ninja validates the body with
+it and shows it in `GET /api/openapi.json`, so the documented body is the validated one.
+The models enforce what they say: types are strict (no "5" for 5, no 1 for true), a
+required field left out (or sent as null, "" or []) is a `missing_field`, an unknown field
+is refused, and every refusal is the API's own 400 (bodies.refusal: code, message and
+`field` naming the JSON path, e.g. `arguments.call_1` or `tools[2]`). What needs the
+database or the run (does the endpoint exist, is round N a round of the run, do the
+arguments fit the tool's schema) is checked by the view and the runs layer after the model.
 """
 
 from __future__ import annotations
@@ -46,11 +45,6 @@ class Body(Schema):
     # The error code of a wrong value of the field, where it is not "invalid_field"
     # (kept from the views' hand checks these models replaced).
     codes: ClassVar[Mapping[str, str]] = {}
-
-    @classmethod
-    def parse(cls, body: JsonObject) -> Self:
-        """The body as this model: a pydantic ValidationError if it does not fit."""
-        return cls.model_validate(body)
 
 
 def refuse(code: str, message: str, field: str) -> PydanticCustomError:

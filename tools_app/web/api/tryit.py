@@ -1,4 +1,4 @@
-"""The JSON API of "Try it" (bearer token, like the rest of the API):
+"""The tools router of the JSON API: "Try it" (bearer token, like the rest):
 
 POST /api/tools/<name>/try  {"arguments": {...}}  -> 201 {"id", "status", "url"}
 
@@ -11,27 +11,23 @@ a 409, an unknown one a 404.
 from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from ninja import Router
 
 from tools_app.models import ToolRegistration
 from tools_app.runs.debugger.tryit import TryItError, tryit_create
-from tools_app.web.api.base import ApiError, parse_body, token_required
-from tools_app.web.api.docs import Operation, documented
+from tools_app.web.api.base import ApiError, answers
 from tools_app.web.api.schemas import Created, TryBody
 
+router = Router(tags=["tools"])
 
-@documented(post=Operation("Try the tool once with these arguments", body=TryBody,
-                           responses={201: (Created, "The try-it run")},
-                           errors=(400, 404, 409, 413)))
-@csrf_exempt  # token-authenticated: no cookies involved, so no CSRF exposure
-@require_POST
-@token_required
-def tool_try(request: HttpRequest, name: str) -> JsonResponse:
+
+@router.post("/{name}/try", url_name="api_tool_try",
+             response=answers({201: Created}, 400, 404, 409, 413),
+             summary="Try the tool once with these arguments")
+def try_tool(request: HttpRequest, name: str, body: TryBody) -> JsonResponse:
     tool = ToolRegistration.objects.filter(name=name).first()
     if tool is None:
         raise ApiError(404, "not_found", f"No tool named {name!r}")
-    body = parse_body(request, TryBody)
     try:
         run = tryit_create(user=request.user, tool=tool, arguments=body.arguments)
     except TryItError as exc:
