@@ -87,12 +87,13 @@ def _call_row(call: ToolCall) -> dict[str, Any]:
 
 
 def _row(run: Run) -> dict[str, Any]:
-    endpoint = run.snapshot.get("endpoint", {})
+    snapshot = run.snapshot if isinstance(run.snapshot, dict) else {}
+    endpoint = snapshot.get("endpoint") or {}
     return {
         "id": str(run.pk), "created_at": run.created_at.isoformat(), "status": run.status,
         "title": run.title, "endpoint": endpoint.get("name", ""),
         "model": endpoint.get("model", ""),
-        "tools": [tool["name"] for tool in run.snapshot.get("tools", [])],
+        "tools": [tool.get("name", "") for tool in snapshot.get("tools") or []],
         "started_by": run.created_by.get_username() if run.created_by else None,
         "rounds": run.rounds_count, "tool_calls": run.tool_calls_count,
         "errors": run.errors_count, "total_tokens": run.total_tokens, "wall_ms": run.wall_ms,

@@ -34,6 +34,7 @@ from tools_app.models import (
     ToolCall,
     ToolCallState,
 )
+from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store.eventlog import append_event, notify_after_commit
 from tools_app.runs.store.lifecycle import move_locked
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
@@ -59,7 +60,7 @@ class DecisionError(ValueError):
 
 
 def flagged_tools(run: Run) -> frozenset[str]:
-    return frozenset(t["name"] for t in run.snapshot["tools"] if t.get("requires_approval"))
+    return snapshot_of(run).approval_tools()
 
 
 def pending_calls(run: Run) -> list[ToolCall]:
@@ -73,10 +74,8 @@ def pending_calls(run: Run) -> list[ToolCall]:
 
 
 def schema_of(run: Run, tool_name: str) -> dict[str, Any]:
-    for tool in run.snapshot["tools"]:
-        if tool["name"] == tool_name:
-            return tool["json_schema"] or {}
-    return {}
+    tool = snapshot_of(run).tool_named(tool_name)
+    return tool.json_schema if tool is not None else {}
 
 
 def argument_problems(run: Run, tool_name: str, arguments: Any) -> dict[str, str]:

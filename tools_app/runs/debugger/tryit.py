@@ -29,6 +29,7 @@ from tools_app.engine.arguments import schema_validator, validate_against_schema
 from tools_app.models import ModelEndpoint, ProviderKind, Run, ToolCall, ToolRegistration
 from tools_app.runs.debugger.breakpoints import checked_breakpoints
 from tools_app.runs.snapshot.frozen import build_snapshot
+from tools_app.runs.snapshot.model import TryItSection, snapshot_of
 from tools_app.runs.store.lifecycle import create_queued
 from tools_app.runs.store.sanitize import clean_json
 from tools_app.runs.store.selectors import default_policy
@@ -106,13 +107,15 @@ def tryit_create(*, user: AbstractBaseUser | AnonymousUser, tool: ToolRegistrati
                               policy=policy, messages=[UserMessage(text=_prompt(tool.name,
                                                                                 checked))],
                               parameters=ChatRequestParameters())
-    snapshot["endpoint"]["id"] = None  # built in: no endpoint row stands behind it
-    snapshot["breakpoints"] = checked_breakpoints(None, [tool.name])
-    snapshot["tryit"] = {"tool": tool.name, "arguments": clean_json(checked, limit=sys.maxsize)}
+    snapshot.endpoint.id = None  # built in: no endpoint row stands behind it
+    snapshot.breakpoints = checked_breakpoints(None, [tool.name])
+    snapshot.tryit = TryItSection(tool=tool.name,
+                                  arguments=clean_json(checked, limit=sys.maxsize))
     with transaction.atomic():
         run = create_queued(
             created_by=user if user.is_authenticated else None, endpoint=None,
-            policy=policy, parent=None, title=f"Try it: {tool.name}", snapshot=snapshot)
+            policy=policy, parent=None, title=f"Try it: {tool.name}",
+            snapshot=snapshot.stored())
         enqueue_run_at_commit(str(run.pk))
     return run
 
@@ -130,8 +133,8 @@ def _prompt(name: str, arguments: dict[str, Any]) -> str:
 
 
 def is_tryit_of(run: Run, tool_name: str) -> bool:
-    section = run.snapshot.get("tryit") if isinstance(run.snapshot, dict) else None
-    return isinstance(section, dict) and section.get("tool") == tool_name
+    section = snapshot_of(run).tryit
+    return section is not None and section.tool == tool_name
 
 
 def tryit_outcome(run: Run) -> TryItOutcome:
