@@ -237,13 +237,12 @@ async def _drive(claimed: _Claimed, streamed: dict[int, str],
         messages, resume = claimed.history
     except Exception as exc:  # a broken snapshot (missing key, tool gone) fails the run
         return RunStatus.FAILED, {"error_type": type(exc).__name__, "error_message": str(exc)}
-    recorder = last.recorder = RunRecorder(run_id, token, engine.secrets)
-    recorder.before_round = _checkpoint
-    recorder.requests_announced = isinstance(engine.model, WireChatModel)
-    recorder.streamed = streamed  # kept on a round the run ends before its response
-    recorder.call_row_defaults = {"run_created_at": run.created_at,
-                                  "run_owner_id": run.created_by_id}
-    recorder.idempotent_tools = snapshot.idempotent_tools()
+    recorder = last.recorder = RunRecorder(
+        run_id, token, engine.secrets, before_round=_checkpoint,
+        requests_announced=isinstance(engine.model, WireChatModel), streamed=streamed,
+        call_row_defaults={"run_created_at": run.created_at,
+                           "run_owner_id": run.created_by_id},
+        idempotent_tools=snapshot.idempotent_tools())
     # Flagged calls wait for a stored decision (runs.debugger.approvals), never run without one.
     # Gates read the run's rows: what the engine reported is committed first.
     engine.service.approver = after_drain(recorder, RunApprover(run_id))
