@@ -26,7 +26,12 @@ from django.db.models import Max
 from django.utils import timezone
 
 from tools_app.engine import ToolArgumentsError, ToolExecutionError, ToolExecutionResultMessage
-from tools_app.engine.arguments import schema_validator, validate_against_schema
+from tools_app.engine.arguments import (
+    JsonTextError,
+    parse_json_text,
+    schema_validator,
+    validate_against_schema,
+)
 from tools_app.models import CallReexecution, ReexecutionState, Run, ToolCall, ToolRegistration
 from tools_app.runs.debugger.fork import ForkError, run_splice
 from tools_app.runs.debugger.reexecution_reads import REEXECUTABLE_STATES
@@ -113,14 +118,10 @@ def argument_problems(tool: ToolSnapshot, arguments: Any) -> dict[str, str]:
 def parse_arguments_text(text: str) -> Any:
     """Arguments as typed on the page; a ReexecutionError says where the JSON broke."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:
+        return parse_json_text(text)
+    except JsonTextError as exc:
         raise ReexecutionError("invalid_arguments", f"The arguments are not valid JSON: {exc}",
                                status=400, problems={"": f"not valid JSON: {exc}"}) from exc
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
 
 
 # -- writes ----------------------------------------------------------------------------

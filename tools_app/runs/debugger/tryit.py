@@ -25,7 +25,12 @@ from tools_app.engine import (
     ToolExecutionError,
     UserMessage,
 )
-from tools_app.engine.arguments import schema_validator, validate_against_schema
+from tools_app.engine.arguments import (
+    JsonTextError,
+    parse_json_text,
+    schema_validator,
+    validate_against_schema,
+)
 from tools_app.models import ModelEndpoint, ProviderKind, Run, ToolCall, ToolRegistration
 from tools_app.runs.debugger.breakpoints import checked_breakpoints
 from tools_app.runs.snapshot.frozen import build_snapshot
@@ -64,16 +69,11 @@ class TryItOutcome:
 def parse_arguments_text(text: str) -> Any:
     """The arguments as typed (JSON text); a TryItError says where the JSON broke."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        message = f"not valid JSON: {exc}" if not isinstance(exc, RecursionError) else (
-            "not valid JSON: nested too deeply")
+        return parse_json_text(text)
+    except JsonTextError as exc:
+        message = f"not valid JSON: {exc}"
         raise TryItError(f"The arguments are {message}",
                          problems=[{"pointer": "", "message": message}]) from exc
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
 
 
 def checked_arguments(tool: ToolRegistration, arguments: Any) -> dict[str, Any]:
