@@ -12,10 +12,9 @@ from tools_app.runs.debugger.breakpoints import BreakpointError, checked_breakpo
 from tools_app.runs.snapshot.frozen import build_snapshot
 from tools_app.runs.snapshot.model import PolicySnapshot
 from tools_app.runs.snapshot.policy import PolicyOverrideError, checked_overrides
-from tools_app.runs.store.db import pipelined
 from tools_app.runs.store.leases import cancel_now
-from tools_app.runs.store.lifecycle import create_queued
 from tools_app.runs.store.sanitize import NUL_REPLACEMENT
+from tools_app.runs.tasks import queue_run
 
 from ..engine import (
     ChatMessage,
@@ -32,7 +31,6 @@ from ..models import (
     RunStatus,
     ToolRegistration,
 )
-from .tasks import enqueue_run_at_commit
 
 
 class RunRequestError(ValueError):
@@ -81,14 +79,11 @@ def run_create(
         snapshot.breakpoints = checked_breakpoints(breakpoints, [t.name for t in tools])
     except BreakpointError as exc:
         raise RunRequestError(str(exc), field="breakpoints") from exc
-    with transaction.atomic(), pipelined():
-        run = create_queued(
-            created_by=user if user is not None and user.is_authenticated else None,
-            endpoint=endpoint, policy=policy, parent=parent,
-            title=_title(messages), snapshot=snapshot.stored(),
-        )
-        enqueue_run_at_commit(str(run.pk))
-    return run
+    return queue_run(
+        created_by=user if user is not None and user.is_authenticated else None,
+        endpoint=endpoint, policy=policy, parent=parent,
+        title=_title(messages), snapshot=snapshot.stored(),
+    )
 
 
 def _check_request(tools: Sequence[ToolRegistration], messages: Sequence[ChatMessage]) -> None:

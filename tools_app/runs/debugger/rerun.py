@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import transaction
 
 from tools_app.engine import ChatRequestParameters
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
@@ -35,9 +34,8 @@ from tools_app.runs.snapshot.model import (
     ToolsMode,
     snapshot_of,
 )
-from tools_app.runs.store.lifecycle import create_queued
 from tools_app.runs.store.selectors import default_policy
-from tools_app.runs.tasks import enqueue_run_at_commit
+from tools_app.runs.tasks import queue_run
 
 RerunMode = Literal["as_it_was", "current"]
 RERUN_MODES: tuple[RerunMode, ...] = ("as_it_was", "current")
@@ -108,15 +106,11 @@ def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
         snapshot.rerun.fork_round = snapshot_changes["fork"].round
     if replay.replays:
         snapshot.rerun.replay = replay.as_dict()
-    with transaction.atomic():
-        new = create_queued(
-            created_by=user if user is not None and user.is_authenticated else None,
-            endpoint=endpoint or run.endpoint, policy=policy or run.policy, parent=run,
-            title=run.title,
-            snapshot=snapshot.stored(),
-        )
-        enqueue_run_at_commit(str(new.pk))
-    return new
+    return queue_run(
+        created_by=user if user is not None and user.is_authenticated else None,
+        endpoint=endpoint or run.endpoint, policy=policy or run.policy, parent=run,
+        title=run.title, snapshot=snapshot.stored(),
+    )
 
 
 def _check_imported(snapshot: RunSnapshot, mode: RerunMode,

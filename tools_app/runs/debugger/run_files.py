@@ -19,10 +19,19 @@ from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tools_app.engine import ChatResponse
-from tools_app.models import Round, Run, RunEvent, RunStatus, ToolCall, ToolKind, ToolRegistration
+from tools_app.models import (
+    TERMINAL_STATUSES,
+    Round,
+    Run,
+    RunStatus,
+    ToolCall,
+    ToolKind,
+    ToolRegistration,
+)
 from tools_app.runs.snapshot.engine import recorded_rounds
 from tools_app.runs.snapshot.frozen import POLICY_FIELDS, TOOL_FIELDS
 from tools_app.runs.snapshot.model import ImportedSection, RunSnapshot, snapshot_of
+from tools_app.runs.store.lifecycle import create_finished
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
 from tools_app.tools.registry import public_config
 
@@ -298,17 +307,22 @@ def import_fixture(fixture: RunFixture, *,
                    user: AbstractBaseUser | AnonymousUser | None) -> Run:
     """A new finished run holding the fixture's snapshot, rounds and calls, so the
     timeline shows it. Its events: the import and its final status."""
-    status = fixture.run.status if fixture.run.status in _TERMINAL else RunStatus.FAILED
+    status = (RunStatus(fixture.run.status) if fixture.run.status in TERMINAL_STATUSES
+              else RunStatus.FAILED)
     snapshot = RunSnapshot.load(clean_json(exportable_snapshot(fixture.run_snapshot())))
     snapshot.rerun = None  # the imported run has no parent here
     snapshot.imported = ImportedSection(source_run=clean_text(fixture.run.id),
                                         exported_at=clean_text(fixture.exported_at))
     owner: Any = user if user is not None and user.is_authenticated else None
     with transaction.atomic():
-        run = Run.objects.create(
+        run = create_finished(
+            status=status,
+            origin={"kind": "run_imported",
+                    "payload": clean_json({"from": fixture.run.id,
+                                           "exported_at": fixture.exported_at})},
             created_by=owner,
             title=fit_column(Run, "title", fixture.run.title) or "",
-            status=status, snapshot=snapshot.stored(),
+            snapshot=snapshot.stored(),
             final_text=clean_text(fixture.run.final_text),
             error_type=fit_column(Run, "error_type", fixture.run.error_type) or "",
             error_message=clean_text(fixture.run.error_message) or "",
@@ -316,7 +330,6 @@ def import_fixture(fixture: RunFixture, *,
         for round_ in fixture.rounds:
             _import_round(run, round_)
         _totals(run)
-        _events(run, fixture, status)
     return run
 
 
@@ -339,7 +352,6 @@ def _valid_fork(value: Any) -> bool:
     return True
 
 
-_TERMINAL = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
 
 
 def _import_round(run: Run, data: FixtureRound) -> None:
@@ -388,11 +400,3 @@ def _totals(run: Run) -> None:
                             "input_tokens", "output_tokens", "total_tokens"])
 
 
-def _events(run: Run, fixture: RunFixture, status: str) -> None:
-    RunEvent.objects.bulk_create([
-        RunEvent(run=run, seq=1, kind="run_imported",
-                 payload=clean_json({"from": fixture.run.id,
-                                     "exported_at": fixture.exported_at})),
-        RunEvent(run=run, seq=2, kind="run_status", payload={"status": status}),
-    ])
-    Run.objects.filter(pk=run.pk).update(last_seq=2)

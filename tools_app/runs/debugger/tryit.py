@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import transaction
 
 from tools_app.engine import (
     ChatRequestParameters,
@@ -35,10 +34,9 @@ from tools_app.models import ModelEndpoint, ProviderKind, Run, ToolCall, ToolReg
 from tools_app.runs.debugger.breakpoints import checked_breakpoints
 from tools_app.runs.snapshot.frozen import build_snapshot
 from tools_app.runs.snapshot.model import TryItSection, snapshot_of
-from tools_app.runs.store.lifecycle import create_queued
 from tools_app.runs.store.sanitize import clean_json
 from tools_app.runs.store.selectors import default_policy
-from tools_app.runs.tasks import enqueue_run_at_commit
+from tools_app.runs.tasks import queue_run
 
 TRYIT_ENDPOINT_NAME = "Try it (one call)"
 RECENT_LIMIT = 10
@@ -111,13 +109,9 @@ def tryit_create(*, user: AbstractBaseUser | AnonymousUser, tool: ToolRegistrati
     snapshot.breakpoints = checked_breakpoints(None, [tool.name])
     snapshot.tryit = TryItSection(tool=tool.name,
                                   arguments=clean_json(checked, limit=sys.maxsize))
-    with transaction.atomic():
-        run = create_queued(
-            created_by=user if user.is_authenticated else None, endpoint=None,
-            policy=policy, parent=None, title=f"Try it: {tool.name}",
-            snapshot=snapshot.stored())
-        enqueue_run_at_commit(str(run.pk))
-    return run
+    return queue_run(created_by=user if user.is_authenticated else None, endpoint=None,
+                     policy=policy, parent=None, title=f"Try it: {tool.name}",
+                     snapshot=snapshot.stored())
 
 
 def _tryit_endpoint(name: str, arguments: dict[str, Any]) -> ModelEndpoint:
