@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import Count, Max, Min
+from django.utils.html import escape
 
 from tools_app.audit.search import search_calls
 from tools_app.models import Round, Run, ToolCall
@@ -88,3 +89,22 @@ def test_seeded_rows_are_searchable_and_new_rows_still_get_ids() -> None:
 def test_bad_sizes_are_refused(args: tuple[str, ...]) -> None:
     with pytest.raises(CommandError):
         seed(*args)
+
+
+def test_a_seeded_run_opens_with_its_question(admin_client: Any) -> None:
+    seed("--runs", "3", "--calls-per-run", "2", "--seed", "5")
+    for run in Run.objects.all():
+        response = admin_client.get(f"/runs/{run.pk}/")
+        assert response.status_code == 200
+        question = run.snapshot["messages"][0]["text"]
+        assert escape(question) in response.content.decode()
+
+
+def test_a_run_whose_stored_messages_are_not_the_engines_still_opens(admin_client: Any) -> None:
+    seed("--runs", "1", "--calls-per-run", "1", "--seed", "5")
+    run = Run.objects.get()
+    run.snapshot["messages"] = [{"role": "user", "content": "an older shape"}]
+    run.save(update_fields=["snapshot"])
+
+    assert admin_client.get(f"/runs/{run.pk}/").status_code == 200
+    assert admin_client.get(f"/api/runs/{run.pk}").status_code in (200, 401, 403)

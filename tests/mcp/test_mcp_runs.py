@@ -16,13 +16,14 @@ from django.core.management import CommandError, call_command
 
 from tools_app.engine.sources.mcp import MCP_SESSIONS
 from tools_app.models import ErrorPolicy, McpServer, ModelEndpoint, Run, ToolRegistration
-from tools_app.runs.snapshot.frozen import engine_for_snapshot
+from tools_app.runs.snapshot.engine import engine_for_snapshot
 from tools_app.runs.snapshot.mcp import (
     McpSyncError,
     annotation_words,
     mcp_config_problems,
     sync_server,
 )
+from tools_app.runs.snapshot.model import RunSnapshot
 
 from ..runs.support import calls, events, execute, start, stored_strings
 from .servers import http_server
@@ -233,7 +234,7 @@ def test_the_values_a_server_reads_are_redacted_from_the_runs_records(
     sync_server(bad_server)
     run = start(make_endpoint([{"text": "-"}]), [tools_of(bad_server)["bad_echo"]], policy)
 
-    engine = engine_for_snapshot(Run.objects.get(pk=run.pk).snapshot)
+    engine = engine_for_snapshot(RunSnapshot.load(Run.objects.get(pk=run.pk).snapshot))
 
     # A server that echoes its token into a result or an error is redacted like a key.
     assert CANARY in engine.secrets
@@ -268,7 +269,7 @@ def test_building_the_engine_touches_no_database(
     sync_server(time_server)
     run = start(make_endpoint(time_script()), [tools_of(time_server)["get_current_time"]],
                 policy)
-    snapshot = Run.objects.get(pk=run.pk).snapshot
+    snapshot = RunSnapshot.load(Run.objects.get(pk=run.pk).snapshot)
     with django_assert_num_queries(0):
         engine = engine_for_snapshot(snapshot)
     assert list(engine.service.registered_tools) == ["get_current_time"]

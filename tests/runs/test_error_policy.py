@@ -9,7 +9,8 @@ import pytest
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolRegistration
 from tools_app.runs.services import RunRequestError
-from tools_app.runs.snapshot.frozen import engine_for_snapshot
+from tools_app.runs.snapshot.engine import engine_for_snapshot
+from tools_app.runs.snapshot.model import snapshot_of
 
 from .support import calls, execute, overlaps, rounds, start
 
@@ -296,7 +297,7 @@ def test_provider_max_retries_is_frozen_into_the_snapshot(
 
     run.refresh_from_db()
     assert run.snapshot["policy"]["provider_max_retries"] == 7
-    model = engine_for_snapshot(run.snapshot).model
+    model = engine_for_snapshot(snapshot_of(run)).model
     assert model.http.retry.max_retries == 7  # type: ignore[attr-defined]
 
 

@@ -16,6 +16,7 @@ from django.core.management import CommandError, call_command
 
 from tools_app.models import ErrorPolicy, Round, Run, RunEvent, ToolCall, ToolRegistration
 from tools_app.runs.debugger.run_files import export_run, unregistered_tool_code
+from tools_app.runs.snapshot.model import RunSnapshot
 from tools_app.tools.registry import compute_version_hash
 
 from .support import execute, start
@@ -192,7 +193,8 @@ def test_live_http_tools_must_be_the_definition_registered_here(
         "config": {"url": "https://attacker.example/", "headers": {"X-Key": "env:LOOKUP_KEY"}},
         "version_hash": "0" * 64}
 
-    assert unregistered_tool_code(same["snapshot"]) == []  # (no replay: it would call out)
+    # (no replay: it would call out)
+    assert unregistered_tool_code(RunSnapshot.load(same["snapshot"])) == []
     code, _, err = replay(write(tmp_path, elsewhere, "elsewhere.json"), "--tools", "live")
     assert code == 2
     assert "tools not registered here (with the same code): lookup" in err

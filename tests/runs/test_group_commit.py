@@ -265,8 +265,7 @@ def test_an_idempotent_tools_call_runs_without_waiting_for_its_start_to_commit(
     import threading
 
     run, token = recording_run(endpoint, tools, policy)
-    writer = RunRecorder(str(run.pk), token)
-    writer.idempotent_tools = frozenset({"lookup"})
+    writer = RunRecorder(str(run.pk), token, idempotent_tools=frozenset({"lookup"}))
     entered = {"lookup": threading.Event(), "nul_echo": threading.Event()}
     ran_while_written: dict[str, bool] = {}
     real_batch = RunRecorder.record_batch
@@ -636,8 +635,7 @@ def test_a_rounds_results_start_and_request_share_one_batch_written_while_the_mo
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
-        writer = RunRecorder(str(run.pk), token)
-        writer.requests_announced = announced
+        writer = RunRecorder(str(run.pk), token, requests_announced=announced)
         await writer(started_event("c1"))
         await writer(finished_event("c1"))
         await writer(RoundStarted(round_index=1))

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tools_app.models import ErrorPolicy, ToolRegistration
-from tools_app.runs.snapshot import frozen
+from tools_app.runs.snapshot import engine as rebuild
 from tools_app.runs.worker import runner
 
 from .support import execute, start
@@ -30,11 +30,11 @@ class ClosingSpy:
 
 @pytest.fixture
 def spied_models(monkeypatch: pytest.MonkeyPatch) -> type[ClosingSpy]:
-    real = frozen.engine_for_snapshot
+    real = rebuild.engine_for_snapshot
 
-    def with_spy(data: dict[str, Any]) -> Any:
+    def with_spy(data: Any) -> Any:
         engine = real(data)
-        return frozen.RunEngine(model=ClosingSpy(engine.model), service=engine.service,
+        return rebuild.RunEngine(model=ClosingSpy(engine.model), service=engine.service,
                                   secrets=engine.secrets)
 
     ClosingSpy.closed = 0

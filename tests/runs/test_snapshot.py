@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tools_app.models import ErrorPolicy, ModelEndpoint, RunStatus, ToolRegistration
+from tools_app.runs.snapshot.model import EndpointSnapshot
 from tools_app.tools.example_tools import get_weather
 
 from .support import calls, execute, start
@@ -117,6 +118,11 @@ ENDPOINT = {"name": "proxied", "kind": "openai_compatible", "base_url": "http://
             "default_parameters": {}, "script": []}
 
 
+def endpoint(changes: dict[str, Any]) -> EndpointSnapshot:
+    """A frozen endpoint as a version-1 snapshot held it (no proxy_url key)."""
+    return EndpointSnapshot.model_validate(ENDPOINT | changes)
+
+
 @pytest.mark.parametrize(("proxy_url", "environment", "expected"), [
     ("", {}, None),  # the worker's proxy variables decide
     ("http://proxy.corp:3128", {}, "http://proxy.corp:3128"),
@@ -127,11 +133,11 @@ def test_an_endpoints_proxy_reaches_its_model_and_its_credentials_are_redacted(
     monkeypatch: pytest.MonkeyPatch, proxy_url: str, environment: dict[str, str],
     expected: str | None,
 ) -> None:
-    from tools_app.runs.snapshot.frozen import chat_model_for
+    from tools_app.runs.snapshot.engine import chat_model_for
 
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    model, secrets = chat_model_for(ENDPOINT | {"proxy_url": proxy_url}, max_retries=0)
+    model, secrets = chat_model_for(endpoint({"proxy_url": proxy_url}), max_retries=0)
 
     assert model.http.config.proxy == expected  # type: ignore[attr-defined]
     if expected and "@" in expected:
@@ -144,17 +150,17 @@ def test_a_proxy_read_from_an_unset_variable_fails_the_run_naming_it(
 ) -> None:
     from django.core.exceptions import ImproperlyConfigured
 
-    from tools_app.runs.snapshot.frozen import chat_model_for
+    from tools_app.runs.snapshot.engine import chat_model_for
 
     monkeypatch.delenv("CORP_PROXY_URL", raising=False)
     with pytest.raises(ImproperlyConfigured, match="CORP_PROXY_URL, which is not set"):
-        chat_model_for(ENDPOINT | {"proxy_url": "env:CORP_PROXY_URL"}, max_retries=0)
+        chat_model_for(endpoint({"proxy_url": "env:CORP_PROXY_URL"}), max_retries=0)
 
 
 def test_a_snapshot_from_before_proxies_still_builds_its_model() -> None:
-    from tools_app.runs.snapshot.frozen import chat_model_for
+    from tools_app.runs.snapshot.engine import chat_model_for
 
-    model, _ = chat_model_for(ENDPOINT, max_retries=0)  # no proxy_url key at all
+    model, _ = chat_model_for(endpoint({}), max_retries=0)  # no proxy_url key at all
     assert model.http.config.proxy is None  # type: ignore[attr-defined]
 
 
@@ -169,12 +175,12 @@ def test_a_credential_from_a_variable_outside_the_allowlist_fails_the_run_unread
     """An endpoint edited to read DATABASE_URL (say) must not send it to its server."""
     from django.core.exceptions import ImproperlyConfigured
 
-    from tools_app.runs.snapshot.frozen import chat_model_for
+    from tools_app.runs.snapshot.engine import chat_model_for
 
     monkeypatch.setenv("DATABASE_URL", "postgres://user:hunter2@db/prod")
     monkeypatch.setenv("SECRET_KEY", "django-secret")
     with pytest.raises(ImproperlyConfigured, match="AGENTFORGE_SECRET_ENV_ALLOW allows") as err:
-        chat_model_for(ENDPOINT | config, max_retries=0)
+        chat_model_for(endpoint(config), max_retries=0)
     assert "hunter2" not in str(err.value)
     assert "django-secret" not in str(err.value)
 
@@ -182,10 +188,10 @@ def test_a_credential_from_a_variable_outside_the_allowlist_fails_the_run_unread
 def test_the_allowlist_is_the_operators_to_widen(
     monkeypatch: pytest.MonkeyPatch, settings: Any,
 ) -> None:
-    from tools_app.runs.snapshot.frozen import chat_model_for
+    from tools_app.runs.snapshot.engine import chat_model_for
 
     settings.AGENTFORGE_SECRET_ENV_ALLOW = ["LOCAL_MODEL_*"]
     monkeypatch.setenv("LOCAL_MODEL_KEY", "sk-local-123456789")
-    _, secrets = chat_model_for(ENDPOINT | {"api_key_env": "LOCAL_MODEL_KEY"},
+    _, secrets = chat_model_for(endpoint({"api_key_env": "LOCAL_MODEL_KEY"}),
                                     max_retries=0)
     assert secrets == ("sk-local-123456789",)

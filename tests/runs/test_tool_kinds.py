@@ -24,6 +24,7 @@ from tools_app.runs.snapshot.executors import (
     ToolContext,
     build_executor,
 )
+from tools_app.runs.snapshot.model import ToolSnapshot
 from tools_app.tools.registry import compute_version_hash
 from tools_app.web.api.tokens import create_token
 
@@ -60,12 +61,12 @@ def test_every_kind_but_python_is_schema_validated(monkeypatch: pytest.MonkeyPat
                         lambda tool, context: BuiltExecutor(inner, ("s3cr3t-value",)))
     spec = ToolSpecification(name="t", parameters=CITY_SCHEMA)
     context = ToolContext(read_secret=lambda name: "", outbound=OutboundPolicy())
-    built = build_executor({"name": "t", "kind": "new_kind"}, spec, context)
+    built = build_executor(ToolSnapshot(name="t", kind="new_kind"), spec, context)
     assert isinstance(built.executor, SchemaValidatingExecutor)
     assert built.executor.inner is inner
     assert built.secrets == ("s3cr3t-value",)
-    python = build_executor({"name": "calculator", "kind": "python",
-                             "python_path": "tools_app.tools.example_tools.calculator"},
+    python = build_executor(ToolSnapshot(name="calculator", kind="python",
+                                         python_path="tools_app.tools.example_tools.calculator"),
                             spec, context)
     assert not isinstance(python.executor, SchemaValidatingExecutor)
 

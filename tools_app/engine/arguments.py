@@ -38,6 +38,31 @@ def _reject_constant(name: str) -> Any:
 _ARGUMENTS_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
+class JsonTextError(ValueError):
+    """Text a person typed that is not JSON; the message says where it broke."""
+
+
+def _not_a_json_value(name: str) -> Any:
+    raise JsonTextError(f"{name} is not a JSON value")
+
+
+_TEXT_DECODER = json.JSONDecoder(parse_constant=_not_a_json_value)
+
+
+def parse_json_text(text: str) -> Any:
+    """Any JSON value typed by a person (edited arguments at an approval, a breakpoint,
+    a re-execution, a try-it), NaN and Infinity refused as a database's JSON column
+    would; a JsonTextError says what is wrong."""
+    try:
+        return _TEXT_DECODER.decode(text)
+    except RecursionError as exc:
+        raise JsonTextError("nested too deeply") from exc
+    except JsonTextError:
+        raise
+    except ValueError as exc:  # json.JSONDecodeError
+        raise JsonTextError(str(exc)) from exc
+
+
 def _where(exc: json.JSONDecodeError) -> str:
     """The decoder's message with its position. Some messages already end in "at"
     ("Unterminated string starting at"): the position follows them directly."""

@@ -10,12 +10,12 @@ from django.db import transaction
 
 from tools_app.runs.debugger.breakpoints import BreakpointError, checked_breakpoints
 from tools_app.runs.snapshot.frozen import build_snapshot
+from tools_app.runs.snapshot.model import PolicySnapshot
 from tools_app.runs.snapshot.parameters import ParameterError, check_parameters
 from tools_app.runs.snapshot.policy import PolicyOverrideError, checked_overrides
-from tools_app.runs.store.db import pipelined
 from tools_app.runs.store.leases import cancel_now
-from tools_app.runs.store.lifecycle import create_queued
 from tools_app.runs.store.sanitize import NUL_REPLACEMENT
+from tools_app.runs.tasks import queue_run
 
 from ..engine import (
     ChatMessage,
@@ -32,7 +32,6 @@ from ..models import (
     RunStatus,
     ToolRegistration,
 )
-from .tasks import enqueue_run_at_commit
 
 
 class RunRequestError(ValueError):
@@ -74,27 +73,25 @@ def run_create(
         raise RunRequestError(str(exc), field="parameters", problems=exc.problems) from exc
     snapshot = build_snapshot(endpoint=endpoint, tools=tools, policy=policy,
                               messages=messages, parameters=parameters)
+    frozen_policy = snapshot.policy.model_dump()
     try:
-        overrides = checked_overrides(snapshot["policy"], policy_overrides or {})
+        overrides = checked_overrides(frozen_policy, policy_overrides or {})
     except PolicyOverrideError as exc:
         raise RunRequestError(str(exc), field="policy_overrides",
                               problems=exc.problems) from exc
     # Which values this run changed from its policy: the run header marks them.
-    snapshot["policy_changed"] = sorted(
-        name for name, value in overrides.items() if snapshot["policy"].get(name) != value)
-    snapshot["policy"] |= overrides
+    snapshot.policy_changed = sorted(
+        name for name, value in overrides.items() if frozen_policy.get(name) != value)
+    snapshot.policy = PolicySnapshot.model_validate(frozen_policy | overrides)
     try:  # where the run will pause (runs.debugger.breakpoints); frozen with the rest
-        snapshot["breakpoints"] = checked_breakpoints(breakpoints, [t.name for t in tools])
+        snapshot.breakpoints = checked_breakpoints(breakpoints, [t.name for t in tools])
     except BreakpointError as exc:
         raise RunRequestError(str(exc), field="breakpoints") from exc
-    with transaction.atomic(), pipelined():
-        run = create_queued(
-            created_by=user if user is not None and user.is_authenticated else None,
-            endpoint=endpoint, policy=policy, parent=parent,
-            title=_title(messages), snapshot=snapshot,
-        )
-        enqueue_run_at_commit(str(run.pk))
-    return run
+    return queue_run(
+        created_by=user if user is not None and user.is_authenticated else None,
+        endpoint=endpoint, policy=policy, parent=parent,
+        title=_title(messages), snapshot=snapshot.stored(),
+    )
 
 
 def _check_request(tools: Sequence[ToolRegistration], messages: Sequence[ChatMessage]) -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.tasks import task
 from django_tasks_db import DatabaseBackend
 
+from tools_app.models import Run, RunStatus
 from tools_app.runs.loops.provider_clients import close_if_the_loop_ends
+from tools_app.runs.store.db import pipelined
+from tools_app.runs.store.lifecycle import create_queued
 from tools_app.runs.worker import runner
-
-from ..models import RunStatus
 
 
 @task
@@ -27,6 +30,16 @@ async def execute_run(run_id: str) -> str | None:
 
 def enqueue_run(run_id: str) -> None:
     execute_run.enqueue(run_id)
+
+
+def queue_run(**fields: Any) -> Run:
+    """The one way a run starts: stored queued with its first event
+    (`lifecycle.create_queued`) and executed once the transaction commits. Its writes
+    read nothing back, so on PostgreSQL they go in one round trip (`pipelined`)."""
+    with transaction.atomic(), pipelined():
+        run = create_queued(**fields)
+        enqueue_run_at_commit(str(run.pk))
+    return run
 
 
 def enqueue_run_at_commit(run_id: str) -> None:

@@ -20,6 +20,7 @@ from django.http import StreamingHttpResponse
 from tools_app.audit.call_filters import CALL_EXPORT_FILTERS, STATE_NAMES, matching_calls
 from tools_app.audit.run_filters import EXPORT_FILTERS, matching_runs
 from tools_app.audit.selectors import call_rows
+from tools_app.runs.snapshot.model import listed
 
 from ..models import Run, ToolCall
 
@@ -87,12 +88,11 @@ def _call_row(call: ToolCall) -> dict[str, Any]:
 
 
 def _row(run: Run) -> dict[str, Any]:
-    endpoint = run.snapshot.get("endpoint", {})
+    frozen = listed(run.snapshot)
     return {
         "id": str(run.pk), "created_at": run.created_at.isoformat(), "status": run.status,
-        "title": run.title, "endpoint": endpoint.get("name", ""),
-        "model": endpoint.get("model", ""),
-        "tools": [tool["name"] for tool in run.snapshot.get("tools", [])],
+        "title": run.title, "endpoint": frozen.endpoint, "model": frozen.model,
+        "tools": frozen.tools,
         "started_by": run.created_by.get_username() if run.created_by else None,
         "rounds": run.rounds_count, "tool_calls": run.tool_calls_count,
         "errors": run.errors_count, "total_tokens": run.total_tokens, "wall_ms": run.wall_ms,

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tools_app.runs.snapshot.frozen import secret_variable_problem
+from tools_app.runs.snapshot.access import secret_variable_problem
 from tools_app.tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
 
 

@@ -60,7 +60,7 @@ class Command(BaseCommand):
             self._exit(UNUSABLE, f"{path}: cannot read it: {exc.strerror or exc}")
         except FixtureError as exc:
             self._exit(UNUSABLE, f"{path}: {exc}")
-        if tools == "live" and (foreign := unregistered_tool_code(fixture.snapshot)):
+        if tools == "live" and (foreign := unregistered_tool_code(fixture.run_snapshot())):
             # A fixture may name any import path; only tools registered here may run.
             self._exit(UNUSABLE, f"{path}: tools not registered here (with the same code): "
                                  f"{', '.join(foreign)}; replay with --tools recorded or mock")

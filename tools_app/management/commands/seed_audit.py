@@ -261,7 +261,7 @@ def _snapshot(world: World, endpoint: ModelEndpoint, policy: ErrorPolicy, tools:
         "tools": [{"name": name, "version_hash": world.hashes.get(name, "")}
                   for name in tools],
         "policy": {"id": policy.pk, "name": policy.name},
-        "messages": [{"role": "user", "content": question}],
+        "messages": [{"type": "user", "text": question}],
         "parameters": {},
     }
 

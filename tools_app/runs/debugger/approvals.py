@@ -13,7 +13,6 @@ loses nothing: the decision is a row, and the resume logic never runs a call twi
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,7 +23,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.utils import timezone
 
-from tools_app.engine.arguments import schema_validator
+from tools_app.engine.arguments import JsonTextError, parse_json_text, schema_validator
 from tools_app.models import (
     CallDecision,
     DecisionKind,
@@ -34,6 +33,7 @@ from tools_app.models import (
     ToolCall,
     ToolCallState,
 )
+from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store.eventlog import append_event, notify_after_commit
 from tools_app.runs.store.lifecycle import move_locked
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
@@ -59,7 +59,7 @@ class DecisionError(ValueError):
 
 
 def flagged_tools(run: Run) -> frozenset[str]:
-    return frozenset(t["name"] for t in run.snapshot["tools"] if t.get("requires_approval"))
+    return snapshot_of(run).approval_tools()
 
 
 def pending_calls(run: Run) -> list[ToolCall]:
@@ -73,10 +73,8 @@ def pending_calls(run: Run) -> list[ToolCall]:
 
 
 def schema_of(run: Run, tool_name: str) -> dict[str, Any]:
-    for tool in run.snapshot["tools"]:
-        if tool["name"] == tool_name:
-            return tool["json_schema"] or {}
-    return {}
+    tool = snapshot_of(run).tool_named(tool_name)
+    return tool.json_schema if tool is not None else {}
 
 
 def argument_problems(run: Run, tool_name: str, arguments: Any) -> dict[str, str]:
@@ -100,14 +98,10 @@ def argument_problems(run: Run, tool_name: str, arguments: Any) -> dict[str, str
 def parse_arguments(text: str) -> Any:
     """Edited arguments as the user typed them; a DecisionError says where JSON broke."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except (json.JSONDecodeError, ValueError, RecursionError) as exc:
+        return parse_json_text(text)
+    except JsonTextError as exc:
         raise DecisionError("invalid_arguments", f"The arguments are not valid JSON: {exc}",
                             status=400, problems={"": f"not valid JSON: {exc}"}) from exc
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
 
 
 # -- writes ----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 from tools_app.engine.providers.recorded import canonical_arguments
 from tools_app.models import Round, Run, ToolCall
 from tools_app.runs.debugger.timeline import format_ms
+from tools_app.runs.snapshot.model import snapshot_of
 
 TOTALS = (("wall_ms", "wall time (ms)"), ("rounds_count", "rounds"),
           ("tool_calls_count", "tool calls"), ("errors_count", "errors"),
@@ -42,7 +43,7 @@ def compare_runs(a: Run, b: Run) -> dict[str, Any]:
 
 def _summary(run: Run) -> dict[str, Any]:
     return {"id": str(run.pk), "title": run.title, "status": run.status,
-            "endpoint": run.snapshot.get("endpoint", {}).get("name"),
+            "endpoint": snapshot_of(run).endpoint.name or None,
             "error_type": run.error_type or None, "error_message": run.error_message or None,
             "created_at": run.created_at.isoformat()}
 

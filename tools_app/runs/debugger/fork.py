@@ -40,8 +40,14 @@ from tools_app.runs.snapshot.frozen import (
     endpoint_section,
     parameters_section,
     policy_section,
-    snapshot_messages,
     tools_section,
+)
+from tools_app.runs.snapshot.model import (
+    ForkSection,
+    PolicySnapshot,
+    SpliceSection,
+    ToolSnapshot,
+    snapshot_of,
 )
 from tools_app.runs.snapshot.parameters import ParameterError, check_parameters
 from tools_app.runs.snapshot.policy import PolicyOverrideError, checked_overrides
@@ -84,10 +90,11 @@ def run_fork(*, run: Run, user: AbstractBaseUser | AnonymousUser | None, round_n
     try:
         return run_rerun(run=run, user=user, mode=mode, replay=LIVE, snapshot_changes={
             "messages": dump_messages(combined),
-            "fork": {"of": str(run.pk), "round": round_number, "inherited": len(prefix),
-                     "inherited_rounds": round_number - 1, "marks": marks,
-                     "removed": _removed(marks, len(original)), "changes": changes["words"],
-                     **({"own_rounds": 0} if "endpoint" in changes["sections"] else {})},
+            "fork": ForkSection(
+                of=str(run.pk), round=round_number, inherited=len(prefix),
+                inherited_rounds=round_number - 1, marks=marks,
+                removed=_removed(marks, len(original)), changes=changes["words"],
+                **({"own_rounds": 0} if "endpoint" in changes["sections"] else {})),
             **changes["sections"],
         }, endpoint=config.endpoint, policy=config.policy)
     except RerunError as exc:
@@ -97,7 +104,7 @@ def run_fork(*, run: Run, user: AbstractBaseUser | AnonymousUser | None, round_n
 def inherited_prefix(run: Run, round_number: int) -> list[ChatMessage]:
     """The conversation as the model saw it at `round_number`: the starting messages and
     the rounds before it (the fork editor shows it; `run_fork` compares edits with it)."""
-    return snapshot_messages(run.snapshot) + _rounds_before(run, round_number)
+    return snapshot_of(run).chat_messages() + _rounds_before(run, round_number)
 
 
 def editable_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
@@ -117,13 +124,13 @@ def run_splice(*, run: Run, user: AbstractBaseUser | AnonymousUser | None, call:
     for round_ in rounds.prefetch_related("tool_calls"):
         inherited.extend(_round_messages(
             round_, {call.pk: result} if round_.index == through else None))
-    prefix = snapshot_messages(run.snapshot) + inherited
+    prefix = snapshot_of(run).chat_messages() + inherited
     try:
         return run_rerun(run=run, user=user, mode="as_it_was", replay=LIVE, snapshot_changes={
             "messages": dump_messages(prefix),
-            "fork": {"of": str(run.pk), "round": through + 2, "inherited": len(prefix),
-                     "inherited_rounds": through + 1},
-            "splice": splice,
+            "fork": ForkSection(of=str(run.pk), round=through + 2, inherited=len(prefix),
+                                inherited_rounds=through + 1),
+            "splice": SpliceSection.model_validate(splice),
         })
     except RerunError as exc:
         raise ForkError(str(exc)) from exc
@@ -261,11 +268,11 @@ def _check_parameters(run: Run, config: ForkConfig, user: Any) -> None:
     run's are (custom keys, ranges, the model staff only), when either changes."""
     if config.parameters is None and config.endpoint is None:
         return
+    snapshot = snapshot_of(run)
     parameters = config.parameters or ChatRequestParameters.model_validate(
-        run.snapshot["parameters"])
-    endpoint = run.snapshot["endpoint"]
+        snapshot.parameters)
     kind, model = ((config.endpoint.kind, config.endpoint.model) if config.endpoint
-                   else (endpoint["kind"], endpoint["model"]))
+                   else (snapshot.endpoint.kind, snapshot.endpoint.model))
     try:
         check_parameters(parameters, endpoint_kind=kind, endpoint_model=model, user=user)
     except ParameterError as exc:
@@ -274,32 +281,34 @@ def _check_parameters(run: Run, config: ForkConfig, user: Any) -> None:
 
 def _config_changes(run: Run, config: ForkConfig) -> dict[str, Any]:
     """The snapshot sections the fork replaces and, in words, what changed."""
-    old = run.snapshot
+    old = snapshot_of(run)
     sections: dict[str, Any] = {}
     words: list[str] = []
     # The same endpoint as frozen is no change (its script still plays on from round N).
-    if config.endpoint is not None and endpoint_section(config.endpoint) != old["endpoint"]:
-        sections["endpoint"] = endpoint_section(config.endpoint)
-        words.append(f"endpoint: {old['endpoint']['name']} → {config.endpoint.name}")
+    if config.endpoint is not None:
+        endpoint = endpoint_section(config.endpoint)
+        if endpoint.model_dump() != old.endpoint.model_dump():
+            sections["endpoint"] = endpoint
+            words.append(f"endpoint: {old.endpoint.name} → {config.endpoint.name}")
     if config.tools is not None:
         sections["tools"] = _tools(config.tools)
-        words += _tool_words([t["name"] for t in old["tools"]], [t.name for t in config.tools])
+        words += _tool_words(old.tool_names(), [t.name for t in config.tools])
     if config.parameters is not None:
         sections["parameters"] = parameters_section(config.parameters)
-        if sections["parameters"] != old["parameters"]:
-            words.append(f"parameters: {json.dumps(old['parameters'], sort_keys=True)} → "
+        if sections["parameters"] != old.parameters:
+            words.append(f"parameters: {json.dumps(old.parameters, sort_keys=True)} → "
                          f"{json.dumps(sections['parameters'], sort_keys=True)}")
-    policy = policy_section(config.policy) if config.policy is not None else old["policy"]
+    policy = policy_section(config.policy) if config.policy is not None else old.policy
     if config.policy is not None:
         sections |= {"policy": policy, "policy_changed": []}
-        if policy["id"] != old["policy"].get("id"):
-            words.append(f"policy: {old['policy']['name']} → {policy['name']}")
+        if policy.id != old.policy.id:
+            words.append(f"policy: {old.policy.name} → {policy.name}")
     if config.policy_overrides:
         sections |= _overrides(policy, config.policy_overrides, words)
     return {"sections": sections, "words": words}
 
 
-def _tools(tools: Sequence[ToolRegistration]) -> list[dict[str, Any]]:
+def _tools(tools: Sequence[ToolRegistration]) -> list[ToolSnapshot]:
     disabled = [t.name for t in tools if not t.enabled]
     if disabled:
         raise ForkError(f"disabled tools cannot be used: {', '.join(disabled)}", field="tools")
@@ -313,14 +322,15 @@ def _tool_words(before: list[str], after: list[str]) -> list[str]:
         [f"tools removed: {', '.join(removed)}"] if removed else [])
 
 
-def _overrides(policy: dict[str, Any], overrides: dict[str, Any],
+def _overrides(policy: PolicySnapshot, overrides: dict[str, Any],
                words: list[str]) -> dict[str, Any]:
     """This fork's own policy values (as a new run's policy_overrides)."""
+    values = policy.model_dump()
     try:
-        checked = checked_overrides(policy, overrides)
+        checked = checked_overrides(values, overrides)
     except PolicyOverrideError as exc:
         problems = "; ".join(f"{k}: {v}" for k, v in exc.problems.items())
         raise ForkError(f"policy_overrides: {problems}", field="policy_overrides") from exc
-    changed = sorted(name for name, value in checked.items() if policy.get(name) != value)
-    words += [f"policy {name}: {policy.get(name)!r} → {checked[name]!r}" for name in changed]
-    return {"policy": policy | checked, "policy_changed": changed}
+    changed = sorted(name for name, value in checked.items() if values.get(name) != value)
+    words += [f"policy {name}: {values.get(name)!r} → {checked[name]!r}" for name in changed]
+    return {"policy": PolicySnapshot.model_validate(values | checked), "policy_changed": changed}

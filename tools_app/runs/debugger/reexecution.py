@@ -26,11 +26,17 @@ from django.db.models import Max
 from django.utils import timezone
 
 from tools_app.engine import ToolArgumentsError, ToolExecutionError, ToolExecutionResultMessage
-from tools_app.engine.arguments import schema_validator, validate_against_schema
+from tools_app.engine.arguments import (
+    JsonTextError,
+    parse_json_text,
+    schema_validator,
+    validate_against_schema,
+)
 from tools_app.models import CallReexecution, ReexecutionState, Run, ToolCall, ToolRegistration
 from tools_app.runs.debugger.fork import ForkError, run_splice
 from tools_app.runs.debugger.reexecution_reads import REEXECUTABLE_STATES
 from tools_app.runs.debugger.run_files import unregistered_tool_code
+from tools_app.runs.snapshot.model import ToolSnapshot, snapshot_of
 from tools_app.runs.store.sanitize import clean_json, fit_column
 from tools_app.runs.tasks import execute_reexecution
 from tools_app.runs.worker.reexecute import (
@@ -70,34 +76,35 @@ def runnable_problem(run: Run, call: ToolCall) -> str | None:
     return None
 
 
-def check_runnable(run: Run, call: ToolCall, *, build: bool = True) -> dict[str, Any]:
+def check_runnable(run: Run, call: ToolCall, *, build: bool = True) -> ToolSnapshot:
     """The snapshot's tool if the call may be executed again; else ReexecutionError."""
     if call.state not in REEXECUTABLE_STATES:
         raise ReexecutionError("call_not_finished", f"The call is {call.state}: it can be "
                                "executed again once the run has executed it")
     tool = snapshot_tool(run, call)
-    registration = ToolRegistration.objects.filter(name=tool["name"]).first()
+    registration = ToolRegistration.objects.filter(name=tool.name).first()
     if registration is None or not registration.enabled:
-        raise ReexecutionError("tool_unavailable", f"Tool {tool['name']!r} is "
+        raise ReexecutionError("tool_unavailable", f"Tool {tool.name!r} is "
                                f"{'no longer registered' if registration is None else 'disabled'}"
                                " here: it is not run again")
-    if "imported" in run.snapshot and tool["name"] in unregistered_tool_code(run.snapshot):
+    snapshot = snapshot_of(run)
+    if snapshot.imported is not None and tool.name in unregistered_tool_code(snapshot):
         raise ReexecutionError("tool_unavailable", f"This run was imported and its tool "
-                               f"{tool['name']!r} is not the one registered here: its code "
+                               f"{tool.name!r} is not the one registered here: its code "
                                "is never run")
     if build:
         built(tool)  # an import path that no longer imports, a kind this version lacks
     return tool
 
 
-def argument_problems(tool: dict[str, Any], arguments: Any) -> dict[str, str]:
+def argument_problems(tool: ToolSnapshot, arguments: Any) -> dict[str, str]:
     """What is wrong with `arguments` for the tool as frozen in the run, by JSON pointer
     ("" is the whole object); the engine's cached Draft 2020-12 validator."""
     if not isinstance(arguments, dict):
         return {"": "the arguments must be a JSON object"}
     try:
-        validate_against_schema(schema_validator(tool["json_schema"] or {}), arguments,
-                                tool["name"])
+        validate_against_schema(schema_validator(tool.json_schema), arguments,
+                                tool.name)
     except ToolArgumentsError as exc:
         problems: dict[str, str] = {}
         for error in exc.errors or []:
@@ -111,14 +118,10 @@ def argument_problems(tool: dict[str, Any], arguments: Any) -> dict[str, str]:
 def parse_arguments_text(text: str) -> Any:
     """Arguments as typed on the page; a ReexecutionError says where the JSON broke."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:
+        return parse_json_text(text)
+    except JsonTextError as exc:
         raise ReexecutionError("invalid_arguments", f"The arguments are not valid JSON: {exc}",
                                status=400, problems={"": f"not valid JSON: {exc}"}) from exc
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
 
 
 # -- writes ----------------------------------------------------------------------------
@@ -139,9 +142,9 @@ def request_reexecution(*, run: Run, call: ToolCall, user: User | None,
     if problems:
         raise ReexecutionError("invalid_arguments", "The arguments do not fit the tool's "
                                "schema", status=400, problems=problems)
-    approved = bool(tool.get("requires_approval"))
+    approved = bool(tool.requires_approval)
     if approved and request.approve is not True:
-        raise ReexecutionError("approval_required", f"Tool {tool['name']!r} requires "
+        raise ReexecutionError("approval_required", f"Tool {tool.name!r} requires "
                                "approval: re-executing it is your approval, so say so "
                                "(approve)", status=400)
     with transaction.atomic():
@@ -152,7 +155,7 @@ def request_reexecution(*, run: Run, call: ToolCall, user: User | None,
     return execution
 
 
-def _store(run: Run, call: ToolCall, tool: dict[str, Any], arguments: Any, approved: bool,
+def _store(run: Run, call: ToolCall, tool: ToolSnapshot, arguments: Any, approved: bool,
            user: User | None) -> CallReexecution:
     """The pending row, numbered after the call's latest (inside the caller's
     transaction, the call's row locked: two requests at once never take one number)."""
@@ -160,8 +163,8 @@ def _store(run: Run, call: ToolCall, tool: dict[str, Any], arguments: Any, appro
     number = (call.reexecutions.aggregate(n=Max("number"))["n"] or 0) + 1
     return CallReexecution.objects.create(
         run=run, tool_call=call, number=number,
-        tool_name=fit_column(CallReexecution, "tool_name", tool["name"]),
-        tool_kind=tool["kind"], tool_version_hash=tool.get("version_hash") or "",
+        tool_name=fit_column(CallReexecution, "tool_name", tool.name),
+        tool_kind=tool.kind, tool_version_hash=tool.version_hash or "",
         arguments=clean_json(arguments), approved=approved,
         requested_by_id=user.pk if user is not None and user.is_authenticated else None,
         requested_by_label=fit_column(CallReexecution, "requested_by_label", _label(user)))

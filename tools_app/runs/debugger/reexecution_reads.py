@@ -24,6 +24,7 @@ from tools_app.models import (
     ToolCall,
     ToolCallState,
 )
+from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store import prepared
 
 # The call states that mean the run's own execution of the call is over (or never
@@ -46,7 +47,7 @@ def lane_adder(run: Run, indexes: Iterable[int] | None = None, *, call_pk: int |
     by_call: dict[int, list[dict[str, Any]]] = {}
     for row in _rows(run, wanted, call_pk):
         by_call.setdefault(row["tool_call_id"], []).append(row)
-    tools = frozenset(t["name"] for t in run.snapshot.get("tools", []))
+    tools = frozenset(snapshot_of(run).tool_names())
 
     def add(call: dict[str, Any]) -> dict[str, Any]:
         original = (call["arguments"], call["result_text"])

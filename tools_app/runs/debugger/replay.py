@@ -1,46 +1,39 @@
-"""Replaying a recording: the "replay" section of a snapshot, and replaying a fixture
-file in this process (`manage.py replay_fixture`), compared call by call.
-
-A snapshot's "replay" section says which parts answer from the recording:
-
-    {"model": "recorded" | "live", "tools": "recorded" | "live" | "mock",
-     "on_divergence": "stop" | "live", "source": <run id or null>, "rounds": [...]}
-
-`rounds` are the recording (the fixture format's rounds); `snapshot.engine_for_snapshot`
-builds the recorded model and tool executors from it (engine/providers/recorded.py).
-"""
+"""Replaying a recording: the replay section of a snapshot (`ReplaySection`: which parts
+answer from the recording, and the recording's rounds in the run file format), and
+replaying a run file in this process (`manage.py replay_fixture`), compared call by call.
+snapshot/engine.py builds the recorded model and tool executors from the section
+(engine/providers/recorded.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from tools_app.engine import ReplayDivergence
 from tools_app.engine.events import ToolCallFinished, ToolCallProposed
 from tools_app.engine.providers.recorded import canonical_arguments
 from tools_app.runs.debugger.run_files import RunFixture
-from tools_app.runs.snapshot.frozen import (
-    engine_for_snapshot,
-    snapshot_messages,
-    snapshot_parameters,
+from tools_app.runs.snapshot.engine import engine_for_snapshot
+from tools_app.runs.snapshot.model import (
+    ModelMode,
+    OnDivergence,
+    ReplaySection,
+    RunSnapshot,
+    ToolsMode,
 )
 
-ModelMode = Literal["recorded", "live"]
-ToolsMode = Literal["recorded", "live", "mock"]
-OnDivergence = Literal["stop", "live"]
 MODEL_MODES: tuple[ModelMode, ...] = ("recorded", "live")
 TOOLS_MODES: tuple[ToolsMode, ...] = ("recorded", "live", "mock")
 DIVERGENCE_MODES: tuple[OnDivergence, ...] = ("stop", "live")
 
 
 def replay_section(rounds: list[dict[str, Any]], *, model: ModelMode, tools: ToolsMode,
-                   on_divergence: OnDivergence, source: str | None) -> dict[str, Any]:
-    return {"model": model, "tools": tools, "on_divergence": on_divergence,
-            "source": source, "rounds": rounds}
+                   on_divergence: OnDivergence, source: str | None) -> ReplaySection:
+    return ReplaySection(model=model, tools=tools, on_divergence=on_divergence,
+                         source=source, rounds=rounds)
 
 
 def call_line(round_index: int, call_index: int, name: str, arguments: str,
@@ -89,8 +82,8 @@ class ReplayOutcome:
 def replay_fixture(fixture: RunFixture, *, model: ModelMode, tools: ToolsMode) -> ReplayOutcome:
     """Replay the fixture here and now (no database, no server) and compare its
     tool-call sequence (names, arguments) and results with the recorded ones."""
-    snapshot = copy.deepcopy(fixture.snapshot)
-    snapshot["replay"] = replay_section(fixture.recording(), model=model, tools=tools,
+    snapshot = fixture.run_snapshot()
+    snapshot.replay = replay_section(fixture.recording(), model=model, tools=tools,
                                         on_divergence="stop", source=fixture.run.id)
     engine = engine_for_snapshot(snapshot)
     collector = CallCollector()
@@ -102,11 +95,11 @@ def replay_fixture(fixture: RunFixture, *, model: ModelMode, tools: ToolsMode) -
                          final_text=final_text)
 
 
-async def _chat(engine: Any, snapshot: dict[str, Any],
+async def _chat(engine: Any, snapshot: RunSnapshot,
                 collector: CallCollector) -> tuple[str | None, str | None]:
     try:
         result = await engine.service.chat(
-            engine.model, snapshot_messages(snapshot), snapshot_parameters(snapshot),
+            engine.model, snapshot.chat_messages(), snapshot.request_parameters(),
             observers=[collector])
     except Exception as exc:  # the replay's own failure is part of its report
         return f"{type(exc).__name__}: {exc}", None

@@ -4,18 +4,17 @@ the snapshot listed on the new run). The conversation and request parameters are
 original's; the new run's parent is the original.
 
 Replay modes: the model and/or the tools may answer from the original's recording
-(`ReplayOptions`; the recording is copied into the new snapshot's "replay" section, see
+(`ReplayOptions`; the recording is copied into the new snapshot's replay section, see
 runs/debugger/replay.py). Where a recorded answer no longer fits, the new run stops there
 (failed, saying at which round and call) or goes on live, as asked."""
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import transaction
 
 from tools_app.engine import ChatRequestParameters
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
@@ -23,16 +22,20 @@ from tools_app.runs.debugger.replay import (
     DIVERGENCE_MODES,
     MODEL_MODES,
     TOOLS_MODES,
-    ModelMode,
-    OnDivergence,
-    ToolsMode,
     replay_section,
 )
 from tools_app.runs.debugger.run_files import recording_of, unregistered_tool_code
-from tools_app.runs.snapshot.frozen import ENDPOINT_FIELDS, build_snapshot, snapshot_messages
-from tools_app.runs.store.lifecycle import create_queued
+from tools_app.runs.snapshot.frozen import ENDPOINT_FIELDS, build_snapshot
+from tools_app.runs.snapshot.model import (
+    ModelMode,
+    OnDivergence,
+    RerunSection,
+    RunSnapshot,
+    ToolsMode,
+    snapshot_of,
+)
 from tools_app.runs.store.selectors import default_policy
-from tools_app.runs.tasks import enqueue_run_at_commit
+from tools_app.runs.tasks import queue_run
 
 RerunMode = Literal["as_it_was", "current"]
 RERUN_MODES: tuple[RerunMode, ...] = ("as_it_was", "current")
@@ -70,49 +73,47 @@ LIVE = ReplayOptions()
 
 def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
               mode: RerunMode, replay: ReplayOptions = LIVE,
-              snapshot_changes: dict[str, Any] | None = None,
+              snapshot_changes: Mapping[str, Any] | None = None,
               endpoint: ModelEndpoint | None = None,
               policy: ErrorPolicy | None = None) -> Run:
     """A new queued run repeating `run`, enqueued after commit. `snapshot_changes`
-    replaces sections of the new snapshot (a fork's conversation, and its endpoint and
-    policy when the fork chose others: runs/debugger/fork.py); `endpoint` and `policy` are then
-    the new row's, so lists and filters show what it really used."""
+    replaces sections of the new snapshot, by attribute name (a fork's conversation, and
+    its endpoint and policy when the fork chose others: runs/debugger/fork.py); `endpoint`
+    and `policy` are then the new row's, so lists and filters show what it really used."""
     if mode not in RERUN_MODES:
         raise RerunError(f"mode must be one of {', '.join(RERUN_MODES)}, not {mode!r}")
     replay.check()
+    original = snapshot_of(run)
     if mode == "as_it_was":
-        snapshot = copy.deepcopy(run.snapshot)
+        snapshot = original.copy_deep()
         # An imported run's mark stays: a rerun of its rerun is as untrusted. A fork's
         # stays too: its conversation holds the rounds it inherited.
-        for section in ("rerun", "replay"):
-            snapshot.pop(section, None)
+        snapshot.rerun = snapshot.replay = None
         differences: list[str] = []
     else:
-        snapshot = _current_snapshot(run)
-        differences = snapshot_differences(run.snapshot, snapshot)
-    if "imported" in run.snapshot:
-        _check_imported(run.snapshot, mode, replay)
+        snapshot = _current_snapshot(run, original)
+        differences = snapshot_differences(original, snapshot)
+    if original.imported is not None:
+        _check_imported(original, mode, replay)
     if replay.replays:
-        snapshot["replay"] = replay_section(recording_of(run), source=str(run.pk),
-                                            **replay.as_dict())  # type: ignore[arg-type]
-    snapshot |= snapshot_changes or {}
-    snapshot["rerun"] = {"of": str(run.pk), "mode": mode, "differences": differences}
-    if snapshot_changes and "fork" in snapshot_changes:
-        snapshot["rerun"]["fork_round"] = snapshot_changes["fork"]["round"]
+        snapshot.replay = replay_section(recording_of(run), source=str(run.pk),
+                                         model=replay.model, tools=replay.tools,
+                                         on_divergence=replay.on_divergence)
+    for name, value in (snapshot_changes or {}).items():
+        setattr(snapshot, name, value)
+    snapshot.rerun = RerunSection(of=str(run.pk), mode=mode, differences=differences)
+    if snapshot_changes and snapshot_changes.get("fork") is not None:
+        snapshot.rerun.fork_round = snapshot_changes["fork"].round
     if replay.replays:
-        snapshot["rerun"]["replay"] = replay.as_dict()
-    with transaction.atomic():
-        new = create_queued(
-            created_by=user if user is not None and user.is_authenticated else None,
-            endpoint=endpoint or run.endpoint, policy=policy or run.policy, parent=run,
-            title=run.title,
-            snapshot=snapshot,
-        )
-        enqueue_run_at_commit(str(new.pk))
-    return new
+        snapshot.rerun.replay = replay.as_dict()
+    return queue_run(
+        created_by=user if user is not None and user.is_authenticated else None,
+        endpoint=endpoint or run.endpoint, policy=policy or run.policy, parent=run,
+        title=run.title, snapshot=snapshot.stored(),
+    )
 
 
-def _check_imported(snapshot: dict[str, Any], mode: RerunMode,
+def _check_imported(snapshot: RunSnapshot, mode: RerunMode,
                     replay: ReplayOptions) -> None:
     """An imported run's snapshot came from a file: its tools' import paths and its
     endpoint are not this server's. Its code runs only if registered here; its endpoint
@@ -125,20 +126,19 @@ def _check_imported(snapshot: dict[str, Any], mode: RerunMode,
         raise RerunError(f"this run was imported and its tools {', '.join(foreign)} are not "
                          "registered here: rerun it with recorded or mock tools")
     live_model = replay.model == "live" or replay.on_divergence == "live"
-    if live_model and snapshot["endpoint"].get("kind") != "scripted":
+    if live_model and snapshot.endpoint.kind != "scripted":
         raise RerunError("this run was imported and its endpoint is not this server's: "
                          "rerun it with the recorded model, stopping where it diverges")
 
 
-def _current_snapshot(run: Run) -> dict[str, Any]:
-    old = run.snapshot
-    if "tryit" in old:  # its model is built in: no endpoint's current configuration
+def _current_snapshot(run: Run, old: RunSnapshot) -> RunSnapshot:
+    if old.tryit is not None:  # its model is built in: no endpoint's current configuration
         raise RerunError("a try-it run has no endpoint to take the current configuration "
                          "from: rerun it as it was, or try the tool again from its page")
     if run.endpoint is None:
-        raise RerunError(f"the endpoint {old['endpoint']['name']!r} no longer exists: rerun "
+        raise RerunError(f"the endpoint {old.endpoint.name!r} no longer exists: rerun "
                          "the run as it was, or start a new one")
-    names = [tool["name"] for tool in old["tools"]]
+    names = old.tool_names()
     found = {t.name: t for t in ToolRegistration.objects.filter(name__in=names)}
     missing = [name for name in names if name not in found]
     disabled = [name for name in names if name in found and not found[name].enabled]
@@ -151,29 +151,31 @@ def _current_snapshot(run: Run) -> dict[str, Any]:
         raise RerunError("the run's error policy no longer exists and there is no default")
     snapshot = build_snapshot(
         endpoint=run.endpoint, tools=[found[name] for name in names], policy=policy,
-        messages=snapshot_messages(old),
-        parameters=ChatRequestParameters.model_validate(old["parameters"]))
-    for section in ("fork", "splice"):  # the conversation holds the inherited rounds
-        if section in old:                # (and a spliced result): still true
-            snapshot[section] = old[section]
+        messages=old.chat_messages(),
+        parameters=ChatRequestParameters.model_validate(old.parameters))
+    # The conversation holds the inherited rounds (and a spliced result): still true.
+    if old.fork is not None:
+        snapshot.fork = old.fork.model_copy(deep=True)
+    if old.splice is not None:
+        snapshot.splice = old.splice.model_copy(deep=True)
     return snapshot
 
 
-def snapshot_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def snapshot_differences(old: RunSnapshot, new: RunSnapshot) -> list[str]:
     """What a rerun with the current configuration changes, in words."""
     changes: list[str] = []
     for field in ENDPOINT_FIELDS:
-        before, after = old["endpoint"].get(field), new["endpoint"].get(field)
+        before, after = getattr(old.endpoint, field), getattr(new.endpoint, field)
         if before != after:
             changes.append(f"endpoint {field}: {_short(before)} → {_short(after)}")
-    old_tools = {t["name"]: t for t in old["tools"]}
-    for tool in new["tools"]:
-        if tool["version_hash"] != old_tools[tool["name"]]["version_hash"]:
-            changes.append(f"tool {tool['name']}: definition changed "
-                           f"({old_tools[tool['name']]['version_hash'][:12]} → "
-                           f"{tool['version_hash'][:12]})")
-    for field, after in new["policy"].items():
-        before = old["policy"].get(field)
+    old_hashes = {t.name: t.version_hash for t in old.tools}
+    for tool in new.tools:
+        if tool.version_hash != old_hashes[tool.name]:
+            changes.append(f"tool {tool.name}: definition changed "
+                           f"({old_hashes[tool.name][:12]} → {tool.version_hash[:12]})")
+    before_policy = old.policy.model_dump()
+    for field, after in new.policy.model_dump().items():
+        before = before_policy.get(field)
         if field != "id" and before != after:
             changes.append(f"policy {field}: {_short(before)} → {_short(after)}")
     return changes

@@ -8,7 +8,6 @@ and credentials inside URLs are replaced, and the rounds were redacted when reco
 
 from __future__ import annotations
 
-import copy
 import json
 from datetime import datetime
 from typing import Any, Literal
@@ -20,14 +19,19 @@ from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tools_app.engine import ChatResponse
-from tools_app.models import Round, Run, RunEvent, RunStatus, ToolCall, ToolKind, ToolRegistration
-from tools_app.runs.snapshot.frozen import (
-    POLICY_FIELDS,
-    TOOL_FIELDS,
-    recorded_rounds,
-    snapshot_messages,
-    snapshot_parameters,
+from tools_app.models import (
+    TERMINAL_STATUSES,
+    Round,
+    Run,
+    RunStatus,
+    ToolCall,
+    ToolKind,
+    ToolRegistration,
 )
+from tools_app.runs.snapshot.engine import recorded_rounds
+from tools_app.runs.snapshot.frozen import POLICY_FIELDS, TOOL_FIELDS
+from tools_app.runs.snapshot.model import ImportedSection, RunSnapshot, snapshot_of
+from tools_app.runs.store.lifecycle import create_finished
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
 from tools_app.tools.registry import public_config
 
@@ -50,28 +54,27 @@ def export_run(run: Run) -> dict[str, Any]:
         "version": VERSION,
         "exported_at": timezone.now().isoformat(),
         "run": _run_summary(run),
-        "snapshot": exportable_snapshot(run.snapshot),
+        "snapshot": exportable_snapshot(snapshot_of(run)),
         "rounds": [_round(r) for r in Round.objects.filter(run=run).order_by("index")
                    .prefetch_related("tool_calls")],
     }
 
 
-def exportable_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
+def exportable_snapshot(snapshot: RunSnapshot) -> dict[str, Any]:
     """The snapshot without anything secret, and without a replay's recording (the
     fixture's own rounds are the recording)."""
-    out = copy.deepcopy(snapshot)
-    out.pop("replay", None)
-    endpoint = out["endpoint"]
-    endpoint["extra_headers"] = {
+    out = snapshot.copy_deep()
+    out.replay = None
+    endpoint = out.endpoint
+    endpoint.extra_headers = {
         name: value if isinstance(value, str) and value.startswith("env:") else REDACTED
-        for name, value in (endpoint.get("extra_headers") or {}).items()}
-    for field in ("base_url", "proxy_url"):
-        if endpoint.get(field):
-            endpoint[field] = _without_password(endpoint[field])
-    for tool in out.get("tools") or []:
+        for name, value in endpoint.extra_headers.items()}
+    endpoint.base_url = _without_password(endpoint.base_url) if endpoint.base_url else ""
+    endpoint.proxy_url = _without_password(endpoint.proxy_url) if endpoint.proxy_url else ""
+    for tool in out.tools:
         # An HTTP tool's literal header values (a bearer token) stay here.
-        tool["config"] = public_config(tool.get("config") or {})
-    return out
+        tool.config = public_config(tool.config)
+    return out.stored()
 
 
 def _without_password(url: str) -> str:
@@ -202,8 +205,12 @@ class RunFixture(_Loose):
     snapshot: dict[str, Any]
     rounds: list[FixtureRound]
 
+    def run_snapshot(self) -> RunSnapshot:
+        """The file's snapshot as the model (checked by `load_fixture`)."""
+        return RunSnapshot.load(self.snapshot)
+
     def recording(self) -> list[dict[str, Any]]:
-        """The rounds as a replay reads them (snapshot["replay"]["rounds"])."""
+        """The rounds as a replay reads them (a replay section's rounds)."""
         return [r.model_dump(mode="json", include={"index", "response", "calls"})
                 for r in self.rounds]
 
@@ -251,9 +258,12 @@ def _check_snapshot(fixture: RunFixture) -> None:
         _check_keys(f"snapshot.tools[{index}]", tool, TOOL_FIELDS)
     if not isinstance(snapshot["parameters"], dict):
         raise FixtureError("snapshot.parameters: must be an object")
+    if not _valid_fork(snapshot.get("fork")):
+        snapshot.pop("fork", None)  # the run page and the scripted model read its numbers
     try:
-        snapshot_messages(snapshot)
-        snapshot_parameters(snapshot)
+        loaded = fixture.run_snapshot()
+        loaded.chat_messages()
+        loaded.request_parameters()
         recorded_rounds(fixture.recording())
     except (ValueError, TypeError, KeyError) as exc:  # pydantic's ValidationError included
         raise FixtureError(f"snapshot: {exc}") from exc
@@ -276,7 +286,7 @@ def _check_keys(where: str, value: Any, keys: tuple[str, ...]) -> None:
             raise FixtureError(f"{where}.{key}: must be a string")
 
 
-def unregistered_tool_code(snapshot: dict[str, Any]) -> list[str]:
+def unregistered_tool_code(snapshot: RunSnapshot) -> list[str]:
     """The snapshot's tools that are not a tool registered here: a Python tool with the
     same name and python path, any other kind with the same name and definition hash (its
     config says where an HTTP call goes and which variables its headers read). Such
@@ -285,10 +295,9 @@ def unregistered_tool_code(snapshot: dict[str, Any]) -> list[str]:
                  .values_list("name", "python_path"))
     other = set(ToolRegistration.objects.exclude(kind=ToolKind.PYTHON)
                 .values_list("name", "version_hash"))
-    return [t["name"] for t in snapshot["tools"]
-            if ((t.get("name"), t.get("python_path")) not in python
-                if t.get("kind", ToolKind.PYTHON) == ToolKind.PYTHON
-                else (t.get("name"), t.get("version_hash")) not in other)]
+    return [t.name for t in snapshot.tools
+            if ((t.name, t.python_path) not in python if t.kind == ToolKind.PYTHON
+                else (t.name, t.version_hash) not in other)]
 
 
 # -- import ------------------------------------------------------------------------------
@@ -298,26 +307,29 @@ def import_fixture(fixture: RunFixture, *,
                    user: AbstractBaseUser | AnonymousUser | None) -> Run:
     """A new finished run holding the fixture's snapshot, rounds and calls, so the
     timeline shows it. Its events: the import and its final status."""
-    status = fixture.run.status if fixture.run.status in _TERMINAL else RunStatus.FAILED
-    snapshot = clean_json(exportable_snapshot(fixture.snapshot))
-    snapshot.pop("rerun", None)  # the imported run has no parent here
-    if not _valid_fork(snapshot.get("fork")):
-        snapshot.pop("fork", None)
-    snapshot["imported"] = {"from": clean_text(fixture.run.id),
-                            "exported_at": clean_text(fixture.exported_at)}
+    status = (RunStatus(fixture.run.status) if fixture.run.status in TERMINAL_STATUSES
+              else RunStatus.FAILED)
+    snapshot = RunSnapshot.load(clean_json(exportable_snapshot(fixture.run_snapshot())))
+    snapshot.rerun = None  # the imported run has no parent here
+    snapshot.imported = ImportedSection(source_run=clean_text(fixture.run.id),
+                                        exported_at=clean_text(fixture.exported_at))
     owner: Any = user if user is not None and user.is_authenticated else None
     with transaction.atomic():
-        run = Run.objects.create(
+        run = create_finished(
+            status=status,
+            origin={"kind": "run_imported",
+                    "payload": clean_json({"from": fixture.run.id,
+                                           "exported_at": fixture.exported_at})},
             created_by=owner,
             title=fit_column(Run, "title", fixture.run.title) or "",
-            status=status, snapshot=snapshot, final_text=clean_text(fixture.run.final_text),
+            snapshot=snapshot.stored(),
+            final_text=clean_text(fixture.run.final_text),
             error_type=fit_column(Run, "error_type", fixture.run.error_type) or "",
             error_message=clean_text(fixture.run.error_message) or "",
             wall_ms=fixture.run.wall_ms, started_at=timezone.now(), finished_at=timezone.now())
         for round_ in fixture.rounds:
             _import_round(run, round_)
         _totals(run)
-        _events(run, fixture, status)
     return run
 
 
@@ -340,7 +352,6 @@ def _valid_fork(value: Any) -> bool:
     return True
 
 
-_TERMINAL = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
 
 
 def _import_round(run: Run, data: FixtureRound) -> None:
@@ -389,11 +400,3 @@ def _totals(run: Run) -> None:
                             "input_tokens", "output_tokens", "total_tokens"])
 
 
-def _events(run: Run, fixture: RunFixture, status: str) -> None:
-    RunEvent.objects.bulk_create([
-        RunEvent(run=run, seq=1, kind="run_imported",
-                 payload=clean_json({"from": fixture.run.id,
-                                     "exported_at": fixture.exported_at})),
-        RunEvent(run=run, seq=2, kind="run_status", payload={"status": status}),
-    ])
-    Run.objects.filter(pk=run.pk).update(last_seq=2)

@@ -32,7 +32,7 @@ from tools_app.models import (
     ToolCallState,
 )
 from tools_app.runs.debugger.reexecution_reads import lane_adder as reexec_lanes
-from tools_app.runs.snapshot.frozen import snapshot_messages
+from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store import prepared
 from tools_app.runs.store.selectors import as_uuid
 
@@ -40,8 +40,8 @@ from tools_app.runs.store.selectors import as_uuid
 def replay_divergences(run: Run) -> list[str]:
     """What a replaying run said where it left its recording and went on live (only a
     replay told to go on live records it: the others read nothing)."""
-    replay = run.snapshot.get("replay")
-    if not isinstance(replay, dict) or replay.get("on_divergence") != "live":
+    replay = snapshot_of(run).replay
+    if replay is None or replay.on_divergence != "live":
         return []
     payloads = RunEvent.objects.filter(run=run, kind="replay_diverged").order_by("seq")
     return [str(p.get("detail", "")) for p in payloads.values_list("payload", flat=True)
@@ -51,10 +51,12 @@ def replay_divergences(run: Run) -> list[str]:
 def starting_conversation(run: Run) -> list[dict[str, Any]]:
     """The conversation the run started from, as OpenAI-format dicts (role, content,
     tool calls with their arguments pretty-printed when they are JSON)."""
-    if "messages" not in run.snapshot:
-        return []  # a row made outside the run services (tests, imports of old data)
+    try:
+        messages = snapshot_of(run).chat_messages()
+    except ValueError:  # a row made outside the run services (seeded or old data)
+        return []
     shown = []
-    for message in to_openai_messages(snapshot_messages(run.snapshot), error_flags=True):
+    for message in to_openai_messages(messages, error_flags=True):
         calls = [{"id": c["id"], "name": c["function"]["name"],
                   "arguments": _pretty_arguments(c["function"]["arguments"])}
                  for c in message.get("tool_calls", [])]
@@ -194,7 +196,7 @@ def _not_executed_call(round_index: int, call_index: int,
 
 def _added_messages(run: Run) -> dict[int, list[dict[str, Any]]]:
     """Round index -> the messages people added at a breakpoint before its model call."""
-    if not run.snapshot.get("breakpoints"):
+    if not snapshot_of(run).breakpoints:
         return {}
     added: dict[int, list[dict[str, Any]]] = {}
     rows = RunPause.objects.filter(run=run, before="model", resolved_at__isnull=False).exclude(
@@ -206,7 +208,7 @@ def _added_messages(run: Run) -> dict[int, list[dict[str, Any]]]:
 
 def _approval_state(run: Run) -> Any:
     """Adds to a call's dict its decision (if any) and whether it awaits one now."""
-    flagged = frozenset(t["name"] for t in run.snapshot["tools"] if t.get("requires_approval"))
+    flagged = snapshot_of(run).approval_tools()
     decisions: dict[int, dict[str, Any]] = {}
     if flagged:
         rows = CallDecision.objects.filter(run=run).values(
@@ -430,8 +432,9 @@ def _run_row(username: str, run_id: Any) -> QuerySet[Run, Any]:
 
 
 def effective_settings(run: Run) -> list[dict[str, Any]]:
-    policy = run.snapshot.get("policy") or {}
-    changed = set(run.snapshot.get("policy_changed") or ())
+    snapshot = snapshot_of(run)
+    policy = snapshot.policy.model_dump(exclude_unset=True)
+    changed = set(snapshot.policy_changed)
     return [{"label": label, "value": _setting_text(name, policy[name]),
              "changed": name in changed} for name, label in SETTING_LABELS if name in policy]
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import transaction
 
 from tools_app.engine import (
     ChatRequestParameters,
@@ -25,14 +24,19 @@ from tools_app.engine import (
     ToolExecutionError,
     UserMessage,
 )
-from tools_app.engine.arguments import schema_validator, validate_against_schema
+from tools_app.engine.arguments import (
+    JsonTextError,
+    parse_json_text,
+    schema_validator,
+    validate_against_schema,
+)
 from tools_app.models import ModelEndpoint, ProviderKind, Run, ToolCall, ToolRegistration
 from tools_app.runs.debugger.breakpoints import checked_breakpoints
 from tools_app.runs.snapshot.frozen import build_snapshot
-from tools_app.runs.store.lifecycle import create_queued
+from tools_app.runs.snapshot.model import TryItSection, snapshot_of
 from tools_app.runs.store.sanitize import clean_json
 from tools_app.runs.store.selectors import default_policy
-from tools_app.runs.tasks import enqueue_run_at_commit
+from tools_app.runs.tasks import queue_run
 
 TRYIT_ENDPOINT_NAME = "Try it (one call)"
 RECENT_LIMIT = 10
@@ -63,16 +67,11 @@ class TryItOutcome:
 def parse_arguments_text(text: str) -> Any:
     """The arguments as typed (JSON text); a TryItError says where the JSON broke."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        message = f"not valid JSON: {exc}" if not isinstance(exc, RecursionError) else (
-            "not valid JSON: nested too deeply")
+        return parse_json_text(text)
+    except JsonTextError as exc:
+        message = f"not valid JSON: {exc}"
         raise TryItError(f"The arguments are {message}",
                          problems=[{"pointer": "", "message": message}]) from exc
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
 
 
 def checked_arguments(tool: ToolRegistration, arguments: Any) -> dict[str, Any]:
@@ -106,15 +105,13 @@ def tryit_create(*, user: AbstractBaseUser | AnonymousUser, tool: ToolRegistrati
                               policy=policy, messages=[UserMessage(text=_prompt(tool.name,
                                                                                 checked))],
                               parameters=ChatRequestParameters())
-    snapshot["endpoint"]["id"] = None  # built in: no endpoint row stands behind it
-    snapshot["breakpoints"] = checked_breakpoints(None, [tool.name])
-    snapshot["tryit"] = {"tool": tool.name, "arguments": clean_json(checked, limit=sys.maxsize)}
-    with transaction.atomic():
-        run = create_queued(
-            created_by=user if user.is_authenticated else None, endpoint=None,
-            policy=policy, parent=None, title=f"Try it: {tool.name}", snapshot=snapshot)
-        enqueue_run_at_commit(str(run.pk))
-    return run
+    snapshot.endpoint.id = None  # built in: no endpoint row stands behind it
+    snapshot.breakpoints = checked_breakpoints(None, [tool.name])
+    snapshot.tryit = TryItSection(tool=tool.name,
+                                  arguments=clean_json(checked, limit=sys.maxsize))
+    return queue_run(created_by=user if user.is_authenticated else None, endpoint=None,
+                     policy=policy, parent=None, title=f"Try it: {tool.name}",
+                     snapshot=snapshot.stored())
 
 
 def _tryit_endpoint(name: str, arguments: dict[str, Any]) -> ModelEndpoint:
@@ -130,8 +127,8 @@ def _prompt(name: str, arguments: dict[str, Any]) -> str:
 
 
 def is_tryit_of(run: Run, tool_name: str) -> bool:
-    section = run.snapshot.get("tryit") if isinstance(run.snapshot, dict) else None
-    return isinstance(section, dict) and section.get("tool") == tool_name
+    section = snapshot_of(run).tryit
+    return section is not None and section.tool == tool_name
 
 
 def tryit_outcome(run: Run) -> TryItOutcome:

@@ -32,6 +32,7 @@ from tools_app.engine.outbound import OutboundPolicy
 from tools_app.engine.providers.clients import SharedHttpClients
 from tools_app.engine.sources import HttpConfig, HttpToolExecutor, MockConfig, MockToolExecutor
 from tools_app.runs.snapshot.mcp import mcp_executor
+from tools_app.runs.snapshot.model import ToolSnapshot
 
 SecretReader = Callable[[str], str]
 """An environment variable's NAME -> its value; ValueError saying why it cannot be read."""
@@ -51,18 +52,18 @@ class BuiltExecutor:
     """Secret values the executor sends somewhere: redacted from the run's records."""
 
 
-ExecutorBuilder = Callable[[dict[str, Any], ToolContext], BuiltExecutor]
+ExecutorBuilder = Callable[[ToolSnapshot, ToolContext], BuiltExecutor]
 
 
-def build_executor(tool: dict[str, Any], specification: ToolSpecification,
+def build_executor(tool: ToolSnapshot, specification: ToolSpecification,
                    context: ToolContext) -> BuiltExecutor:
     """The executor of a snapshotted tool, schema-validated unless it is Python."""
-    builder = EXECUTOR_BUILDERS.get(tool["kind"])
+    builder = EXECUTOR_BUILDERS.get(tool.kind)
     if builder is None:
         raise ImproperlyConfigured(
-            f"Tool {tool['name']!r} is of kind {tool['kind']!r}, which this version cannot run")
+            f"Tool {tool.name!r} is of kind {tool.kind!r}, which this version cannot run")
     built = builder(tool, context)
-    if tool["kind"] == "python":
+    if tool.kind == "python":
         return built
     return BuiltExecutor(SchemaValidatingExecutor(specification, built.executor),
                          built.secrets)
@@ -79,28 +80,28 @@ def import_tool_function(path: str) -> Callable[..., Any]:
     return func  # type: ignore[no-any-return]
 
 
-def tool_config[C: BaseModel](tool: dict[str, Any], model: type[C]) -> C:
+def tool_config[C: BaseModel](tool: ToolSnapshot, model: type[C]) -> C:
     """The tool's `config` as `model`; a configuration that no longer validates (saved
     before a check existed, edited in the database) stops the run saying why."""
     try:
-        return model.model_validate(tool["config"] or {})
+        return model.model_validate(tool.config)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}"
                              for e in exc.errors())
         raise ImproperlyConfigured(
-            f"Tool {tool['name']!r} has an invalid {tool['kind']} configuration: {problems}"
+            f"Tool {tool.name!r} has an invalid {tool.kind} configuration: {problems}"
         ) from exc
 
 
-def _python(tool: dict[str, Any], context: ToolContext) -> BuiltExecutor:
-    return BuiltExecutor(FunctionToolExecutor(import_tool_function(tool["python_path"])))
+def _python(tool: ToolSnapshot, context: ToolContext) -> BuiltExecutor:
+    return BuiltExecutor(FunctionToolExecutor(import_tool_function(tool.python_path)))
 
 
-def _mock(tool: dict[str, Any], context: ToolContext) -> BuiltExecutor:
+def _mock(tool: ToolSnapshot, context: ToolContext) -> BuiltExecutor:
     return BuiltExecutor(MockToolExecutor(tool_config(tool, MockConfig)))
 
 
-def _http(tool: dict[str, Any], context: ToolContext) -> BuiltExecutor:
+def _http(tool: ToolSnapshot, context: ToolContext) -> BuiltExecutor:
     config = tool_config(tool, HttpConfig)
     # Read now, so their values are known to the redaction before anything is recorded;
     # one that cannot be read fails each call that needs it (a tool error on the
@@ -123,7 +124,7 @@ def _http(tool: dict[str, Any], context: ToolContext) -> BuiltExecutor:
     return BuiltExecutor(executor, tuple(values.values()))
 
 
-def _mcp(tool: dict[str, Any], context: ToolContext) -> BuiltExecutor:
+def _mcp(tool: ToolSnapshot, context: ToolContext) -> BuiltExecutor:
     executor, secrets = mcp_executor(tool)
     return BuiltExecutor(executor, secrets)
 

@@ -30,6 +30,7 @@ from tools_app.engine.sources.mcp import (
 )
 from tools_app.models import McpServer, ToolKind, ToolRegistration, tool_name_validator
 from tools_app.runs.snapshot.access import outbound_policy, secret_variable_problem
+from tools_app.runs.snapshot.model import ToolSnapshot
 from tools_app.runs.store.sanitize import clean_json, clean_text, max_value_bytes
 from tools_app.tools.registry import compute_version_hash, record_version
 
@@ -86,21 +87,21 @@ def server_snapshot(tool: ToolRegistration) -> dict[str, Any]:
     return {"mcp_server": {field: getattr(server, field) for field in SERVER_FIELDS}}
 
 
-def mcp_executor(tool: dict[str, Any]) -> tuple[McpToolExecutor, tuple[str, ...]]:
+def mcp_executor(tool: ToolSnapshot) -> tuple[McpToolExecutor, tuple[str, ...]]:
     """The executor of an "mcp" snapshot entry (runs/snapshot/executors.py's table), and the
     secret values its server configuration read from the environment (the run redacts
     them from what it records)."""
-    server = tool.get("mcp_server")
-    remote = (tool.get("config") or {}).get("tool")
+    server = tool.mcp_server
+    remote = tool.config.get("tool")
     if not server:
         raise ImproperlyConfigured(
-            f"Tool {tool['name']!r}: its MCP server "
-            f"{(tool.get('config') or {}).get('server')!r} does not exist")
+            f"Tool {tool.name!r}: its MCP server "
+            f"{tool.config.get('server')!r} does not exist")
     if not server["enabled"]:
         raise ImproperlyConfigured(
-            f"Tool {tool['name']!r}: its MCP server {server['name']!r} is disabled")
+            f"Tool {tool.name!r}: its MCP server {server['name']!r} is disabled")
     if not isinstance(remote, str) or not remote:
-        raise ImproperlyConfigured(f"Tool {tool['name']!r} does not name its MCP tool")
+        raise ImproperlyConfigured(f"Tool {tool.name!r} does not name its MCP tool")
     config = server_config(server)
     executor = McpToolExecutor(config, remote, sessions=MCP_SESSIONS,
                                max_text_bytes=max_value_bytes())

@@ -92,6 +92,20 @@ def create_queued(**fields: Any) -> Run:
     return run
 
 
+def create_finished(*, status: RunStatus, origin: Mapping[str, Any], **fields: Any) -> Run:
+    """A run that arrives finished (imported from a run file), inside the caller's
+    transaction: its first event says where it came from (`origin`: the event's kind and
+    payload), its second its terminal status."""
+    if status not in TERMINAL_STATUSES:
+        raise IllegalTransition("imported", status)
+    run = Run.objects.create(status=status, last_seq=2, **fields)
+    RunEvent.objects.bulk_create([
+        RunEvent(run=run, seq=1, kind=origin["kind"], payload=origin["payload"]),
+        RunEvent(run=run, seq=2, kind="run_status", payload={"status": status}),
+    ])
+    return run
+
+
 def claim_locked(run: Run, *, worker_id: str, lease_until: datetime) -> int:
     """The claim move for a row the caller locked: running, leased to `worker_id`.
     Returns the new fencing token."""

@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from tools_app.engine.probe import probe_capabilities
 from tools_app.models import ModelEndpoint
-from tools_app.runs.snapshot.frozen import ENDPOINT_FIELDS, chat_model_for
+from tools_app.runs.snapshot.engine import chat_model_for
+from tools_app.runs.snapshot.frozen import endpoint_section
 
 
 def may_probe(user: Any) -> bool:
@@ -22,9 +23,9 @@ def may_probe(user: Any) -> bool:
 
 async def probe_and_store(endpoint_id: str) -> str:
     endpoint = await ModelEndpoint.objects.aget(pk=endpoint_id)
-    config = {name: getattr(endpoint, name) for name in ENDPOINT_FIELDS}
-    model, _ = chat_model_for(config | {"stream": False}, max_retries=1)
-    streaming, _ = chat_model_for(config | {"stream": True}, max_retries=1)
+    frozen = endpoint_section(endpoint)
+    model, _ = chat_model_for(frozen.model_copy(update={"stream": False}), max_retries=1)
+    streaming, _ = chat_model_for(frozen.model_copy(update={"stream": True}), max_retries=1)
     report = await probe_capabilities(model, streaming_model=streaming,
                                       model_name=endpoint.model or endpoint.name)
     endpoint.capability_report = report.model_dump(mode="json")

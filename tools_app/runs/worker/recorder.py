@@ -39,7 +39,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -87,18 +87,37 @@ Queued = tuple[Any, dict[str, Any], "asyncio.Future[int] | None"]
 
 
 class RunRecorder:
-    """An engine observer bound to one run and one lease token."""
+    """An engine observer bound to one run and one lease token.
 
-    def __init__(self, run_id: str, token: int, secrets: tuple[str, ...] = ()) -> None:
+    Keyword-only, all optional:
+    - `before_round`: an async hook awaited before each round (the runner's checkpoint).
+    - `requests_announced`: the model announces each HTTP request before sending it
+      (ProviderWireRequest), where the batch of what the model is told starts; otherwise
+      (scripted, recorded models) it starts at the ModelRequestSent before the call.
+    - `streamed`: round index -> the text it streamed so far, as shown (redacted), kept
+      for a round the run ends before its response (the runner hands it to its end).
+    - `call_row_defaults`: what each new call row copies from its run (the audit
+      triggers would otherwise put it right with one more UPDATE per call).
+    - `idempotent_tools`: tools a resumed run may call again; their calls' starts are
+      not waited for.
+    """
+
+    def __init__(self, run_id: str, token: int, secrets: tuple[str, ...] = (), *,
+                 before_round: Callable[[], Awaitable[None]] | None = None,
+                 requests_announced: bool = False,
+                 streamed: dict[int, str] | None = None,
+                 call_row_defaults: dict[str, Any] | None = None,
+                 idempotent_tools: frozenset[str] = frozenset()) -> None:
         self.run_id = run_id
         self.token = token
         self.secrets = secrets
-        self.before_round: Any = None  # an async hook the runner uses as a checkpoint
+        self.before_round = before_round
+        self.requests_announced = requests_announced
+        self.streamed: dict[int, str] = {} if streamed is None else streamed
+        self.call_row_defaults: dict[str, Any] = call_row_defaults or {}
+        self.idempotent_tools = idempotent_tools
         self._round_ids: dict[int, int] = {}  # round index -> Round pk, once committed
         self._streams = StreamRedactor(secrets)
-        # Round index -> the text it streamed so far, as shown (redacted): what a round
-        # the run ends before its response keeps (runner -> lifecycle.finish).
-        self.streamed: dict[int, str] = {}
         self._queue: list[Queued] = []
         self._writer: asyncio.Task[None] | None = None
         self._linger: asyncio.TimerHandle | None = None  # the writer's delayed start
@@ -108,22 +127,12 @@ class RunRecorder:
         # Something queued must be written as soon as the writer is free (the model's
         # request was queued while a batch was being written): no linger for it.
         self._write_next = False
-        # Whether the model announces each HTTP request (ProviderWireRequest) before
-        # sending it: where the batch of what the model is told starts. Otherwise
-        # (scripted, recorded models) it is the ModelRequestSent before the call.
-        self.requests_announced = False
         # The first batch that failed: every later event and drain raises it, and
         # nothing queued after it is written.
         self._error: Exception | None = None
         # (when, cancel_requested) as the last batch's own UPDATE read it: the heartbeat
         # needs no query of its own while the run writes.
         self.cancel_seen: tuple[float, bool] | None = None
-        # What each new call row copies from its run (audit.triggers's triggers would
-        # otherwise put it right with one more UPDATE per call): set by the runner.
-        self.call_row_defaults: dict[str, Any] = {}
-        # Tools a resumed run may call again (the snapshot's idempotent flag, as
-        # runner.load_history reads it): their calls' starts are not waited for.
-        self.idempotent_tools: frozenset[str] = frozenset()
 
     async def __call__(self, event: Any) -> None:
         if isinstance(event, RoundStarted) and self.before_round is not None:

@@ -27,8 +27,9 @@ from tools_app.engine import (
 from tools_app.engine.chat_run import invoke_tool
 from tools_app.engine.execution import ToolExecutionResult, to_jsonable
 from tools_app.models import CallReexecution, ReexecutionState, Run, ToolCall
+from tools_app.runs.snapshot.engine import live_executor
 from tools_app.runs.snapshot.executors import BuiltExecutor
-from tools_app.runs.snapshot.frozen import live_executor
+from tools_app.runs.snapshot.model import ToolSnapshot, snapshot_of
 from tools_app.runs.store.eventlog import append_event, notify_after_commit
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column, redact
 
@@ -47,34 +48,34 @@ class ReexecutionError(ValueError):
         self.code, self.status, self.problems = code, status, problems or {}
 
 
-def snapshot_tool(run: Run, call: ToolCall) -> dict[str, Any]:
+def snapshot_tool(run: Run, call: ToolCall) -> ToolSnapshot:
     """The call's tool as frozen in the run; a name the run never had is hallucinated."""
-    for tool in run.snapshot.get("tools", []):
-        if tool["name"] == call.tool_name:
-            return tool  # type: ignore[no-any-return]
+    tool = snapshot_of(run).tool_named(call.tool_name)
+    if tool is not None:
+        return tool
     raise ReexecutionError("hallucinated_tool", f"The run has no tool named "
                            f"{call.tool_name!r}: the model made the name up, so there is "
                            "nothing to execute")
 
 
-def specification(tool: dict[str, Any]) -> ToolSpecification:
-    return ToolSpecification(name=tool["name"], description=tool["description"],
-                             parameters=tool["json_schema"], strict=tool["strict"] or None)
+def specification(tool: ToolSnapshot) -> ToolSpecification:
+    return ToolSpecification(name=tool.name, description=tool.description,
+                             parameters=tool.json_schema, strict=tool.strict or None)
 
 
-def built(tool: dict[str, Any]) -> BuiltExecutor:
+def built(tool: ToolSnapshot) -> BuiltExecutor:
     """The executor a run builds for the tool (secrets read under the run's rule)."""
     try:
         return live_executor(tool, specification(tool))
     except ImproperlyConfigured as exc:
-        raise ReexecutionError("tool_unavailable", f"Tool {tool['name']!r} cannot run "
+        raise ReexecutionError("tool_unavailable", f"Tool {tool.name!r} cannot run "
                                f"here any more: {exc}") from exc
 
 
-def timeout_of(run: Run, tool: dict[str, Any]) -> float:
+def timeout_of(run: Run, tool: ToolSnapshot) -> float:
     """The tool's timeout, else the run's policy's default, else DEFAULT_TIMEOUT_SECONDS."""
-    return float(tool.get("timeout_seconds") or run.snapshot["policy"].get(
-        "default_tool_timeout") or DEFAULT_TIMEOUT_SECONDS)
+    return float(tool.timeout_seconds or snapshot_of(run).policy.default_tool_timeout
+                 or DEFAULT_TIMEOUT_SECONDS)
 
 
 def event(execution: CallReexecution) -> None:
@@ -132,7 +133,7 @@ async def _execute(execution: CallReexecution) -> _Outcome:
         return _Outcome(ReexecutionState.EXECUTION_ERROR, error=exc)
     registered = RegisteredTool(specification=specification(tool), executor=executor.executor,
                                 timeout=timeout_of(run, tool))
-    request = ToolExecutionRequest(id=execution.tool_call.call_id, name=tool["name"],
+    request = ToolExecutionRequest(id=execution.tool_call.call_id, name=tool.name,
                                    arguments=json.dumps(execution.arguments))
     try:
         result = await invoke_tool(registered, request, default_timeout=None)

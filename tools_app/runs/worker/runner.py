@@ -33,11 +33,8 @@ from tools_app.engine import (
 from tools_app.engine.providers.adapter import WireChatModel
 from tools_app.models import TERMINAL_STATUSES, Round, Run, RunStatus, ToolCall, ToolCallState
 from tools_app.runs.loops.loop_groups import LoopGroups
-from tools_app.runs.snapshot.frozen import (
-    engine_for_snapshot,
-    snapshot_messages,
-    snapshot_parameters,
-)
+from tools_app.runs.snapshot.engine import engine_for_snapshot
+from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store import rowsql
 from tools_app.runs.store.db import drop_broken_connections, write_turn
 from tools_app.runs.store.eventlog import LeaseLost, notify, run_key
@@ -233,29 +230,29 @@ async def _drive(claimed: _Claimed, streamed: dict[int, str],
                  last: _LastEvents) -> tuple[RunStatus, dict[str, Any]]:
     run, token, run_id = claimed.run, claimed.token, str(claimed.run.pk)
     try:
-        engine = engine_for_snapshot(run.snapshot)
+        snapshot = snapshot_of(run)
+        engine = engine_for_snapshot(snapshot)
         if isinstance(claimed.history, Exception):
             raise claimed.history
         messages, resume = claimed.history
     except Exception as exc:  # a broken snapshot (missing key, tool gone) fails the run
         return RunStatus.FAILED, {"error_type": type(exc).__name__, "error_message": str(exc)}
-    recorder = last.recorder = RunRecorder(run_id, token, engine.secrets)
-    recorder.before_round = _checkpoint
-    recorder.requests_announced = isinstance(engine.model, WireChatModel)
-    recorder.streamed = streamed  # kept on a round the run ends before its response
-    recorder.call_row_defaults = {"run_created_at": run.created_at,
-                                  "run_owner_id": run.created_by_id}
-    recorder.idempotent_tools = idempotent_tools(run)
+    recorder = last.recorder = RunRecorder(
+        run_id, token, engine.secrets, before_round=_checkpoint,
+        requests_announced=isinstance(engine.model, WireChatModel), streamed=streamed,
+        call_row_defaults={"run_created_at": run.created_at,
+                           "run_owner_id": run.created_by_id},
+        idempotent_tools=snapshot.idempotent_tools())
     # Flagged calls wait for a stored decision (runs.debugger.approvals), never run without one.
     # Gates read the run's rows: what the engine reported is committed first.
     engine.service.approver = after_drain(recorder, RunApprover(run_id))
-    if run.snapshot.get("breakpoints"):
-        hooks = RunBreakpoints(run_id, run.snapshot["breakpoints"])
+    if snapshot.breakpoints:
+        hooks = RunBreakpoints(run_id, snapshot.breakpoints)
         engine.service.call_gate = after_drain(recorder, hooks.call_gate)
         engine.service.before_model_call = after_drain(recorder, hooks.before_model_call)
     stop = _Stop()
     chat = asyncio.ensure_future(_chat_recorded(
-        engine.service.chat(engine.model, messages, snapshot_parameters(run.snapshot),
+        engine.service.chat(engine.model, messages, snapshot.request_parameters(),
                             observers=[recorder], resume=resume), recorder))
     heartbeat = asyncio.ensure_future(_heartbeat(run_id, token, chat, stop, recorder))
     try:
@@ -394,7 +391,8 @@ def load_history(run: Run, *, has_rounds: bool | None = None,
                  ) -> tuple[list[ChatMessage], ResumeState | None]:
     """Rebuild the conversation from stored rounds; the unfinished round becomes resume
     state. `has_rounds`: whether the run has any, when the caller already read it."""
-    messages = snapshot_messages(run.snapshot)
+    snapshot = snapshot_of(run)
+    messages = snapshot.chat_messages()
     if has_rounds is None:
         has_rounds = bool(rowsql.select(Round, ("id",), {"run": run.pk}))
     if not has_rounds:
@@ -402,8 +400,8 @@ def load_history(run: Run, *, has_rounds: bool | None = None,
         # to find none (about 1 ms of CPU a run, docs/benchmarks/product-path.md).
         return messages, None
     rounds = list(Round.objects.filter(run=run).order_by("index").prefetch_related("tool_calls"))
-    idempotent = idempotent_tools(run)
-    added = added_messages(str(run.pk)) if run.snapshot.get("breakpoints") else {}
+    idempotent = snapshot.idempotent_tools()
+    added = added_messages(str(run.pk)) if snapshot.breakpoints else {}
     round_trips = 0
     for round_ in rounds:
         response = _stored_response(round_)
@@ -424,10 +422,6 @@ def load_history(run: Run, *, has_rounds: bool | None = None,
     last = rounds[-1]
     return messages, ResumeState(round_index=last.index + 1, round_trips_done=round_trips)
 
-
-def idempotent_tools(run: Run) -> frozenset[str]:
-    """The run's tools a crash-resumed run may call again (their snapshot's flag)."""
-    return frozenset(t["name"] for t in run.snapshot["tools"] if t["idempotent"])
 
 
 def _stored_response(round_: Round) -> ChatResponse | None:

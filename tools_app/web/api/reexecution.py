@@ -23,6 +23,7 @@ from ninja import Router
 from tools_app.models import CallReexecution, Run, ToolCall
 from tools_app.runs.debugger import reexecution
 from tools_app.runs.debugger.reexecution_reads import execution_row
+from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.web.api.base import ApiError, answers, visible
 from tools_app.web.api.runs import reexecution_json
 from tools_app.web.api.schemas import Created, ExecuteBody, Queued
@@ -79,7 +80,7 @@ def splice_execution(request: HttpRequest, run_id: uuid.UUID, call_id: int,
     except reexecution.ReexecutionError as exc:
         raise _refused(exc) from exc
     return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
-                         "splice": new.snapshot["splice"], "url": f"/runs/{new.pk}/"},
+                         "splice": _spliced(new), "url": f"/runs/{new.pk}/"},
                         status=201)
 
 
@@ -100,3 +101,9 @@ def _url(execution: CallReexecution) -> str:
 
 def execution_json(execution: CallReexecution) -> dict[str, Any]:
     return reexecution_json(execution_row(execution), str(execution.run_id))
+
+
+def _spliced(run: Run) -> dict[str, Any]:
+    section = snapshot_of(run).splice
+    assert section is not None  # a splice always writes it
+    return section.stored()

@@ -33,6 +33,7 @@ from tools_app.runs.debugger import (
     run_files,
     timeline,
 )
+from tools_app.runs.snapshot.model import RerunSection, Section, listed, snapshot_of
 from tools_app.runs.store import prepared, selectors
 from tools_app.web.api.approvals import pause_json
 from tools_app.web.api.base import (
@@ -193,10 +194,10 @@ def run_detail(request: HttpRequest, run_id: uuid.UUID) -> JsonResponse:
     return JsonResponse(_run_summary(run) | {
         "final_answer": run.final_text,
         "error": {"type": run.error_type, "message": run.error_message} if run.error_type else None,
-        "breakpoints": run.snapshot.get("breakpoints", []),
+        "breakpoints": snapshot_of(run).breakpoints,
         "paused": pause_json(run.open_pause),
         "rounds": [_round_json(r, str(run.pk)) for r in rounds],
-        "splice": run.snapshot.get("splice"),
+        "splice": _section(snapshot_of(run).splice),
     })
 
 
@@ -247,8 +248,8 @@ def rerun_run(request: HttpRequest, run_id: uuid.UUID,
     except rerun.RerunError as exc:
         raise ApiError(409, "cannot_rerun", str(exc)) from exc
     return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
-                         "differences": new.snapshot["rerun"]["differences"],
-                         "replay": new.snapshot["rerun"].get("replay"),
+                         "differences": rerun_of(new).differences,
+                         "replay": rerun_of(new).replay,
                          "url": f"/runs/{new.pk}/"}, status=201)
 
 
@@ -274,7 +275,7 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID, body: ForkBody) -> JsonRes
             raise ApiError(409, "cannot_fork", str(exc)) from exc
         raise ApiError(400, "invalid_field", str(exc), field=exc.field) from exc
     return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
-                         "fork": new.snapshot["fork"], "url": f"/runs/{new.pk}/"},
+                         "fork": _section(snapshot_of(new).fork), "url": f"/runs/{new.pk}/"},
                         status=201)
 
 
@@ -295,12 +296,23 @@ def _rerun_mode(body: RerunBody) -> rerun.RerunMode:
     return body.mode or "as_it_was"
 
 
+def _section(section: Section | None) -> dict[str, Any] | None:
+    return section.stored() if section is not None else None
+
+
+def rerun_of(run: Run) -> RerunSection:
+    section = snapshot_of(run).rerun
+    assert section is not None  # run_rerun always writes it
+    return section
+
+
 def _run_summary(run: Run) -> dict[str, Any]:
+    frozen = listed(run.snapshot)
     return {
         "id": str(run.pk), "status": run.status, "title": run.title,
         "parent": str(run.parent_id) if run.parent_id else None,
-        "endpoint": run.snapshot["endpoint"]["name"],
-        "tools": [t["name"] for t in run.snapshot["tools"]],
+        "endpoint": frozen.endpoint,
+        "tools": frozen.tools,
         "rounds": run.rounds_count, "tool_calls": run.tool_calls_count,
         "errors": run.errors_count, "total_tokens": run.total_tokens, "wall_ms": run.wall_ms,
         "created_at": run.created_at.isoformat(),

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_http_methods
 from tools_app.engine import ChatRequestParameters
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs.debugger import fork
+from tools_app.runs.snapshot.model import RunSnapshot, snapshot_of
 from tools_app.runs.store import selectors
 from tools_app.web.pages.views import AuthenticatedHttpRequest, _run_for_user
 
@@ -44,16 +45,16 @@ def run_fork(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
 def _editor_for_round(request: AuthenticatedHttpRequest, run: Run) -> HttpResponse:
     """The editor prefilled from the run: its conversation before the round, its
     configuration. A bad round number is said on the editor, which asks for another."""
-    snapshot = run.snapshot
+    snapshot = snapshot_of(run)
     values: dict[str, Any] = {
         "round": request.GET.get("round", str(max(run.rounds_count, 1))),
         # "": the run's endpoint and policy as frozen (still right if since changed or
         # deleted); another choice is a change.
-        "messages": "", "endpoint": "", "tools": [t["name"] for t in snapshot["tools"]],
+        "messages": "", "endpoint": "", "tools": snapshot.tool_names(),
         "policy": "",
-        "temperature": _text(snapshot["parameters"].get("temperature")),
-        "max_round_trips": _text(snapshot["policy"].get("max_round_trips")),
-        "parallel": bool(snapshot["policy"].get("parallel")),
+        "temperature": _text(snapshot.parameters.get("temperature")),
+        "max_round_trips": _text(snapshot.policy.max_round_trips),
+        "parallel": snapshot.policy.parallel,
     }
     try:
         prefix = fork.inherited_prefix(run, _round(values["round"]))
@@ -104,7 +105,7 @@ def _messages(text: str) -> Any:
 def _config(run: Run, form: QueryDict) -> fork.ForkConfig:
     """The chosen endpoint, tools, policy and parameters; each is the fork's own only
     where it differs from the run's (so an unchanged form forks as it was)."""
-    snapshot = run.snapshot
+    snapshot = snapshot_of(run)
     endpoint = _pick(ModelEndpoint, form.get("endpoint", ""), "endpoint")
     policy = _pick(ErrorPolicy, form.get("policy", ""), "policy")
     names = form.getlist("tools")
@@ -116,7 +117,7 @@ def _config(run: Run, form: QueryDict) -> fork.ForkConfig:
                  "parallel": form.get("parallel") == "on"}
     return fork.ForkConfig(
         endpoint=endpoint, policy=policy,
-        tools=tools if sorted(names) != sorted(t["name"] for t in snapshot["tools"]) else None,
+        tools=tools if sorted(names) != sorted(snapshot.tool_names()) else None,
         parameters=_parameters(snapshot, form.get("temperature", "")),
         policy_overrides=overrides)
 
@@ -148,13 +149,13 @@ def _number(text: str, kind: type[int] | type[float], field: str) -> Any:
         raise fork.ForkError(f"{field} must be a number", field=field) from exc
 
 
-def _parameters(snapshot: dict[str, Any], temperature: str) -> ChatRequestParameters | None:
+def _parameters(snapshot: RunSnapshot, temperature: str) -> ChatRequestParameters | None:
     """The run's parameters with the temperature typed; None when nothing changed."""
     value = _number(temperature, float, "temperature")
-    if value == snapshot["parameters"].get("temperature"):
+    if value == snapshot.parameters.get("temperature"):
         return None
     try:
-        return ChatRequestParameters.model_validate(snapshot["parameters"]
+        return ChatRequestParameters.model_validate(snapshot.parameters
                                                     | {"temperature": value})
     except ValueError as exc:
         raise fork.ForkError(f"temperature is invalid: {exc}", field="temperature") from exc

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from tools_app.models import CallReexecution, Run, ToolCall
 from tools_app.runs.debugger import reexecution
 from tools_app.runs.debugger.reexecution_reads import call_lane, execution_row
+from tools_app.runs.snapshot.model import ToolSnapshot
 from tools_app.runs.store import selectors
 from tools_app.web.pages.views import AuthenticatedHttpRequest
 
@@ -72,11 +73,11 @@ def _editor(run: Run, call: ToolCall, *, text: str | None = None, error: str = "
                 if call.arguments is not None else call.arguments_raw or "{}")
     return {"text": text, "error": error or problem or "", "problems": problems or {},
             "refused": problem is not None,
-            "requires_approval": bool(tool and tool.get("requires_approval")),
-            "version": ((tool or {}).get("version_hash") or "")[:12]}
+            "requires_approval": bool(tool and tool.requires_approval),
+            "version": (tool.version_hash if tool else "")[:12]}
 
 
-def _tool_or_none(run: Run, call: ToolCall) -> dict[str, Any] | None:
+def _tool_or_none(run: Run, call: ToolCall) -> ToolSnapshot | None:
     try:
         return reexecution.snapshot_tool(run, call)
     except reexecution.ReexecutionError:

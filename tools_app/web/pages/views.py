@@ -44,6 +44,7 @@ from tools_app.runs.debugger import (
     run_files,
     timeline,
 )
+from tools_app.runs.snapshot.model import ForkSection, snapshot_of
 from tools_app.runs.store import selectors
 from tools_app.runs.tasks import enqueue_probe
 from tools_app.runs.worker.probing import may_probe
@@ -147,7 +148,7 @@ def run_url(run: Run) -> str:
 def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = _run_for_user(request, run_id)
     conversation = timeline.starting_conversation(run)
-    fork = run.snapshot.get("fork")
+    fork = snapshot_of(run).fork
     _mark_fork_prefix(conversation, fork)
     return render(request, "tools_app/run_detail.html",
                   {"run": run, "rounds": timeline.round_views(run), "seq": run.last_seq,
@@ -157,13 +158,13 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
                                              for m in conversation)})
 
 
-def _mark_fork_prefix(conversation: list[dict[str, Any]], fork: dict[str, Any] | None) -> None:
+def _mark_fork_prefix(conversation: list[dict[str, Any]], fork: ForkSection | None) -> None:
     """Each message of a fork's prefix: inherited unchanged, edited or added in the fork
     editor (older forks, without marks, inherited their whole prefix unchanged)."""
-    if not fork:
+    if fork is None:
         return
-    marks = fork.get("marks") or ["inherited"] * fork["inherited"]
-    for index, message in enumerate(conversation[:fork["inherited"]]):
+    marks = fork.marks or ["inherited"] * fork.inherited
+    for index, message in enumerate(conversation[:fork.inherited]):
         message["mark"] = marks[index] if index < len(marks) else "inherited"
         message["inherited"] = message["mark"] == "inherited"
 
