@@ -192,6 +192,10 @@ def endpoint_data(**overrides: str) -> dict[str, str]:
         ({"extra_headers": '{"X-Api-Key": "env:SECRET_KEY"}'}, "extra_headers",
          "X-Api-Key: the environment variable SECRET_KEY is not one"),
         ({"proxy_url": "env:HOME"}, "proxy_url", "AGENTFORGE_SECRET_ENV_ALLOW allows"),
+        ({"timeout_seconds": "0"}, "timeout_seconds", "greater than or equal to 0.1"),
+        ({"timeout_seconds": "-5"}, "timeout_seconds", "greater than or equal to 0.1"),
+        ({"timeout_seconds": "1e9"}, "timeout_seconds", "less than or equal to 3600"),
+        ({"timeout_seconds": "nan"}, "timeout_seconds", "Enter a number"),
     ],
 )
 def test_endpoint_form_errors(
@@ -214,6 +218,7 @@ def test_endpoint_form_errors(
          "extra_headers": '{"Authorization": "env:OLLAMA_TOKEN", "X-Team": "docs"}'},
         {"proxy_url": "http://proxy.corp:3128"},
         {"proxy_url": "env:CORP_PROXY_URL"},
+        {"timeout_seconds": "30.0"},
     ],
 )
 def test_valid_endpoints_are_saved(alice_client: Client, overrides: dict[str, str]) -> None:
@@ -224,6 +229,12 @@ def test_valid_endpoints_are_saved(alice_client: Client, overrides: dict[str, st
             if field not in ("script", "extra_headers")} == {
         field: value for field, value in overrides.items()
         if field not in ("script", "extra_headers")}
+
+
+def test_an_endpoint_saved_without_a_timeout_gets_the_default(alice_client: Client) -> None:
+    response = alice_client.post(url(ModelEndpoint, "add"), endpoint_data(timeout_seconds=""))
+    assert response.status_code == 302, form_errors(response)
+    assert ModelEndpoint.objects.get().timeout_seconds == 120.0
 
 
 def test_the_key_field_shows_only_the_variable_name(
@@ -367,6 +378,10 @@ def policy_data(policy: ErrorPolicy | None = None, **overrides: Any) -> dict[str
         ({"default_tool_timeout": -1}, "default_tool_timeout", "greater than or equal to 0.001"),
         ({"default_tool_timeout": 0}, "default_tool_timeout", "greater than or equal to 0.001"),
         ({"provider_max_retries": 11}, "provider_max_retries", "less than or equal to 10"),
+        ({"run_timeout_seconds": 0}, "run_timeout_seconds", "greater than or equal to 1"),
+        ({"run_timeout_seconds": -60}, "run_timeout_seconds", "greater than or equal to 1"),
+        ({"run_timeout_seconds": 10**9}, "run_timeout_seconds",
+         "less than or equal to 86400"),
         ({"max_concurrency": 0}, "max_concurrency", "greater than or equal to 1"),
         ({"max_concurrency": 4, "parallel": False}, "max_concurrency",
          "Only meaningful when calls run in parallel"),
@@ -392,6 +407,15 @@ def test_templates_may_use_the_placeholders_and_escaped_braces(alice_client: Cli
     ))
     assert response.status_code == 302, form_errors(response)
     assert ErrorPolicy.objects.get().arguments_error_template == template
+
+
+def test_a_policy_may_have_a_run_deadline_or_none(alice_client: Client) -> None:
+    response = alice_client.post(url(ErrorPolicy, "add"), policy_data(run_timeout_seconds=90))
+    assert response.status_code == 302, form_errors(response)
+    assert ErrorPolicy.objects.get().run_timeout_seconds == 90.0
+    response = alice_client.post(url(ErrorPolicy, "add"), policy_data(name="No deadline"))
+    assert response.status_code == 302, form_errors(response)
+    assert ErrorPolicy.objects.get(name="No deadline").run_timeout_seconds is None
 
 
 def test_a_policy_edit_records_who_changed_what(

@@ -90,6 +90,13 @@ class ModelEndpoint(models.Model):
     script = models.JSONField(
         default=list, blank=True, help_text="Scripted endpoints: the list of steps to play."
     )
+    timeout_seconds = models.FloatField(
+        "timeout (seconds)", default=120.0,
+        validators=[MinValueValidator(0.1), MaxValueValidator(3600)],
+        help_text="Per model-call attempt: the longest wait to connect, for the first "
+        "byte and between bytes (empty: 120). Each retry waits it again; the policy's run "
+        "deadline bounds them all.",
+    )
     capability_report = models.JSONField(null=True, blank=True, editable=False)
     capability_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -341,6 +348,12 @@ class ErrorPolicy(models.Model):
     )
     provider_max_retries = models.PositiveSmallIntegerField(
         default=2, validators=[MaxValueValidator(10)]
+    )
+    run_timeout_seconds = models.FloatField(
+        "run deadline (seconds)", null=True, blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(86400)],
+        help_text="A run still going this long after a worker took it up fails as "
+        "RunTimeout (time waiting for a person is not counted). Empty: no deadline.",
     )
     is_default = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -106,6 +106,17 @@ def test_reset_fault_raises_a_transport_error(fake: httpx.Client) -> None:
     assert [r["outcome"] for r in recorded(fake)] == ["fault:reset", "fault:reset"]
 
 
+def test_hang_fault_accepts_and_never_answers_then_the_reply(fake: httpx.Client) -> None:
+    set_script(fake, _one_step({"kind": "hang", "times": 1}))
+
+    with pytest.raises(httpx.ReadTimeout):  # nothing came: not a status, not a byte
+        fake.post("/v1/chat/completions", json=openai_body(), timeout=0.3)
+    response = fake.post("/v1/chat/completions", json=openai_body())
+
+    assert response.status_code == 200
+    assert [r["outcome"] for r in recorded(fake)] == ["fault:hang", "reply"]
+
+
 def test_graceful_reset_closes_without_a_response(fake: httpx.Client) -> None:
     set_script(fake, _one_step({"kind": "reset", "graceful": True}))
 

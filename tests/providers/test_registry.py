@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from tools_app.engine import ChatModel, ScriptedChatModel
 from tools_app.engine.providers import PROVIDERS, build_chat_model, provider_kinds
 from tools_app.engine.providers.anthropic import AnthropicChatModel
+from tools_app.engine.providers.endpoint import EndpointSettings, attempt_timeouts
 from tools_app.engine.providers.gemini import GeminiChatModel
 from tools_app.engine.providers.openai import OpenAIChatModel, OpenAICompatibleChatModel
 
@@ -43,6 +45,27 @@ def test_an_openai_compatible_endpoint_needs_a_base_url_and_no_key() -> None:
     assert model.max_tokens_field == "max_tokens"  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="openai_compatible: base_url is required"):
         build_chat_model("openai_compatible", model="llama3.2")
+
+
+def test_one_settings_object_reaches_the_http_client_whole() -> None:
+    settings = EndpointSettings(model="m", base_url="http://127.0.0.1:9/v1/", api_key="k",
+                                connect_timeout=1, read_timeout=7, max_retries=4,
+                                proxy="http://proxy.invalid:3128")
+
+    model: Any = build_chat_model("openai_compatible", settings)
+
+    assert model.settings is settings  # its base URL was known: nothing to fill in
+    assert model.http.config == settings.connection()
+    assert model.http.base_url == "http://127.0.0.1:9/v1"
+    assert (model.http.timeouts.connect, model.http.timeouts.read) == (1, 7)
+    assert model.http.retry.max_retries == 4
+    with pytest.raises(TypeError, match="not both"):
+        build_chat_model("openai_compatible", settings, stream=True)
+
+
+def test_an_endpoint_timeout_bounds_connecting_and_every_silence() -> None:
+    assert attempt_timeouts(120) == (5.0, 120)  # connecting never takes the default longer
+    assert attempt_timeouts(0.5) == (0.5, 0.5)
 
 
 def test_it_builds_the_scripted_model() -> None:

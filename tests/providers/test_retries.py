@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tools_app.engine import ChatRequest, ProviderError, UserMessage
+from tools_app.engine import ChatRequest, ModelTimeout, ProviderError, UserMessage
 from tools_app.engine.providers.clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT
 
 from .harness import HARNESSES, Harness
@@ -199,11 +199,13 @@ async def test_a_refused_connection_then_success(harness: Harness) -> None:
 async def test_timeouts_are_retried_and_named_with_their_limit(harness: Harness) -> None:
     replies: list[Any] = [httpx.ReadTimeout("timed out") for _ in range(3)]
 
-    replay, _, _, error = await call(harness, replies, read_timeout=0.5)
+    replay, _, events, error = await call(harness, replies, read_timeout=0.5)
 
     assert len(replay.requests) == 3
     assert str(error) == (f"{harness.name}: provider unavailable after 3 attempts (last: "
                           "timed out after 0.5 s waiting for data (ReadTimeout))")
+    assert isinstance(error, ModelTimeout)  # a timeout still, after its retries
+    assert [a.timed_out for a in of_kind(events, "provider_attempt")] == [True] * 3
 
     replay, _, _, error = await call(harness, [httpx.ConnectTimeout("slow")] * 3,
                                      connect_timeout=0.25, max_retries=0)
@@ -252,8 +254,8 @@ async def test_a_200_carrying_an_error_object_is_reported(harness: Harness) -> N
 async def test_the_default_timeouts_suit_llms(harness: Harness) -> None:
     model = harness.model(Replay([]))
 
-    assert (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT) == (5.0, 600.0)
-    assert (model.http.timeouts.connect, model.http.timeouts.read) == (5.0, 600.0)
+    assert (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT) == (5.0, 120.0)
+    assert (model.http.timeouts.connect, model.http.timeouts.read) == (5.0, 120.0)
     assert model.http.retry.max_retries == 2
 
 

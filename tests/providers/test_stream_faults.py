@@ -9,6 +9,7 @@ import pytest
 
 from tools_app.engine import (
     ChatRequest,
+    ModelTimeout,
     ProviderError,
     ToolService,
     ToolSpecification,
@@ -63,6 +64,21 @@ async def test_a_stream_that_breaks_inside_a_tool_call_is_not_retried(harness: H
     assert (attempt.attempt, attempt.status, attempt.retryable, attempt.wait_s) == (
         1, 200, False, None)
     assert attempt.error == str(error)
+
+
+async def test_a_stream_that_goes_silent_is_a_timeout_not_retried(harness: Harness) -> None:
+    sse = harness.call_sse()
+    silence = httpx.ReadTimeout("timed out")
+
+    replay, sleeps, events, error = await stream_call(
+        harness, [cut_sse_response(sse, inside_arguments(sse), silence), harness.ok_stream()])
+
+    assert isinstance(error, ProviderStreamError)
+    assert isinstance(error, ModelTimeout)
+    assert "timed out after 120 s waiting for data" in str(error)
+    assert (len(replay.requests), sleeps.waits) == (1, [])
+    [attempt] = of_kind(events, "provider_attempt")
+    assert (attempt.timed_out, attempt.retryable) == (True, False)
 
 
 async def test_a_stream_that_just_stops_is_refused(harness: Harness) -> None:

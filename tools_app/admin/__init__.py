@@ -88,7 +88,20 @@ class ModelEndpointForm(forms.ModelForm[ModelEndpoint]):
     class Meta:
         model = ModelEndpoint
         fields = ("name", "kind", "model", "base_url", "stream", "api_key_env",
-                  "extra_headers", "default_parameters", "proxy_url", "script")
+                  "extra_headers", "default_parameters", "proxy_url", "timeout_seconds",
+                  "script")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Left empty, the timeout is the default (a form posted without it keeps working).
+        self.fields["timeout_seconds"].required = False
+
+    def clean_timeout_seconds(self) -> float:
+        value: float | None = self.cleaned_data["timeout_seconds"]
+        if value is None:
+            default: float = ModelEndpoint._meta.get_field("timeout_seconds").get_default()
+            return default
+        return value
 
     def clean_base_url(self) -> str:
         url: str = self.cleaned_data["base_url"].strip()
@@ -183,7 +196,7 @@ class ModelEndpointAdmin(admin.ModelAdmin[ModelEndpoint]):
     fieldsets = (
         (None, {"fields": ("name", "kind", "model", "base_url", "stream")}),
         ("Credentials", {"fields": ("api_key_env", "api_key_status", "extra_headers")}),
-        ("Requests", {"fields": ("default_parameters", "proxy_url")}),
+        ("Requests", {"fields": ("default_parameters", "proxy_url", "timeout_seconds")}),
         ("Scripted model", {"fields": ("script",)}),
         ("Capabilities", {"fields": ("capability_report_pretty", "capability_checked_at")}),
         ("Dates", {"fields": ("created_at", "updated_at")}),
@@ -434,7 +447,8 @@ class ErrorPolicyAdmin(admin.ModelAdmin[ErrorPolicy]):
     form = ErrorPolicyForm
     list_display = ("name", "is_default", "arguments_error", "execution_error",
                     "hallucinated_tool", "max_round_trips", "default_tool_timeout", "parallel",
-                    "max_concurrency", "provider_max_retries", "updated_at")
+                    "max_concurrency", "provider_max_retries", "run_timeout_seconds",
+                    "updated_at")
     list_filter = ("is_default", "arguments_error", "execution_error", "hallucinated_tool",
                    "parallel")
     search_fields = ("name",)

@@ -238,10 +238,12 @@ class ChatRun:
                 await self._emit(ChatPaused(call_ids=paused.call_ids, reason=paused.reason,
                                             round_index=paused.round_index))
             raise
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
             if self.observed:
+                # Whoever cancelled may say why (a run's deadline does).
                 await self._emit(ChatFailed(error_type="CancelledError",
-                                            message="The run was cancelled", cancelled=True))
+                                            message=str(cancelled) or "The run was cancelled",
+                                            cancelled=True))
             raise
         except Exception as exc:
             if self.observed:

@@ -16,6 +16,7 @@
     │       └── ToolApprovalPending     calls of a round await a decision
     ├── ApprovalPending                 an approver's "not decided yet" (pauses the loop)
     ├── ProviderError                   a model provider failed; `retryable` decides retries
+    │   └── ModelTimeout                no answer within the endpoint's timeout
     └── ReplayDivergence                a replayed run left its recording (and was told
                                         to stop there)
 
@@ -156,6 +157,11 @@ class ProviderError(AgentForgeError):
         self.request_id = request_id
         self.retryable = retryable
         self.retry_after = retry_after
+
+
+class ModelTimeout(ProviderError):
+    """The provider did not connect, or stayed silent (before its first byte or between
+    two) longer than the endpoint's timeout allows for one attempt."""
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,8 @@ class ProviderWireResponse(_ProviderEvent):
 
 
 class ProviderAttempt(_ProviderEvent):
-    """One attempt of the retry loop that failed; `wait_s` is the pause before the next."""
+    """One attempt of the retry loop that failed; `wait_s` is the pause before the next;
+    `timed_out`: the provider stayed silent past the endpoint's timeout."""
 
     kind: Literal["provider_attempt"] = "provider_attempt"
     provider: str
@@ -94,6 +95,7 @@ class ProviderAttempt(_ProviderEvent):
     error: str
     retryable: bool
     wait_s: float | None = None
+    timed_out: bool = False
 
 
 class PartialText(_ProviderEvent):

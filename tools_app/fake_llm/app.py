@@ -46,6 +46,7 @@ from .script import (
     FakeStep,
     Fault,
     GarbageFault,
+    HangFault,
     ResetFault,
     ScriptSet,
     StatusFault,
@@ -452,6 +453,8 @@ async def _play_fault(fault: Fault, plan: _Plan, conversation: Conversation, rou
         await _send_bytes(send, 200, fault.body.encode(), fault.content_type)
     elif isinstance(fault, CutFault):
         await _send_cut(fault, plan, plan.reply, conversation, route, receive, send)
+    elif isinstance(fault, HangFault):
+        await _hang(receive)
     else:
         await _send_stream_error(fault, plan, plan.reply, conversation, route, send)
 
@@ -506,6 +509,13 @@ async def _send_stream_error(fault: StreamErrorFault, plan: _Plan, reply: Reply,
     items.append(wire.error_item(fault.status, message, fault.error_type))
     content_type, chunks = _encode_stream(wire, items, route.mode)
     await _send_chunks(send, content_type, chunks, plan.chunk_delay_s, wire.response_headers())
+
+
+async def _hang(receive: Receive) -> None:
+    """Answer nothing until the client disconnects (a server stopping ends the wait
+    too: its graceful shutdown is bounded)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _drop_connection(send: Send, receive: Receive, *, hard: bool) -> None:

@@ -105,8 +105,15 @@ class GarbageFault(_Fault):
     content_type: str = "application/json"
 
 
+class HangFault(_Fault):
+    """Accept the request and never answer: no status, no byte, until the client gives up
+    and closes the connection (a hung provider, for timeouts)."""
+
+    kind: Literal["hang"] = "hang"
+
+
 Fault = Annotated[
-    StatusFault | ResetFault | CutFault | StreamErrorFault | GarbageFault,
+    StatusFault | ResetFault | CutFault | StreamErrorFault | GarbageFault | HangFault,
     Field(discriminator="kind"),
 ]
 

@@ -1,7 +1,8 @@
 """Model providers: the ChatModel protocol, wire adapters, and the offline models.
 
     base         the ChatModel protocol
-    registry     kind -> adapter, imported lazily: build_chat_model("openai", ...)
+    registry     kind -> adapter, imported lazily: build_chat_model("openai", settings)
+    endpoint     EndpointSettings: one endpoint's settings, built once, passed down whole
     client       ProviderHttpClient: send JSON, open an event stream
     clients      the httpx clients (aiohttp's pool), shared per endpoint and event loop
     aiohttp_transport  httpx-aiohttp's transport with aiohttp's errors mapped right

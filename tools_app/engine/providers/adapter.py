@@ -14,53 +14,25 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import ssl
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from types import TracebackType
-from typing import Any, ClassVar, Required, Self, TypedDict
-
-import httpx
+from typing import Any, ClassVar, Self
 
 from ..errors import ProviderError
 from ..events import ProviderWireResponse, emit, observed
 from ..messages import ChatMessage, ChatRequest, ChatRequestParameters, ChatResponse
-from ..outbound import OutboundPolicy
 from .client import EventStream, JsonResponse, ProviderHttpClient
-from .clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, SharedHttpClients
+from .endpoint import EndpointSettings
 from .jsoncodec import loads_json
 from .request_limits import CustomKeys, allowed_custom
-from .retry import RetryPolicy
 from .wire_errors import ErrorDetails, invalid_response_error
 
 JsonObject = dict[str, Any]
 
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-
-class WireConfig(TypedDict, total=False):
-    """The constructor arguments every wire adapter accepts (see WireChatModel)."""
-
-    base_url: str | None
-    model: Required[str]
-    api_key: str | None
-    stream: bool
-    extra_headers: Mapping[str, str] | None
-    parameters: ChatRequestParameters | None
-    connect_timeout: float
-    read_timeout: float
-    max_retries: int | None
-    retry: RetryPolicy | None
-    transport: httpx.AsyncBaseTransport | None
-    limits: httpx.Limits | None
-    proxy: str | None
-    verify: ssl.SSLContext | str | bool
-    outbound: OutboundPolicy | None
-    http_client: httpx.AsyncClient | None
-    clients: SharedHttpClients | None
 
 
 _NO_PARAMETERS = ChatRequestParameters()
@@ -71,64 +43,29 @@ override_with would return, without the copy)."""
 class WireChatModel(ABC):
     """A ChatModel that talks to one HTTP API. Subclasses implement the translation.
 
+    Built from one EndpointSettings (endpoint.py), or from its fields as keywords:
+    `OpenAIChatModel(settings)` or `OpenAIChatModel(model="gpt-4o", api_key=...)`.
     Its HTTP client (client.py) is shared by every call and every run using the model.
-    Pass `clients=` (a SharedHttpClients) or `http_client=` to share connections between
-    models of the same endpoint; without them the model owns its clients and
-    `await model.aclose()` (or `async with model:`) releases them. `proxy` is an
-    http:// proxy URL (else the *_PROXY environment variables decide), `verify` the
-    TLS trust (a CA bundle path or an SSLContext), `outbound` where connections may go
-    (outbound.py: private and metadata addresses refused), `limits` the pool size, and
-    `transport=` (tests) replaces aiohttp's pool outright.
+    Settings with `clients=` (a SharedHttpClients) or `http_client=` share connections
+    between models of the same endpoint; without them the model owns its clients and
+    `await model.aclose()` (or `async with model:`) releases them.
     """
 
     provider: ClassVar[str]
     default_base_url: ClassVar[str | None] = None
 
-    def __init__(
-        self,
-        *,
-        base_url: str | None = None,
-        model: str,
-        api_key: str | None = None,
-        stream: bool = False,
-        extra_headers: Mapping[str, str] | None = None,
-        parameters: ChatRequestParameters | None = None,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        read_timeout: float = DEFAULT_READ_TIMEOUT,
-        max_retries: int | None = None,
-        retry: RetryPolicy | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        limits: httpx.Limits | None = None,
-        proxy: str | None = None,
-        verify: ssl.SSLContext | str | bool = True,
-        outbound: OutboundPolicy | None = None,
-        http_client: httpx.AsyncClient | None = None,
-        clients: SharedHttpClients | None = None,
-    ) -> None:
-        base = base_url or self.default_base_url
-        if not base:
-            raise ValueError(f"{self.provider}: base_url is required")
-        if not model:
-            raise ValueError(f"{self.provider}: model is required")
-        self.model = model
-        self.stream = stream
-        self.parameters = parameters or _NO_PARAMETERS
+    def __init__(self, settings: EndpointSettings | None = None, /, **options: Any) -> None:
+        settings = EndpointSettings.of(settings, options).for_provider(
+            self.provider, self.default_base_url)
+        self.settings = settings
+        self.model = settings.model
+        self.stream = settings.stream
+        self.parameters = settings.parameters or _NO_PARAMETERS
+        api_key = settings.api_key
         self.http = ProviderHttpClient(
-            provider=self.provider,
-            base_url=base,
+            self.provider, settings,
             credentials=self.credentials(api_key) if api_key else {},
-            headers={**self.default_headers(), **dict(extra_headers or {})},
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            retry=_retry_policy(retry, max_retries),
-            transport=transport,
-            limits=limits,
-            proxy=proxy,
-            verify=verify,
-            outbound=outbound,
-            http_client=http_client,
-            clients=clients,
-        )
+            default_headers=self.default_headers())
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(base_url={self.http.base_url!r}, model={self.model!r}, "
@@ -246,15 +183,6 @@ class WireChatModel(ABC):
             provider=self.provider, status=200, error_type="truncated_tool_call",
             request_id=request_id, retryable=False,
         )
-
-
-def _retry_policy(retry: RetryPolicy | None, max_retries: int | None) -> RetryPolicy:
-    policy = retry or RetryPolicy()
-    if max_retries is None:
-        return policy
-    if max_retries < 0:
-        raise ValueError("max_retries must be 0 or more")
-    return replace(policy, max_retries=max_retries)
 
 
 # -- request bodies: each history message translated once ------------------------------

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Unpack
+from typing import Any, ClassVar
 
 from ..events import PartialText, PartialToolCall, emit, observed
 from ..messages import (
@@ -52,7 +52,6 @@ from ..spec import ToolSpecification
 from .adapter import (
     JsonObject,
     WireChatModel,
-    WireConfig,
     arguments_object,
     as_dict,
     as_int,
@@ -62,6 +61,7 @@ from .adapter import (
     parse_json_event,
 )
 from .client import EventStream
+from .endpoint import EndpointSettings
 from .request_limits import ANTHROPIC, CustomKeys
 from .wire_errors import ErrorDetails
 
@@ -87,12 +87,12 @@ class AnthropicChatModel(WireChatModel):
     custom_keys: ClassVar[CustomKeys] = ANTHROPIC
     default_base_url: ClassVar[str | None] = "https://api.anthropic.com"
 
-    def __init__(self, *, default_max_tokens: int = DEFAULT_MAX_TOKENS,
-                 anthropic_version: str = ANTHROPIC_VERSION,
-                 **config: Unpack[WireConfig]) -> None:
+    def __init__(self, settings: EndpointSettings | None = None, /, *,
+                 default_max_tokens: int = DEFAULT_MAX_TOKENS,
+                 anthropic_version: str = ANTHROPIC_VERSION, **options: Any) -> None:
         self.default_max_tokens = default_max_tokens
         self.anthropic_version = anthropic_version
-        super().__init__(**config)
+        super().__init__(settings, **options)
 
     def default_headers(self) -> dict[str, str]:
         return {"anthropic-version": self.anthropic_version}

@@ -6,7 +6,8 @@
     ProviderHttpClient.aclose()       closes the connections it owns
 
 Requests go through an `httpx.AsyncClient` (clients.py: aiohttp's pool under httpx's
-API). Where the client comes from decides who closes it:
+API). Where the client comes from (the endpoint's settings, endpoint.py) decides who
+closes it:
 
     http_client=   an AsyncClient the caller owns, used as it is
     clients=       a SharedHttpClients cache the caller owns (the app: one client per
@@ -32,24 +33,18 @@ from typing import Any
 
 import httpx
 
-from ..errors import ProviderError
+from ..errors import ModelTimeout, ProviderError
 from ..events import ProviderAttempt, ProviderWireRequest, emit, observed
-from ..outbound import OutboundPolicy
-from .clients import (
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_READ_TIMEOUT,
-    EndpointConfig,
-    SharedHttpClients,
-    Verify,
-    new_client,
-)
+from .clients import SharedHttpClients, new_client
+from .endpoint import EndpointSettings
 from .jsoncodec import decode_json_or_none, encode_json
 from .redaction import Redactor, is_sensitive_header
-from .retry import AttemptFailed, RetryPolicy, with_retries
+from .retry import AttemptFailed, with_retries
 from .sse import SseDecoder, SseEvent
 from .wire_errors import (
     ErrorDetails,
     ProviderStreamError,
+    StreamTimeout,
     invalid_response_error,
     request_id_from,
     status_error,
@@ -85,37 +80,24 @@ class JsonResponse:
 class ProviderHttpClient:
     """Sends with credentials, retries, maps failures; see the module docstring."""
 
-    def __init__(
-        self,
-        *,
-        provider: str,
-        base_url: str,
-        credentials: Mapping[str, str] | None = None,
-        headers: Mapping[str, str] | None = None,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        read_timeout: float = DEFAULT_READ_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        limits: httpx.Limits | None = None,
-        proxy: str | None = None,
-        verify: Verify = True,
-        outbound: OutboundPolicy | None = None,
-        http_client: httpx.AsyncClient | None = None,
-        clients: SharedHttpClients | None = None,
-    ) -> None:
+    def __init__(self, provider: str, settings: EndpointSettings, *,
+                 credentials: Mapping[str, str] | None = None,
+                 default_headers: Mapping[str, str] | None = None) -> None:
+        """`settings` with its base URL known (EndpointSettings.for_provider);
+        `credentials`: the headers that carry the API key; `default_headers`: the
+        adapter's own, which the endpoint's extra headers override."""
         self.provider = provider
-        self.config = EndpointConfig.of(base_url, proxy=proxy, connect_timeout=connect_timeout,
-                                        read_timeout=read_timeout, limits=limits,
-                                        verify=verify, outbound=outbound)
+        self.config = settings.connection()
         self.base_url = self.config.base_url
-        self.retry = retry or RetryPolicy()
+        self.retry = settings.retry_policy()
         self.timeouts = self.config.timeouts
-        self._http_client = http_client
-        self._owns_clients = http_client is None and clients is None
-        self._transport = transport
-        self._clients = self._own_clients() if clients is None else clients
-        plain = {k: v for k, v in (headers or {}).items() if not is_sensitive_header(k)}
-        secret = {k: v for k, v in (headers or {}).items() if is_sensitive_header(k)}
+        self._http_client = settings.http_client
+        self._owns_clients = settings.http_client is None and settings.clients is None
+        self._transport = settings.transport
+        self._clients = self._own_clients() if settings.clients is None else settings.clients
+        headers = {**(default_headers or {}), **settings.extra_headers}
+        plain = {k: v for k, v in headers.items() if not is_sensitive_header(k)}
+        secret = {k: v for k, v in headers.items() if is_sensitive_header(k)}
         self._json_headers = httpx.Headers(_DEFAULT_HEADERS)
         self._json_headers.update({**plain, **secret, **(credentials or {})})
         self._stream_headers = self._json_headers.copy()
@@ -198,7 +180,8 @@ class ProviderHttpClient:
                        self.provider, number, error.retryable,
                        "-" if wait is None else f"{wait:.3g}", error)
         await emit(ProviderAttempt(provider=self.provider, attempt=number, status=error.status,
-                                   error=str(error), retryable=error.retryable, wait_s=wait))
+                                   error=str(error), retryable=error.retryable, wait_s=wait,
+                                   timed_out=isinstance(error, ModelTimeout)))
 
     # -- internals ---------------------------------------------------------------------
 
@@ -358,7 +341,8 @@ class EventStream:
         except httpx.RequestError as exc:
             cause = transport_error(self.provider, exc, self.timeouts, self.redactor)
             detail = str(cause).removeprefix(f"{self.provider}: ")
-            raise self.broken(f"the response stream broke ({detail})") from None
+            kind = StreamTimeout if isinstance(cause, ModelTimeout) else ProviderStreamError
+            raise self.broken(f"the response stream broke ({detail})", kind=kind) from None
 
     async def drain(self, events: AsyncIterator[SseEvent], timeout: float | None = None) -> None:
         """Read on to the end of the body after the stream's end marker (OpenAI's
@@ -373,9 +357,10 @@ class EventStream:
         except (TimeoutError, ProviderStreamError):
             pass
 
-    def broken(self, reason: str, **details: Any) -> ProviderStreamError:
+    def broken(self, reason: str, *, kind: type[ProviderStreamError] = ProviderStreamError,
+               **details: Any) -> ProviderStreamError:
         """The error for a stream that cannot be used; nothing from it is returned."""
-        return ProviderStreamError(
+        return kind(
             f"{self.provider}: {reason} after {self.events_seen} events; the partial "
             "response was discarded and no tool call from it was executed",
             provider=self.provider, status=self.status, request_id=self.request_id,

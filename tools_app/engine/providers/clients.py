@@ -43,7 +43,10 @@ from .aiohttp_transport import AiohttpTransport, GuardedResolver
 logger = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
-DEFAULT_READ_TIMEOUT = 600.0
+# The silence allowed per attempt (before the first byte, then between bytes): long
+# enough for a slow model's first token, short enough that a hung provider, retried,
+# frees its run within minutes. An endpoint sets its own (`timeout_seconds`).
+DEFAULT_READ_TIMEOUT = 120.0
 DEFAULT_LIMITS = httpx.Limits(
     # A run has at most one model request in flight, so the connections an endpoint
     # needs are the runs calling it. Keep-alive connections expire before the idle

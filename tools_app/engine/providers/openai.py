@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Unpack
+from typing import Any, ClassVar, Literal
 
 from ..events import PartialText, PartialToolCall, emit, observed
 from ..messages import (
@@ -45,7 +45,6 @@ from .adapter import (
     JsonObject,
     MessageCache,
     WireChatModel,
-    WireConfig,
     arguments_object,
     as_dict,
     as_int,
@@ -57,6 +56,7 @@ from .adapter import (
     parse_json_event,
 )
 from .client import EventStream
+from .endpoint import EndpointSettings
 from .request_limits import OPENAI, OPENAI_COMPATIBLE, CustomKeys
 from .wire_errors import ErrorDetails
 
@@ -79,9 +79,9 @@ class OpenAIChatModel(WireChatModel):
     default_base_url: ClassVar[str | None] = "https://api.openai.com/v1"
     default_max_tokens_field: ClassVar[MaxTokensField] = "max_completion_tokens"
 
-    def __init__(self, *, max_tokens_field: MaxTokensField | None = None,
-                 **config: Unpack[WireConfig]) -> None:
-        super().__init__(**config)
+    def __init__(self, settings: EndpointSettings | None = None, /, *,
+                 max_tokens_field: MaxTokensField | None = None, **options: Any) -> None:
+        super().__init__(settings, **options)
         self.max_tokens_field: MaxTokensField = (max_tokens_field
                                                  or self.default_max_tokens_field)
         self.messages = MessageCache(_map_message)

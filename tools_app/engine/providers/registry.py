@@ -7,9 +7,12 @@ of that kind is built, so the engine starts without loading any wire adapter.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import ChatModel
+
+if TYPE_CHECKING:  # the adapters' modules stay unimported until a model is built
+    from .endpoint import EndpointSettings
 
 PROVIDERS: dict[str, str] = {
     "openai": "tools_app.engine.providers.openai.OpenAIChatModel",
@@ -35,9 +38,12 @@ def chat_model_class(kind: str) -> Any:
     return getattr(importlib.import_module(module_name), attribute)
 
 
-def build_chat_model(kind: str, **config: Any) -> ChatModel:
-    """A ChatModel of `kind` built with `config` (the class's constructor arguments)."""
-    model = chat_model_class(kind)(**config)
+def build_chat_model(kind: str, settings: EndpointSettings | None = None, /,
+                     **options: Any) -> ChatModel:
+    """A ChatModel of `kind`: a wire adapter built from the endpoint's `settings` (or
+    their fields as keywords); the scripted model from its own keywords."""
+    cls = chat_model_class(kind)
+    model = cls(**options) if settings is None else cls(settings, **options)
     if not isinstance(model, ChatModel):
         raise TypeError(f"provider {kind!r} built {model!r}, which is not a ChatModel")
     return model

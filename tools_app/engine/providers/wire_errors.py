@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import ProviderError
+from ..errors import ModelTimeout, ProviderError
 from ..outbound import OutboundRefusedError
 from .jsoncodec import decode_json_or_none
 from .redaction import Redactor
@@ -32,6 +32,11 @@ class ProviderStreamError(ProviderError):
     """The response stream started and then failed: it broke, carried an error event,
     or ended inside a tool call. Never retried (the SDKs' rule), and nothing from the
     broken stream is returned, so no partial tool call can run."""
+
+
+class StreamTimeout(ProviderStreamError, ModelTimeout):
+    """The response stream started, then went silent longer than the endpoint's timeout:
+    a broken stream (never retried) that is also a timeout."""
 
 
 @dataclass(frozen=True)
@@ -171,17 +176,17 @@ def transport_error(provider: str, exc: httpx.RequestError, timeouts: httpx.Time
         connecting = isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout)
         limit = timeouts.connect if connecting else timeouts.read
         phase = "connecting" if connecting else "waiting for data"
-        message = f"{provider}: timed out after {limit:g} s {phase} ({type(exc).__name__})"
-    else:
-        message = f"{provider}: connection failed ({type(exc).__name__}: {detail})"
-    retryable = isinstance(exc, (httpx.TimeoutException, httpx.NetworkError,
-                                 httpx.RemoteProtocolError))
+        return ModelTimeout(
+            f"{provider}: timed out after {limit:g} s {phase} ({type(exc).__name__})",
+            provider=provider, retryable=True)
+    message = f"{provider}: connection failed ({type(exc).__name__}: {detail})"
+    retryable = isinstance(exc, (httpx.NetworkError, httpx.RemoteProtocolError))
     return ProviderError(message, provider=provider, retryable=retryable)
 
 
 def copy_error(error: ProviderError, message: str) -> ProviderError:
-    """`error` with another message."""
-    return ProviderError(
+    """`error` with another message (and the same class: a timeout stays one)."""
+    return type(error)(
         message, provider=error.provider, status=error.status, error_type=error.error_type,
         code=error.code, request_id=error.request_id, retryable=error.retryable,
         retry_after=error.retry_after,

@@ -38,6 +38,7 @@ from ..providers.redaction import Redactor
 from .templates import PLACEHOLDER, MissingArgument, fill_text, lookup
 
 MAX_REDIRECTS = 3
+MAX_TIMEOUT_SECONDS = 600.0
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 ERROR_BODY_EXCERPT = 500
 ENV_PREFIX = "env:"
@@ -69,7 +70,8 @@ class HttpConfig(BaseModel):
         "text", description='What the model gets: "text" (the body as text) or a JSON '
         'pointer into the JSON body ("" for all of it, "/data/0/name" for a part).')
     timeout_seconds: float = Field(
-        30.0, gt=0, le=600, description="For the whole exchange, redirects included.")
+        30.0, gt=0, le=MAX_TIMEOUT_SECONDS,
+        description="For the whole exchange, redirects included.")
     max_response_bytes: int = Field(
         1_000_000, ge=1, le=50_000_000, description="Larger responses (counted after "
         "decompression) are refused.")
@@ -146,9 +148,11 @@ class HttpToolExecutor:
 
     def client_config(self) -> EndpointConfig:
         """The configuration of the client this executor needs (direct connections, the
-        policy enforced by its resolver); the timeout is per exchange."""
-        return dataclasses.replace(EndpointConfig.of("http-tools", outbound=self.outbound),
-                                   environment_proxy=False)
+        policy enforced by its resolver); the timeout is per exchange, so the client's
+        own limit on a silence is the longest a tool may set, never cutting one short."""
+        config = EndpointConfig.of("http-tools", outbound=self.outbound,
+                                   read_timeout=MAX_TIMEOUT_SECONDS)
+        return dataclasses.replace(config, environment_proxy=False)
 
     async def aclose(self) -> None:
         if self._owns_client and self._client is not None:

@@ -393,7 +393,8 @@ SETTING_LABELS = (("parallel", "Parallel calls"), ("max_concurrency", "At most a
                   ("max_round_trips", "Max rounds"), ("default_tool_timeout", "Tool timeout"),
                   ("arguments_error", "Arguments errors"), ("execution_error", "Tool errors"),
                   ("hallucinated_tool", "Unknown tools"),
-                  ("provider_max_retries", "Provider retries"))
+                  ("provider_max_retries", "Provider retries"),
+                  ("run_timeout_seconds", "Run deadline"))
 
 
 def header_view(run: Run, owner: str | None = None) -> dict[str, Any]:
@@ -444,7 +445,7 @@ def _setting_text(name: str, value: Any) -> str:
         return "on" if value else "off"
     if value is None:
         return "no limit"
-    if name == "default_tool_timeout":
+    if name in ("default_tool_timeout", "run_timeout_seconds"):
         return f"{value} s"
     return str(value).replace("_", " ")
 

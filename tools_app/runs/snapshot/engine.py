@@ -34,6 +34,7 @@ from tools_app.engine.errors import (
     format_error_template,
 )
 from tools_app.engine.execution import ToolExecutor
+from tools_app.engine.providers.endpoint import EndpointSettings, attempt_timeouts
 from tools_app.engine.providers.recorded import (
     RecordedChatModel,
     RecordedRound,
@@ -134,24 +135,33 @@ def chat_model_for(
                                  prelude_ai_messages=prelude_ai_messages), ()
     from tools_app.engine.providers.registry import build_chat_model
 
-    api_key = _api_key(endpoint)
-    headers = {k: _header_value(endpoint, v) for k, v in endpoint.extra_headers.items()}
-    proxy = _proxy(endpoint)
-    model = build_chat_model(
-        endpoint.kind,
-        base_url=endpoint.base_url or None,
+    settings = endpoint_settings(endpoint, max_retries=max_retries)
+    proxy = settings.proxy
+    proxy_secrets = (proxy, urlsplit(proxy).password) if proxy else ()
+    secrets = tuple(s for s in (settings.api_key, *settings.extra_headers.values(),
+                                *proxy_secrets) if s)
+    return build_chat_model(endpoint.kind, settings), secrets
+
+
+def endpoint_settings(endpoint: EndpointSnapshot, *, max_retries: int) -> EndpointSettings:
+    """The frozen endpoint as the engine calls it, built once here and handed down whole:
+    credentials read from the worker's environment now, the process's shared HTTP
+    clients, the outbound policy, the endpoint's per-attempt timeout."""
+    connect_timeout, read_timeout = attempt_timeouts(endpoint.timeout_seconds)
+    return EndpointSettings(
         model=endpoint.model,
-        api_key=api_key,
+        base_url=endpoint.base_url or None,
+        api_key=_api_key(endpoint),
         stream=endpoint.stream,
-        extra_headers=headers,
-        proxy=proxy,
+        extra_headers={k: _header_value(endpoint, v)
+                       for k, v in endpoint.extra_headers.items()},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        max_retries=max_retries,
+        proxy=_proxy(endpoint),
         outbound=outbound_policy(),
         clients=PROVIDER_CLIENTS,
-        max_retries=max_retries,
     )
-    proxy_secrets = (proxy, urlsplit(proxy).password) if proxy else ()
-    secrets = tuple(s for s in (api_key, *headers.values(), *proxy_secrets) if s)
-    return model, secrets
 
 
 def _secret_from_environment(endpoint: EndpointSnapshot, name: str) -> str | None:

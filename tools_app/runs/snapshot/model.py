@@ -52,6 +52,9 @@ class EndpointSnapshot(Section):
     extra_headers: dict[str, str] = Field(default_factory=dict)
     proxy_url: str = ""
     script: Any = None
+    # Per model-call attempt (engine/providers/endpoint.py, attempt_timeouts); a snapshot
+    # frozen before the field existed takes the default.
+    timeout_seconds: float = 120.0
 
 
 class ToolSnapshot(Section):
@@ -89,6 +92,9 @@ class PolicySnapshot(Section):
     parallel: bool = True
     max_concurrency: int | None = None
     provider_max_retries: int = 2
+    # The run's deadline in seconds of a worker driving it (runs/worker/runner.py);
+    # None: none.
+    run_timeout_seconds: float | None = None
 
 
 ModelMode = Literal["recorded", "live"]

@@ -34,7 +34,7 @@ from tools_app.engine.providers.adapter import WireChatModel
 from tools_app.models import TERMINAL_STATUSES, Round, Run, RunStatus, ToolCall, ToolCallState
 from tools_app.runs.loops.loop_groups import LoopGroups
 from tools_app.runs.snapshot.engine import engine_for_snapshot
-from tools_app.runs.snapshot.model import snapshot_of
+from tools_app.runs.snapshot.model import PolicySnapshot, snapshot_of
 from tools_app.runs.store import rowsql
 from tools_app.runs.store.db import drop_broken_connections, write_turn
 from tools_app.runs.store.eventlog import LeaseLost, notify, run_key
@@ -255,6 +255,7 @@ async def _drive(claimed: _Claimed, streamed: dict[int, str],
         engine.service.chat(engine.model, messages, snapshot.request_parameters(),
                             observers=[recorder], resume=resume), recorder))
     heartbeat = asyncio.ensure_future(_heartbeat(run_id, token, chat, stop, recorder))
+    deadline = _start_deadline(chat, stop, snapshot.policy.run_timeout_seconds)
     try:
         result = await chat
     except asyncio.CancelledError:
@@ -263,6 +264,9 @@ async def _drive(claimed: _Claimed, streamed: dict[int, str],
         if stop.reason == "cancelled":
             return RunStatus.CANCELLED, {"error_type": "Cancelled",
                                          "error_message": "Cancelled by the user"}
+        if stop.reason == "deadline":
+            return RunStatus.FAILED, {"error_type": "RunTimeout",
+                                      "error_message": _deadline_message(snapshot.policy)}
         raise
     except WorkerShutdown:
         return RunStatus.INTERRUPTED, {}
@@ -288,9 +292,34 @@ async def _drive(claimed: _Claimed, streamed: dict[int, str],
                                                                      engine.secrets)) or ""}
     finally:
         heartbeat.cancel()
+        if deadline is not None:
+            deadline.cancel()
         await recorder.settle()
         await _close_model(engine.model)
     return RunStatus.SUCCEEDED, _success_fields(result, engine.secrets)
+
+
+def _start_deadline(chat: asyncio.Future[Any], stop: _Stop,
+                    seconds: float | None) -> asyncio.TimerHandle | None:
+    """The run's deadline (the policy's `run_timeout_seconds`), counted from when this
+    worker took the run up: when it passes, the chat is cancelled wherever it is (a
+    model call and its retries included) and the run fails as RunTimeout, its round
+    and calls in flight closed by its end as a cancel's are."""
+    if seconds is None:
+        return None
+
+    def expire() -> None:
+        if not chat.done() and stop.reason is None:
+            stop.reason = "deadline"
+            chat.cancel(f"The run passed its deadline of {seconds:g} s")
+
+    return asyncio.get_running_loop().call_later(seconds, expire)
+
+
+def _deadline_message(policy: PolicySnapshot) -> str:
+    return (f"The run did not finish within its deadline of {policy.run_timeout_seconds:g} s "
+            f"(error policy {policy.name!r}, run_timeout_seconds); what was in flight was "
+            "stopped.")
 
 
 async def _chat_recorded(chat: Awaitable[ToolChatResult],
