@@ -5,6 +5,10 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed
+# The Makefile is the development entry: DEBUG on (and with it the dev SECRET_KEY) for
+# everything it starts, unless the environment says otherwise. The settings default to
+# DEBUG off, so any other start (daphne, manage.py, a service unit) needs a SECRET_KEY.
+export DEBUG ?= 1
 
 .PHONY: run test install migrate seed assets lint typecheck check bench bench-audit clean
 

@@ -27,12 +27,17 @@ django_stubs_ext.monkeypatch()
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(envstr("DATA_DIR", str(BASE_DIR / "data")))
 
-DEBUG = envbool("DEBUG", True)
+# Off unless asked for: the technical error pages, the dev SECRET_KEY and loopback model
+# servers are for development only. `make run`, the test suite and the type checker turn
+# it on (the Makefile; agentforge_web/settings_dev.py); any other start needs a SECRET_KEY.
+DEBUG = envbool("DEBUG", False)
 
 _secret = envsecret("SECRET_KEY")
 if not _secret:
     if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set when DEBUG is off (DEBUG is off unless DEBUG=1; "
+            "`make run` turns it on for development)")
     _secret = "dev-only-insecure-key-do-not-use-in-production"  # noqa: S105
 SECRET_KEY = _secret
 
@@ -78,9 +83,11 @@ MIDDLEWARE = [
 ]
 
 # Login throttling (django-axes): after AGENTFORGE_LOGIN_FAILURE_LIMIT failed logins for
-# one username, or from one address, further attempts for it are refused (429) until
+# one username from one address, further attempts of that pair are refused (429) until
 # AGENTFORGE_LOGIN_COOLOFF_MINUTES have passed; a successful login resets the count.
-# `manage.py axes_reset` unlocks at once. The address is the connection's (REMOTE_ADDR).
+# The pair, not either alone: a stranger guessing elsewhere cannot lock a known account
+# out. `manage.py axes_reset` unlocks at once. The address is the connection's
+# (REMOTE_ADDR): behind a reverse proxy, every client's is the proxy's (README).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -88,7 +95,7 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = envint("AGENTFORGE_LOGIN_FAILURE_LIMIT", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(
     minutes=envint("AGENTFORGE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_VERBOSE = False  # no start-up banner in every command; lockouts are still logged

@@ -24,7 +24,7 @@ def test_without_a_superuser_it_prints_the_createsuperuser_commands(
     monkeypatch.delenv("PORT", raising=False)
     output = hint()
 
-    assert "    .venv/bin/python manage.py createsuperuser\n" in output
+    assert "    DEBUG=1 .venv/bin/python manage.py createsuperuser\n" in output
     assert ".venv/bin/python manage.py createsuperuser --noinput" in output
     for variable in ("DJANGO_SUPERUSER_USERNAME", "DJANGO_SUPERUSER_PASSWORD",
                      "DJANGO_SUPERUSER_EMAIL"):

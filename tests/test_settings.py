@@ -41,23 +41,30 @@ print(json.dumps({
 """
 
 
-def start(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+# A start with DEBUG off (the default) needs one; the cases that test its absence drop it.
+A_SECRET_KEY = "a-test-secret-key-" + "x" * 40
+
+
+def start(tmp_path: Path, *, without: tuple[str, ...] = (),
+          **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items()
              if k not in SETTINGS_VARIABLES and not k.startswith("AGENTFORGE_")}
-    clean |= {"DJANGO_SETTINGS_MODULE": "agentforge_web.settings", "DATA_DIR": str(tmp_path)}
-    return subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO_ROOT, env=clean | env,
+    clean |= {"DJANGO_SETTINGS_MODULE": "agentforge_web.settings", "DATA_DIR": str(tmp_path),
+              "SECRET_KEY": A_SECRET_KEY}
+    env = {k: v for k, v in (clean | env).items() if k not in without}
+    return subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-def started(tmp_path: Path, **env: str) -> dict[str, Any]:
-    result = start(tmp_path, **env)
+def started(tmp_path: Path, *, without: tuple[str, ...] = (), **env: str) -> dict[str, Any]:
+    result = start(tmp_path, without=without, **env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def refused(tmp_path: Path, **env: str) -> str:
+def refused(tmp_path: Path, *, without: tuple[str, ...] = (), **env: str) -> str:
     """The ImproperlyConfigured line a start with this environment fails with."""
-    result = start(tmp_path, **env)
+    result = start(tmp_path, without=without, **env)
     assert result.returncode != 0, f"started with {env}: {result.stdout}"
     lines = [line for line in result.stderr.splitlines()
              if line.startswith("django.core.exceptions.ImproperlyConfigured")]
@@ -90,8 +97,39 @@ def test_https_settings_are_off_by_default_and_set_from_the_environment(
 
 def test_debug_off_requires_a_secret_key(tmp_path: Path) -> None:
     env = {k: v for k, v in PRODUCTION.items() if k != "SECRET_KEY"}
-    assert "SECRET_KEY" in refused(tmp_path, **env)
+    assert "SECRET_KEY" in refused(tmp_path, without=("SECRET_KEY",), **env)
     assert "SECRET_KEY" in refused(tmp_path, **env, SECRET_KEY="")
+
+
+def test_debug_is_off_unless_asked_for(tmp_path: Path) -> None:
+    """Issue 42, finding 14: a start that does not say DEBUG=1 (daphne, manage.py, a
+    service unit) runs with DEBUG off, and without a SECRET_KEY it fails loudly naming
+    it rather than using the dev key."""
+    assert started(tmp_path)["debug"] is False
+    message = refused(tmp_path, without=("SECRET_KEY",))
+    assert "SECRET_KEY must be set when DEBUG is off" in message
+    assert started(tmp_path, without=("SECRET_KEY",), DEBUG="1")["debug"] is True
+
+
+def test_the_development_settings_turn_debug_on(tmp_path: Path) -> None:
+    """The test suite and the type checker load agentforge_web.settings_dev: DEBUG on with
+    the dev key, put in the environment for the processes tests start; an explicit
+    DEBUG=0 is kept."""
+    dev = {"DJANGO_SETTINGS_MODULE": "agentforge_web.settings_dev"}
+    assert started(tmp_path, without=("SECRET_KEY",), **dev)["debug"] is True
+    assert started(tmp_path, **dev, DEBUG="0")["debug"] is False
+
+
+@pytest.mark.parametrize(("environment", "expected"), [({}, "1"), ({"DEBUG": "0"}, "0")])
+def test_make_runs_everything_with_debug_on(environment: dict[str, str], expected: str) -> None:
+    """`make run` (and every other target) exports DEBUG=1 unless the environment sets it:
+    a recipe added on the fly prints what the Makefile's recipes see."""
+    env = {k: v for k, v in os.environ.items() if k != "DEBUG"} | environment
+    result = subprocess.run(
+        ["make", "--no-print-directory", "--eval", 'show-debug: ; @echo "$$DEBUG"',
+         "show-debug"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+        check=True)
+    assert result.stdout.strip() == expected
 
 
 def test_an_unreadable_secret_key_file_is_refused(tmp_path: Path) -> None:
@@ -169,7 +207,7 @@ def test_an_unknown_task_backend_is_refused(tmp_path: Path, value: str) -> None:
 
 def test_the_default_is_the_embedded_configuration(tmp_path: Path) -> None:
     config = started(tmp_path)
-    assert config["debug"] is True
+    assert config["debug"] is False  # DEBUG only when asked for (test above)
     assert config["database"]["ENGINE"] == "django.db.backends.sqlite3"
     assert config["database"]["NAME"] == str(tmp_path / "agentforge.sqlite3")
     assert config["channel_layer"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"

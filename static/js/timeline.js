@@ -60,13 +60,15 @@
   });
 
   // The ws extension reconnects after abnormal closes (1006, 1011-1013: a server that
-  // restarts, a channel layer that is down) with its own growing, jittered delay; after
-  // any other close that is not a deliberate refusal (4xxx) while the run goes on,
-  // reconnect here the same way: 0.5 s doubling up to 15 s, with jitter.
+  // restarts) with its own growing, jittered delay; after any other close that is not a
+  // deliberate refusal (4xxx but 4013, the server's "try again later" when its channel
+  // layer is down) while the run goes on, reconnect here the same way: 0.5 s doubling up
+  // to 15 s, with jitter.
+  var TRY_AGAIN = 4013;
   document.addEventListener("htmx:wsClose", function (evt) {
     var code = evt.detail.event.code;
     var handledByExtension = [1006, 1011, 1012, 1013].indexOf(code) >= 0;
-    if (code >= 4000 && code < 5000) {
+    if (code >= 4000 && code < 5000 && code !== TRY_AGAIN) {
       showState("refused");
       return;
     }

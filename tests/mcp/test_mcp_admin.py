@@ -4,6 +4,7 @@ passed on), the "Sync tools" action, and registrations of kind mcp checked."""
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -119,3 +120,45 @@ def test_a_failed_sync_says_why(alice_client: Client) -> None:
 def test_the_admin_pages_load(alice_client: Client, page: str) -> None:
     McpServer.objects.create(name="time", command="uvx", args=["mcp-server-time"])
     assert alice_client.get(reverse(f"admin:tools_app_mcpserver_{page}")).status_code == 200
+
+
+def _staff_client(*permissions: str) -> Client:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.create_user("vera", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(
+        content_type__app_label="tools_app", codename__in=permissions))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize(("permissions", "synced"), [
+    (("view_mcpserver",), False),
+    (("view_mcpserver", "change_mcpserver"), True),
+])
+def test_sync_tools_needs_the_change_permission(
+        db: None, monkeypatch: pytest.MonkeyPatch, permissions: tuple[str, ...],
+        synced: bool) -> None:
+    """A sync starts the server's configured command: a staff member who may only look at
+    MCP servers is neither offered the action nor able to post it (issue 42, finding 12)."""
+    from tools_app.admin import mcp as mcp_admin
+
+    started: list[str] = []
+
+    def sync(server: McpServer) -> Any:
+        started.append(server.name)
+        return SimpleNamespace(summary=lambda: f"{server.name}: synced")
+
+    monkeypatch.setattr(mcp_admin, "sync_server", sync)
+    server = McpServer.objects.create(name="time", command="uvx", args=["mcp-server-time"])
+    client = _staff_client(*permissions)
+    changelist = reverse("admin:tools_app_mcpserver_changelist")
+
+    page = client.get(changelist)
+    assert page.status_code == 200
+    assert ('value="sync_tools"' in page.content.decode()) is synced
+    client.post(changelist, {"action": "sync_tools", "index": "0",
+                             "_selected_action": [server.pk]}, follow=True)
+    assert started == (["time"] if synced else [])

@@ -995,11 +995,14 @@ async def test_a_viewer_no_longer_staff_stops_seeing_another_users_run(
     assert (closed["type"], closed["code"]) == ("websocket.close", 4403)
 
 
-async def test_a_channel_layer_failing_during_the_handshake_answers_1013_not_500(
+async def test_a_channel_layer_failing_during_the_handshake_answers_4013_not_500(
     weather_run: Any, bob: AbstractUser, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Redis restarting: the first command on a stale connection fails. The socket is
-    closed with "try again later", which the page retries with a growing delay."""
+    accepted and closed with 4013 ("try again later"), which the page retries with a
+    growing delay; the server logs one line, no traceback (issue 42, finding 5)."""
+    from autobahn.websocket.protocol import WebSocketProtocol
     from channels.layers import InMemoryChannelLayer
 
     run = await weather_run()
@@ -1010,7 +1013,66 @@ async def test_a_channel_layer_failing_during_the_handshake_answers_1013_not_500
     monkeypatch.setattr(InMemoryChannelLayer, "group_add", redis_restarting)
     monkeypatch.setattr(InMemoryChannelLayer, "group_discard", redis_restarting)
 
-    assert await refusal(socket(run.pk, cookie=await session_cookie(bob))) == 1013
+    with caplog.at_level("WARNING", logger="tools_app.live.consumers"):
+        code = await refusal(socket(run.pk, cookie=await session_cookie(bob)))
+
+    assert code == consumers.CLOSE_TRY_AGAIN == 4013
+    # What daphne closes an accepted socket with (autobahn refuses 1011 and 1013).
+    assert code == 1000 or 3000 <= code <= 4999
+    sent: list[bytes] = []
+    protocol = WebSocketProtocol()
+    protocol.state, protocol.closeHandshakeTimeout = WebSocketProtocol.STATE_OPEN, 0
+    protocol.sendFrame = lambda opcode, payload: sent.append(payload)
+    protocol.sendClose(code=code)  # raises for a code daphne cannot send
+    assert sent == [code.to_bytes(2, "big")]
+    [handshake] = [r for r in caplog.records if "handshake failed" in r.getMessage()]
+    assert "ConnectionError: Redis is restarting" in handshake.getMessage()
+    assert all(record.exc_info is None for record in caplog.records)
+
+
+async def test_a_viewer_deactivated_unnoticed_is_closed_at_the_next_poll(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+    settings: Any,
+) -> None:
+    """Issue 42, finding 11: on the in-memory channel layer, a deactivation made in another
+    process (`manage.py shell`) sends this one no notice; the socket's own poll checks the
+    viewer again and closes it (4401)."""
+    settings.AGENTFORGE_LIVE_POLL_SECONDS = 0.1
+    run = await weather_run()
+    bobs = await open_socket(sockets, run.pk, bob)
+    await bobs.receive_from(timeout=WAIT)
+
+    # update(): no signal, no notice, as from another process.
+    await sync_to_async(type(bob).objects.filter(pk=bob.pk).update)(is_active=False)
+
+    closed = await receive_close(bobs)
+    assert closed["code"] == 4401
+
+
+async def test_a_viewer_demoted_unnoticed_is_closed_on_another_users_run(
+    weather_run: Any, alice: AbstractUser, sockets: list[WebsocketCommunicator],
+    settings: Any,
+) -> None:
+    """The same for the right to see the run: staff rights taken away unnoticed close the
+    socket on another user's run (4403) at the next poll."""
+    settings.AGENTFORGE_LIVE_POLL_SECONDS = 0.1
+    run = await weather_run()  # bob's run
+    alices = await open_socket(sockets, run.pk, alice)
+    await alices.receive_from(timeout=WAIT)
+
+    await sync_to_async(type(alice).objects.filter(pk=alice.pk).update)(
+        is_staff=False, is_superuser=False)
+
+    closed = await receive_close(alices)
+    assert closed["code"] == 4403
+
+
+async def receive_close(comm: WebsocketCommunicator) -> dict[str, Any]:
+    """The close that ends the socket, skipping updates the polls sent before it."""
+    while True:
+        output = await comm.receive_output(timeout=WAIT)
+        if output["type"] == "websocket.close":
+            return output  # type: ignore[no-any-return]
 
 
 async def test_without_any_notification_the_viewer_still_gets_every_event(

@@ -1,5 +1,6 @@
-"""Login throttling: failed logins are counted per account and per address; past the
-limit, even the right password is refused until the cool-off ends."""
+"""Login throttling: failed logins are counted per account and address together; past the
+limit, even the right password is refused from that address until the cool-off ends,
+while the account stays open from elsewhere (issue 42, finding 14)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,14 @@ def log_in(username: str, password: str, address: str = "10.0.0.1") -> Any:
         "/accounts/login/", {"username": username, "password": password})
 
 
-def test_an_account_is_locked_after_the_limit_even_for_the_right_password(
+def test_a_username_and_address_pair_is_locked_after_the_limit_even_for_the_right_password(
     bob: AbstractUser, limit: int,
 ) -> None:
     bob.set_password(PASSWORD)
     bob.save()
-    answers = [log_in("bob", f"guess {i}", f"10.0.0.{i}").status_code for i in range(limit)]
+    answers = [log_in("bob", f"guess {i}", "10.0.0.1").status_code for i in range(limit)]
 
-    refused = log_in("bob", PASSWORD, "10.0.9.9")
+    refused = log_in("bob", PASSWORD, "10.0.0.1")
 
     # The form again with its error, until the failure that reaches the limit.
     assert answers == [200] * (limit - 1) + [429]
@@ -41,16 +42,30 @@ def test_an_account_is_locked_after_the_limit_even_for_the_right_password(
     assert "_auth_user_id" not in refused.wsgi_request.session
 
 
-def test_an_address_is_locked_after_the_limit_whatever_the_usernames(
-    bob: AbstractUser, limit: int,
+def test_a_stranger_cannot_lock_a_known_account_out(
+    bob: AbstractUser, alice: AbstractUser, limit: int,
 ) -> None:
+    """Guesses from one address lock that address out of that account only: the owner,
+    elsewhere, still logs in; so does the admin, whose name a stranger also knows."""
+    for user in (bob, alice):
+        user.set_password(PASSWORD)
+        user.save()
+    for username in ("bob", "alice"):
+        for i in range(limit):
+            log_in(username, f"guess {i}", "203.0.113.9")
+
+    assert log_in("bob", PASSWORD, "203.0.113.9").status_code == 429
+    assert log_in("bob", PASSWORD, "10.0.0.8").status_code == 302  # the owner, elsewhere
+    assert log_in("alice", PASSWORD, "10.0.0.9").status_code == 302
+
+
+def test_guesses_spread_over_addresses_do_not_add_up(bob: AbstractUser, limit: int) -> None:
     bob.set_password(PASSWORD)
     bob.save()
     for i in range(limit):
-        log_in(f"nobody{i}", "guess", "10.0.0.7")
+        log_in("bob", "guess", f"10.0.1.{i}")
 
-    assert log_in("bob", PASSWORD, "10.0.0.7").status_code == 429
-    assert log_in("bob", PASSWORD, "10.0.0.8").status_code == 302  # another address
+    assert log_in("bob", PASSWORD, "10.0.1.0").status_code == 302
 
 
 def test_a_successful_login_resets_the_count(bob: AbstractUser, limit: int) -> None:

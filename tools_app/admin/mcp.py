@@ -101,7 +101,10 @@ class McpServerAdmin(admin.ModelAdmin[McpServer]):
         return format_html("<ul>{}</ul>", format_html_join(
             "", '<li><a href="{}">{}</a>{}: {}</li>', rows))
 
-    @admin.action(description="Sync tools (list each server's tools into registrations)")
+    # The change permission, not just view: a sync starts the server's configured command
+    # (stdio) or connects to its URL, and rewrites its tool registrations.
+    @admin.action(description="Sync tools (list each server's tools into registrations)",
+                  permissions=["change"])
     def sync_tools(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         for server in queryset:
             try:

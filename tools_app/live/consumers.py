@@ -41,7 +41,11 @@ logger = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_BAD_MESSAGE = 4400
-CLOSE_TRY_AGAIN = 1013
+# "Try again later" in the private-use range: daphne (autobahn) closes an accepted socket
+# only with 1000 or 3000-4999 (1013 and 1011 raise there, and the client gets 1011 and the
+# server a traceback); closing before accepting is an HTTP 403. The page reconnects on
+# it with backoff, unlike the other 4xxx codes (static/js/timeline.js).
+CLOSE_TRY_AGAIN = 4013
 MAX_SEQ = 2**31 - 1  # the range of a PositiveIntegerField on every database backend
 MAX_CLIENT_MESSAGE = 256  # characters: '{"type": "resume", "after": 2147483647}' is 40
 
@@ -226,13 +230,14 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     async def websocket_connect(self, message: WebSocketConnectEvent) -> None:
         """A channel layer that fails during the handshake (Redis restarting, a stale
-        connection) must not answer 500: the socket closes with 1013 (try again later),
-        which the page retries with a growing delay."""
+        connection) must not answer 500: the socket is accepted and closed with 4013
+        (try again later), which the page retries with a growing delay. One log line,
+        no traceback: an outage would otherwise log one per reconnecting page."""
         try:
             await super().websocket_connect(message)
-        except Exception:
-            logger.warning("live socket handshake failed; the client will retry",
-                           exc_info=True)
+        except Exception as exc:
+            logger.warning("live socket handshake failed (%s: %s); closed %d, the client "
+                           "retries", type(exc).__name__, exc, CLOSE_TRY_AGAIN)
             await self.accept()
             await self.close(code=CLOSE_TRY_AGAIN)
 
@@ -275,8 +280,9 @@ class RunConsumer(AsyncWebsocketConsumer):
             self.poller.cancel()
         try:
             await self._leave_groups()
-        except Exception:  # a channel layer that is down: its groups expire on their own
-            logger.warning("could not leave the live groups", exc_info=True)
+        except Exception as exc:  # a channel layer that is down: its groups expire
+            logger.warning("could not leave the live groups (%s: %s)",
+                           type(exc).__name__, exc)
 
     async def _leave_groups(self) -> None:
         if self.run is not None:
@@ -294,11 +300,19 @@ class RunConsumer(AsyncWebsocketConsumer):
         """The viewer's account changed (deactivated, new password, staff rights taken
         away, deleted): the socket lives on only if its session would still let the user
         in and they may still see the run."""
+        await self.close_unless_still_allowed()
+
+    async def close_unless_still_allowed(self) -> bool:
+        """Close the socket (4401 / 4403) if its session would no longer let the user in
+        or they may no longer see the run; whether it was closed."""
         viewer = await _current_viewer(self.scope)
         if viewer is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
-        elif self.run is not None and await _visible_run(str(self.run.pk), viewer) is None:
+            return True
+        if self.run is not None and await _visible_run(str(self.run.pk), viewer) is None:
             await self.close(code=CLOSE_FORBIDDEN)
+            return True
+        return False
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         # The client says one thing, once: where it is. Anything else (a second resume,
@@ -379,6 +393,18 @@ class RunConsumer(AsyncWebsocketConsumer):
             logger.warning("could not renew the watch of run %s", self.run and self.run.pk,
                            exc_info=True)
 
+    async def _rights_withdrawn(self) -> bool:
+        """Whether the socket was closed because the user may no longer watch. Checked at
+        every poll as well as on notice: a change made where no notice reaches this
+        process (another process on the in-memory channel layer, `manage.py shell`)
+        ends the socket within a poll."""
+        try:
+            return await self.close_unless_still_allowed()
+        except Exception as exc:  # a database hiccup: the next poll checks again
+            logger.warning("live socket of run %s could not check its viewer (%s: %s)",
+                           self.run and self.run.pk, type(exc).__name__, exc)
+            return False
+
     async def poll(self) -> None:
         """Read on every few seconds whatever notifications say: a channel layer that
         lost its connection (Redis restarted) delivers nothing for a while, and the
@@ -386,6 +412,8 @@ class RunConsumer(AsyncWebsocketConsumer):
         interval = settings.AGENTFORGE_LIVE_POLL_SECONDS
         while True:
             await asyncio.sleep(interval)
+            if await self._rights_withdrawn():
+                return
             await self._renew_mark()
             try:
                 await self.flush(Freshness(read_since=time.monotonic()))

@@ -13,7 +13,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-CREATE_COMMAND = ".venv/bin/python manage.py createsuperuser"
+# DEBUG=1 as `make run` has it: without it (and a SECRET_KEY) settings refuse to load.
+CREATE_COMMAND = "DEBUG=1 .venv/bin/python manage.py createsuperuser"
 
 
 class Command(BaseCommand):
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         url = f"http://127.0.0.1:{os.environ.get('PORT') or '8000'}/"
         if settings.DEBUG:
             self.stdout.write(self.style.WARNING(
-                "DEBUG is on (the default, for local use on this machine): error pages "
+                "DEBUG is on (`make run` turns it on, for local use on this machine): error pages "
                 "show details. Anything others can reach needs DEBUG=0 and a SECRET_KEY "
                 "(README, Configuration)."))
         if get_user_model().objects.filter(is_superuser=True).exists():

@@ -177,5 +177,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("api/openapi.json", openapi, name="api_openapi"),
     path("api/docs", docs, name="api_docs"),
     path("api/", include(api.urls[0])),
-    re_path(r"^api/(?P<rest>.*)$", not_found),
+    # Any character, a newline (%0A) included: `.` would leave such a path to Django's
+    # HTML 404.
+    re_path(r"^api/(?P<rest>[\s\S]*)\Z", not_found),
 ]

@@ -44,7 +44,8 @@ def list_calls(request: HttpRequest) -> JsonResponse:
 
 
 @router.get("/export.{export_format:fmt}", url_name="api_calls_export",
-            response=answers({}, 400),
+            # 404: a format other than csv or jsonl is no route.
+            response=answers({}, 400, 404),
             openapi_extra=query(*CALL_EXPORT_FILTERS) | streamed("text/csv",
                                                                  "application/x-ndjson"),
             summary="Every matching tool call, streamed as CSV or JSON Lines")

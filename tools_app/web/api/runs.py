@@ -155,7 +155,8 @@ def _parameters(raw: dict[str, Any]) -> ChatRequestParameters:
 
 
 @router.get("/export.{export_format:fmt}", url_name="api_runs_export",
-            response=answers({}, 400),
+            # 404: a format other than csv or jsonl is no route.
+            response=answers({}, 400, 404),
             openapi_extra=query(*EXPORT_FILTERS) | streamed("text/csv", "application/x-ndjson"),
             summary="Every run GET /api/runs would list, streamed as CSV or JSON Lines")
 def export_runs(request: HttpRequest, fmt: Literal["csv", "jsonl"]) -> HttpResponseBase:
