@@ -1,0 +1,90 @@
+"""What AgentForge stores: endpoints, tools, policies, and the audit log of runs.
+
+A Run holds a frozen snapshot of everything it uses, so later edits to an endpoint,
+a tool or a policy never change what a past (or resumed) run did. Round and ToolCall
+rows are the current state; RunEvent is the append-only history the timeline replays,
+ordered by a per-run `seq` that only the lease holder can advance.
+
+One module per kind of record; everything is importable from `tools_app.models`.
+"""
+
+from .accounts import ApiToken, PlaygroundState
+from .audit import ToolCallSlot, ToolErrorGroup
+from .debugging import (
+    REEXECUTION_FINISHED,
+    CallDecision,
+    CallReexecution,
+    DecisionKind,
+    ReexecutionState,
+)
+from .endpoints import ModelEndpoint, ProviderKind
+from .policies import (
+    ArgumentsErrorMode,
+    ErrorPolicy,
+    ExecutionErrorMode,
+    HallucinatedToolMode,
+    PolicyRevision,
+)
+from .runs import (
+    TERMINAL_STATUSES,
+    PauseResolution,
+    Round,
+    Run,
+    RunEvent,
+    RunPause,
+    RunStatus,
+    ToolCall,
+    ToolCallState,
+)
+from .tools import (
+    McpServer,
+    McpTransport,
+    ReturnBehaviorChoice,
+    ToolKind,
+    ToolRegistration,
+    ToolVersion,
+    mcp_server_name_validator,
+    mcp_url_problem,
+)
+from .validators import env_var_validator, proxy_url_validator, tool_name_validator
+from .workers import WorkerHeartbeat
+
+__all__ = [
+    "REEXECUTION_FINISHED",
+    "TERMINAL_STATUSES",
+    "ApiToken",
+    "ArgumentsErrorMode",
+    "CallDecision",
+    "CallReexecution",
+    "DecisionKind",
+    "ErrorPolicy",
+    "ExecutionErrorMode",
+    "HallucinatedToolMode",
+    "McpServer",
+    "McpTransport",
+    "ModelEndpoint",
+    "PauseResolution",
+    "PlaygroundState",
+    "PolicyRevision",
+    "ProviderKind",
+    "ReexecutionState",
+    "ReturnBehaviorChoice",
+    "Round",
+    "Run",
+    "RunEvent",
+    "RunPause",
+    "RunStatus",
+    "ToolCall",
+    "ToolCallSlot",
+    "ToolCallState",
+    "ToolErrorGroup",
+    "ToolKind",
+    "ToolRegistration",
+    "ToolVersion",
+    "WorkerHeartbeat",
+    "env_var_validator",
+    "mcp_server_name_validator",
+    "mcp_url_problem",
+    "proxy_url_validator",
+    "tool_name_validator",
+]

@@ -1,0 +1,25 @@
+"""Each worker process's heartbeat."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class WorkerHeartbeat(models.Model):
+    """A `db_worker` process's last sign of life, written by its claim loop every few
+    seconds (runs.store.worker_beats): `manage.py worker_status` and the admin read it
+    to tell a worker that stopped taking work from one that has nothing to take."""
+
+    worker_id = models.CharField(max_length=64, unique=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    concurrency = models.PositiveIntegerField()
+    running = models.PositiveIntegerField(default=0, help_text="tasks in progress")
+    claimed = models.PositiveBigIntegerField(default=0, help_text="tasks claimed since start")
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField(db_index=True)
+    last_claimed_at = models.DateTimeField(null=True, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"worker {self.worker_id} ({self.hostname}:{self.pid})"
