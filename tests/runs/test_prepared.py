@@ -24,7 +24,8 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
-from tools_app.runs.debugger.timeline import CALL_FIELDS, ROUND_FIELDS, header_view, live_run
+from tools_app.runs.debugger.run_header import header_view, live_run
+from tools_app.runs.debugger.timeline import CALL_FIELDS, ROUND_FIELDS
 from tools_app.runs.store import prepared
 from tools_app.runs.store.selectors import run_row, run_rows
 from tools_app.runs.worker.runner import execute_run

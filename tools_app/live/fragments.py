@@ -16,7 +16,8 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from tools_app.runs.debugger.timeline import header_view, live_run, live_views
+from tools_app.runs.debugger.run_header import header_view, live_run
+from tools_app.runs.debugger.timeline import live_views
 from tools_app.runs.store.selectors import EventMark
 
 PAGE = "tools_app/run_detail.html"

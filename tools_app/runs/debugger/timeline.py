@@ -1,31 +1,24 @@
-"""What the run page and the live timeline show of a run: its rounds and their calls
-as display-ready dicts (wire bodies, bars on a time axis, approvals, what was not
-executed), the run header, and the live batches' reads. The rows come from
-prepared reads (prepared.py) and values() queries, never model instances per call:
-a run of 1,000 calls renders fast (docs/benchmarks/render.md)."""
+"""What the run page and the live timeline show of a run's rounds and their calls, as
+display-ready dicts: wire bodies, bars on a time axis, approvals, what was not executed
+(the header above them is run_header.py). Rows come from prepared reads and values()
+queries, never a model instance per call, so a run of many calls renders quickly."""
 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Collection, Iterable, Mapping
-from functools import partial
 from typing import Any
 
 import pydantic_core
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.db import DEFAULT_DB_ALIAS
-from django.db.models import Count, Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from tools_app.engine.conversation import to_openai_messages
 from tools_app.models import (
     CallDecision,
     DecisionKind,
     Round,
     Run,
-    RunEvent,
     RunPause,
     RunStatus,
     ToolCall,
@@ -34,41 +27,6 @@ from tools_app.models import (
 from tools_app.runs.debugger.reexecution_reads import lane_adder as reexec_lanes
 from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store import prepared
-from tools_app.runs.store.selectors import as_uuid
-
-
-def replay_divergences(run: Run) -> list[str]:
-    """What a replaying run said where it left its recording and went on live (only a
-    replay told to go on live records it: the others read nothing)."""
-    replay = snapshot_of(run).replay
-    if replay is None or replay.on_divergence != "live":
-        return []
-    payloads = RunEvent.objects.filter(run=run, kind="replay_diverged").order_by("seq")
-    return [str(p.get("detail", "")) for p in payloads.values_list("payload", flat=True)
-            if isinstance(p, dict)]
-
-
-def starting_conversation(run: Run) -> list[dict[str, Any]]:
-    """The conversation the run started from, as OpenAI-format dicts (role, content,
-    tool calls with their arguments pretty-printed when they are JSON)."""
-    try:
-        messages = snapshot_of(run).chat_messages()
-    except ValueError:  # a row made outside the run services (seeded or old data)
-        return []
-    shown = []
-    for message in to_openai_messages(messages, error_flags=True):
-        calls = [{"id": c["id"], "name": c["function"]["name"],
-                  "arguments": _pretty_arguments(c["function"]["arguments"])}
-                 for c in message.get("tool_calls", [])]
-        shown.append(message | {"calls": calls})
-    return shown
-
-
-def _pretty_arguments(raw: str) -> str:
-    try:
-        return _pretty(json.loads(raw))
-    except ValueError:
-        return raw
 
 
 def round_views(run: Run, indexes: Iterable[int] | None = None, *,
@@ -225,7 +183,7 @@ def _approval_state(run: Run) -> Any:
         if decision is not None:
             decision = decision | {
                 "label": labels.get(decision["decision"], decision["decision"]),
-                "arguments_text": (_pretty(decision["arguments"])
+                "arguments_text": (pretty_json(decision["arguments"])
                                    if decision["arguments"] is not None else None)}
         awaiting = (waiting and decision is None and call["tool_name"] in flagged
                     and call["state"] == ToolCallState.PROPOSED)
@@ -266,7 +224,7 @@ def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]], finished: b
     return view
 
 
-def _pretty(value: Any) -> str:
+def pretty_json(value: Any) -> str:
     """Indented JSON. pydantic-core's encoder: the standard library's falls back to pure
     Python as soon as `indent` is set, which made this the slowest part of a page."""
     return pydantic_core.to_json(value, indent=2).decode()
@@ -276,7 +234,7 @@ def _wire_view(which: str, body: Any) -> dict[str, Any]:
     """Pretty and raw JSON of a wire body; past the display limit only a head is shown
     (a long conversation's request repeats the whole history every round)."""
     limit = settings.AGENTFORGE_DISPLAY_LIMIT
-    pretty = _pretty(body) if body is not None else ""
+    pretty = pretty_json(body) if body is not None else ""
     raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")) if body is not None else ""
     return {"which": which, "large": len(pretty) > limit, "size": len(raw),
             "pretty": pretty[:limit], "raw": raw[:limit]}
@@ -317,7 +275,7 @@ def _call_view(call: dict[str, Any], origin: Any, span: float, labels: dict[str,
     result = call["result_text"]
     raw_result = None
     if call["result_json"] is not None and call["result_json"] != result:
-        raw_result = _pretty(call["result_json"])
+        raw_result = pretty_json(call["result_json"])
     arguments = call["arguments"]
     return call | {
         "dom_id": call.get("dom_id") or f"call-{call['pk']}",
@@ -327,7 +285,7 @@ def _call_view(call: dict[str, Any], origin: Any, span: float, labels: dict[str,
         "elapsed_text": format_ms(float(_elapsed_ms(call) or 0)),
         # Strings, not numbers: the template then has nothing to localize per call.
         "duration_text": format_ms(call["duration_ms"]), "bar_x": str(x), "bar_width": str(width),
-        "args_text": _pretty(arguments) if arguments is not None else call["arguments_raw"],
+        "args_text": pretty_json(arguments) if arguments is not None else call["arguments_raw"],
         "failing_paths": _failing_paths(call["error_details"]),
         "result_large": result is not None and len(result) > limit,
         "result_head": result[:limit] if result is not None else None,
@@ -383,108 +341,3 @@ def format_ms(value: float | None) -> str:
     if value >= 1000:
         return f"{value / 1000:.2f} s"
     return f"{value:.0f} ms" if value >= 10 else f"{value:.1f} ms"
-
-
-# -- the run header ---------------------------------------------------------------------
-
-# The policy values a run actually used, in the header's words (the snapshot holds the
-# policy with the run's own choices already applied).
-SETTING_LABELS = (("parallel", "Parallel calls"), ("max_concurrency", "At most at once"),
-                  ("max_round_trips", "Max rounds"), ("default_tool_timeout", "Tool timeout"),
-                  ("arguments_error", "Arguments errors"), ("execution_error", "Tool errors"),
-                  ("hallucinated_tool", "Unknown tools"),
-                  ("provider_max_retries", "Provider retries"),
-                  ("run_timeout_seconds", "Run deadline"))
-
-
-def header_view(run: Run, owner: str | None = None) -> dict[str, Any]:
-    """What the run header shows beyond the run row: who started it (`owner`: their
-    username if already read, else read from `run.created_by`; "" for none), the
-    effective settings, counts taken from the same rows as the lanes (so they agree at
-    every moment of a live run), and the call that stopped the run, if one did (its
-    error is shown in its lane), and where a replay left its recording and went on live
-    (so it shows as it happens)."""
-    if owner is None:
-        owner = run.created_by.get_username() if run.created_by is not None else ""
-    return {"owner": owner, "settings": effective_settings(run), "counts": _lane_counts(run),
-            "stopped_by": _stopping_call(run), "divergences": replay_divergences(run)}
-
-
-RUN_COLUMNS = prepared.concrete_names(Run)
-
-
-def live_run(run_id: str | uuid.UUID) -> tuple[Run, str]:
-    """The run and its owner's username ("" for none), for a live batch's header: one
-    prepared read (prepared.py) instead of the ORM's get() with its join, which every
-    batch paid for. Raises Run.DoesNotExist."""
-    username = "created_by__" + get_user_model().USERNAME_FIELD
-    found = prepared.rows(("live_run", username), partial(_run_row, username),
-                          as_uuid(run_id))
-    if not found:
-        raise Run.DoesNotExist(run_id)
-    row = found[0]
-    run = Run.from_db(DEFAULT_DB_ALIAS, RUN_COLUMNS, [row[name] for name in RUN_COLUMNS])
-    return run, row[username] or ""
-
-
-def _run_row(username: str, run_id: Any) -> QuerySet[Run, Any]:
-    picked: QuerySet[Run, Any] = Run.objects.filter(pk=run_id).values(*RUN_COLUMNS, username)
-    return picked
-
-
-def effective_settings(run: Run) -> list[dict[str, Any]]:
-    snapshot = snapshot_of(run)
-    policy = snapshot.policy.model_dump(exclude_unset=True)
-    changed = set(snapshot.policy_changed)
-    return [{"label": label, "value": _setting_text(name, policy[name]),
-             "changed": name in changed} for name, label in SETTING_LABELS if name in policy]
-
-
-def _setting_text(name: str, value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if value is None:
-        return "no limit"
-    if name in ("default_tool_timeout", "run_timeout_seconds"):
-        return f"{value} s"
-    return str(value).replace("_", " ")
-
-
-def _lane_counts(run: Run) -> dict[str, int]:
-    # One prepared query for the three counts: the header is rendered again for every
-    # live batch.
-    found = prepared.rows("lane_counts", _lane_counts_query, run.pk)
-    counted = found[0] if found else {"rows": 0, "running": 0, "errors": 0}
-    not_executed = _not_executed_count(run)
-    return {"calls": counted["rows"] + not_executed, "not_executed": not_executed,
-            "running": counted["running"], "errors": counted["errors"]}
-
-
-def _lane_counts_query(run_pk: Any) -> QuerySet[ToolCall, Any]:
-    return ToolCall.objects.filter(run=run_pk).order_by().values("run").annotate(
-        rows=Count("pk"), running=Count("pk", filter=Q(state=ToolCallState.STARTED)),
-        errors=Count("pk", filter=Q(is_error=True)))
-
-
-def _not_executed_count(run: Run) -> int:
-    """Only the last round of a finished run can hold calls that never ran."""
-    if not run.is_terminal or not run.rounds_count:
-        return 0
-    last = Round.objects.filter(run=run).order_by("-index").values(
-        "id", "index", "status", "response").first()
-    if last is None:
-        return 0
-    recorded = ToolCall.objects.filter(round_id=last["id"]).count()
-    return len(unexecuted_requests(dict(last), recorded))
-
-
-def _stopping_call(run: Run) -> dict[str, Any] | None:
-    if not run.error_type:
-        return None
-    stopping = ToolCall.objects.filter(run=run, stopped_run=True)
-    call = (stopping.order_by("round__index", "call_index")
-            .values("pk", "tool_name", "round__index", "error_type").first())
-    if call is None:
-        return None
-    return {"dom_id": f"call-{call['pk']}", "tool_name": call["tool_name"],
-            "round": call["round__index"] + 1, "error_type": call["error_type"]}

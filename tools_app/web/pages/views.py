@@ -42,6 +42,7 @@ from tools_app.runs.debugger import (
     compare,
     rerun,
     run_files,
+    run_header,
     timeline,
 )
 from tools_app.runs.snapshot.model import ForkSection, snapshot_of
@@ -147,12 +148,12 @@ def run_url(run: Run) -> str:
 @login_required
 def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = _run_for_user(request, run_id)
-    conversation = timeline.starting_conversation(run)
+    conversation = run_header.starting_conversation(run)
     fork = snapshot_of(run).fork
     _mark_fork_prefix(conversation, fork)
     return render(request, "tools_app/run_detail.html",
                   {"run": run, "rounds": timeline.round_views(run), "seq": run.last_seq,
-                   "header": timeline.header_view(run),
+                   "header": run_header.header_view(run),
                    "conversation": conversation, "fork": fork,
                    "whole_conversation": any(m["role"] in ("assistant", "tool")
                                              for m in conversation)})
