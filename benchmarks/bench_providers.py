@@ -113,7 +113,7 @@ def make_bare_client(stack: str, base_url: str) -> Any:
     if stack == "httpx":
         return httpx.AsyncClient(limits=limits, timeout=60, headers=headers)
     if stack == "shipped":
-        from tools_app.engine.providers.clients import EndpointConfig, new_client
+        from tools_app.engine.providers.http.clients import EndpointConfig, new_client
 
         client = new_client(EndpointConfig.of(base_url, read_timeout=60, limits=limits))
         client.headers.update(headers)
@@ -244,7 +244,7 @@ class Client:
         self.bare = make_bare_client(self.stack, base_url) if self.kind == "bare" else None
         self.models: dict[tuple[str, bool], Any] = {}
         self.service: Any = None
-        from tools_app.engine.providers.clients import SharedHttpClients
+        from tools_app.engine.providers.http.clients import SharedHttpClients
 
         self.clients = SharedHttpClients()  # as the app shares them: one per endpoint
         if self.kind in ("service", "adapter", "observed"):

@@ -26,7 +26,7 @@ from tools_app.engine import (
 from tools_app.engine.events import PartialToolCall, ProviderAttempt
 from tools_app.engine.probe import probe_capabilities
 from tools_app.engine.providers import chat_model_class
-from tools_app.engine.providers.retry import RetryPolicy
+from tools_app.engine.providers.http.retry import RetryPolicy
 from tools_app.fake_llm import BackgroundServer
 
 from .support import recorded, set_script

@@ -17,7 +17,7 @@ import pytest
 from tools_app.engine import ChatRequest, ProviderError, UserMessage
 from tools_app.engine.messages import AiMessage, ToolExecutionRequest, ToolExecutionResultMessage
 from tools_app.engine.providers import chat_model_class
-from tools_app.engine.providers.retry import RetryPolicy
+from tools_app.engine.providers.http.retry import RetryPolicy
 from tools_app.fake_llm import BackgroundServer
 from tools_app.fake_llm.wires.anthropic import check_request as anthropic_check
 from tools_app.fake_llm.wires.openai import check_request as openai_check

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tools_app.engine.providers.aiohttp_transport import AiohttpTransport
+from tools_app.engine.providers.http.aiohttp_transport import AiohttpTransport
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 # Every transport that opens real connections.

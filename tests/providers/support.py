@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 from typing_extensions import get_type_hints, is_typeddict
 
 from tools_app.engine.events import bind_emitter, reset_emitter
-from tools_app.engine.providers.retry import RetryPolicy
+from tools_app.engine.providers.http.retry import RetryPolicy
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "provider-traffic" / "normalized"
 CANARY_KEY = "sk-canary-7f3e9d2b41c8a6e0-DO-NOT-LEAK"

@@ -8,10 +8,10 @@ import json
 import httpx
 import pytest
 
-from tools_app.engine.providers.jsoncodec import loads_json
-from tools_app.engine.providers.redaction import Redactor
-from tools_app.engine.providers.retry import RetryPolicy
-from tools_app.engine.providers.wire_errors import (
+from tools_app.engine.providers.http.jsoncodec import loads_json
+from tools_app.engine.providers.http.redaction import Redactor
+from tools_app.engine.providers.http.retry import RetryPolicy
+from tools_app.engine.providers.http.wire_errors import (
     ErrorDetails,
     is_retryable_status,
     parse_retry_after,

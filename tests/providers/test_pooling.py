@@ -27,12 +27,12 @@ from tools_app.engine.messages import (
     ToolExecutionResultMessage,
 )
 from tools_app.engine.providers import build_chat_model
-from tools_app.engine.providers.aiohttp_transport import AiohttpTransport
-from tools_app.engine.providers.client import USER_AGENT
-from tools_app.engine.providers.clients import EndpointConfig, SharedHttpClients
-from tools_app.engine.providers.jsoncodec import encode_json
+from tools_app.engine.providers.http.aiohttp_transport import AiohttpTransport
+from tools_app.engine.providers.http.client import USER_AGENT
+from tools_app.engine.providers.http.clients import EndpointConfig, SharedHttpClients
+from tools_app.engine.providers.http.jsoncodec import encode_json
+from tools_app.engine.providers.http.retry import RetryPolicy
 from tools_app.engine.providers.openai import OpenAIChatModel
-from tools_app.engine.providers.retry import RetryPolicy
 from tools_app.fake_llm import BackgroundServer
 
 from .loopback import read_request, serving
@@ -394,7 +394,7 @@ async def test_a_stream_is_read_to_the_end_of_its_body_after_done() -> None:
 
 async def test_a_body_that_never_ends_after_done_is_dropped(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tools_app.engine.providers.client.DRAIN_TIMEOUT", 0.05)
+    monkeypatch.setattr("tools_app.engine.providers.http.client.DRAIN_TIMEOUT", 0.05)
     body = TrackedBody(DONE_THEN_MORE, hang=True)
     model = OpenAIChatModel(model="m", stream=True, transport=sse_body(body))
 

@@ -17,9 +17,9 @@ import pytest
 import trustme
 
 from tools_app.engine.messages import ChatRequest, UserMessage
-from tools_app.engine.providers.clients import environment_proxy
+from tools_app.engine.providers.http.clients import environment_proxy
+from tools_app.engine.providers.http.retry import RetryPolicy
 from tools_app.engine.providers.openai import OpenAIChatModel
-from tools_app.engine.providers.retry import RetryPolicy
 
 from .loopback import read_request, serving
 from .wire import openai_completion

@@ -11,8 +11,8 @@ import pytest
 from tools_app.engine import ChatModel, ScriptedChatModel
 from tools_app.engine.providers import PROVIDERS, build_chat_model, provider_kinds
 from tools_app.engine.providers.anthropic import AnthropicChatModel
-from tools_app.engine.providers.endpoint import EndpointSettings, attempt_timeouts
 from tools_app.engine.providers.gemini import GeminiChatModel
+from tools_app.engine.providers.http.endpoint import EndpointSettings, attempt_timeouts
 from tools_app.engine.providers.openai import OpenAIChatModel, OpenAICompatibleChatModel
 
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tools_app.engine import ChatRequest, ModelTimeout, ProviderError, UserMessage
-from tools_app.engine.providers.clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT
+from tools_app.engine.providers.http.clients import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT
 
 from .harness import HARNESSES, Harness
 from .support import Replay, Sleeps, captured_events, json_response, of_kind, policy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from tools_app.engine.providers.sse import SseEvent, aiter_sse
+from tools_app.engine.providers.http.sse import SseEvent, aiter_sse
 
 
 async def _lines(text: str) -> AsyncIterator[str]:

@@ -15,7 +15,7 @@ from tools_app.engine import (
     ToolSpecification,
     UserMessage,
 )
-from tools_app.engine.providers.wire_errors import ProviderStreamError
+from tools_app.engine.providers.http.wire_errors import ProviderStreamError
 
 from .harness import HARNESSES, Harness, inside_arguments
 from .support import (

@@ -14,8 +14,8 @@ import pytest
 
 from tools_app.engine import ProviderError
 from tools_app.engine.messages import ChatRequest, UserMessage
+from tools_app.engine.providers.http.retry import RetryPolicy
 from tools_app.engine.providers.openai import OpenAIChatModel
-from tools_app.engine.providers.retry import RetryPolicy
 
 from .loopback import read_request, serving
 from .wire import openai_completion

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import trustme
 
-from tools_app.engine.providers.clients import EndpointConfig, new_client
+from tools_app.engine.providers.http.clients import EndpointConfig, new_client
 
 from .loopback import Handler, hanging_after, read_request, serving
 

@@ -21,14 +21,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
+from tools_app.engine.providers.http.client import EventStream, JsonResponse, ProviderHttpClient
+from tools_app.engine.providers.http.endpoint import EndpointSettings
+from tools_app.engine.providers.http.jsoncodec import loads_json
+from tools_app.engine.providers.http.wire_errors import ErrorDetails, invalid_response_error
+
 from ..errors import ProviderError
 from ..events import ProviderWireResponse, emit, observed
 from ..messages import ChatMessage, ChatRequest, ChatRequestParameters, ChatResponse
-from .client import EventStream, JsonResponse, ProviderHttpClient
-from .endpoint import EndpointSettings
-from .jsoncodec import loads_json
 from .request_limits import CustomKeys, allowed_custom
-from .wire_errors import ErrorDetails, invalid_response_error
 
 JsonObject = dict[str, Any]
 

@@ -33,6 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from tools_app.engine.providers.http.client import EventStream
+from tools_app.engine.providers.http.endpoint import EndpointSettings
+from tools_app.engine.providers.http.wire_errors import ErrorDetails
+
 from ..events import PartialText, PartialToolCall, emit, observed
 from ..messages import (
     AiMessage,
@@ -60,10 +64,7 @@ from .adapter import (
     merge_custom,
     parse_json_event,
 )
-from .client import EventStream
-from .endpoint import EndpointSettings
 from .request_limits import ANTHROPIC, CustomKeys
-from .wire_errors import ErrorDetails
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096

@@ -22,6 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from tools_app.engine.providers.http.client import EventStream
+from tools_app.engine.providers.http.wire_errors import ErrorDetails
+
 from ..events import PartialText, PartialToolCall, emit, observed
 from ..messages import (
     AiMessage,
@@ -50,10 +53,8 @@ from .adapter import (
     merge_custom,
     parse_json_event,
 )
-from .client import EventStream
 from .gemini_schema import to_gemini_schema
 from .request_limits import GEMINI, CustomKeys
-from .wire_errors import ErrorDetails
 
 _FINISH_REASONS = {
     "STOP": FinishReason.STOP,

@@ -25,6 +25,10 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from tools_app.engine.providers.http.client import EventStream
+from tools_app.engine.providers.http.endpoint import EndpointSettings
+from tools_app.engine.providers.http.wire_errors import ErrorDetails
+
 from ..events import PartialText, PartialToolCall, emit, observed
 from ..messages import (
     AiMessage,
@@ -55,10 +59,7 @@ from .adapter import (
     normalize_arguments,
     parse_json_event,
 )
-from .client import EventStream
-from .endpoint import EndpointSettings
 from .request_limits import OPENAI, OPENAI_COMPATIBLE, CustomKeys
-from .wire_errors import ErrorDetails
 
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .base import ChatModel
 
 if TYPE_CHECKING:  # the adapters' modules stay unimported until a model is built
-    from .endpoint import EndpointSettings
+    from tools_app.engine.providers.http.endpoint import EndpointSettings
 
 PROVIDERS: dict[str, str] = {
     "openai": "tools_app.engine.providers.openai.OpenAIChatModel",

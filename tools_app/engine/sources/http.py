@@ -24,6 +24,9 @@ from urllib.parse import quote, urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tools_app.engine.providers.http.clients import EndpointConfig, SharedHttpClients, new_client
+from tools_app.engine.providers.http.redaction import Redactor
+
 from ..errors import ToolArgumentsError, ToolExecutionError
 from ..execution import ToolExecutionResult, arguments_as_map, result_text
 from ..messages import ToolExecutionRequest
@@ -33,8 +36,6 @@ from ..outbound import (
     is_ip_literal,
     unusual_address_notation,
 )
-from ..providers.clients import EndpointConfig, SharedHttpClients, new_client
-from ..providers.redaction import Redactor
 from .templates import PLACEHOLDER, MissingArgument, fill_text, lookup
 
 MAX_REDIRECTS = 3

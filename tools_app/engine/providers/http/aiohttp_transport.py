@@ -28,7 +28,12 @@ import httpx
 import httpx_aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from ..outbound import OutboundPolicy, OutboundRefused, OutboundRefusedError, is_ip_literal
+from tools_app.engine.outbound import (
+    OutboundPolicy,
+    OutboundRefused,
+    OutboundRefusedError,
+    is_ip_literal,
+)
 
 
 class GuardedResolver(AbstractResolver):

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import aiohttp
 import httpx
 
-from ..outbound import OutboundPolicy
-from .aiohttp_transport import AiohttpTransport, GuardedResolver
+from tools_app.engine.outbound import OutboundPolicy
+from tools_app.engine.providers.http.aiohttp_transport import AiohttpTransport, GuardedResolver
 
 logger = logging.getLogger(__name__)
 

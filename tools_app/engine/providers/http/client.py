@@ -33,15 +33,15 @@ from typing import Any
 
 import httpx
 
-from ..errors import ModelTimeout, ProviderError
-from ..events import ProviderAttempt, ProviderWireRequest, emit, observed
-from .clients import SharedHttpClients, new_client
-from .endpoint import EndpointSettings
-from .jsoncodec import decode_json_or_none, encode_json
-from .redaction import Redactor, is_sensitive_header
-from .retry import AttemptFailed, with_retries
-from .sse import SseDecoder, SseEvent
-from .wire_errors import (
+from tools_app.engine.errors import ModelTimeout, ProviderError
+from tools_app.engine.events import ProviderAttempt, ProviderWireRequest, emit, observed
+from tools_app.engine.providers.http.clients import SharedHttpClients, new_client
+from tools_app.engine.providers.http.endpoint import EndpointSettings
+from tools_app.engine.providers.http.jsoncodec import decode_json_or_none, encode_json
+from tools_app.engine.providers.http.redaction import Redactor, is_sensitive_header
+from tools_app.engine.providers.http.retry import AttemptFailed, with_retries
+from tools_app.engine.providers.http.sse import SseDecoder, SseEvent
+from tools_app.engine.providers.http.wire_errors import (
     ErrorDetails,
     ProviderStreamError,
     StreamTimeout,

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 
-from ..messages import ChatRequestParameters
-from ..outbound import OutboundPolicy
-from .clients import (
+from tools_app.engine.messages import ChatRequestParameters
+from tools_app.engine.outbound import OutboundPolicy
+from tools_app.engine.providers.http.clients import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LIMITS,
     DEFAULT_READ_TIMEOUT,
@@ -25,7 +25,7 @@ from .clients import (
     SharedHttpClients,
     Verify,
 )
-from .retry import RetryPolicy
+from tools_app.engine.providers.http.retry import RetryPolicy
 
 
 @dataclass(frozen=True, kw_only=True)

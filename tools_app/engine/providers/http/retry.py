@@ -17,8 +17,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ..errors import ProviderError
-from .wire_errors import copy_error
+from tools_app.engine.errors import ProviderError
+from tools_app.engine.providers.http.wire_errors import copy_error
 
 DEFAULT_MAX_RETRIES = 2
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 
-from ..errors import ModelTimeout, ProviderError
-from ..outbound import OutboundRefusedError
-from .jsoncodec import decode_json_or_none
-from .redaction import Redactor
+from tools_app.engine.errors import ModelTimeout, ProviderError
+from tools_app.engine.outbound import OutboundRefusedError
+from tools_app.engine.providers.http.jsoncodec import decode_json_or_none
+from tools_app.engine.providers.http.redaction import Redactor
 
 EXCERPT_BYTES = 512
 
