@@ -248,7 +248,7 @@ class Client:
 
         self.clients = SharedHttpClients()  # as the app shares them: one per endpoint
         if self.kind in ("service", "adapter", "observed"):
-            from tools_app.engine.service import ToolService
+            from tools_app.engine.loop.service import ToolService
 
             observers = [_ignore] if self.kind == "observed" else []
             self.service = ToolService(observers=observers).tool(get_weather)
@@ -359,8 +359,6 @@ def worker(spec_json: str) -> None:
     if spec.get("cpu") is not None:
         os.sched_setaffinity(0, {spec["cpu"]})
     # As the product's serving processes do once started (daphne, db_worker).
-    import tools_app.engine.providers.openai
-    import tools_app.engine.service  # noqa: F401
     from tools_app.runs.loops.process import freeze_startup_objects
 
     freeze_startup_objects()

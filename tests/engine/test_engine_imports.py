@@ -30,8 +30,8 @@ def test_importing_every_engine_module_loads_no_framework() -> None:
     lines = dict(line.split(" ", 1) for line in completed.stdout.splitlines())
     imported = lines["IMPORTED"].split()
     loaded = lines["LOADED"].split()
-    assert {"tools_app.engine.service", "tools_app.engine.providers.scripted"} <= set(imported)
-    assert "tools_app.engine.service" in loaded
+    assert {"tools_app.engine.loop.service", "tools_app.engine.providers.scripted"} <= set(imported)
+    assert "tools_app.engine.loop.service" in loaded
     frameworks = [m for m in loaded if m.startswith(("django", "channels", "daphne"))]
     assert frameworks == []
 

@@ -17,7 +17,7 @@ from tools_app.engine import (
     ToolSpecification,
     ToolTimeoutError,
 )
-from tools_app.engine.chat_run import invoke_tool
+from tools_app.engine.loop.invocation import invoke_tool
 
 REQUEST = ToolExecutionRequest(id="c1", name="t", arguments="{}")
 

@@ -3,7 +3,6 @@
 Import the public names from here; the module split is an implementation detail.
 """
 
-from .chat_run import RegisteredTool, ResumeState, ToolChatResult, should_return_immediately
 from .definitions import tool_entries, tool_from_json, tools_from_json
 from .errors import (
     AgentForgeError,
@@ -42,7 +41,9 @@ from .execution import (
     arguments_as_map,
     result_text,
 )
-from .gates import CallGate, GateAnswer, ModelCallHook
+from .loop.contract import RegisteredTool, ResumeState, ToolChatResult, should_return_immediately
+from .loop.gates import CallGate, GateAnswer, ModelCallHook
+from .loop.service import ToolService
 from .messages import (
     AiMessage,
     ChatMessage,
@@ -60,7 +61,6 @@ from .messages import (
 )
 from .providers.base import ChatModel
 from .providers.scripted import FunctionChatModel, ScriptedCall, ScriptedChatModel, ScriptStep
-from .service import ToolService
 from .spec import (
     P,
     ReturnBehavior,

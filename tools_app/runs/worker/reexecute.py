@@ -24,8 +24,8 @@ from tools_app.engine import (
     ToolSpecification,
     ToolTimeoutError,
 )
-from tools_app.engine.chat_run import invoke_tool
 from tools_app.engine.execution import ToolExecutionResult, to_jsonable
+from tools_app.engine.loop.invocation import invoke_tool
 from tools_app.models import CallReexecution, ReexecutionState, Run, ToolCall
 from tools_app.runs.snapshot.engine import live_executor
 from tools_app.runs.snapshot.executors import BuiltExecutor

@@ -10,8 +10,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from .chat_run import ChatRun, RegisteredTool, ResumeState, ToolChatResult
-from .errors import (
+from ..errors import (
     Approver,
     HallucinatedToolStrategy,
     ToolArgumentsErrorHandler,
@@ -20,12 +19,11 @@ from .errors import (
     rethrow_arguments_error,
     throw_on_hallucinated_tool,
 )
-from .events import Observer
-from .execution import CallableToolExecutor, FunctionToolExecutor, ToolExecutor
-from .gates import CallGate, ModelCallHook
-from .messages import ChatMessage, ChatRequestParameters
-from .providers.base import ChatModel
-from .spec import (
+from ..events import Observer
+from ..execution import CallableToolExecutor, FunctionToolExecutor, ToolExecutor
+from ..messages import ChatMessage, ChatRequestParameters
+from ..providers.base import ChatModel
+from ..spec import (
     ReturnBehavior,
     ToolOptions,
     ToolSpecification,
@@ -34,6 +32,9 @@ from .spec import (
     tool_specification_from,
     validate_specifications,
 )
+from .chat_run import ChatRun
+from .contract import RegisteredTool, ResumeState, ToolChatResult
+from .gates import CallGate, ModelCallHook
 
 DEFAULT_MAX_ROUND_TRIPS = 100
 

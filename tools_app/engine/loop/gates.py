@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .callbacks import maybe_await
-from .errors import (
+from ..errors import (
     ApprovalPending,
     Approver,
     RunPaused,
@@ -29,7 +28,8 @@ from .errors import (
     ToolErrorContext,
     ToolRejectedError,
 )
-from .messages import ChatMessage, ToolExecutionRequest
+from ..messages import ChatMessage, ToolExecutionRequest
+from .callbacks import maybe_await
 
 Verdict = ToolRejectedError | ToolExecutionRequest | None
 """An approver's answer for one call: run it (None), run an edited request, or refuse."""

@@ -17,29 +17,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-import traceback
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
 
-from .callbacks import maybe_await
-from .errors import (
-    Approver,
-    HallucinatedToolStrategy,
+from ..errors import (
     MaxRoundTripsExceededError,
     ReplayDivergence,
     RunPaused,
     ToolArgumentsError,
-    ToolArgumentsErrorHandler,
     ToolErrorContext,
     ToolErrorHandlerResult,
     ToolExecutionError,
-    ToolExecutionErrorHandler,
     ToolRejectedError,
-    ToolTimeoutError,
     ToolUnknownOutcomeError,
 )
-from .events import (
+from ..events import (
     ChatFailed,
     ChatFinished,
     ChatPaused,
@@ -59,17 +52,8 @@ from .events import (
     reset_emitter,
     reset_round,
 )
-from .execution import ToolExecution, ToolExecutionResult, ToolExecutor, to_jsonable
-from .gates import (
-    CallGate,
-    ModelCallHook,
-    Verdict,
-    approvals,
-    gate_answer,
-    held_calls_pause,
-    messages_before_model_call,
-)
-from .messages import (
+from ..execution import ToolExecution, ToolExecutionResult, to_jsonable
+from ..messages import (
     AiMessage,
     ChatMessage,
     ChatRequest,
@@ -79,95 +63,24 @@ from .messages import (
     ToolExecutionRequest,
     ToolExecutionResultMessage,
 )
-from .providers.base import ChatModel
-from .spec import ReturnBehavior, ToolSpecification
-
-
-@dataclass(frozen=True)
-class RegisteredTool:
-    specification: ToolSpecification
-    executor: ToolExecutor
-    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM
-    timeout: float | None = None
-    idempotent: bool = False
-    requires_approval: bool = False
-
-
-class LoopSettings(Protocol):
-    """What the loop reads of its ToolService (service.py): the registry and the
-    configuration, never changed by a chat."""
-
-    max_tool_calling_round_trips: int
-    parallel: bool
-    max_concurrency: int | None
-    default_timeout: float | None
-    arguments_error_handler: ToolArgumentsErrorHandler
-    execution_error_handler: ToolExecutionErrorHandler
-    hallucinated_tool_strategy: HallucinatedToolStrategy
-    approver: Approver | None
-    call_gate: CallGate | None
-    before_model_call: ModelCallHook | None
-
-    @property
-    def tool_specifications(self) -> list[ToolSpecification]: ...
-
-    @property
-    def registered_tools(self) -> Mapping[str, RegisteredTool]: ...
-
-    def request_parameters(
-        self, user_parameters: ChatRequestParameters | None
-    ) -> ChatRequestParameters: ...
-
-
-@dataclass(frozen=True)
-class ToolChatResult:
-    final_response: ChatResponse
-    tool_executions: list[ToolExecution]
-    intermediate_responses: list[ChatResponse]
-    messages: list[ChatMessage]
-    usage: TokenUsage | None
-    returned_immediately: bool = False
-
-
-@dataclass(frozen=True)
-class ResumeState:
-    """Where a persisted run stopped, so a new worker continues without redoing work.
-
-    `messages` passed to chat() hold every completed round. `pending_response` is the
-    model answer whose tool calls were not all finished (its AiMessage is not in
-    `messages`: the loop appends it); `completed_results`
-    holds the calls of that round that did finish (never re-executed), and
-    `unknown_outcome_ids` the calls that were in flight on a non-idempotent tool: they
-    are not re-executed and become ToolUnknownOutcomeError for the execution handler.
-    """
-
-    round_index: int
-    round_trips_done: int
-    pending_response: ChatResponse | None = None
-    completed_results: Mapping[str, ToolExecutionResultMessage] = field(default_factory=dict)
-    unknown_outcome_ids: frozenset[str] = frozenset()
-    intermediate_responses: tuple[ChatResponse, ...] = ()
-
-
-def should_return_immediately(behaviors: Sequence[ReturnBehavior]) -> bool:
-    """The seed's ReturnBehavior table (tool errors are checked by the caller).
-
-    []                                -> continue
-    any TO_LLM                        -> continue
-    all IMMEDIATE                     -> return
-    [IMMEDIATE_IF_LAST]               -> return
-    [IMMEDIATE..., IMMEDIATE_IF_LAST] -> return (an IMMEDIATE_IF_LAST that is not the
-                                         last call of the round means continue)
-    """
-    if not behaviors:
-        return False
-    last = len(behaviors) - 1
-    for index, behavior in enumerate(behaviors):
-        if behavior is ReturnBehavior.TO_LLM:
-            return False
-        if behavior is ReturnBehavior.IMMEDIATE_IF_LAST and index != last:
-            return False
-    return True
+from ..providers.base import ChatModel
+from ..spec import ReturnBehavior
+from .callbacks import maybe_await
+from .contract import (
+    LoopSettings,
+    RegisteredTool,
+    ResumeState,
+    ToolChatResult,
+    should_return_immediately,
+)
+from .gates import (
+    Verdict,
+    approvals,
+    gate_answer,
+    held_calls_pause,
+    messages_before_model_call,
+)
+from .invocation import invoke_tool, outcome_of, run_together, traceback_of
 
 
 def _handler_name(handler: object) -> str:
@@ -390,14 +303,14 @@ class ChatRun:
     ) -> list[_CallOutcome]:
         cap = self.service.max_concurrency
         if cap is None or cap >= len(requests):  # nothing to hold back
-            return await _run_together([run_one(request) for request in requests])
+            return await run_together([run_one(request) for request in requests])
         semaphore = asyncio.Semaphore(cap)
 
         async def limited(request: ToolExecutionRequest) -> _CallOutcome:
             async with semaphore:
                 return await run_one(request)
 
-        return await _run_together([limited(request) for request in requests])
+        return await run_together([limited(request) for request in requests])
 
     def _replayed(
         self, request: ToolExecutionRequest, message: ToolExecutionResultMessage
@@ -443,7 +356,7 @@ class ChatRun:
         except ToolArgumentsError as error:
             return await self._handle(registered, request, started, error, "arguments_error")
         except ToolExecutionError as error:
-            return await self._handle(registered, request, started, error, _outcome_of(error))
+            return await self._handle(registered, request, started, error, outcome_of(error))
         execution = ToolExecution(request, result, started, time.time())
         if self.observed:
             await self._emit(self._finished(request, started, "succeeded", result, error=None,
@@ -536,7 +449,7 @@ class ChatRun:
             error_type=type(error).__name__ if error else None,
             error_message=str(error) if error else None,
             error_details=getattr(error, "errors", None) or None,
-            traceback=_traceback_of(error),
+            traceback=traceback_of(error),
             handled_by=handled_by,
             stopped_run=stopped_run,
             started_at=started,
@@ -545,102 +458,3 @@ class ChatRun:
         )
 
 
-async def invoke_tool(registered: RegisteredTool, request: ToolExecutionRequest, *,
-                      default_timeout: float | None) -> ToolExecutionResult:
-    """Run one call with the tool's (or the default) timeout: the loop's invocation,
-    also used alone to execute a recorded call again (runs/debugger/reexecution.py). Raises
-    ToolArgumentsError, ToolExecutionError (ToolTimeoutError for a timeout) or
-    ReplayDivergence; anything else a custom executor raises counts as the tool failing."""
-    timeout = registered.timeout or default_timeout
-    call = registered.executor.execute_with_result(request)
-    try:
-        if timeout is None:
-            return await call
-        return await asyncio.wait_for(call, timeout)
-    except TimeoutError as exc:
-        if timeout is None:
-            raise ToolExecutionError(f"TimeoutError: {exc}", tool_name=request.name,
-                                     cause=exc) from exc
-        raise ToolTimeoutError(request.name, timeout) from exc
-    except (ToolArgumentsError, ToolExecutionError, ReplayDivergence,
-            asyncio.CancelledError):
-        raise
-    except Exception as exc:
-        # A custom executor that raised something else still counts as the tool failing.
-        raise ToolExecutionError(f"{type(exc).__name__}: {exc}", tool_name=request.name,
-                                 cause=exc) from exc
-
-
-async def _run_together[T](calls: list[Coroutine[Any, Any, T]]) -> list[T]:
-    """Run `calls` concurrently; their results, in order.
-
-    Each call starts at once in a task of its own and runs until it first waits
-    (asyncio's eager tasks): a tool that never waits finishes without a trip through the
-    event loop, which a TaskGroup's tasks would each take. If a call raises (its error
-    handler stopped the run), the calls not started yet never start, the others are
-    cancelled and waited for, and that error is raised itself, as a sequential round
-    would stop. If this task is cancelled, every call is cancelled and waited for
-    before the cancellation goes on (as asyncio.TaskGroup does).
-    """
-    loop = asyncio.get_running_loop()
-    tasks: list[asyncio.Task[T]] = []
-    for index, call in enumerate(calls):
-        if tasks and _failed(tasks[-1]):
-            for unstarted in calls[index:]:
-                unstarted.close()
-            break
-        tasks.append(asyncio.eager_task_factory(loop, call))
-    try:
-        pending = [task for task in tasks if not task.done()]
-        while pending and not any(_failed(task) for task in tasks):
-            _, still = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-            pending = list(still)
-    except asyncio.CancelledError:
-        await _cancel_and_wait(tasks)
-        raise
-    failed = next((task for task in tasks if _failed(task)), None)
-    if failed is not None:
-        await _cancel_and_wait(tasks)
-        error = failed.exception()
-        assert error is not None
-        raise error
-    return [task.result() for task in tasks]
-
-
-def _failed(task: asyncio.Task[Any]) -> bool:
-    return task.done() and not task.cancelled() and task.exception() is not None
-
-
-async def _cancel_and_wait(tasks: list[asyncio.Task[Any]]) -> None:
-    """Cancel the calls still running and wait until every one has finished; a
-    cancellation of this task meanwhile is raised once they have."""
-    for task in tasks:
-        task.cancel()
-    interrupted: asyncio.CancelledError | None = None
-    while pending := [task for task in tasks if not task.done()]:
-        try:
-            await asyncio.wait(pending)
-        except asyncio.CancelledError as exc:
-            interrupted = exc
-    for task in tasks:  # mark every outcome seen: no "exception never retrieved"
-        if not task.cancelled():
-            task.exception()
-    if interrupted is not None:
-        raise interrupted
-
-
-def _outcome_of(error: ToolExecutionError) -> ToolCallOutcome:
-    if isinstance(error, ToolRejectedError):
-        return "rejected"
-    if isinstance(error, ToolTimeoutError):
-        return "timed_out"
-    if isinstance(error, ToolUnknownOutcomeError):
-        return "unknown_outcome"
-    return "execution_error"
-
-
-def _traceback_of(error: BaseException | None) -> str | None:
-    if error is None:
-        return None
-    cause = getattr(error, "cause", None) or error
-    return "".join(traceback.format_exception(cause)).strip()
