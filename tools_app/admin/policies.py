@@ -1,0 +1,145 @@
+"""Error policies, validated as runs validate their overrides, with a change history."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.timezone import localtime
+
+from tools_app.runs.snapshot.policy import template_problem
+
+from ..models import (
+    ErrorPolicy,
+    PolicyRevision,
+)
+from .audit import ReadOnlyAdmin
+
+POLICY_FIELDS = tuple(
+    f.name for f in ErrorPolicy._meta.concrete_fields if f.editable and not f.primary_key
+)
+
+
+class ErrorPolicyForm(forms.ModelForm[ErrorPolicy]):
+    class Meta:
+        model = ErrorPolicy
+        fields = POLICY_FIELDS
+
+    def clean_arguments_error_template(self) -> str:
+        return self._clean_template("arguments_error_template")
+
+    def clean_execution_error_template(self) -> str:
+        return self._clean_template("execution_error_template")
+
+    def _clean_template(self, field: str) -> str:
+        template: str = self.cleaned_data[field]
+        if problem := template_problem(template):
+            raise ValidationError(problem)
+        return template
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        if cleaned.get("max_concurrency") is not None and cleaned.get("parallel") is False:
+            self.add_error(
+                "max_concurrency",
+                "Only meaningful when calls run in parallel: turn parallel on or clear this.",
+            )
+        return cleaned
+
+
+def policy_values(policy: ErrorPolicy) -> dict[str, Any]:
+    return {name: getattr(policy, name) for name in POLICY_FIELDS}
+
+
+def policy_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, list[Any]]:
+    """field -> [old, new] for what differs; a creation (before None) records everything."""
+    if before is None:
+        return {name: [None, value] for name, value in after.items()}
+    return {name: [before[name], value] for name, value in after.items()
+            if before[name] != value}
+
+
+def describe_changes(changes: dict[str, list[Any]]) -> str:
+    return "; ".join(
+        f"{name}: {json.dumps(old, ensure_ascii=False)} → {json.dumps(new, ensure_ascii=False)}"
+        for name, (old, new) in changes.items()
+    )
+
+
+@admin.register(ErrorPolicy)
+class ErrorPolicyAdmin(admin.ModelAdmin[ErrorPolicy]):
+    form = ErrorPolicyForm
+    list_display = ("name", "is_default", "arguments_error", "execution_error",
+                    "hallucinated_tool", "max_round_trips", "default_tool_timeout", "parallel",
+                    "max_concurrency", "provider_max_retries", "run_timeout_seconds",
+                    "updated_at")
+    list_filter = ("is_default", "arguments_error", "execution_error", "hallucinated_tool",
+                   "parallel")
+    search_fields = ("name",)
+    readonly_fields = ("revision_history", "created_at", "updated_at")
+
+    def save_model(
+        self, request: HttpRequest, obj: ErrorPolicy, form: forms.ModelForm[ErrorPolicy],
+        change: bool
+    ) -> None:
+        # The admin runs this inside a transaction: the policy, its revision and the
+        # demotion of the previous default are saved together or not at all.
+        before = (policy_values(ErrorPolicy.objects.select_for_update().get(pk=obj.pk))
+                  if change else None)
+        super().save_model(request, obj, form, change)
+        user = request.user if request.user.is_authenticated else None
+        if changes := policy_changes(before, policy_values(obj)):
+            PolicyRevision.objects.create(policy=obj, changed_by=user, changes=changes)
+        if obj.is_default:
+            for other in ErrorPolicy.objects.filter(is_default=True).exclude(pk=obj.pk):
+                other.is_default = False
+                other.save(update_fields=["is_default", "updated_at"])
+                PolicyRevision.objects.create(
+                    policy=other, changed_by=user, changes={"is_default": [True, False]}
+                )
+
+    @admin.display(description="Change history")
+    def revision_history(self, obj: ErrorPolicy) -> str:
+        if obj.pk is None:
+            return "Every save is recorded here."
+        revisions = list(obj.revisions.select_related("changed_by")[:50])
+        if not revisions:
+            return "No changes recorded."
+        rows = format_html_join(
+            "", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((date_format(localtime(r.changed_at), "DATETIME_FORMAT"),
+              r.changed_by.get_username() if r.changed_by else "—",
+              describe_changes(r.changes)) for r in revisions),
+        )
+        url = reverse("admin:tools_app_policyrevision_changelist") + f"?policy__id__exact={obj.pk}"
+        return format_html(
+            "<table><thead><tr><th>When</th><th>Who</th><th>What changed</th></tr></thead>"
+            '<tbody>{}</tbody></table><p><a href="{}">All revisions of this policy</a></p>',
+            rows, url,
+        )
+
+
+@admin.register(PolicyRevision)
+class PolicyRevisionAdmin(ReadOnlyAdmin[PolicyRevision]):
+    list_display = ("policy", "changed_by", "changed_at", "summary")
+    list_filter = ("policy", "changed_by")
+    search_fields = ("policy__name",)
+    list_select_related = ("policy", "changed_by")
+
+    @admin.display(description="what changed")
+    def summary(self, obj: PolicyRevision) -> str:
+        return describe_changes(obj.changes)
+
+
+# -- API tokens ------------------------------------------------------------------------
+
+# What ModelAdmin.get_fields returns: field names, or groups of names shown on one line
+# (spelled out because a list[str] is not a list of that union).
+FieldGroups = list[str | list[str] | tuple[str, ...]]
