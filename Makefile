@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # DEBUG off, so any other start (daphne, manage.py, a service unit) needs a SECRET_KEY.
 export DEBUG ?= 1
 
-.PHONY: run test install migrate seed assets lint typecheck check bench bench-audit clean
+.PHONY: run test install migrate seed assets lint typecheck check bench bench-audit soak clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || "$$(.ci/find-python)" -m venv $(VENV)
@@ -61,6 +61,11 @@ bench: install
 # The audit log at 100,000 runs / 1,000,000 calls (SQLite and PostgreSQL): about an hour.
 bench-audit: install
 	$(PY) -m benchmarks.audit_scale
+
+# daphne's memory under steady use (docs/benchmarks/soak.md): MINUTES of runs, 60 a minute.
+MINUTES ?= 30
+soak: install
+	$(PY) -m benchmarks.soak --minutes $(MINUTES)
 
 clean:
 	rm -rf $(VENV) staticfiles static/vendor

@@ -274,6 +274,10 @@ AGENTFORGE_MAX_RESUMES = envint("AGENTFORGE_MAX_RESUMES", 3, minimum=0)
 # takes only its own run down; with more, the runs beside it are interrupted too (and
 # resumed elsewhere).
 AGENTFORGE_WORKER_CONCURRENCY = envint("AGENTFORGE_WORKER_CONCURRENCY", 1, minimum=1)
+# Tasks one `db_worker` claim turn takes at most, however many slots are free: a burst
+# is shared with the other workers (a crash then interrupts a share, not all of it); a
+# lone worker takes the rest in the turns that follow.
+AGENTFORGE_CLAIM_PER_TURN = envint("AGENTFORGE_CLAIM_PER_TURN", 10, minimum=1)
 # Threads (and so database connections) that do the database work of the runs the
 # embedded server drives, however many runs that is (runs.loops.task_backend's lanes). Two:
 # each more thread takes the GIL from the loop that drives the runs, and one alone did

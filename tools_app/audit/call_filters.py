@@ -22,7 +22,7 @@ from django.db.models.expressions import OrderBy
 
 from tools_app.audit.run_filters import MAX_QUERY, FilterError, _limit, _moment, apply_filters
 from tools_app.audit.search import search_calls
-from tools_app.models import Run, RunStatus, ToolCall, ToolCallState
+from tools_app.models import IN_PROGRESS_CALL_STATES, Run, RunStatus, ToolCall, ToolCallState
 
 # The states a person filters on, mapped to the ToolCall.state values they cover.
 CALL_STATES: dict[str, tuple[str, ...]] = {
@@ -34,7 +34,7 @@ CALL_STATES: dict[str, tuple[str, ...]] = {
     "rejected": (ToolCallState.REJECTED,),
     "unknown_outcome": (ToolCallState.UNKNOWN_OUTCOME,),
     "cancelled": (ToolCallState.CANCELLED,),
-    "in_progress": (ToolCallState.PROPOSED, ToolCallState.STARTED),
+    "in_progress": tuple(sorted(IN_PROGRESS_CALL_STATES)),
 }
 STATE_LABELS = {"ok": "OK", "arguments_error": "Arguments error",
                 "execution_error": "Execution error", "timeout": "Timed out",

@@ -26,6 +26,10 @@ from .policies import (
     PolicyRevision,
 )
 from .runs import (
+    FINISHED_CALL_STATES,
+    IN_DOUBT_CALL_STATES,
+    IN_PROGRESS_CALL_STATES,
+    REEXECUTABLE_CALL_STATES,
     TERMINAL_STATUSES,
     PauseResolution,
     Round,
@@ -50,6 +54,10 @@ from .validators import env_var_validator, proxy_url_validator, tool_name_valida
 from .workers import WorkerHeartbeat
 
 __all__ = [
+    "FINISHED_CALL_STATES",
+    "IN_DOUBT_CALL_STATES",
+    "IN_PROGRESS_CALL_STATES",
+    "REEXECUTABLE_CALL_STATES",
     "REEXECUTION_FINISHED",
     "TERMINAL_STATUSES",
     "ApiToken",

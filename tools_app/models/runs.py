@@ -143,6 +143,22 @@ class ToolCallState(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# What the groups of call states mean, defined once.
+# Not over yet: proposed, or started and still running.
+IN_PROGRESS_CALL_STATES = frozenset({ToolCallState.PROPOSED, ToolCallState.STARTED})
+# The run's execution of the call is over and produced what the model was told.
+FINISHED_CALL_STATES = frozenset(
+    {ToolCallState.SUCCEEDED, ToolCallState.ARGUMENTS_ERROR, ToolCallState.EXECUTION_ERROR,
+     ToolCallState.HALLUCINATED, ToolCallState.TIMED_OUT, ToolCallState.REJECTED,
+     ToolCallState.UNKNOWN_OUTCOME})
+# Started and never finished, so it may have had its effect: a cancelled call too, since
+# a sync tool keeps running in its thread after its task is cancelled.
+IN_DOUBT_CALL_STATES = frozenset({ToolCallState.STARTED, ToolCallState.CANCELLED})
+# The run's own execution of the call is over (or never happened): a person may execute
+# it again without racing the run.
+REEXECUTABLE_CALL_STATES = frozenset(ToolCallState) - IN_PROGRESS_CALL_STATES
+
+
 class ToolCall(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
     # Indexed by the unique constraint below (round, call_index): migration 0017.

@@ -74,7 +74,8 @@ def reap_and_enqueue() -> list[str]:
 def orphaned_runs() -> list[str]:
     """With the database task backend: the runs waiting to be claimed (queued, or
     interrupted) that no task will ever run. A db_worker claims its tasks before their
-    runs claim themselves (a claim turn takes as many tasks as it has free slots); one
+    runs claim themselves (a claim turn takes as many tasks as it has free slots, up to
+    AGENTFORGE_CLAIM_PER_TURN); one
     killed in between leaves those tasks "running" and their runs queued, and nothing
     else would pick them up. A run is orphaned when it is older than a lease and none of
     its tasks is ready or was started within the last lease. Enqueued again, it still
@@ -97,7 +98,8 @@ def orphaned_runs() -> list[str]:
 
 
 def recover_at_start() -> list[str]:
-    """Embedded worker start: resume what a previous server process left behind."""
+    """Embedded worker start: resume what a previous server process left behind; the
+    runs of one that is gone (killed) at once, not once their leases expire."""
     ids = runs_to_recover_at_start()
     for run_id in ids:
         enqueue_run(run_id)

@@ -157,7 +157,8 @@ class RunWorker(db_worker.Worker):
 
     def _claim_loop(self) -> None:
         """django-tasks-db's loop (`Worker.run`: the same turns, stops and log lines),
-        but each turn claims as many ready tasks as there are free slots, with one query
+        but each turn claims as many ready tasks as there are free slots (at most
+        AGENTFORGE_CLAIM_PER_TURN, so that a burst is shared between workers), with one query
         and one UPDATE in one transaction, where django-tasks-db's takes one task a
         turn: its ORM query and its claim's save were about a sixth of a busy worker's
         CPU at 100 runs, paid again for every run of a burst
@@ -186,6 +187,11 @@ class RunWorker(db_worker.Worker):
                 continue
             if claimed is None:
                 return
+            if claimed and claimed >= settings.AGENTFORGE_CLAIM_PER_TURN:
+                # A full turn: more may be ready. Leave the other workers (woken by
+                # the same enqueues) their turn before this one claims again.
+                self._sleep(CLAIM_TURN_GAP)
+                continue
             # Until a task is enqueued (PostgreSQL), or the poll interval passes.
             if self.running and not claimed and self._idle_wait(wakeups):
                 self._gather_burst(wakeups, turn_started)
@@ -269,10 +275,11 @@ class RunWorker(db_worker.Worker):
             wakeups.drain()
 
     def _claimable(self) -> int:
-        """Tasks this turn may claim: the free slots, and no more than `--max-tasks`
-        leaves room for with those already running."""
+        """Tasks this turn may claim: the free slots, at most AGENTFORGE_CLAIM_PER_TURN
+        (a fair share of a burst: other workers take the rest), and no more than
+        `--max-tasks` leaves room for with those already running."""
         with self._count_lock:
-            room = self.concurrency - self._in_flight
+            room = min(self.concurrency - self._in_flight, settings.AGENTFORGE_CLAIM_PER_TURN)
             if self.max_tasks is not None:
                 room = min(room, self.max_tasks - self._run_tasks - self._in_flight)
         return max(room, 0)

@@ -33,7 +33,15 @@ from tools_app.engine import (
     UserMessage,
 )
 from tools_app.engine.conversation import ConversationError, parse_conversation, to_openai_messages
-from tools_app.models import ErrorPolicy, ModelEndpoint, Round, Run, ToolCall, ToolRegistration
+from tools_app.models import (
+    FINISHED_CALL_STATES,
+    ErrorPolicy,
+    ModelEndpoint,
+    Round,
+    Run,
+    ToolCall,
+    ToolRegistration,
+)
 from tools_app.runs.debugger.rerun import LIVE, RerunError, RerunMode, run_rerun
 from tools_app.runs.snapshot.frozen import (
     dump_messages,
@@ -51,7 +59,6 @@ from tools_app.runs.snapshot.model import (
 )
 from tools_app.runs.snapshot.parameters import ParameterError, check_parameters
 from tools_app.runs.snapshot.policy import PolicyOverrideError, checked_overrides
-from tools_app.runs.worker.runner import FINISHED_CALL_STATES
 
 
 class ForkError(ValueError):

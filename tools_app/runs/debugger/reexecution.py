@@ -32,9 +32,15 @@ from tools_app.engine.arguments import (
     schema_validator,
     validate_against_schema,
 )
-from tools_app.models import CallReexecution, ReexecutionState, Run, ToolCall, ToolRegistration
+from tools_app.models import (
+    REEXECUTABLE_CALL_STATES,
+    CallReexecution,
+    ReexecutionState,
+    Run,
+    ToolCall,
+    ToolRegistration,
+)
 from tools_app.runs.debugger.fork import ForkError, run_splice
-from tools_app.runs.debugger.reexecution_reads import REEXECUTABLE_STATES
 from tools_app.runs.debugger.run_files import unregistered_tool_code
 from tools_app.runs.snapshot.model import ToolSnapshot, snapshot_of
 from tools_app.runs.store.sanitize import clean_json, fit_column
@@ -78,7 +84,7 @@ def runnable_problem(run: Run, call: ToolCall) -> str | None:
 
 def check_runnable(run: Run, call: ToolCall, *, build: bool = True) -> ToolSnapshot:
     """The snapshot's tool if the call may be executed again; else ReexecutionError."""
-    if call.state not in REEXECUTABLE_STATES:
+    if call.state not in REEXECUTABLE_CALL_STATES:
         raise ReexecutionError("call_not_finished", f"The call is {call.state}: it can be "
                                "executed again once the run has executed it")
     tool = snapshot_tool(run, call)
@@ -176,7 +182,35 @@ def _label(user: User | None) -> str:
 
 def splice(*, run: Run, execution: CallReexecution, user: User | None) -> Run:
     """A new run continuing `run` with the re-execution's result in place of its call's
-    original result, from the next model call (`fork.run_splice`)."""
+    original result, from the next model call (`fork.run_splice`). Once per
+    re-execution: asked again (a retried request, a double click), it returns the run
+    the first splice made (`spliced_run`) instead of starting another."""
+    return splice_once(run=run, execution=execution, user=user)[0]
+
+
+def splice_once(*, run: Run, execution: CallReexecution,
+                user: User | None) -> tuple[Run, bool]:
+    """`splice`, and whether it made the run now (False: an earlier request did). The
+    re-execution's row lock makes two requests at once take turns."""
+    with transaction.atomic():
+        CallReexecution.objects.select_for_update().filter(pk=execution.pk).first()
+        earlier = spliced_run(run, execution, user)
+        if earlier is not None:
+            return earlier, False
+        return _splice_new(run=run, execution=execution, user=user), True
+
+
+def spliced_run(run: Run, execution: CallReexecution, user: User | None) -> Run | None:
+    """The run an earlier splice of `execution` by the same user made, if any (its
+    snapshot's splice section names the call and the re-execution's number)."""
+    owner = user.pk if user is not None and user.is_authenticated else None
+    return (Run.objects.filter(parent=run, created_by_id=owner,
+                               snapshot__splice__call=execution.tool_call_id,
+                               snapshot__splice__execution=execution.number)
+            .order_by("created_at").first())
+
+
+def _splice_new(*, run: Run, execution: CallReexecution, user: User | None) -> Run:
     if not execution.is_finished or execution.result_text is None:
         raise ReexecutionError("not_finished", f"Re-execution {execution.number} is "
                                f"{execution.state}: splice it once it has a result")

@@ -17,20 +17,15 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from tools_app.models import (
+    REEXECUTABLE_CALL_STATES,
     REEXECUTION_FINISHED,
     CallReexecution,
     ReexecutionState,
     Run,
     ToolCall,
-    ToolCallState,
 )
 from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store import prepared
-
-# The call states that mean the run's own execution of the call is over (or never
-# happened): only those may be executed again, so a re-execution never races the run's.
-REEXECUTABLE_STATES = frozenset(ToolCallState) - {ToolCallState.PROPOSED,
-                                                  ToolCallState.STARTED}
 
 FIELDS = ("pk", "tool_call_id", "number", "tool_name", "tool_kind", "tool_version_hash",
           "arguments", "approved", "state", "result_text", "is_error", "error_type",
@@ -52,7 +47,8 @@ def lane_adder(run: Run, indexes: Iterable[int] | None = None, *, call_pk: int |
     def add(call: dict[str, Any]) -> dict[str, Any]:
         original = (call["arguments"], call["result_text"])
         return call | {
-            "reexecutable": call["state"] in REEXECUTABLE_STATES and call["tool_name"] in tools,
+            "reexecutable": (call["state"] in REEXECUTABLE_CALL_STATES
+                             and call["tool_name"] in tools),
             "reexecutions": [execution_view(row, *original)
                              for row in by_call.get(call["pk"], [])],
         }

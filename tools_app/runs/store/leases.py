@@ -35,18 +35,46 @@ from tools_app.runs.store.rowsql import Add
 logger = logging.getLogger(__name__)
 
 __all__ = ["LeaseLost", "cancel_now", "cancel_requested", "claim", "claim_new_many",
-           "claim_other", "new_worker_id",
-           "reap_expired_runs", "release_this_process_runs", "renew",
+           "claim_other", "new_worker_id", "owner_is_gone",
+           "reap_expired_runs", "reap_runs_of_gone_processes", "release_this_process_runs", "renew",
            "runs_to_recover_at_start"]
 
 
+# Tells this process from an earlier one that had the same pid (a container's daphne
+# is often pid 1 at every start).
+_PROCESS_MARK = uuid.uuid4().hex[:8]
+
+
 def new_worker_id() -> str:
+    """`host:pid:mark-xxxxxxxx`: the host and pid say which process holds a lease (the
+    embedded server's start takes back those of a process that is gone), the mark which
+    life of that pid."""
     return f"{_this_process()}{uuid.uuid4().hex[:8]}"
 
 
 def _this_process() -> str:
     """The prefix of every worker id this process hands out."""
-    return f"{socket.gethostname()}:{os.getpid()}:"
+    return f"{socket.gethostname()}:{os.getpid()}:{_PROCESS_MARK}-"
+
+
+def owner_is_gone(owner: str) -> bool:
+    """Whether the lease owner `owner` (a worker id) was a process of this machine that
+    no longer exists. Anything unsure (another host, another id format, a pid that a
+    live process holds, even one of another user) counts as alive."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    pid, mark = int(parts[1]), parts[2].partition("-")[0]
+    if pid == os.getpid():
+        # This pid is ours: gone only if handed out by an earlier life of it.
+        return "-" in parts[2] and mark != _PROCESS_MARK
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists, owned by someone else
+        return False
+    return False
 
 
 def lease_duration() -> timedelta:
@@ -142,12 +170,27 @@ def reap_expired_runs() -> list[str]:
     """
     now = timezone.now()
     expired = Run.objects.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+    return _reap(list(expired.values_list("pk", flat=True)), lease_expires_at__lt=now)
+
+
+def reap_runs_of_gone_processes() -> list[str]:
+    """Running runs whose lease, expired or not, belongs to a process of this machine
+    that no longer exists (`owner_is_gone`: a kill -9 of the embedded server): re-queued
+    (bounded) or failed as the reaper would, without waiting out their leases. A run
+    held by a live process is left alone. Returns the ids to (re-)enqueue."""
+    held = Run.objects.filter(status=RunStatus.RUNNING).values_list("pk", "lease_owner")
+    gone = [pk for pk, owner in held if owner and owner_is_gone(owner)]
+    return _reap(gone)
+
+
+def _reap(run_ids: Sequence[uuid.UUID | str], **still: object) -> list[str]:
+    """Interrupt or fail each run still running (and matching `still`, under its row
+    lock); the ids to re-enqueue."""
     to_enqueue: list[str] = []
-    for run_id in expired.values_list("pk", flat=True):
+    for run_id in run_ids:
         with transaction.atomic():
             run = Run.objects.select_for_update().filter(
-                pk=run_id, status=RunStatus.RUNNING, lease_expires_at__lt=now
-            ).first()
+                pk=run_id, status=RunStatus.RUNNING, **still).first()
             if run is None:
                 continue
             if _interrupt_or_fail(run):
@@ -181,7 +224,9 @@ def _mark_interrupted(run: Run, message: str, *, lost_worker: bool,
 
 
 def runs_to_recover_at_start() -> list[str]:
-    """For the in-process backend: runs a previous server process left behind."""
-    ids = reap_expired_runs()
+    """For the in-process backend: runs a previous server process left behind (those
+    of a process that is gone at once, not once their leases expire)."""
+    ids = reap_runs_of_gone_processes()
+    ids += [run_id for run_id in reap_expired_runs() if run_id not in ids]
     pending = Run.objects.filter(status__in=CLAIMABLE)  # a claim ends a cancelled one
     return ids + [str(pk) for pk in pending.values_list("pk", flat=True) if str(pk) not in ids]

@@ -133,6 +133,9 @@ class RunRecorder:
         # (when, cancel_requested) as the last batch's own UPDATE read it: the heartbeat
         # needs no query of its own while the run writes.
         self.cancel_seen: tuple[float, bool] | None = None
+        # Called when a call's durable start commits on a run whose cancel is requested
+        # (the runner records why the chat stops); the call is then not started.
+        self.on_cancel: Callable[[], None] | None = None
 
     async def __call__(self, event: Any) -> None:
         if isinstance(event, RoundStarted) and self.before_round is not None:
@@ -161,6 +164,7 @@ class RunRecorder:
             self._write_now()
             # Shielded: a cancelled run stops waiting, the batch is still written.
             await asyncio.shield(waiter)
+            self._stop_if_cancelled()
         elif event.kind == self._request_kind:
             # The model is about to be asked: what it is told (the round's results, the
             # round's start and this request) is written while it answers. Crash
@@ -170,6 +174,15 @@ class RunRecorder:
             self._write_now()
         else:
             self._write_soon()
+
+    def _stop_if_cancelled(self) -> None:
+        """After a call's start committed: if that commit read the run's cancel as
+        requested, stop the chat here, before the tool starts, rather than at the
+        heartbeat's next poll (a round's later calls would start meanwhile)."""
+        if self.on_cancel is None or self.cancel_seen is None or not self.cancel_seen[1]:
+            return
+        self.on_cancel()
+        raise asyncio.CancelledError("The run was cancelled")
 
     def _must_be_durable(self, event: Any) -> bool:
         """Whether the engine waits for this event's commit: a call's start on a tool

@@ -31,7 +31,15 @@ from tools_app.engine import (
     UserMessage,
 )
 from tools_app.engine.providers.adapter import WireChatModel
-from tools_app.models import TERMINAL_STATUSES, Round, Run, RunStatus, ToolCall, ToolCallState
+from tools_app.models import (
+    FINISHED_CALL_STATES,
+    IN_DOUBT_CALL_STATES,
+    TERMINAL_STATUSES,
+    Round,
+    Run,
+    RunStatus,
+    ToolCall,
+)
 from tools_app.runs.loops.loop_groups import LoopGroups
 from tools_app.runs.snapshot.engine import engine_for_snapshot
 from tools_app.runs.snapshot.model import PolicySnapshot, snapshot_of
@@ -58,16 +66,6 @@ logger = logging.getLogger(__name__)
 # Set by the worker's SIGTERM handler: finish the current step, then hand the run back.
 shutdown_requested = threading.Event()
 
-FINISHED_CALL_STATES = frozenset(
-    {ToolCallState.SUCCEEDED, ToolCallState.ARGUMENTS_ERROR, ToolCallState.EXECUTION_ERROR,
-     ToolCallState.HALLUCINATED, ToolCallState.TIMED_OUT, ToolCallState.REJECTED,
-     ToolCallState.UNKNOWN_OUTCOME}
-)
-
-
-# A call that started and never finished may have had its effect: a cancelled call too,
-# since a sync tool keeps running in its thread after its task is cancelled.
-IN_DOUBT_STATES = frozenset({ToolCallState.STARTED, ToolCallState.CANCELLED})
 
 
 class WorkerShutdown(Exception):
@@ -78,6 +76,11 @@ class _Stop:
     """Why the heartbeat stopped the chat task, if it did."""
 
     reason: str | None = None
+
+    def cancelled(self) -> None:
+        """The recorder saw the cancel first (a call's start committed after it)."""
+        if self.reason is None:
+            self.reason = "cancelled"
 
 
 async def execute_run(run_id: str) -> str | None:
@@ -251,6 +254,7 @@ async def _drive(claimed: _Claimed, streamed: dict[int, str],
         engine.service.call_gate = after_drain(recorder, hooks.call_gate)
         engine.service.before_model_call = after_drain(recorder, hooks.before_model_call)
     stop = _Stop()
+    recorder.on_cancel = stop.cancelled
     chat = asyncio.ensure_future(_chat_recorded(
         engine.service.chat(engine.model, messages, snapshot.request_parameters(),
                             observers=[recorder], resume=resume), recorder))
@@ -488,7 +492,7 @@ def _pending(
             for c in calls if _finished(c)}
     in_doubt = frozenset(
         _request_of(c, requests)[0] for c in calls
-        if c.state in IN_DOUBT_STATES and _request_of(c, requests)[1] not in idempotent
+        if c.state in IN_DOUBT_CALL_STATES and _request_of(c, requests)[1] not in idempotent
     )
     return ResumeState(round_index=round_.index, round_trips_done=round_trips,
                        pending_response=response, completed_results=done,

@@ -5,7 +5,8 @@ in a run's detail).
 POST /api/runs/<id>/calls/<call>/execute      {"arguments": {...}, "approve"?: true}
      -> 202 {"id", "number", "state", "url"}: the re-execution runs in a worker; poll url
 GET  /api/runs/<id>/calls/<call>/executions/<n>           one re-execution
-POST /api/runs/<id>/calls/<call>/executions/<n>/splice    -> 201 the new run
+POST /api/runs/<id>/calls/<call>/executions/<n>/splice    -> 201 the new run (200: the run
+                                                               an earlier identical splice made)
 
 Refusals: 404 for a run the user may not see (or no such call); 400 for arguments that
 do not fit the tool's schema (`problems` by JSON pointer) or a missing approval; 409 for
@@ -70,18 +71,19 @@ def get_execution(request: HttpRequest, run_id: uuid.UUID, call_id: int,
 
 
 @router.post(f"{CALL}/executions/{{int:number}}/splice", url_name="api_call_splice",
-             response=answers({201: Created}, 404, 409),
+             response=answers({200: Created, 201: Created}, 404, 409),
              summary="A new run with this re-execution's result spliced in")
 def splice_execution(request: HttpRequest, run_id: uuid.UUID, call_id: int,
                      number: int) -> JsonResponse:
     run, found = _execution(request, run_id, call_id, number)
     try:
-        new = reexecution.splice(run=run, execution=found, user=request.user)
+        new, made = reexecution.splice_once(run=run, execution=found, user=request.user)
     except reexecution.ReexecutionError as exc:
         raise _refused(exc) from exc
+    # A repeated request (a client's retry) gets the run the first one made: 200.
     return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
                          "splice": _spliced(new), "url": f"/runs/{new.pk}/"},
-                        status=201)
+                        status=201 if made else 200)
 
 
 def _execution(request: HttpRequest, run_id: uuid.UUID, call_id: int,
