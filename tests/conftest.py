@@ -49,7 +49,7 @@ def _tasks_never_run_behind_a_tests_back(settings: pytest.FixtureRequest) -> Non
     configured embedded backend, the in-process worker thread would then claim the run
     at once, racing a test that claims or executes it itself, and keep executing it
     after the test ended. So every test enqueues into a backend that never executes;
-    a test of a real backend sets settings.TASKS itself (tests/runs/
+    a test of a real backend sets settings.TASKS itself (tests/runs/loops/
     test_inprocess_backend.py, the scale-out harness)."""
     settings.TASKS = NEVER_EXECUTES  # type: ignore[attr-defined]
 

@@ -4,18 +4,16 @@ of waiting for its lease to expire. A real daphne process on a fresh SQLite data
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.server_support import ROOT, TIMEOUT, environment, free_port
+
 DAPHNE = str(Path(sys.executable).with_name("daphne"))
-TIMEOUT = 30.0  # an upper bound for each wait, never a measured duration
 
 CREATE_RUN = """
 from tools_app.runs import services
@@ -34,25 +32,11 @@ print("RUN", run.pk.hex)
 """
 
 
-def environment(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("AGENTFORGE_EMBEDDED_WORKER", "REDIS_URL", "TASK_BACKEND",
-                        "DATABASE_URL")}
-    return env | {"DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}", "DATA_DIR": str(tmp),
-                  "DJANGO_SETTINGS_MODULE": "agentforge_web.settings", "LOG_LEVEL": "WARNING"}
-
-
 def manage(env: dict[str, str], *args: str) -> str:
     done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def start_daphne(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

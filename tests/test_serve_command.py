@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.test_embedded_restart import ROOT, TIMEOUT, environment, free_port
+from tests.server_support import ROOT, TIMEOUT, environment, free_port
 
 BACKLOG = 1024
 

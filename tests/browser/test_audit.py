@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from .checks import HALLUCINATED_NAME, INJECTED, Watch
 from .support import Server, start_run, wait_round, wait_status
-from .test_security import HALLUCINATED_NAME, INJECTED, Watch
 from .world import LONG_ENDPOINT, XSS_ENDPOINT, XSS_POLICY
 from .xss_tools import ALL_PAYLOADS
 

@@ -4,12 +4,12 @@ run as a fixture, rerunning it with replay modes, and comparing it with its pare
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .checks import SCREENSHOTS, no_dialogs, screenshot_path
 from .support import (
     RUN_URL,
     Server,
@@ -23,7 +23,6 @@ from .world import SLOW_ENDPOINT, TAMPERED_RESULT
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
 WEATHER = "Scripted: weather in parallel"
-SCREENSHOTS = os.environ.get("AGENTFORGE_SCREENSHOTS") == "1"
 HOSTILE = "<img src=x onerror=alert(1)>"
 CONVERSATION = [
     {"role": "system", "content": "Be brief."},
@@ -34,24 +33,6 @@ CONVERSATION = [
     {"role": "tool", "tool_call_id": "earlier-1", "content": f"Paris: 18 C {HOSTILE}"},
     {"role": "user", "content": "Now Hangzhou and London, please."},
 ]
-
-
-def screenshot_path(server: Server, name: str) -> str:
-    folder = server.root / "docs" / "screenshots"
-    folder.mkdir(parents=True, exist_ok=True)
-    return str(folder / name)
-
-
-def no_dialogs(page: Any) -> list[str]:
-    """Every JavaScript dialog the page opens (an executed payload would open one)."""
-    opened: list[str] = []
-
-    async def dismiss(dialog: Any) -> None:
-        opened.append(dialog.message)
-        await dialog.dismiss()
-
-    page.on("dialog", dismiss)
-    return opened
 
 
 async def run_weather(page: Any) -> str:

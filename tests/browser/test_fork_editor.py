@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
+from .checks import Problems, screenshot_path
 from .support import Server, start_run, wait_status
-from .test_live_timeline import screenshot_path
-from .test_tryit import Problems
 from .world import FORK_ENDPOINT
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]

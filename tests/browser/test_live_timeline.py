@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
 
+from .checks import SCREENSHOTS, screenshot_path
 from .support import (
     CLOSE_SOCKET_JS,
     Server,
@@ -29,13 +29,6 @@ from .world import SLOW_ENDPOINT, SLOW_ROUNDS, watched_endpoint
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
 FAILING_AND_SLOW = "Scripted: failing + slow tools"
-SCREENSHOTS = os.environ.get("AGENTFORGE_SCREENSHOTS") == "1"
-
-
-def screenshot_path(server: Server, name: str) -> str:
-    folder = server.root / "docs" / "screenshots"
-    folder.mkdir(parents=True, exist_ok=True)
-    return str(folder / name)
 
 
 async def test_a_run_streams_live_and_ends_equal_to_a_reload(

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from .checks import Problems
 from .support import Server, assert_equals_reload, start_run, wait_status
-from .test_tryit import Problems, control, run_and_wait
+from .tool_forms import control, run_and_wait
 from .world import MCP_ENDPOINT, MCP_TOOLS
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from .checks import no_dialogs, screenshot_path
 from .support import RUN_URL, Server, fill_playground, start_run, submit_run, wait_status
-from .test_debugloop import no_dialogs, screenshot_path
 from .world import APPROVAL_ENDPOINT
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
@@ -149,7 +149,7 @@ async def test_re_executing_a_tool_that_requires_approval_is_the_person_s_approv
         json.dumps({"to": "ann@example.com", "subject": "Again"}))
     await page.locator(f"#reexec-{call} button.reexec-run").click()
     # Not checked: the browser does not send the form (the box is required; the server
-    # refuses such a request too: tests/runs/test_reexecution_kinds.py).
+    # refuses such a request too: tests/runs/debugger/test_reexecution_kinds.py).
     assert await approve.evaluate("box => box.validity.valueMissing") is True
 
     await approve.check()

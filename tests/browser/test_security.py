@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
+from .checks import HALLUCINATED_NAME, INJECTED, Watch
 from .support import (
     CLOSE_SOCKET_JS,
     Server,
@@ -25,51 +24,6 @@ from .world import SLOW_ENDPOINT, XSS_ENDPOINT, XSS_FAILING_ENDPOINT, XSS_POLICY
 from .xss_tools import ALL_PAYLOADS, PAYLOADS
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
-
-HALLUCINATED_NAME = "<img src=x onerror=alert(1)>"
-# Every URL the app's pages may load: its own pages, static files and run sockets.
-ALLOWED_PATH = re.compile(
-    r"^/(|playground/|accounts/login/|favicon\.ico|static/[\w./-]+"
-    r"|runs/[0-9a-f-]{36}/|ws/runs/[0-9a-f-]{36}/)$"
-)
-# Elements a payload would create if it were parsed as markup anywhere on the page.
-INJECTED = ("img, script:not([src]), [hx-get], [hx-post], [hx-trigger], [onerror], "
-            "a[href^='javascript'], iframe, object, embed")
-
-
-class Watch:
-    """Everything the page does that a payload could cause."""
-
-    def __init__(self, page: Any, server: Server) -> None:
-        self.origin = server.base_url
-        self.ws_origin = server.ws_base
-        self.dialogs: list[str] = []
-        self.urls: list[str] = []
-        self.console: list[str] = []
-        page.on("dialog", self.on_dialog)
-        page.on("request", lambda request: self.urls.append(request.url))
-        page.on("websocket", lambda socket: self.urls.append(socket.url))
-        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
-        page.on("pageerror", lambda error: self.console.append(f"pageerror: {error}"))
-
-    async def on_dialog(self, dialog: Any) -> None:
-        self.dialogs.append(dialog.message)
-        await dialog.dismiss()
-
-    def unexpected_urls(self) -> list[str]:
-        bad = []
-        for url in self.urls:
-            parts = urlsplit(url)
-            origin = f"{parts.scheme}://{parts.netloc}"
-            if origin not in (self.origin, self.ws_origin) or not ALLOWED_PATH.match(parts.path):
-                bad.append(url)
-        return bad
-
-    def assert_clean(self) -> None:
-        assert self.dialogs == []
-        assert self.unexpected_urls() == []
-        assert not [m for m in self.console if "Content Security Policy" in m]
-        assert not [m for m in self.console if m.startswith("pageerror")]
 
 
 async def assert_payloads_are_text(page: Any) -> None:

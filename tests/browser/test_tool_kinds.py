@@ -12,9 +12,9 @@ import pytest
 
 from tests.runs.support import http_server, json_service
 
+from .checks import INJECTED, SCREENSHOTS, Watch, screenshot_path
 from .support import Server, fill_playground, submit_run, wait_status
-from .test_live_timeline import SCREENSHOTS, screenshot_path
-from .test_security import INJECTED, Watch
+from .tool_forms import import_tools
 from .world import KINDS_ENDPOINT, KINDS_TOOLS
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
@@ -46,16 +46,6 @@ def definitions(lookup_url: str) -> tuple[list[dict[str, Any]], list[dict[str, A
                 "type": "object", "properties": {}},
              "x-agentforge-config": {"url": "http://169.254.169.254/latest/meta-data/"}}]
     return mock, http
-
-
-async def import_tools(page: Any, tools: list[dict[str, Any]], kind: str,
-                       config: str = "{}") -> None:
-    await page.goto("/admin/tools_app/toolregistration/import/")
-    await page.fill("textarea[name=definitions]", json.dumps(tools))
-    await page.select_option("select[name=kind]", value=kind)
-    await page.fill("textarea[name=config]", config)
-    await page.click("#import-form input[type=submit]")
-    await page.wait_for_selector("ul.messagelist li.success")
 
 
 async def test_mock_and_http_tools_run_from_the_playground(

@@ -14,9 +14,9 @@ import pytest
 
 from tests.runs.support import http_server, json_service
 
+from .checks import SCREENSHOTS, Problems, screenshot_path
 from .support import Server
-from .test_live_timeline import SCREENSHOTS, screenshot_path
-from .test_tool_kinds import import_tools
+from .tool_forms import control, field, import_tools, run_and_wait
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
@@ -47,38 +47,8 @@ def records_url() -> Iterator[str]:
         yield url
 
 
-class Problems:
-    """Dialogs, page errors and CSP reports: what markup run as code would cause."""
-
-    def __init__(self, page: Any) -> None:
-        self.seen: list[str] = []
-        page.on("dialog", self._dialog)
-        page.on("pageerror", lambda error: self.seen.append(f"pageerror: {error}"))
-        page.on("console", lambda m: self.seen.append(m.text)
-                if "Content Security Policy" in m.text else None)
-
-    async def _dialog(self, dialog: Any) -> None:
-        self.seen.append(f"dialog: {dialog.message}")
-        await dialog.dismiss()
-
-
-def field(page: Any, pointer: str) -> Any:
-    return page.locator(f'#tryit-fields .tf[data-pointer="{pointer}"]')
-
-
-def control(page: Any, pointer: str) -> Any:
-    return field(page, pointer).locator(":scope > input, :scope > select").first
-
-
 async def arguments(page: Any) -> Any:
     return json.loads(await page.input_value("#tryit-json"))
-
-
-async def run_and_wait(page: Any, status: str = "succeeded") -> str:
-    await page.click("#tryit-submit")
-    run = page.locator(f'#tryit-run[data-status="{status}"]')
-    await run.wait_for()
-    return str(await run.get_attribute("data-run"))
 
 
 async def test_a_mock_tool_is_tried_from_its_form(open_page: Any, server: Server) -> None:

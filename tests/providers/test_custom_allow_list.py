@@ -12,8 +12,8 @@ from tools_app.engine import ChatRequest, ChatRequestParameters, UserMessage
 from tools_app.engine.providers.gemini import GeminiChatModel
 from tools_app.engine.providers.request_limits import CUSTOM_KEYS, request_problems
 
+from .bodies import WEATHER, anthropic_body, openai_body
 from .support import Replay, json_response, validate_gemini_body
-from .test_request_bodies import WEATHER, anthropic_body, openai_body
 from .wire import gemini_response
 
 HOSTILE = {"model": "expensive-model-xl", "messages": [{"role": "user", "content": "x"}],

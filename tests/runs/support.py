@@ -28,6 +28,7 @@ from tools_app.models import (
 )
 from tools_app.runs import tasks
 from tools_app.runs.services import conversation, run_create
+from tools_app.tools.registry import compute_version_hash
 
 
 def start(
@@ -41,9 +42,11 @@ def start(
                       messages=conversation(user_message=text), **kwargs)
 
 
-def execute(run: Run) -> str | None:
+def execute(run: Run | str) -> str | None:
     """The execute_run task's body in a fresh event loop, as a worker calls it (a run
-    handed back is enqueued again); refreshes `run`."""
+    handed back is enqueued again); refreshes `run` when given the row (not its id)."""
+    if not isinstance(run, Run):
+        return async_to_sync(tasks.execute_run.acall)(str(run))
     status = async_to_sync(tasks.execute_run.acall)(str(run.pk))
     run.refresh_from_db()
     return status
@@ -189,3 +192,88 @@ def fake_llm_server(scripts: dict[str, Any]) -> Iterator[BackgroundServer]:
         yield server
     finally:
         server.stop()
+
+
+CANARY = "tok-canary-5d1e9a7c3b2f4860"
+
+
+CITY_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}},
+               "required": ["city"], "additionalProperties": False}
+
+
+def registration(name: str, kind: str, config: dict[str, Any],
+                 schema: dict[str, Any] | None = None) -> ToolRegistration:
+    tool = ToolRegistration(name=name, kind=kind, config=config,
+                            json_schema=schema or CITY_SCHEMA, description=f"{kind} tool")
+    tool.version_hash = compute_version_hash(tool)
+    tool.save()
+    return tool
+
+
+def calling(tool: str, *arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    """A script that calls `tool` once per arguments object, then reports the results."""
+    return [*({"tool_calls": [{"name": tool, "arguments": a}]} for a in arguments),
+            {"text": "model saw: {last_result}"}]
+
+
+# Answers with the request's path and headers (the credential included), as a careless or
+# hostile service might.
+EchoHeaders = json_service(lambda request: (
+    403 if request.path.startswith("/deny") else 200,
+    {"path": request.path, "headers": dict(request.headers)}))
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """Answers with `answer()`; logs nothing."""
+
+    def answer(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class EchoingModel(QuietHandler):
+    """A hostile model that answers 200: its tool call's arguments and its final text
+    carry the credentials it was sent, streamed or not."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        echo = f"{self.headers.get('authorization', '')} {self.headers.get('x-api-key', '')}"
+        answered = any(m.get("role") == "tool" for m in request["messages"])
+        message: dict[str, Any] = (
+            {"role": "assistant", "content": f"done, your keys: {echo}"} if answered else
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_1", "type": "function", "function": {
+                    "name": "calculator", "arguments": json.dumps({"expression": echo})}}]})
+        finish = "stop" if answered else "tool_calls"
+        if request.get("stream"):
+            self._stream(message, finish)
+        else:
+            self.answer(200, "application/json", json.dumps({
+                "id": "c1", "object": "chat.completion", "model": "fake-model",
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            }).encode())
+
+    def _stream(self, message: dict[str, Any], finish: str) -> None:
+        # In pieces of 5 characters, so every secret is split across fragments.
+        deltas: list[dict[str, Any]] = []
+        if message["content"]:
+            deltas += [{"content": message["content"][i:i + 5]}
+                       for i in range(0, len(message["content"]), 5)]
+        for call in message.get("tool_calls") or ():
+            arguments = call["function"]["arguments"]
+            deltas.append({"tool_calls": [{"index": 0, "id": call["id"], "type": "function",
+                                           "function": {"name": call["function"]["name"],
+                                                        "arguments": ""}}]})
+            deltas += [{"tool_calls": [{"index": 0, "function": {"arguments": arguments[i:i + 5]}}]}
+                       for i in range(0, len(arguments), 5)]
+        chunks = [*({"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas),
+                  {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
+        body = "".join(f"data: {json.dumps({'id': 'c1', 'object': 'chat.completion.chunk', 'model': 'fake-model', **chunk})}\n\n"  # noqa: E501
+                       for chunk in chunks) + "data: [DONE]\n\n"
+        self.answer(200, "text/event-stream", body.encode())

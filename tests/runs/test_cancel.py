@@ -7,12 +7,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolRegistration
-from tools_app.runs import sweeps
-from tools_app.runs.services import run_cancel
-from tools_app.runs.store.leases import reap_expired_runs
-
-from .support import (
+from tests.runs.support import (
     assert_seqs_gapless,
     calls,
     events,
@@ -22,7 +17,11 @@ from .support import (
     start,
     statuses,
 )
-from .tools_for_tests import STATE, SimulatedCrash
+from tests.runs.tools_for_tests import STATE, SimulatedCrash
+from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolRegistration
+from tools_app.runs import sweeps
+from tools_app.runs.services import run_cancel
+from tools_app.runs.store.leases import reap_expired_runs
 
 pytestmark = pytest.mark.both
 

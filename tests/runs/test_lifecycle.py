@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
+from tests.runs.support import assert_seqs_gapless, calls, events, execute, kinds, rounds, start
 from tools_app.models import ErrorPolicy, RunEvent, RunStatus, ToolRegistration
 from tools_app.tools.example_tools import get_weather
-
-from .support import assert_seqs_gapless, calls, events, execute, kinds, rounds, start
 
 pytestmark = pytest.mark.both
 

@@ -11,11 +11,10 @@ import pytest
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult, get_date_max
 
+from tests.runs.support import start
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolRegistration
 from tools_app.runs import sweeps
 from tools_app.runs.tasks import execute_run
-
-from .support import start
 
 pytestmark = [pytest.mark.django_db, pytest.mark.both]
 
@@ -95,7 +94,7 @@ def test_an_orphan_enqueued_twice_still_runs_once(
 ) -> None:
     """Enqueued again while its first task is alive after all (a slow worker), the run's
     own claim lets one task through; the other ends without running it."""
-    from .support import execute
+    from tests.runs.support import execute
 
     run = queued(make_endpoint, tools, policy, age_s=3 * LEASE)
     assert execute(run) == "succeeded"

@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import AbstractUser
 
+from tests.runs.support import calls, execute
 from tools_app.engine import ChatRequestParameters
 from tools_app.engine.errors import ERROR_TEXT_LIMIT
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunStatus, ToolRegistration
 from tools_app.runs.debugger.fork import ForkConfig, ForkError, run_fork
 from tools_app.runs.services import RunRequestError, conversation, run_create
-
-from .support import calls, execute
 
 pytestmark = pytest.mark.both
 

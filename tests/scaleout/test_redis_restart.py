@@ -24,7 +24,7 @@ from tools_app.fake_llm import BackgroundServer
 from tools_app.models import ErrorPolicy, Run, ToolRegistration
 
 from .conftest import WorkerPool, fake_endpoint, start_run
-from .test_live_events import (
+from .sockets import (
     ORIGIN,
     RECEIVE_TIMEOUT,
     last_seq,

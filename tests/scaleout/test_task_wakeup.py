@@ -1,6 +1,6 @@
 """A task's enqueue wakes the db_workers listening on PostgreSQL (runs/loops/task_wakeup.py):
 at its commit, never before and never for a rolled-back one (the SQLite fallback:
-tests/runs/test_task_wakeup.py; a real worker woken: test_worker_wakeup.py)."""
+tests/runs/loops/test_task_wakeup.py; a real worker woken: test_worker_wakeup.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from tools_app.live.notify import group_name
 from tools_app.models import Run
 from tools_app.runs.store.eventlog import notify
 
-from .test_live_events import open_socket
+from .sockets import open_socket
 
 pytestmark = pytest.mark.scaleout
 

@@ -10,11 +10,11 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
 from django.utils import timezone
 
+from tests.web.support import Api, start_run
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs import tasks
 from tools_app.runs.worker.runner import execute_run
-
-from .support import start_run
+from tools_app.web.api.tokens import create_token
 
 
 @pytest.fixture(autouse=True)
@@ -56,3 +56,22 @@ def waiting(bob: AbstractUser, weather_endpoint: ModelEndpoint,
                     policy)
     assert async_to_sync(execute_run)(str(run.pk)) == "waiting"
     return run
+
+
+@pytest.fixture
+def bob_api(bob: AbstractUser) -> Api:
+    return Api(create_token(bob, "ci")[1])
+
+
+@pytest.fixture
+def charlie_api(charlie: AbstractUser) -> Api:
+    return Api(create_token(charlie, "ci")[1])
+
+
+@pytest.fixture
+def body(weather_endpoint: ModelEndpoint, demo_tools: dict[str, ToolRegistration],
+         policy: ErrorPolicy) -> dict[str, Any]:
+    """A run request of the JSON API: the weather endpoint and tool, a system message."""
+    return {"endpoint": "weather", "tools": ["get_weather"],
+            "messages": [{"role": "system", "content": "Be brief."},
+                         {"role": "user", "content": "Weather in Hangzhou and Paris?"}]}

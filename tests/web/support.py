@@ -1,10 +1,14 @@
-"""Helpers of the web-layer tests: starting a run, and a small HTML tree parser."""
+"""Helpers of the web-layer tests: starting a run, a small HTML tree parser, the JSON API
+client and its error shape, the playground form."""
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from typing import Any
+
+from django.test import Client
 
 from tools_app.engine import ChatRequestParameters
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
@@ -183,3 +187,45 @@ def assert_inert(html: str, *, scripts: int) -> None:
         if element is not None and element.tag == "title":
             continue  # RCDATA in <head>: never parsed as markup, never seen by htmx
         assert inside_hx_disable(element), f"outside hx-disable: {text[:80]!r}"
+
+
+# -- the JSON API ----------------------------------------------------------------------
+
+MISSING_RUN = "00000000-0000-0000-0000-000000000000"
+
+
+class Api:
+    """A client that speaks JSON with a bearer token, with CSRF checks on."""
+
+    def __init__(self, token: str | None) -> None:
+        self.client = Client(enforce_csrf_checks=True)
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def post(self, path: str, body: Any, **headers: str) -> Any:
+        data = body if isinstance(body, (str, bytes)) else json.dumps(body)
+        return self.client.post(path, data, content_type="application/json",
+                                headers=self.headers | headers)
+
+    def get(self, path: str, **headers: str) -> Any:
+        return self.client.get(path, headers=self.headers | headers)
+
+
+def error_of(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    error = response.json()["error"]
+    assert error["code"]
+    assert error["message"]
+    return error  # type: ignore[no-any-return]
+
+
+# -- the playground --------------------------------------------------------------------
+
+
+def playground_post(endpoint: ModelEndpoint, policy: ErrorPolicy, tools: list[ToolRegistration],
+                    **fields: Any) -> dict[str, Any]:
+    data = {"endpoint": str(endpoint.pk), "policy": str(policy.pk),
+            "tools": [str(t.pk) for t in tools], "system_prompt": "Be brief.",
+            "user_message": "Weather in Paris?", "tool_choice": "auto",
+            "tool_choice_name": "", "parallel": "on", "max_round_trips": ""}
+    return data | fields

@@ -13,13 +13,11 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from tests.runs.support import http_server, stored_strings
-from tests.runs.test_secrets import EchoingModel
+from tests.runs.support import EchoingModel, http_server, stored_strings
+from tests.web.support import start_run
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs import tasks
 from tools_app.web.api.tokens import create_token
-
-from .support import start_run
 
 pytestmark = pytest.mark.django_db
 

@@ -13,10 +13,9 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
+from tests.web.support import Api
 from tools_app.models import Run
 from tools_app.web.api.tokens import create_token
-
-from .test_api import Api
 
 pytestmark = pytest.mark.django_db
 

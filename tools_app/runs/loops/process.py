@@ -24,7 +24,7 @@ def preload_for_runs() -> None:
     `freeze_startup_objects`, so what this builds is frozen with the rest."""
     from channels.layers import get_channel_layer
 
-    from tools_app.engine.providers.clients import default_ssl_context
+    from tools_app.engine.providers.http.clients import default_ssl_context
     from tools_app.engine.providers.registry import PROVIDERS, chat_model_class
 
     for kind in PROVIDERS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from tools_app.engine.providers.clients import SharedHttpClients
+from tools_app.engine.providers.http.clients import SharedHttpClients
 from tools_app.runs.loops import task_backend
 
 logger = logging.getLogger(__name__)

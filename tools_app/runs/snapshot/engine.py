@@ -34,7 +34,7 @@ from tools_app.engine.errors import (
     format_error_template,
 )
 from tools_app.engine.execution import ToolExecutor
-from tools_app.engine.providers.endpoint import EndpointSettings, attempt_timeouts
+from tools_app.engine.providers.http.endpoint import EndpointSettings, attempt_timeouts
 from tools_app.engine.providers.recorded import (
     RecordedChatModel,
     RecordedRound,

@@ -29,7 +29,7 @@ from tools_app.engine import (
     ToolSpecification,
 )
 from tools_app.engine.outbound import OutboundPolicy
-from tools_app.engine.providers.clients import SharedHttpClients
+from tools_app.engine.providers.http.clients import SharedHttpClients
 from tools_app.engine.sources import HttpConfig, HttpToolExecutor, MockConfig, MockToolExecutor
 from tools_app.runs.snapshot.mcp import mcp_executor
 from tools_app.runs.snapshot.model import ToolSnapshot

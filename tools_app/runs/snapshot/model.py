@@ -52,7 +52,7 @@ class EndpointSnapshot(Section):
     extra_headers: dict[str, str] = Field(default_factory=dict)
     proxy_url: str = ""
     script: Any = None
-    # Per model-call attempt (engine/providers/endpoint.py, attempt_timeouts); a snapshot
+    # Per model-call attempt (engine/providers/http/endpoint.py, attempt_timeouts); a snapshot
     # frozen before the field existed takes the default.
     timeout_seconds: float = 120.0
 

@@ -1,0 +1,138 @@
+"""The tool-call log page (`/calls/`): the API's filters in the URL and the form, htmx
+updates that push only the filters in use, keyset pages, rows that open the run's
+timeline at the call's lane, downloads, and each user's own calls only."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+from django.test import Client
+
+from tests.web import audit_world
+from tests.web.support import PAYLOAD, Tree, assert_inert
+from tools_app.models import ToolCall
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world(alice: AbstractUser, bob: AbstractUser, charlie: AbstractUser) -> dict[str, Any]:
+    return audit_world.build({"bob": bob, "charlie": charlie})
+
+
+def shown(world: dict[str, Any], response: Any) -> list[str]:
+    ids = re.findall(r'<tr id="call-row-(\d+)"', response.content.decode())
+    return audit_world.labels(world, [int(i) for i in ids])
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("", ["c4", "c3", "c2", "c1", "b3", "b2", "b1", "a3", "a2", "a1"]),
+    ("?state=timeout", ["b1"]),
+    ("?state=&tool=&handler=&min_ms=&q=", ["c4", "c3", "c2", "c1", "b3", "b2", "b1", "a3",
+                                           "a2", "a1"]),  # empty fields: no filter
+    ("?tool=get_weather&min_ms=30&max_ms=200", ["c1", "b2", "a2"]),
+    ("?handler=execution_error_to_model&status=failed", ["b2", "b1"]),
+    ("?user=charlie&state=in_progress", ["c2"]),
+    ("?endpoint=beta&q=ghost", ["b3"]),
+    # The form's datetime-local values: no zone, read in the server's (UTC).
+    ("?since=2026-11-30T12:00", ["c4", "c3", "c2", "c1", "b3", "b2", "b1"]),
+    ("?since=2026-11-30T12:00&until=2026-11-30T13:00", ["b3", "b2", "b1"]),
+])
+def test_the_page_filters_like_the_api(alice_client: Client, world: dict[str, Any],
+                                       query: str, expected: list[str]) -> None:
+    response = alice_client.get(f"/calls/{query}")
+    assert response.status_code == 200
+    assert shown(world, response) == expected
+
+
+def test_each_row_opens_the_timeline_at_the_calls_lane(alice_client: Client,
+                                                       world: dict[str, Any]) -> None:
+    html = alice_client.get("/calls/?state=timeout").content.decode()
+    run, call = world["b"], world["b1"]
+    assert f'href="/runs/{run.pk}/#call-{call.pk}" class="call-link"' in html
+    # The lane's anchor on the timeline is that id.
+    timeline = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    assert f'id="call-{call.pk}"' in timeline
+
+
+def test_the_filters_stay_in_the_form_the_export_links_and_the_pushed_url(
+    alice_client: Client, world: dict[str, Any],
+) -> None:
+    html = alice_client.get("/calls/?state=timeout&min_ms=5").content.decode()
+    assert '<option value="timeout" selected>' in html
+    assert 'name="min_ms" inputmode="decimal" value="5"' in html
+    assert 'href="/calls/export.csv?state=timeout&amp;min_ms=5"' in html
+    assert "<option>execution_error_to_model</option>" in html  # handlers seen
+    response = alice_client.get("/calls/?state=timeout&tool=&q=", headers={"HX-Request": "true"})
+    assert response["HX-Push-Url"] == "/calls/?state=timeout"
+
+
+def test_keyset_pages(alice_client: Client, world: dict[str, Any],
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tools_app.web.pages.audit.CALLS_PAGE_SIZE", 4)
+    first = alice_client.get("/calls/?tool=get_weather")
+    older = re.search(r'<a href="\?([^"]+)" rel="next">', first.content.decode())
+    assert older is not None
+    second = alice_client.get("/calls/?" + older.group(1).replace("&amp;", "&"))
+    assert shown(world, first) == ["c2", "c1", "b2", "b1"]
+    assert shown(world, second) == ["a2", "a1"]
+    assert 'rel="next"' not in second.content.decode()
+    assert "OFFSET" not in str(ToolCall.objects.filter(pk__lt=1).order_by("-pk")[:5].query)
+
+
+def test_a_bad_filter_says_so_and_lists_nothing(alice_client: Client,
+                                                world: dict[str, Any]) -> None:
+    response = alice_client.get("/calls/?state=exploded")
+    assert response.status_code == 400
+    assert "state: state must be one or more of" in response.content.decode()
+    assert shown(world, response) == []
+    assert alice_client.get("/calls/?colour=red").status_code == 400
+
+
+def test_a_user_sees_and_exports_only_their_own_calls(bob_client: Client,
+                                                      world: dict[str, Any]) -> None:
+    html = bob_client.get("/calls/")
+    assert shown(world, html) == ["b3", "b2", "b1", "a3", "a2", "a1"]
+    assert 'name="user"' not in html.content.decode()  # staff only
+    assert shown(world, bob_client.get("/calls/?user=charlie")) == []
+    response = bob_client.get("/calls/export.csv?tool=get_weather")
+    assert response["Content-Disposition"] == 'attachment; filename="calls.csv"'
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [r["call_id"] for r in rows] == ["call_b2", "call_b1", "call_a2", "call_a1"]
+    assert bob_client.get("/calls/export.jsonl?since=yesterday").status_code == 400
+
+
+def test_the_page_is_a_fixed_number_of_queries(alice_client: Client, world: dict[str, Any],
+                                               django_assert_max_num_queries: Any) -> None:
+    # session, user, the page of calls (runs, endpoints, users joined), endpoint names,
+    # tool names, handlers
+    with django_assert_max_num_queries(6):
+        assert len(shown(world, alice_client.get("/calls/"))) == 10
+
+
+def test_untrusted_call_text_is_inert(bob_client: Client, world: dict[str, Any]) -> None:
+    ToolCall.objects.filter(pk=world["a2"].pk).update(
+        tool_name=PAYLOAD[:200], arguments_raw=PAYLOAD, error_message=PAYLOAD,
+        error_type=PAYLOAD[:200])
+    html = bob_client.get("/calls/").content.decode()
+    # The page's own htmx attributes are the filter form's; the payload's are text.
+    form = Tree(html).by_id("call-filters")
+    assert_inert(html.replace(_opening_tag(html, form.attrs), "<form>"), scripts=1)
+    assert "call-row-" + str(world["a2"].pk) in Tree(html).ids()
+
+
+def _opening_tag(html: str, attrs: dict[str, str | None]) -> str:
+    match = re.search(r'<form id="call-filters"[^>]*>', html)
+    assert match is not None
+    assert attrs["hx-get"] == "/calls/"
+    return match.group(0)
+
+
+def test_the_pages_need_a_login(client: Client, world: dict[str, Any]) -> None:
+    for path in ("/calls/", "/calls/export.csv", "/tools/", "/tools/get_weather/"):
+        assert client.get(path).status_code == 302, path
