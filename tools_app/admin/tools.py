@@ -26,7 +26,12 @@ from ..models import (
 )
 from ..tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
 from ..tools.kinds import config_help, config_problems
-from ..tools.registry import compute_version_hash, record_version, resolve_tool_function
+from ..tools.registry import (
+    PERSON_FIELDS,
+    compute_version_hash,
+    record_version,
+    resolve_tool_function,
+)
 
 
 def json_schema_problems(schema: Any) -> list[str]:
@@ -194,6 +199,9 @@ class ToolRegistrationAdmin(admin.ModelAdmin[ToolRegistration]):
 
     def save_model(self, request: HttpRequest, obj: ToolRegistration, form: Any,
                    change: bool) -> None:
+        # What a person sets here stays set: sync (seed_demo at every `make run`) keeps it.
+        changed = set(form.changed_data) & set(PERSON_FIELDS)
+        obj.edited_fields = sorted(set(obj.edited_fields or ()) | changed)
         super().save_model(request, obj, form, change)
         record_version(obj)  # a new registration, or an edit that changed the hash
 

@@ -171,6 +171,8 @@ class ToolRegistration(models.Model):
         default=False, help_text="Safe to run again if a worker died while it ran."
     )
     enabled = models.BooleanField(default=True)
+    # The fields a person set in the admin (of PERSON_FIELDS): sync leaves them as set.
+    edited_fields = models.JSONField(default=list, blank=True, editable=False)
     version_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -31,6 +31,11 @@ DEFINITION_FIELDS = (
 )
 
 
+# What a person may set on a Python tool in the admin and sync then keeps: the code
+# gives their first values, and follows its own changes only where no one set them.
+PERSON_FIELDS = ("timeout_seconds", "requires_approval", "idempotent", "enabled")
+
+
 # Config keys whose values are never kept in a version's definition (a version is shown
 # to every user on the tool's page). The same words the admin refuses in plain headers.
 SECRET_KEY_WORDS = ("authorization", "api-key", "api_key", "apikey", "token", "secret",
@@ -46,13 +51,17 @@ class ToolSyncError(Exception):
 class SyncReport:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)  # includes re-enabled tools
+    # Tool name -> the fields a person set that sync kept although the code differs.
+    kept: dict[str, list[str]] = field(default_factory=dict)
     unchanged: list[str] = field(default_factory=list)
     disabled: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
+        kept = "".join(f"; kept as set in the admin: {name} ({', '.join(fields)})"
+                       for name, fields in sorted(self.kept.items()))
         return (
             f"created {len(self.created)}, updated {len(self.updated)}, "
-            f"unchanged {len(self.unchanged)}, disabled {len(self.disabled)}"
+            f"unchanged {len(self.unchanged)}, disabled {len(self.disabled)}{kept}"
         )
 
 
@@ -189,12 +198,13 @@ def sync_tools(modules: list[str] | None = None) -> SyncReport:
                 target.save()
                 record_version(target)
                 report.created.append(name)
-            elif _update(row, target):
+            elif _update(row, target, report):
                 report.updated.append(name)
             else:
                 report.unchanged.append(name)
         for row in existing.values():
             if row.name not in wanted and row.enabled and _is_gone(row, module_names):
+                # Gone from the code: disabled whatever a person set (the tool cannot run).
                 row.enabled = False
                 row.save(update_fields=["enabled", "updated_at"])
                 report.disabled.append(row.name)
@@ -218,14 +228,22 @@ def _check_conflicts(
             )
 
 
-def _update(row: ToolRegistration, target: ToolRegistration) -> bool:
-    """Bring `row` to `target`'s definition; False (and no write) when already there."""
+def _update(row: ToolRegistration, target: ToolRegistration, report: SyncReport) -> bool:
+    """Bring `row` to `target`'s definition, but for the fields a person set in the
+    admin (`edited_fields`), which keep their value; False (and no write) when already
+    there."""
+    edited = set(row.edited_fields or ()) & set(PERSON_FIELDS)
+    kept = sorted(f for f in edited if getattr(row, f) != getattr(target, f))
+    if kept:
+        report.kept[row.name] = kept
+    for name in edited:
+        setattr(target, name, getattr(row, name))
+    target.version_hash = compute_version_hash(target)
     current = compute_version_hash(row)
-    if row.enabled and current == target.version_hash == row.version_hash:
+    if row.enabled == target.enabled and current == target.version_hash == row.version_hash:
         return False
-    for name in DEFINITION_FIELDS:
+    for name in (*DEFINITION_FIELDS, "enabled"):
         setattr(row, name, getattr(target, name))
-    row.enabled = True
     row.version_hash = target.version_hash
     row.save()
     record_version(row)
