@@ -8,15 +8,16 @@ Markers used here:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.db import connection
 
 from tools_app.engine import AiMessage, ChatRequest, ChatResponse, ScriptedChatModel
-from tools_app.models import ToolRegistration
+from tools_app.models import ErrorPolicy, Run, ToolRegistration
 from tools_app.tools.registry import sync_tools
 
-from .support import ModelSpy
+from .support import WAIT_SCRIPT, ModelSpy, start
 from .tools_for_tests import STATE, SimulatedCrash, ToolState
 
 
@@ -74,3 +75,9 @@ def model_spy(monkeypatch: pytest.MonkeyPatch) -> ModelSpy:
     monkeypatch.setattr(ScriptedChatModel, "chat", chat)
     return spy
 
+
+@pytest.fixture
+def queued_run(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> Run:
+    return start(make_endpoint(WAIT_SCRIPT), [tools["wait_here"]], policy)

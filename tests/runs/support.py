@@ -30,6 +30,12 @@ from tools_app.runs import tasks
 from tools_app.runs.services import conversation, run_create
 from tools_app.tools.registry import compute_version_hash
 
+# A run whose one tool call waits 30 s: it stays in flight while a test acts on it.
+WAIT_SCRIPT = [
+    {"tool_calls": [{"name": "wait_here", "arguments": {"seconds": 30}}]},
+    {"text": "model saw: {last_result}"},
+]
+
 
 def start(
     endpoint: ModelEndpoint,

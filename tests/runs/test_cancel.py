@@ -25,19 +25,6 @@ from tools_app.runs.store.leases import reap_expired_runs
 
 pytestmark = pytest.mark.both
 
-WAIT_SCRIPT = [
-    {"tool_calls": [{"name": "wait_here", "arguments": {"seconds": 30}}]},
-    {"text": "model saw: {last_result}"},
-]
-
-
-@pytest.fixture
-def queued_run(
-    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy
-) -> Run:
-    return start(make_endpoint(WAIT_SCRIPT), [tools["wait_here"]], policy)
-
-
 def test_cancelling_a_queued_run_cancels_it_at_once(queued_run: Run) -> None:
     returned = run_cancel(run=queued_run)
 

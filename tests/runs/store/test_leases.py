@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db.models import F
 
-from tests.runs.support import calls, execute, expire_lease, start
+from tests.runs.support import WAIT_SCRIPT, calls, execute, expire_lease, start
 from tests.runs.tools_for_tests import STATE
 from tools_app.engine.events import RoundStarted
 from tools_app.models import ErrorPolicy, Round, Run, RunEvent, RunStatus, ToolRegistration
@@ -18,19 +18,6 @@ from tools_app.runs.worker import runner
 from tools_app.runs.worker.recorder import RunRecorder
 
 pytestmark = pytest.mark.both
-
-WAIT_SCRIPT = [
-    {"tool_calls": [{"name": "wait_here", "arguments": {"seconds": 30}}]},
-    {"text": "model saw: {last_result}"},
-]
-
-
-@pytest.fixture
-def queued_run(
-    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy
-) -> Run:
-    return start(make_endpoint(WAIT_SCRIPT), [tools["wait_here"]], policy)
-
 
 # -- fencing ---------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from tools_app.engine.providers.http.wire_errors import ErrorDetails, invalid_re
 from ..errors import ProviderError
 from ..events import ProviderWireResponse, emit, observed
 from ..messages import ChatMessage, ChatRequest, ChatRequestParameters, ChatResponse
-from .request_limits import CustomKeys, allowed_custom
+from .request_limits import CustomKeys, allowed_custom, custom_keys_for
 
 JsonObject = dict[str, Any]
 
@@ -54,6 +54,11 @@ class WireChatModel(ABC):
 
     provider: ClassVar[str]
     default_base_url: ClassVar[str | None] = None
+
+    @property
+    def custom_keys(self) -> CustomKeys:
+        """The `parameters.custom` keys this provider's requests may carry."""
+        return custom_keys_for(self.provider)
 
     def __init__(self, settings: EndpointSettings | None = None, /, **options: Any) -> None:
         settings = EndpointSettings.of(settings, options).for_provider(

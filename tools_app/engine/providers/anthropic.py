@@ -64,7 +64,6 @@ from .adapter import (
     merge_custom,
     parse_json_event,
 )
-from .request_limits import ANTHROPIC, CustomKeys
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
@@ -85,7 +84,6 @@ class AnthropicChatModel(WireChatModel):
     """Anthropic Messages API."""
 
     provider: ClassVar[str] = "anthropic"
-    custom_keys: ClassVar[CustomKeys] = ANTHROPIC
     default_base_url: ClassVar[str | None] = "https://api.anthropic.com"
 
     def __init__(self, settings: EndpointSettings | None = None, /, *,

@@ -54,7 +54,6 @@ from .adapter import (
     parse_json_event,
 )
 from .gemini_schema import to_gemini_schema
-from .request_limits import GEMINI, CustomKeys
 
 _FINISH_REASONS = {
     "STOP": FinishReason.STOP,
@@ -72,7 +71,6 @@ class GeminiChatModel(WireChatModel):
     """Gemini generateContent / streamGenerateContent."""
 
     provider: ClassVar[str] = "gemini"
-    custom_keys: ClassVar[CustomKeys] = GEMINI
     default_base_url: ClassVar[str | None] = "https://generativelanguage.googleapis.com/v1beta"
 
     def credentials(self, api_key: str) -> dict[str, str]:

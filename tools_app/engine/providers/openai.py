@@ -59,7 +59,6 @@ from .adapter import (
     normalize_arguments,
     parse_json_event,
 )
-from .request_limits import OPENAI, OPENAI_COMPATIBLE, CustomKeys
 
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
 
@@ -76,7 +75,6 @@ class OpenAIChatModel(WireChatModel):
     """OpenAI Chat Completions. `api_key=None` sends no Authorization header."""
 
     provider: ClassVar[str] = "openai"
-    custom_keys: ClassVar[CustomKeys] = OPENAI
     default_base_url: ClassVar[str | None] = "https://api.openai.com/v1"
     default_max_tokens_field: ClassVar[MaxTokensField] = "max_completion_tokens"
 
@@ -196,7 +194,6 @@ class OpenAICompatibleChatModel(OpenAIChatModel):
     key only when the server needs one."""
 
     provider: ClassVar[str] = "openai_compatible"
-    custom_keys: ClassVar[CustomKeys] = OPENAI_COMPATIBLE
     default_base_url: ClassVar[str | None] = None
     default_max_tokens_field: ClassVar[MaxTokensField] = "max_tokens"
 

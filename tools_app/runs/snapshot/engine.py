@@ -64,7 +64,9 @@ def engine_for_snapshot(snapshot: RunSnapshot) -> RunEngine:
     recording, or `manage.py replay_fixture`) answers from its recording where it says
     so (see `replay_model` and `_executor`)."""
     policy = snapshot.policy
-    model, secrets = _model_of(snapshot)
+    # The recording, parsed once for the model and every tool that answers from it.
+    recording = recorded_rounds(snapshot.replay.rounds) if snapshot.replay else []
+    model, secrets = _model_of(snapshot, recording)
     service = ToolService(
         max_tool_calling_round_trips=policy.max_round_trips,
         parallel=policy.parallel,
@@ -79,15 +81,16 @@ def engine_for_snapshot(snapshot: RunSnapshot) -> RunEngine:
     )
     tool_secrets: list[str] = []
     for tool in snapshot.tools:
-        registered, used = _registered_tool(tool, snapshot.replay)
+        registered, used = _registered_tool(tool, snapshot.replay, recording)
         service.register(registered)
         tool_secrets += used
     return RunEngine(model=model, service=service, secrets=(*secrets, *tool_secrets))
 
 
-def _model_of(snapshot: RunSnapshot) -> tuple[ChatModel, tuple[str, ...]]:
+def _model_of(snapshot: RunSnapshot,
+              recording: list[RecordedRound]) -> tuple[ChatModel, tuple[str, ...]]:
     if snapshot.replay is not None and snapshot.replay.model == "recorded":
-        return replay_model(snapshot, snapshot.replay)
+        return replay_model(snapshot, snapshot.replay, recording)
     return chat_model_for(snapshot.endpoint, max_retries=snapshot.policy.provider_max_retries,
                           prelude_ai_messages=_prelude(snapshot))
 
@@ -100,8 +103,8 @@ def _prelude(snapshot: RunSnapshot) -> int:
     return sum(1 for m in snapshot.messages if m["type"] == "ai") - own
 
 
-def replay_model(snapshot: RunSnapshot,
-                 replay: ReplaySection) -> tuple[ChatModel, tuple[str, ...]]:
+def replay_model(snapshot: RunSnapshot, replay: ReplaySection,
+                 recording: list[RecordedRound]) -> tuple[ChatModel, tuple[str, ...]]:
     """The recorded model; with on_divergence "live", the endpoint's model behind it."""
     live: ChatModel | None = None
     secrets: tuple[str, ...] = ()
@@ -109,8 +112,7 @@ def replay_model(snapshot: RunSnapshot,
         live, secrets = chat_model_for(
             snapshot.endpoint, max_retries=snapshot.policy.provider_max_retries,
             prelude_ai_messages=_prelude(snapshot))
-    model = RecordedChatModel(recorded_rounds(replay.rounds),
-                              prelude_messages=len(snapshot.messages), live=live)
+    model = RecordedChatModel(recording, prelude_messages=len(snapshot.messages), live=live)
     return model, secrets
 
 
@@ -205,14 +207,14 @@ def _header_value(endpoint: EndpointSnapshot, value: str) -> str:
     return str(value)
 
 
-def _registered_tool(tool: ToolSnapshot,
-                     replay: ReplaySection | None) -> tuple[RegisteredTool, tuple[str, ...]]:
+def _registered_tool(tool: ToolSnapshot, replay: ReplaySection | None,
+                     recording: list[RecordedRound]) -> tuple[RegisteredTool, tuple[str, ...]]:
     """The tool as the engine registers it, and the secret values its executor uses."""
     spec = ToolSpecification(
         name=tool.name, description=tool.description, parameters=tool.json_schema,
         strict=tool.strict or None,
     )
-    executor, secrets = _executor(tool, spec, replay)
+    executor, secrets = _executor(tool, spec, replay, recording)
     registered = RegisteredTool(
         specification=spec,
         executor=executor,
@@ -224,8 +226,8 @@ def _registered_tool(tool: ToolSnapshot,
     return registered, secrets
 
 
-def _executor(tool: ToolSnapshot, spec: ToolSpecification,
-              replay: ReplaySection | None) -> tuple[ToolExecutor, tuple[str, ...]]:
+def _executor(tool: ToolSnapshot, spec: ToolSpecification, replay: ReplaySection | None,
+              recording: list[RecordedRound]) -> tuple[ToolExecutor, tuple[str, ...]]:
     """The tool's own executor (any kind), or the recording, with the live executor
     behind it only if a divergence goes on live: recorded and mock tools never build
     (so never import) the tool's code."""
@@ -237,7 +239,7 @@ def _executor(tool: ToolSnapshot, spec: ToolSpecification,
     if replay.tools == "recorded" and replay.on_divergence == "live":
         built = live_executor(tool, spec)
         live, secrets = built.executor, built.secrets
-    recorded = RecordedToolExecutor(recorded_rounds(replay.rounds),
+    recorded = RecordedToolExecutor(recording,
                                     mode="mock" if replay.tools == "mock" else "recorded",
                                     live=live)
     return recorded, secrets

@@ -19,7 +19,6 @@ from tools_app.engine.messages import ChatRequestParameters
 from tools_app.engine.outbound import OutboundPolicy
 from tools_app.engine.providers.http.clients import (
     DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_LIMITS,
     DEFAULT_READ_TIMEOUT,
     EndpointConfig,
     SharedHttpClients,
@@ -95,13 +94,9 @@ class EndpointSettings:
         headers), the key of the shared client cache."""
         if not self.base_url:
             raise ValueError("the base URL is not known yet: see for_provider()")
-        limits = self.limits or DEFAULT_LIMITS
-        return EndpointConfig(
-            base_url=self.base_url.rstrip("/"), proxy=self.proxy,
-            connect_timeout=self.connect_timeout, read_timeout=self.read_timeout,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry, verify=self.verify,
+        return EndpointConfig.of(
+            self.base_url, proxy=self.proxy, connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout, limits=self.limits, verify=self.verify,
             outbound=self.outbound)
 
 
