@@ -2,9 +2,10 @@
 /api/, a plain page elsewhere), never a bare 500.
 
 A request meets an outage in one of three ways, all covered:
-- its view raises OperationalError / InterfaceError (`process_exception`);
-- a view that answers its own errors (the JSON API's catch-all) turns one into a 500:
-  the queries of the request are watched (an execute wrapper records those errors);
+- its view raises OperationalError / InterfaceError (`process_exception`; the JSON API
+  lets those through its own handlers for this);
+- a middleware below raises one and Django answers a 500: `got_request_exception`
+  notes the cause on the request;
 - the connection could not be opened at all (refused, pool timeout): Django marks the
   connection as failed and it has none, seen after the response.
 The outage is logged once, and its end once, per process (runs.store.outage).
@@ -13,11 +14,13 @@ The outage is logged once, and its end once, per process (runs.store.outage).
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
-from contextlib import ExitStack
 from typing import Any
 
+from django.core.signals import got_request_exception
 from django.db import connections
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from tools_app.runs.store.outage import DATABASE_ERRORS, Outage
@@ -46,20 +49,17 @@ def database_unavailable(request: HttpRequest) -> HttpResponse:
     return response
 
 
-class _QueryErrors:
-    """An execute wrapper: notes whether a query of the request failed for want of the
-    database."""
+_DATABASE_ERROR = "_agentforge_database_error"
 
-    def __init__(self) -> None:
-        self.error: BaseException | None = None
 
-    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool,
-                 context: dict[str, Any]) -> Any:
-        try:
-            return execute(sql, params, many, context)
-        except DATABASE_ERRORS as exc:
-            self.error = exc
-            raise
+@receiver(got_request_exception)
+def _note_database_error(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
+    """Django turned an exception into a 500 (one raised by a middleware below, which
+    `process_exception` never sees): note it on the request when the database was the
+    cause. Sent from inside the `except` block, so the exception is the current one."""
+    error = sys.exception()
+    if request is not None and isinstance(error, DATABASE_ERRORS):
+        setattr(request, _DATABASE_ERROR, error)
 
 
 def _failed_to_connect() -> bool:
@@ -76,14 +76,12 @@ class DatabaseUnavailableMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        watch = _QueryErrors()
-        with ExitStack() as stack:
-            for conn in connections.all():
-                stack.enter_context(conn.execute_wrapper(watch))
-            response = self.get_response(request)
-        if response.status_code == 500 and (watch.error is not None or _failed_to_connect()):
-            _outage.failed(watch.error or ConnectionError("no connection could be opened"))
-            return database_unavailable(request)
+        response = self.get_response(request)
+        if response.status_code == 500:
+            error = getattr(request, _DATABASE_ERROR, None)
+            if error is not None or _failed_to_connect():
+                _outage.failed(error or ConnectionError("no connection could be opened"))
+                return database_unavailable(request)
         if response.status_code < 500:
             _outage.succeeded()
         return response

@@ -12,13 +12,16 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import AbstractUser
-from django.db import connection
+from django.core.handlers.exception import convert_exception_to_response
+from django.db import OperationalError, connection
 from django.http import HttpRequest, HttpResponse
 from django.test import Client
 
 from agentforge_web import middleware
 from agentforge_web.middleware import DatabaseUnavailableMiddleware
 from tools_app.runs.store.outage import Outage
+from tools_app.web.api import runs as api_runs
+from tools_app.web.api.tokens import create_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,8 +57,7 @@ def test_a_page_is_a_plain_503(database_gone: None) -> None:
 
 
 def test_the_api_is_a_json_503_database_unavailable(database_gone: None) -> None:
-    # The API answers its own errors (a JSON 500): the middleware sees the failed
-    # connection behind it.
+    # The API's handlers let the database's errors through to the middleware.
     response = Client().get("/api/runs", headers=TOKEN_HEADER)
 
     assert response.status_code == 503
@@ -85,26 +87,45 @@ def _refuse(*args: Any, **kwargs: Any) -> Any:
     raise sqlite3.OperationalError("unable to open database file")
 
 
-def test_a_query_failing_under_a_view_that_answers_its_own_500_is_a_503(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A query error the view caught and turned into a 500 (as the JSON API does) is
-    seen by the middleware's watch on the request's queries."""
+def test_an_api_query_failing_mid_request_is_a_503_not_the_apis_500(
+        bob: AbstractUser, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection opened, then a query of the view failed: the API's catch-all
+    would make it its JSON 500; the database's absence is a 503 instead."""
     monkeypatch.setattr(middleware, "_outage", Outage(middleware.logger, "web requests"))
+    token = create_token(bob, "outage")[1]
 
-    def view(request: HttpRequest) -> HttpResponse:
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT * FROM a_table_lost_with_the_disk")
-        except Exception:
-            return HttpResponse("internal_error", status=500)
-        return HttpResponse("fine")
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("server closed the connection unexpectedly")
 
-    request = HttpRequest()
-    request.path = "/api/anything"
-    response = DatabaseUnavailableMiddleware(view)(request)
+    monkeypatch.setattr(api_runs, "filtered_runs", lost)
+    response = Client().get("/api/runs", headers={"Authorization": f"Bearer {token}"})
 
     assert response.status_code == 503
-    assert b"database_unavailable" in response.content
+    assert response.json()["error"]["code"] == "database_unavailable"
+    assert response["Retry-After"]
+
+
+def test_a_middleware_below_failing_on_the_database_is_a_503(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error raised by a middleware under this one (a session saved after the view,
+    say) never reaches `process_exception`: Django answers it with a 500, and the
+    middleware tells the database's absence from a bug by the exception behind it."""
+    monkeypatch.setattr(middleware, "_outage", Outage(middleware.logger, "web requests"))
+
+    def session_save(request: HttpRequest) -> HttpResponse:
+        raise OperationalError("database is locked")
+
+    def a_bug(request: HttpRequest) -> HttpResponse:
+        raise ValueError("a bug")
+
+    request = HttpRequest()
+    request.path = "/runs/"
+    gone = DatabaseUnavailableMiddleware(convert_exception_to_response(session_save))(request)
+    bug = DatabaseUnavailableMiddleware(convert_exception_to_response(a_bug))(HttpRequest())
+
+    assert gone.status_code == 503
+    assert b"Service unavailable" in gone.content
+    assert bug.status_code == 500
 
 
 def test_other_500s_stay_500s() -> None:

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import URLPattern, URLResolver, include, path, re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -31,6 +32,9 @@ from ninja.openapi.views import openapi_json
 from ninja.operation import Operation
 from pydantic_core import ErrorDetails
 
+from tools_app.audit.run_filters import FilterError
+from tools_app.runs.debugger.approvals import DecisionError
+from tools_app.runs.debugger.reexecution import ReexecutionError
 from tools_app.web.api import approvals, calls, reexecution, runs, tryit
 from tools_app.web.api.base import ApiError, BearerToken
 from tools_app.web.api.bodies import JsonObjectParser, json_path, refusal, too_large
@@ -136,9 +140,30 @@ def _too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     return too_large().response()  # over DATA_UPLOAD_MAX_MEMORY_SIZE: Django refuses to read it
 
 
+@api.exception_handler(FilterError)
+def _bad_filter(request: HttpRequest, exc: FilterError) -> HttpResponse:
+    return ApiError(400, "invalid_filter", str(exc), field=exc.field).response()
+
+
+# The debugger's refusals carry their own status, code and per-argument problems.
+@api.exception_handler(DecisionError)
+@api.exception_handler(ReexecutionError)
+def _refused(request: HttpRequest, exc: DecisionError | ReexecutionError) -> HttpResponse:
+    extra = {"problems": exc.problems} if exc.problems else {}
+    return ApiError(exc.status, exc.code, str(exc), **extra).response()
+
+
 @api.exception_handler(Http404)
 def _missing(request: HttpRequest, exc: Http404) -> HttpResponse:
     return ApiError(404, "not_found", "Not found").response()
+
+
+@api.exception_handler(OperationalError)
+@api.exception_handler(InterfaceError)
+def _database_gone(request: HttpRequest, exc: Exception) -> HttpResponse:
+    # Not the API's to answer: the project's middleware turns the database's absence
+    # into a 503 with Retry-After, for the API and the pages alike.
+    raise exc
 
 
 @api.exception_handler(Exception)

@@ -17,7 +17,7 @@ from ninja import Router
 
 from tools_app.models import RunPause
 from tools_app.runs.debugger import approvals, breakpoints
-from tools_app.web.api.base import ApiError, answers, visible
+from tools_app.web.api.base import answers, visible
 from tools_app.web.api.schemas import ContinueBody, DecisionBody
 
 router = Router(tags=["decisions"])
@@ -30,13 +30,10 @@ def decide_call(request: HttpRequest, run_id: uuid.UUID, body: DecisionBody) -> 
     """A decision on a call awaiting approval: 201 when stored, 200 when the same
     decision was already stored (nothing changes), 409 when it cannot be taken now."""
     run = visible(request, run_id)
-    try:
-        decided = approvals.decide(run=run, user=request.user,
-                                   request=approvals.DecisionRequest(
-                                       body.call_id, body.decision,
-                                       arguments=body.arguments, message=body.message))
-    except approvals.DecisionError as exc:
-        raise _refused(exc) from exc
+    decided = approvals.decide(run=run, user=request.user,
+                               request=approvals.DecisionRequest(
+                                   body.call_id, body.decision,
+                                   arguments=body.arguments, message=body.message))
     stored = decided.decision
     return JsonResponse({"call_id": stored.tool_call.call_id, "decision": stored.decision,
                          "arguments": stored.arguments, "message": stored.message,
@@ -54,18 +51,10 @@ def continue_run(request: HttpRequest, run_id: uuid.UUID, body: ContinueBody) ->
     round, or abort; optionally with edited arguments for the held calls (call id ->
     object) or a message added before the model call. `{"pause", "run_status"}`."""
     run = visible(request, run_id)
-    try:
-        continued = breakpoints.continue_run(run=run, user=request.user, step=body.step,
-                                             arguments=body.arguments, message=body.message)
-    except approvals.DecisionError as exc:
-        raise _refused(exc) from exc
+    continued = breakpoints.continue_run(run=run, user=request.user, step=body.step,
+                                         arguments=body.arguments, message=body.message)
     return JsonResponse({"pause": pause_json(continued.pause),
                          "run_status": continued.run_status})
-
-
-def _refused(exc: approvals.DecisionError) -> ApiError:
-    extra = {"problems": exc.problems} if exc.problems else {}
-    return ApiError(exc.status, exc.code, str(exc), **extra)
 
 
 def pause_json(pause: RunPause | None) -> dict[str, Any] | None:

@@ -20,10 +20,9 @@ from tools_app.audit.call_filters import (
     STATE_NAMES,
     filtered_calls,
 )
-from tools_app.audit.run_filters import FilterError
 from tools_app.audit.selectors import call_rows, calls_listed_for_user
 from tools_app.models import ToolCall
-from tools_app.web.api.base import ApiError, answers, query, streamed
+from tools_app.web.api.base import answers, query, streamed
 from tools_app.web.export import calls_export_response
 
 router = Router(tags=["calls"])
@@ -34,11 +33,7 @@ router = Router(tags=["calls"])
             summary="One keyset page of the tool calls the user may see")
 def list_calls(request: HttpRequest) -> JsonResponse:
     """`{"calls": [...], "next_cursor"}`."""
-    try:
-        page = filtered_calls(calls_listed_for_user(request.user), request.GET.dict(),
-                              call_rows)
-    except FilterError as exc:
-        raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
+    page = filtered_calls(calls_listed_for_user(request.user), request.GET.dict(), call_rows)
     return JsonResponse({"calls": [call_json(c) for c in page.calls],
                          "next_cursor": page.next_cursor})
 
@@ -50,10 +45,7 @@ def list_calls(request: HttpRequest) -> JsonResponse:
                                                                  "application/x-ndjson"),
             summary="Every matching tool call, streamed as CSV or JSON Lines")
 def export_calls(request: HttpRequest, fmt: Literal["csv", "jsonl"]) -> HttpResponseBase:
-    try:
-        return calls_export_response(calls_listed_for_user(request.user), request.GET.dict(), fmt)
-    except FilterError as exc:
-        raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
+    return calls_export_response(calls_listed_for_user(request.user), request.GET.dict(), fmt)
 
 
 def call_json(call: ToolCall) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from tools_app.runs.debugger import reexecution
 from tools_app.runs.debugger.reexecution_reads import execution_row
 from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.web.api.base import ApiError, answers, visible
-from tools_app.web.api.runs import reexecution_json
+from tools_app.web.api.runs import execution_url, reexecution_json
 from tools_app.web.api.schemas import Created, ExecuteBody, Queued
 
 router = Router(tags=["re-executions"])
@@ -41,25 +41,19 @@ def _call(request: HttpRequest, run_id: uuid.UUID, call_id: int) -> tuple[Run, T
     return run, call
 
 
-def _refused(exc: reexecution.ReexecutionError) -> ApiError:
-    extra = {"problems": exc.problems} if exc.problems else {}
-    return ApiError(exc.status, exc.code, str(exc), **extra)
-
-
 @router.post(f"{CALL}/execute", url_name="api_call_execute",
              response=answers({202: Queued}, 400, 404, 409, 413),
              summary="Re-execute the tool call, in a worker")
 def execute_call(request: HttpRequest, run_id: uuid.UUID, call_id: int,
                  body: ExecuteBody) -> JsonResponse:
     run, call = _call(request, run_id, call_id)
-    try:
-        execution = reexecution.request_reexecution(
-            run=run, call=call, user=request.user,
-            request=reexecution.ReexecutionRequest(body.arguments, approve=body.approve))
-    except reexecution.ReexecutionError as exc:
-        raise _refused(exc) from exc
+    execution = reexecution.request_reexecution(
+        run=run, call=call, user=request.user,
+        request=reexecution.ReexecutionRequest(body.arguments, approve=body.approve))
     return JsonResponse({"id": execution.pk, "number": execution.number,
-                         "state": execution.state, "url": _url(execution)}, status=202)
+                         "state": execution.state,
+                         "url": execution_url(execution.run_id, execution.tool_call_id,
+                                              execution.number)}, status=202)
 
 
 @router.get(f"{CALL}/executions/{{int:number}}", url_name="api_call_execution",
@@ -76,10 +70,7 @@ def get_execution(request: HttpRequest, run_id: uuid.UUID, call_id: int,
 def splice_execution(request: HttpRequest, run_id: uuid.UUID, call_id: int,
                      number: int) -> JsonResponse:
     run, found = _execution(request, run_id, call_id, number)
-    try:
-        new, made = reexecution.splice_once(run=run, execution=found, user=request.user)
-    except reexecution.ReexecutionError as exc:
-        raise _refused(exc) from exc
+    new, made = reexecution.splice_once(run=run, execution=found, user=request.user)
     # A repeated request (a client's retry) gets the run the first one made: 200.
     return JsonResponse({"id": str(new.pk), "status": new.status, "parent": str(run.pk),
                          "splice": _spliced(new), "url": f"/runs/{new.pk}/"},
@@ -94,11 +85,6 @@ def _execution(request: HttpRequest, run_id: uuid.UUID, call_id: int,
     if found is None:
         raise ApiError(404, "unknown_execution", f"The call has no re-execution {number}")
     return run, found
-
-
-def _url(execution: CallReexecution) -> str:
-    return (f"/api/runs/{execution.run_id}/calls/{execution.tool_call_id}/executions/"
-            f"{execution.number}")
 
 
 def execution_json(execution: CallReexecution) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from django.http.response import HttpResponseBase
 from ninja import Router
 from pydantic import ValidationError
 
-from tools_app.audit.run_filters import EXPORT_FILTERS, RUN_FILTERS, FilterError, filtered_runs
+from tools_app.audit.run_filters import EXPORT_FILTERS, RUN_FILTERS, filtered_runs
 from tools_app.engine import ChatMessage, ChatRequestParameters
 from tools_app.engine.conversation import ConversationError, parse_conversation
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
@@ -58,10 +58,7 @@ router = Router(tags=["runs"])
 def list_runs(request: HttpRequest) -> JsonResponse:
     """`{"runs": [...], "next_cursor"}`, newest first; an unknown filter or a bad value
     is a 400 naming it."""
-    try:
-        page = filtered_runs(selectors.run_list_for_user(request.user), request.GET.dict())
-    except FilterError as exc:
-        raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
+    page = filtered_runs(selectors.run_list_for_user(request.user), request.GET.dict())
     return JsonResponse({"runs": [_run_summary(r) for r in page.runs],
                          "next_cursor": page.next_cursor})
 
@@ -162,11 +159,7 @@ def _parameters(raw: dict[str, Any]) -> ChatRequestParameters:
 def export_runs(request: HttpRequest, fmt: Literal["csv", "jsonl"]) -> HttpResponseBase:
     """The runs `GET /api/runs` would list with the same filters, all of them, streamed
     as CSV or JSON Lines."""
-    try:
-        return export_response(selectors.run_list_for_user(request.user),
-                               request.GET.dict(), fmt)
-    except FilterError as exc:
-        raise ApiError(400, "invalid_filter", str(exc), field=exc.field) from exc
+    return export_response(selectors.run_list_for_user(request.user), request.GET.dict(), fmt)
 
 
 @router.get("/compare", url_name="api_run_compare",
@@ -364,5 +357,10 @@ def reexecution_json(view: dict[str, Any], run_id: str) -> dict[str, Any]:
         "tool": {"name": view["tool_name"], "kind": view["tool_kind"],
                  "version_hash": view["tool_version_hash"] or None},
         "same_result": view["same_result"], "result_diff": view["result_diff"],
-        "url": f"/api/runs/{run_id}/calls/{view['tool_call_id']}/executions/{view['number']}",
+        "url": execution_url(run_id, view["tool_call_id"], view["number"]),
     }
+
+
+def execution_url(run_id: Any, call_id: int, number: int) -> str:
+    """Where the API answers for one re-execution of a call."""
+    return f"/api/runs/{run_id}/calls/{call_id}/executions/{number}"
