@@ -6,6 +6,7 @@ import asyncio
 import atexit
 import logging
 import threading
+from collections.abc import Callable
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -41,20 +42,10 @@ def reap_interval() -> float:
 
 def reap_and_enqueue() -> list[str]:
     # Runs past AGENTFORGE_APPROVAL_TIMEOUT get their waiting calls rejected (which
-    # queues and enqueues them); a failure there must not stop the reaping below. The
-    # database gone is the caller's to handle (`sweep`), not one error per step.
-    try:
-        expire_waiting_runs()
-    except DATABASE_ERRORS:
-        raise
-    except Exception:
-        logger.exception("expiring waiting runs failed; retrying at the next sweep")
-    try:
-        recover_reexecutions(enqueue_pending=False)
-    except DATABASE_ERRORS:
-        raise
-    except Exception:
-        logger.exception("recovering lost re-executions failed; retrying at the next sweep")
+    # queues and enqueues them); a failure there must not stop the reaping below.
+    _guarded(expire_waiting_runs, "expiring waiting runs")
+    _guarded(lambda: recover_reexecutions(enqueue_pending=False),
+             "recovering lost re-executions")
     ids = reap_expired_runs()
     for run_id in ids:
         enqueue_run(run_id)
@@ -123,18 +114,20 @@ def sweep() -> None:
 
 
 def _sweep_steps() -> None:
+    _guarded(reap_and_enqueue, "the run reaper")
+    _guarded(analyze_grown_tables, "analyzing the run tables")
+
+
+def _guarded(step: Callable[[], object], what: str) -> None:
+    """One step of a sweep: its failure is logged and retried at the next sweep, without
+    stopping the steps after it. The database gone is the caller's to handle (`sweep`),
+    not one error per step."""
     try:
-        reap_and_enqueue()
+        step()
     except DATABASE_ERRORS:
         raise
     except Exception:
-        logger.exception("run reaper failed; retrying")
-    try:
-        analyze_grown_tables()
-    except DATABASE_ERRORS:
-        raise
-    except Exception:
-        logger.exception("analyzing the run tables failed; retrying at the next sweep")
+        logger.exception("%s failed; retrying at the next sweep", what)
 
 
 async def reap_forever() -> None:
