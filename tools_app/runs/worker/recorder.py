@@ -39,7 +39,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -86,6 +86,30 @@ LINGER_SECONDS = 0.1
 Queued = tuple[Any, dict[str, Any], "asyncio.Future[int] | None"]
 
 
+class StreamedText(Mapping[int, str]):
+    """Round index -> the text it streamed so far: only the round in progress, since an
+    earlier round has its response stored by then. Pieces are kept and joined when read,
+    so a long answer of many small pieces is not copied once per piece."""
+
+    def __init__(self) -> None:
+        self._pieces: dict[int, list[str]] = {}
+
+    def add(self, round_index: int, piece: str) -> None:
+        if round_index not in self._pieces:
+            self._pieces.clear()
+            self._pieces[round_index] = []
+        self._pieces[round_index].append(piece)
+
+    def __getitem__(self, round_index: int) -> str:
+        return "".join(self._pieces[round_index])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._pieces)
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+
 class RunRecorder:
     """An engine observer bound to one run and one lease token.
 
@@ -105,7 +129,7 @@ class RunRecorder:
     def __init__(self, run_id: str, token: int, secrets: tuple[str, ...] = (), *,
                  before_round: Callable[[], Awaitable[None]] | None = None,
                  requests_announced: bool = False,
-                 streamed: dict[int, str] | None = None,
+                 streamed: StreamedText | None = None,
                  call_row_defaults: dict[str, Any] | None = None,
                  idempotent_tools: frozenset[str] = frozenset()) -> None:
         self.run_id = run_id
@@ -113,7 +137,7 @@ class RunRecorder:
         self.secrets = secrets
         self.before_round = before_round
         self.requests_announced = requests_announced
-        self.streamed: dict[int, str] = {} if streamed is None else streamed
+        self.streamed = StreamedText() if streamed is None else streamed
         self.call_row_defaults: dict[str, Any] = call_row_defaults or {}
         self.idempotent_tools = idempotent_tools
         self._round_ids: dict[int, int] = {}  # round index -> Round pk, once committed
@@ -357,10 +381,7 @@ class RunRecorder:
         return clean_json(redact(data, self.secrets)) if shown else None
 
     def _keep_streamed(self, round_index: int | None, delta: str) -> None:
-        index = round_index or 0
-        if index not in self.streamed:
-            self.streamed.clear()  # an earlier round has its response stored by now
-        self.streamed[index] = self.streamed.get(index, "") + delta
+        self.streamed.add(round_index or 0, delta)
 
     def record(self, event: Any, payload: dict[str, Any]) -> int:
         """Write one event now (its own transaction); returns its seq."""

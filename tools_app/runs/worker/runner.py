@@ -11,7 +11,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,7 @@ from tools_app.runs.store.selectors import run_row, run_rows
 from tools_app.runs.worker import batch_writer
 from tools_app.runs.worker.approver import RunApprover
 from tools_app.runs.worker.breakpoint_hooks import RunBreakpoints, added_messages
-from tools_app.runs.worker.recorder import RunRecorder
+from tools_app.runs.worker.recorder import RunRecorder, StreamedText
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ async def execute_run(run_id: str) -> str | None:
     if claimed is None:
         return None
     started = time.perf_counter()
-    streamed: dict[int, str] = {}  # round index -> text streamed so far (redacted)
+    streamed = StreamedText()  # round index -> text streamed so far (redacted)
     last = _LastEvents()
     try:
         status, fields = await _drive(claimed, streamed, last)
@@ -108,7 +108,7 @@ async def execute_run(run_id: str) -> str | None:
 
 
 async def _end(run_id: str, token: int, status: RunStatus, fields: dict[str, Any],
-               streamed: dict[int, str], recorder: RunRecorder | None,
+               streamed: StreamedText, recorder: RunRecorder | None,
                ) -> tuple[RunStatus, int]:
     """The run's end stored (with the chat's last events, if it left some queued): the
     status it ended in and the end's seq. A database error while writing those events
@@ -229,7 +229,7 @@ class _LastEvents:
         self.recorder: RunRecorder | None = None
 
 
-async def _drive(claimed: _Claimed, streamed: dict[int, str],
+async def _drive(claimed: _Claimed, streamed: StreamedText,
                  last: _LastEvents) -> tuple[RunStatus, dict[str, Any]]:
     run, token, run_id = claimed.run, claimed.token, str(claimed.run.pk)
     try:
@@ -408,7 +408,7 @@ def _wall_ms(run: Run, started: float) -> float:
 
 
 def _finish(run_id: str, token: int, status: RunStatus, fields: dict[str, Any],
-            streamed: dict[int, str] | None = None) -> int:
+            streamed: Mapping[int, str] | None = None) -> int:
     """A run's end in a transaction of its own: one that waits, is handed back, or had
     no recorder (its snapshot could not be rebuilt)."""
     with write_turn(), transaction.atomic():
