@@ -1,10 +1,15 @@
 """Breakpoints in a real browser: set in the playground, the run pauses before the
 tool's calls, one call is stepped, the other's arguments are edited on its lane, then
-the run continues to its end; and a pause before a round takes a message for the model."""
+the run continues to its end; arguments edited at a breakpoint stay on the call's lane
+(and in the API) beside the model's; and a pause before a round takes a message for
+the model."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -14,6 +19,7 @@ from .support import Server, assert_equals_reload, fill_playground, submit_run, 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
 WEATHER = "Scripted: weather in parallel"
+FAILING_AND_SLOW = "Scripted: failing + slow tools"
 SCREENSHOTS = os.environ.get("AGENTFORGE_SCREENSHOTS") == "1"
 
 
@@ -69,6 +75,66 @@ async def test_step_one_call_edit_the_other_and_continue(
     await assert_equals_reload(page)
     assert errors == []
     assert await page.evaluate("window.__cspViolations") == []
+
+
+def api_token(server: Server, username: str) -> str:
+    """A new API token of the user, made on the server's database."""
+    made = subprocess.run([sys.executable, "manage.py", "create_api_token", username,
+                           "--name", "browser"], cwd=server.root, env=server.env, check=True,
+                          capture_output=True, text=True, timeout=60)
+    return made.stdout.strip().splitlines()[-1]
+
+
+async def test_arguments_edited_at_a_breakpoint_show_beside_the_models(
+    open_page: Any, server: Server,
+) -> None:
+    page = await open_page(user="alice", record=True)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    await fill_playground(page, endpoint=FAILING_AND_SLOW,
+                          tools=["always_fails", "slow_tool", "calculator"],
+                          message="Nap at a breakpoint", system_prompt="", policy="Default",
+                          tool_choice="auto", parallel=True, max_rounds="")
+    await page.locator("details.breakpoints summary").click()
+    await page.fill("input[name=break_before_tool]", "slow_tool")
+    run_id = await submit_run(page)
+    assert await wait_status(page, "waiting") == "waiting"
+    slow = page.locator("#round-0 article.lane").filter(
+        has=page.locator("code.tool-name", has_text="slow_tool"))
+    editor = slow.locator(".held textarea")
+    await editor.wait_for()
+    assert json.loads(await editor.input_value()) == {"seconds": 1.5}
+
+    await editor.fill('{"seconds": 0.2}')
+    await slow.locator("textarea[aria-invalid=false]").wait_for()
+    await page.locator("#paused button.step-call").click()
+    assert await wait_status(page, "succeeded") == "succeeded"
+
+    # Arrived live: the arguments it ran with, by whom, beside the model's.
+    edited = slow.locator("[data-breakpoint-edit]")
+    await edited.wait_for()
+    assert "Arguments edited at a breakpoint by alice" in await edited.inner_text()
+    assert json.loads(await edited.locator("pre").inner_text()) == {"seconds": 0.2}
+    original = slow.locator("details.model-arguments")
+    assert await original.locator("summary").inner_text() == "Arguments the model sent"
+    assert json.loads(await original.locator("pre").inner_text()) == {"seconds": 1.5}
+    assert "Slept 0.2 s" in await slow.inner_text()
+    if SCREENSHOTS:
+        await slow.screenshot(
+            path=str(server.root / "docs" / "screenshots" / "breakpoint-edited.png"))
+    await assert_equals_reload(page)
+    assert errors == []
+    assert await page.evaluate("window.__cspViolations") == []
+
+    answer = await page.request.get(f"/api/runs/{run_id}", headers={
+        "Authorization": f"Bearer {api_token(server, 'alice')}"})
+    assert answer.status == 200
+    calls = {c["name"]: c for c in (await answer.json())["rounds"][0]["tool_calls"]}
+    assert json.loads(calls["slow_tool"]["arguments"]) == {"seconds": 1.5}
+    assert calls["slow_tool"]["breakpoint_edit"]["arguments"] == {"seconds": 0.2}
+    assert calls["slow_tool"]["breakpoint_edit"]["edited_by"] == "alice"
+    assert calls["slow_tool"]["result"] == "Slept 0.2 s"
+    assert calls["calculator"]["breakpoint_edit"] is None
 
 
 async def test_a_message_added_before_a_round_reaches_the_timeline(

@@ -21,6 +21,7 @@ from tools_app.runs.debugger.approvals import (
     expire_waiting_runs,
 )
 from tools_app.runs.debugger.breakpoints import continue_run
+from tools_app.runs.debugger.timeline import round_views
 from tools_app.runs.services import RunRequestError
 from tools_app.runs.worker.runner import load_history
 
@@ -175,6 +176,39 @@ def test_step_one_call_at_a_time(
     go_on(run, alice, "run")
     assert execute(run) == "succeeded"
     assert STATE.calls == [("lookup", "x"), ("lookup", "y"), ("lookup", "z")]
+
+
+def test_the_call_records_the_arguments_edited_at_a_breakpoint_and_the_models(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    alice: AbstractUser,
+) -> None:
+    script = [{"tool_calls": [{"name": "lookup", "arguments": {"key": k}} for k in "xyz"]},
+              {"text": "done"}]
+    run = run_with(make_endpoint, tools, policy, [{"kind": "before_tool", "tool": "lookup"}],
+                   script, names=("lookup",))
+
+    def recorded() -> list[dict[str, Any]]:
+        return [c for r in round_views(Run.objects.get(pk=run.pk), display=False)
+                for c in r["calls"]]
+
+    assert execute(run) == "waiting"
+    x, y, _ = open_pause(run).call_ids
+    # x steps with an edit; y is edited too but stays held, then edited again.
+    go_on(run, alice, "call", arguments={x: {"key": "X"}, y: {"key": "Y1"}})
+    assert execute(run) == "waiting"
+    assert [c["breakpoint_edit"] is not None for c in recorded()] == [True, False, False]
+    go_on(run, alice, "run", arguments={y: {"key": "Y2"}})
+    assert execute(run) == "succeeded"
+
+    assert STATE.calls == [("lookup", "X"), ("lookup", "Y2"), ("lookup", "z")]
+    views = recorded()
+    assert [c["arguments"] for c in views] == [{"key": "x"}, {"key": "y"}, {"key": "z"}]
+    assert [c["result_text"] for c in views] == ["value of X", "value of Y2", "value of z"]
+    edits = [c["breakpoint_edit"] for c in views]
+    assert [e and e["arguments"] for e in edits] == [{"key": "X"}, {"key": "Y2"}, None]
+    assert edits[0] is not None
+    assert edits[0]["edited_by_label"] == alice.get_username()
+    assert [c["ran_edited"] for c in views] == [True, True, False]
 
 
 def test_step_one_round_pauses_before_the_next_model_call(

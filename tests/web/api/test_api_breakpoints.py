@@ -3,6 +3,7 @@ gone on from with POST /api/runs/<id>/continue; every refusal a JSON error."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -58,9 +59,14 @@ def test_a_run_paused_at_a_call_breakpoint_steps_and_continues(
     assert answer.json()["run_status"] == "queued"
     assert answer.json()["pause"]["resolution"] == "run"
     assert execute(run_id) == "succeeded"
-    results = [c["result"] for c in api.get(f"/api/runs/{run_id}").json()["rounds"][0][
-        "tool_calls"]]
-    assert "Lyon" in results[1]
+    hangzhou, lyon = api.get(f"/api/runs/{run_id}").json()["rounds"][0]["tool_calls"]
+    assert "Lyon" in lyon["result"]
+    # The call keeps the model's arguments and records the ones it ran with.
+    assert json.loads(lyon["arguments"]) == {"city": "Paris"}
+    assert lyon["breakpoint_edit"]["arguments"] == {"city": "Lyon"}
+    assert lyon["breakpoint_edit"]["edited_by"] == "bob"
+    assert lyon["breakpoint_edit"]["edited_at"]
+    assert hangzhou["breakpoint_edit"] is None
 
 
 def test_step_round_and_a_message_before_the_model_call(

@@ -91,6 +91,17 @@ def test_a_paused_run_shows_its_panel_and_held_calls_and_continues_with_edits(
     assert (pause.resolution, pause.edited_arguments) == ("run", {first.call_id: {"city": "Lyon"}})
     assert execute(str(run.pk)) == "succeeded"
     assert "Lyon" in (run.tool_calls.get(pk=first.pk).result_text or "")
+    # The edited call's lane: the arguments it ran with beside the model's.
+    page = bob_client.get(f"/runs/{run.pk}/").content.decode()
+    lane = page.split(f'id="call-{first.pk}"')[1].split("</article>")[0]
+    assert "<summary>Arguments the model sent</summary>" in lane
+    assert "&quot;city&quot;: &quot;Hangzhou&quot;" in lane
+    assert "<strong>Arguments edited at a breakpoint</strong> by bob" in lane
+    ran_with = lane.split("<summary>Ran with the arguments</summary>")[1].split("</pre>")[0]
+    assert "&quot;city&quot;: &quot;Lyon&quot;" in ran_with
+    other = page.split(f'id="call-{second.pk}"')[1].split("</article>")[0]
+    assert "breakpoint-edit" not in other
+    assert "<summary>Arguments</summary>" in other
 
 
 def test_a_message_before_the_model_call_is_shown_escaped_on_its_round(

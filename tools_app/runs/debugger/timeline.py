@@ -27,6 +27,8 @@ from tools_app.models import (
 from tools_app.runs.debugger.reexecution_reads import lane_adder as reexec_lanes
 from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store import prepared
+from tools_app.runs.store.sanitize import fit_column
+from tools_app.runs.worker.breakpoint_hooks import edited_calls
 
 
 def round_views(run: Run, indexes: Iterable[int] | None = None, *,
@@ -149,6 +151,7 @@ def _not_executed_call(round_index: int, call_index: int,
             "error_message": "", "handled_by": "", "stopped_run": False, "traceback": "",
             "started_at": None, "finished_at": None, "decision": None,
             "awaiting_decision": False, "held_at_breakpoint": False,
+            "breakpoint_edit": None, "ran_edited": False,
             "reexecutable": False, "reexecutions": []}
 
 
@@ -164,8 +167,35 @@ def _added_messages(run: Run) -> dict[int, list[dict[str, Any]]]:
     return added
 
 
+def _breakpoint_edits(run: Run) -> dict[tuple[int, str], dict[str, Any]]:
+    """(round id, stored call id) -> the arguments a person gave the call at a
+    breakpoint (the ones it runs with), who and when."""
+    if not snapshot_of(run).breakpoints:
+        return {}
+    by_round = edited_calls(str(run.pk))
+    if not by_round:
+        return {}
+    round_ids = dict(Round.objects.filter(run=run, index__in=list(by_round)).values_list(
+        "index", "id"))
+    edits: dict[tuple[int, str], dict[str, Any]] = {}
+    for index, calls in by_round.items():
+        for call_id, pause in calls.items():
+            arguments = pause.edited_arguments[call_id]
+            edits[(round_ids.get(index, -1), fit_column(ToolCall, "call_id", call_id))] = {
+                "arguments": arguments, "arguments_text": pretty_json(arguments),
+                "edited_by_label": pause.resolved_by_label, "edited_at": pause.resolved_at}
+    return edits
+
+
+# A breakpoint's edit is what a call ran with once it started, unless it was refused
+# (a rejection stands) or names no tool of the run: those never ran.
+_NOT_RUN_STATES = frozenset({ToolCallState.PROPOSED, ToolCallState.REJECTED,
+                             ToolCallState.HALLUCINATED})
+
+
 def _approval_state(run: Run) -> Any:
-    """Adds to a call's dict its decision (if any) and whether it awaits one now."""
+    """Adds to a call's dict its decision (if any), whether it awaits one now, and the
+    arguments a person gave it at a breakpoint if it ran with them."""
     flagged = snapshot_of(run).approval_tools()
     decisions: dict[int, dict[str, Any]] = {}
     if flagged:
@@ -177,6 +207,7 @@ def _approval_state(run: Run) -> Any:
     waiting = run.status == RunStatus.WAITING
     pause = run.open_pause if waiting else None
     held = frozenset(pause.call_ids) if pause is not None else frozenset()
+    breakpoint_edits = _breakpoint_edits(run)
 
     def add(call: dict[str, Any]) -> dict[str, Any]:
         decision = decisions.get(call["pk"])
@@ -190,8 +221,14 @@ def _approval_state(run: Run) -> Any:
         extra = {"state_label": "Awaiting approval"} if awaiting else {}
         if call["call_id"] in held and call["state"] == ToolCallState.PROPOSED:
             extra = {"state_label": "Held at a breakpoint"}
+        edit = breakpoint_edits.get((call["round_id"], call["call_id"]))
+        if call["started_at"] is None or call["state"] in _NOT_RUN_STATES:
+            edit = None
         return call | {"decision": decision, "awaiting_decision": awaiting,
-                       "held_at_breakpoint": call["call_id"] in held} | extra
+                       "held_at_breakpoint": call["call_id"] in held,
+                       "breakpoint_edit": edit,
+                       "ran_edited": edit is not None or bool(decision and decision[
+                           "arguments"] is not None)} | extra
 
     return add
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -98,11 +99,11 @@ class RunBreakpoints:
         pauses = list(RunPause.objects.filter(run_id=self.run_id, round_index=round_index,
                                               before="calls"))
         released: set[str] = set()
-        edits: dict[str, Any] = {}
         for pause in pauses:
             if pause.resolved_at is not None:
                 released.update(pause.released)
-                edits.update(pause.edited_arguments)
+        edits = {call_id: pause.edited_arguments[call_id]
+                 for call_id, pause in edits_in_force(pauses).items()}
         opened = next((p for p in pauses if p.resolved_at is None), None)
         candidates = [r for r in requests if r[0] not in released]
         hold, reason = self._to_hold(candidates, opened)
@@ -144,6 +145,23 @@ def _parsed(arguments: str) -> Any:
         return json.loads(arguments or "{}")
     except (ValueError, RecursionError):
         return None
+
+
+def edits_in_force(pauses: Iterable[RunPause]) -> dict[str, RunPause]:
+    """Call id -> the resolved pause whose edited arguments the call runs with, of one
+    round's pauses in their order: a later edit of the same call replaces an earlier one."""
+    return {call_id: pause for pause in pauses if pause.resolved_at is not None
+            for call_id in pause.edited_arguments}
+
+
+def edited_calls(run_id: str) -> dict[int, dict[str, RunPause]]:
+    """Round index -> `edits_in_force` of the run's pauses before that round's calls."""
+    by_round: dict[int, list[RunPause]] = {}
+    for pause in RunPause.objects.filter(run_id=run_id, before="calls",
+                                         resolved_at__isnull=False):
+        by_round.setdefault(pause.round_index, []).append(pause)
+    edited = {index: edits_in_force(pauses) for index, pauses in by_round.items()}
+    return {index: calls for index, calls in edited.items() if calls}
 
 
 def last_step(run_id: str) -> str | None:

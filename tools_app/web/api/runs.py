@@ -326,6 +326,7 @@ def _round_json(view: dict[str, Any], run_id: str) -> dict[str, Any]:
             "error_type": c["error_type"] or None, "error_message": c["error_message"] or None,
             "handled_by": c["handled_by"] or None, "duration_ms": c["duration_ms"],
             "awaiting_decision": c["awaiting_decision"], "decision": _decision_json(c),
+            "breakpoint_edit": _breakpoint_edit_json(c),
             "row_id": c["pk"], "reexecutions": [reexecution_json(e, run_id)
                                                 for e in c["reexecutions"]],
         } for c in view["calls"]],
@@ -339,6 +340,16 @@ def _decision_json(call: dict[str, Any]) -> dict[str, Any] | None:
     return {"decision": decision["decision"], "arguments": decision["arguments"],
             "message": decision["message"], "decided_by": decision["decided_by_label"],
             "decided_at": decision["decided_at"].isoformat()}
+
+
+def _breakpoint_edit_json(call: dict[str, Any]) -> dict[str, Any] | None:
+    """The arguments the call ran with after a person edited them at a breakpoint
+    (`arguments` stays the model's); they replace an approval's edited ones."""
+    edit = call["breakpoint_edit"]
+    if edit is None:
+        return None
+    return {"arguments": edit["arguments"], "edited_by": edit["edited_by_label"] or None,
+            "edited_at": edit["edited_at"].isoformat()}
 
 
 def reexecution_json(view: dict[str, Any], run_id: str) -> dict[str, Any]:
