@@ -17,6 +17,7 @@ from .debugging import (
     DecisionKind,
     ReexecutionState,
 )
+from .demo import DemoKind, DemoRecord
 from .endpoints import ModelEndpoint, ProviderKind
 from .policies import (
     ArgumentsErrorMode,
@@ -65,6 +66,8 @@ __all__ = [
     "CallDecision",
     "CallReexecution",
     "DecisionKind",
+    "DemoKind",
+    "DemoRecord",
     "ErrorPolicy",
     "ExecutionErrorMode",
     "HallucinatedToolMode",

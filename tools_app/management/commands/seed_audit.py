@@ -1,5 +1,6 @@
 """`manage.py seed_audit --runs N --calls-per-run M [--seed S]`: fill a database with
-finished-looking runs for the audit log (benchmarks, demos of the lists and tool pages).
+finished-looking runs for the audit log (benchmarks, demos of the lists and tool pages);
+`manage.py seed_audit --clear` removes all of it again.
 
 Varied as real use is: several endpoints and policies, the example tools plus a few
 mock ones and a hallucinated name, every call outcome with its error type and handler,
@@ -9,6 +10,11 @@ batches, one transaction per batch (no save(), no signals, no events: the audit 
 reads runs, rounds and calls only). The same --seed gives the same rows; the run ids
 derive from it, so a second identical command finds its runs and adds nothing, while
 another seed adds another set.
+
+Demo data, marked as such: every user, endpoint, policy and tool the seed creates (never
+one that already existed) and every seed's set of runs gets a DemoRecord, which is what
+`--clear` removes by. The users are no staff and have no usable password; the endpoints
+play an offline script, so a run started on one works like any other.
 """
 
 from __future__ import annotations
@@ -25,13 +31,16 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.management.color import no_style
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import DateTimeField, JSONField, UUIDField
 from django.utils import timezone
 
 from tools_app.models import (
+    DemoKind,
+    DemoRecord,
     ErrorPolicy,
     ModelEndpoint,
+    ProviderKind,
     Round,
     Run,
     RunStatus,
@@ -41,16 +50,24 @@ from tools_app.models import (
 )
 from tools_app.tools.registry import sync_tools
 
-ENDPOINTS = (("gpt-4o (prod)", "openai", "gpt-4o"),
-             ("claude-sonnet (prod)", "anthropic", "claude-sonnet-4"),
-             ("gemini-flash", "gemini", "gemini-2.0-flash"),
-             ("local llama", "openai_compatible", "llama3.1:8b"))
-POLICIES = ("Default", "Strict arguments", "Lenient")
+# Named after models to vary the lists, but all of them the offline scripted model
+# (engine.providers.scripted): a run someone starts on one succeeds, with no key and no
+# network. The playground ticks the tool the script calls.
+ENDPOINTS = (("gpt-4o (demo)", "gpt-4o"), ("claude-sonnet (demo)", "claude-sonnet-4"),
+             ("gemini-flash (demo)", "gemini-2.0-flash"), ("local llama (demo)", "llama3.1:8b"))
+DEMO_SCRIPT = [
+    {"text": "Let me look that up.",
+     "tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
+    {"text": "(A demo endpoint of seed_audit, answering offline.) {last_results}"},
+]
+POLICIES = ("Default (demo)", "Strict arguments (demo)", "Lenient (demo)")
 MOCK_TOOLS = ("search_docs", "read_file", "sql_query")
 EXAMPLE_TOOLS = ("get_weather", "calculator", "convert_units", "always_fails", "slow_tool",
                  "lookup_order")
 HALLUCINATED = "get_stock_price"
 USERS = 20
+# The limits timed-out calls report ("timed out after 10 s"); their durations exceed them.
+TIMEOUTS_S = (5, 10, 30)
 CITIES = ("Paris", "Hangzhou", "London", "Zürich", "São Paulo", "Lagos", "Oslo", "Kyoto",
           "Lima", "Reykjavík", "Nairobi", "Toronto")
 WORDS = ("invoice", "refund", "shipment", "latency", "quota", "migration", "backup",
@@ -63,7 +80,7 @@ OUTCOMES = (("succeeded", 880, "", ""),
             ("hallucinated", 10, "HallucinatedToolError", "tell_model_available_tools"),
             ("rejected", 10, "ToolRejectedError", "policy_execution_to_model"),
             ("unknown_outcome", 5, "UnknownOutcomeError", "policy_execution_to_model"),
-            ("cancelled", 5, "CancelledError", ""))
+            ("cancelled", 5, "CancelledError", ""))  # in cancelled runs only
 STATUSES = (("succeeded", 820), ("failed", 110), ("cancelled", 30), ("interrupted", 20),
             ("running", 15), ("queued", 5))
 RUN_ERRORS = (("ProviderError", "HTTP 429 from the provider: rate limit exceeded"),
@@ -88,15 +105,23 @@ class Command(BaseCommand):
     help = "Fill the database with varied runs and tool calls for the audit log."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--runs", type=int, required=True)
-        parser.add_argument("--calls-per-run", type=int, required=True)
+        parser.add_argument("--runs", type=int, help="Required unless --clear.")
+        parser.add_argument("--calls-per-run", type=int, help="Required unless --clear.")
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument("--months", type=int, default=6,
                             help="Runs are dated over this many months before now.")
         parser.add_argument("--batch", type=int, default=1000, help="Runs per transaction.")
+        parser.add_argument("--clear", action="store_true",
+                            help="Remove everything seed_audit made (runs of every seed, "
+                                 "users, endpoints, policies, tools) and nothing else.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["clear"]:
+            self.stdout.write(clear())
+            return
         runs, per_run, batch = options["runs"], options["calls_per_run"], options["batch"]
+        if runs is None or per_run is None:
+            raise CommandError("--runs and --calls-per-run are required (or --clear)")
         if not (1 <= runs <= 10_000_000 and 0 <= per_run <= 1000 and 1 <= batch <= 100_000):
             raise CommandError("--runs 1..10,000,000, --calls-per-run 0..1,000, --batch "
                                "1..100,000")
@@ -109,6 +134,7 @@ class Command(BaseCommand):
                               "nothing added")
             return
         world = _world()
+        _mark_runs(seed, runs)
         end = timezone.now().replace(microsecond=0)
         start = end - timedelta(days=30 * options["months"])
         step = (end - start) / runs
@@ -123,29 +149,99 @@ class Command(BaseCommand):
                           f"(seed {options['seed']})")
 
 
+@transaction.atomic
 def _world() -> World:
-    sync_tools(["tools_app.tools.example_tools"])
+    """The users, endpoints, policies and tools the runs point at: created if missing,
+    and marked when created here (what already existed is used as it is, unmarked)."""
+    made: list[tuple[DemoKind, Any]] = []
+    synced = sync_tools(["tools_app.tools.example_tools"])
+    made += [(DemoKind.TOOL, pk) for pk in ToolRegistration.objects.filter(
+        name__in=synced.created).values_list("pk", flat=True)]
     for name in MOCK_TOOLS:
-        ToolRegistration.objects.get_or_create(name=name, defaults={
+        tool, created = ToolRegistration.objects.get_or_create(name=name, defaults={
             "kind": ToolKind.MOCK, "description": f"Seeded mock tool {name}",
             "json_schema": {"type": "object"},
             "version_hash": hashlib.sha256(name.encode()).hexdigest()})
+        if created:
+            made.append((DemoKind.TOOL, tool.pk))
     hashes = dict(ToolRegistration.objects.values_list("name", "version_hash"))
-    endpoints = [ModelEndpoint.objects.get_or_create(
-        name=name, defaults={"kind": kind, "model": model})[0]
-        for name, kind, model in ENDPOINTS]
-    policies = [ErrorPolicy.objects.get_or_create(name=name)[0] for name in POLICIES]
-    users = [_user(i) for i in range(USERS)]
+    endpoints = []
+    for name, model in ENDPOINTS:
+        endpoint, created = ModelEndpoint.objects.get_or_create(name=name, defaults={
+            "kind": ProviderKind.SCRIPTED, "model": model, "script": DEMO_SCRIPT})
+        endpoints.append(endpoint)
+        if created:
+            made.append((DemoKind.ENDPOINT, endpoint.pk))
+    policies = []
+    for name in POLICIES:
+        policy, created = ErrorPolicy.objects.get_or_create(name=name)
+        policies.append(policy)
+        if created:
+            made.append((DemoKind.POLICY, policy.pk))
+    users = []
+    for index in range(USERS):
+        user, created = _user(index)
+        users.append(user)
+        if created:
+            made.append((DemoKind.USER, user.pk))
+    DemoRecord.objects.bulk_create([DemoRecord(kind=kind, key=str(pk)) for kind, pk in made],
+                                   ignore_conflicts=True)
     return World(users, endpoints, policies, [*EXAMPLE_TOOLS, *MOCK_TOOLS], hashes)
 
 
-def _user(index: int) -> Any:
-    user, created = get_user_model().objects.get_or_create(
-        username=f"audit-user-{index:02d}", defaults={"is_staff": index == 0})
+def _user(index: int) -> tuple[Any, bool]:
+    """A demo user: no staff rights, and no password anyone could log in with."""
+    user, created = get_user_model().objects.get_or_create(username=f"audit-user-{index:02d}")
     if created:
         user.set_unusable_password()
         user.save(update_fields=["password"])
-    return user
+    return user, created
+
+
+def _mark_runs(seed: int, runs: int) -> None:
+    """Mark a seed's runs before writing them, so a seed stopped half-way is removable
+    too; the count only grows (runs removed by hand may be seeded again)."""
+    record, created = DemoRecord.objects.get_or_create(
+        kind=DemoKind.RUNS, key=str(seed), defaults={"count": runs})
+    if not created and record.count < runs:
+        record.count = runs
+        record.save(update_fields=["count"])
+
+
+# Removing demo data: a seed's runs in batches (with their rounds, calls and events), then
+# the users (None: the user model), endpoints, policies and tools it made, and the marks.
+CLEAR_BATCH = 500
+CLEARED: tuple[tuple[DemoKind, type[models.Model] | None, str], ...] = (
+    (DemoKind.USER, None, "users"), (DemoKind.ENDPOINT, ModelEndpoint, "endpoints"),
+    (DemoKind.POLICY, ErrorPolicy, "policies"), (DemoKind.TOOL, ToolRegistration, "tools"))
+
+
+def clear() -> str:
+    """Remove what the seed made, by its marks; says what was removed."""
+    marks = list(DemoRecord.objects.all())
+    if not marks:
+        return "seed_audit: no seeded data to remove"
+    removed = {"runs": sum(_clear_runs(int(m.key), m.count)
+                           for m in marks if m.kind == DemoKind.RUNS)}
+    with transaction.atomic():
+        for kind, model, label in CLEARED:
+            keys = [m.key for m in marks if m.kind == kind]
+            rows = (model or get_user_model())._default_manager.filter(pk__in=keys)
+            removed[label] = rows.count()
+            rows.delete()
+        DemoRecord.objects.filter(pk__in=[m.pk for m in marks]).delete()
+    return "seed_audit: removed " + ", ".join(f"{n} {label}" for label, n in removed.items())
+
+
+def _clear_runs(seed: int, count: int) -> int:
+    removed = 0
+    for start in range(0, count, CLEAR_BATCH):
+        ids = [run_id(seed, n) for n in range(start, min(start + CLEAR_BATCH, count))]
+        with transaction.atomic():
+            batch = Run.objects.filter(pk__in=ids)
+            removed += batch.count()
+            batch.delete()
+    return removed
 
 
 def run_id(seed: int, number: int) -> uuid.UUID:
@@ -234,8 +330,8 @@ def _run(rng: random.Random, world: World, pk: uuid.UUID, created: datetime,
               title=question[:200], status=status, created_at=created,
               started_at=created + timedelta(milliseconds=rng.randint(5, 400)),
               snapshot=_snapshot(world, endpoint, policy, tools, question))
-    rounds, calls = _rounds(rng, run, tools, per_run)
-    _finish(rng, run, rounds, calls)
+    rounds, calls, ended = _rounds(rng, run, tools, per_run)
+    _finish(rng, run, rounds, calls, ended)
     return run, rounds, calls
 
 
@@ -267,48 +363,79 @@ def _snapshot(world: World, endpoint: ModelEndpoint, policy: ErrorPolicy, tools:
 
 
 def _rounds(rng: random.Random, run: Run, tools: list[str],
-            per_run: int) -> tuple[list[Round], list[ToolCall]]:
+            per_run: int) -> tuple[list[Round], list[ToolCall], datetime]:
+    """The run's rounds and calls, timed as a run goes: a round's calls start once its
+    model call answered, all at once, and the next model call follows the slowest of
+    them. Returns the moment the last of it ended too."""
     rounds: list[Round] = []
     calls: list[ToolCall] = []
     at = run.started_at or run.created_at
     while len(calls) < per_run or not rounds:
+        latency = rng.uniform(300, 4000)
+        answered = at + timedelta(milliseconds=latency)
         round_ = Round(run=run, index=len(rounds), status="completed", started_at=at,
-                       latency_ms=rng.uniform(300, 4000), finish_reason="tool_calls",
+                       finished_at=answered, latency_ms=latency, finish_reason="tool_calls",
                        input_tokens=rng.randint(200, 6000), output_tokens=rng.randint(10, 600))
         rounds.append(round_)
+        at = answered
         for index in range(min(rng.randint(1, 4), per_run - len(calls))):
-            calls.append(_call(rng, run, round_, index, tools, at))
-        at += timedelta(milliseconds=(round_.latency_ms or 0) + rng.randint(5, 3000))
+            call = _call(rng, run, round_, index, tools, answered)
+            calls.append(call)
+            at = max(at, call.finished_at or call.started_at or answered)
+        at += timedelta(milliseconds=rng.randint(1, 40))
         if per_run == 0:
             break
     rounds[-1].finish_reason = "stop"
     rounds[-1].ai_text = "Here is what I found."
-    return rounds, calls
+    return rounds, calls, at
 
 
 def _call(rng: random.Random, run: Run, round_: Round, index: int, tools: list[str],
-          at: datetime) -> ToolCall:
+          answered: datetime) -> ToolCall:
     state, _, error_type, handler = _pick(rng, OUTCOMES)
+    if state == "cancelled" and run.status != RunStatus.CANCELLED:
+        state, _, error_type, handler = OUTCOMES[0]  # a call is cancelled with its run
     name = HALLUCINATED if state == "hallucinated" else rng.choice(tools)
+    if name == "always_fails" and state == "succeeded":
+        state, _, error_type, handler = OUTCOMES[1]  # it never succeeds
     arguments = _arguments(rng, name)
     raw = json.dumps(arguments, ensure_ascii=False)
-    duration = None if state in ("hallucinated", "rejected") else round(
-        rng.lognormvariate(4.5, 1.2), 3)
+    limit = rng.choice(TIMEOUTS_S)
+    duration = _duration(rng, state, name, limit)
     ok = state == "succeeded"
     call = ToolCall(run=run, round=round_, call_index=index,
                     call_id=f"call_{rng.getrandbits(48):012x}", tool_name=name,
                     arguments_raw=raw, arguments=arguments, state=state,
                     is_error=not ok and state != "cancelled", error_type=error_type,
                     handled_by=handler, attempts=1, duration_ms=duration)
-    if duration is not None:
-        call.started_at = at + timedelta(milliseconds=rng.randint(0, 50))
+    if state not in NOT_STARTED:
+        call.started_at = answered + timedelta(milliseconds=rng.uniform(0.1, 5))
+    if duration is not None and call.started_at is not None:
         call.finished_at = call.started_at + timedelta(milliseconds=duration)
     if ok:
         call.result_text = _result(rng, name, arguments)
     elif error_type:
-        call.error_message = _error_message(rng, state, name)
+        call.error_message = _error_message(rng, state, name, limit)
         call.result_text = call.error_message
     return call
+
+
+# Never executed: nothing ran, so no start and no duration.
+NOT_STARTED = frozenset({"hallucinated", "rejected"})
+
+
+def _duration(rng: random.Random, state: str, name: str, limit: int) -> float | None:
+    """How long a call of this outcome took, in milliseconds (None: it never ran, or its
+    end is unknown)."""
+    if state in NOT_STARTED or state == "unknown_outcome":
+        return None
+    if state == "timed_out":  # stopped at its limit, noticed a little later
+        return round(limit * 1000 + rng.uniform(1, 80), 3)
+    if state == "arguments_error":  # refused by validation, before running
+        return round(rng.uniform(0.05, 2), 3)
+    if name == "slow_tool":  # sleeps 1.5 s unless told otherwise
+        return round(1500 + rng.lognormvariate(2, 1), 3)
+    return round(min(rng.lognormvariate(4.5, 1.2), 4000), 3)
 
 
 def _arguments(rng: random.Random, name: str) -> dict[str, Any]:
@@ -346,12 +473,12 @@ _LINES = [f"{_pool.choice(WORDS)} {_pool.choice(CITIES)} {_pool.randint(0, 10**6
           for _ in range(5000)]
 
 
-def _error_message(rng: random.Random, state: str, name: str) -> str:
+def _error_message(rng: random.Random, state: str, name: str, limit: int) -> str:
     messages = {
         "execution_error": f"{rng.choice(('ConnectionError', 'KeyError', 'ValueError'))}: "
                            f"{rng.choice(WORDS)} service unavailable in {rng.choice(CITIES)}",
         "arguments_error": f"Invalid arguments for tool '{name}': field required",
-        "timed_out": f"tool {name} timed out after {rng.choice((5, 10, 30))} s",
+        "timed_out": f"Tool '{name}' timed out after {limit} s",
         "hallucinated": f"The model called a tool that does not exist: {name}",
         "rejected": f"tool {name} requires approval; no approver is configured",
         "unknown_outcome": "the worker was lost while the call ran; not re-executed",
@@ -360,8 +487,10 @@ def _error_message(rng: random.Random, state: str, name: str) -> str:
     return messages.get(state, "error")
 
 
-def _finish(rng: random.Random, run: Run, rounds: list[Round], calls: list[ToolCall]) -> None:
-    """The run's totals and ending, from what it holds."""
+def _finish(rng: random.Random, run: Run, rounds: list[Round], calls: list[ToolCall],
+            ended: datetime) -> None:
+    """The run's totals and ending, from what it holds: it ends just after the last
+    thing it did."""
     run.rounds_count, run.tool_calls_count = len(rounds), len(calls)
     run.errors_count = sum(call.is_error for call in calls)
     run.input_tokens = sum(r.input_tokens or 0 for r in rounds)
@@ -371,8 +500,8 @@ def _finish(rng: random.Random, run: Run, rounds: list[Round], calls: list[ToolC
     if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
         return
     started = run.started_at or run.created_at
-    run.wall_ms = sum(r.latency_ms or 0 for r in rounds) + rng.uniform(10, 2000)
-    run.finished_at = started + timedelta(milliseconds=run.wall_ms)
+    run.finished_at = ended + timedelta(milliseconds=rng.randint(1, 50))
+    run.wall_ms = (run.finished_at - started).total_seconds() * 1000
     if run.status == RunStatus.SUCCEEDED:
         run.final_text = f"Done: {rng.choice(WORDS)} in {rng.choice(CITIES)} looks fine."
     elif run.status == RunStatus.FAILED:
