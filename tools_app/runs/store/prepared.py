@@ -28,6 +28,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -112,8 +113,10 @@ def instances[M: Model](key: Hashable, model: type[M],
     return [model.from_db(DEFAULT_DB_ALIAS, names, row) for row in found]
 
 
+@cache
 def concrete_names(model: type[Model]) -> tuple[str, ...]:
-    """The attnames of a model's concrete fields, in their order (a foreign key's `_id`)."""
+    """The attnames of a model's concrete fields, in their order (a foreign key's `_id`);
+    fixed once the models are loaded, so worked out once per model."""
     return tuple(field.attname for field in model._meta.concrete_fields)
 
 
