@@ -1,36 +1,18 @@
 """Engine events -> database rows + one RunEvent each, then a live notification.
 
-Events are written in batches: the recorder queues each event and one writer task per
-run hands everything queued so far to `batch_writer` as one batch (the seqs allocated
-together under the worker's lease token, the RunEvents inserted together, each event's
-state change applied in order), which commits it in one transaction with the batches
-the loop's other runs have waiting. While a batch is being written the engine goes
-on, and what it emits meanwhile forms the next batch.
-
-The engine waits for durability only where crash safety needs it: a call's start on a
-tool that is not idempotent is committed before the tool runs (and, batches being
-written in order, so is the round's response it belongs to), and the runner drains the
-queue before anything reads the run's rows to decide (gates, approvals); what a chat
-that succeeded left queued is written by the run's end, in its transaction, before the
-end reads the rows (`hold_for_end`). A call on an idempotent tool runs at once, its
-start written with what follows: whatever a crash loses of it, the resumed run calls it
-again (or asks the model again, if the round's response was lost with it;
-runner.load_history), which is what idempotent permits. What the model is told next (a
-round's results, the next round's start and its request) is written while the model
-answers: its batch starts at the
-model's announced HTTP request (`ProviderWireRequest`, or `ModelRequestSent` for a
-model that announces none) and nothing waits for it. An event nobody waits for lingers
-a moment (`LINGER_SECONDS`) before the writer starts, so a round's results, the next
-round's start and its request share one batch: two batches a round, one if its calls
-are idempotent and quick (docs/benchmarks/product-path.md); only a streamed answer's
-first piece waits for that batch (viewers see a round before its pieces). A failed
-batch stops the run: nothing the recorder queued after it is ever written (the log
-would have a hole; the runner still writes the run's end), and the failure is raised
-where the engine waits or at its next event. Only after a commit are viewers notified
-(`eventlog.notify`), with the batch's last seq: the WebSocket consumer reads rows by
-seq, so a dropped notification never loses anything.
-Streaming fragments (partial text / tool-call pieces) are not stored: they are only
-broadcast, after the stored events before them, and the stored response supersedes them.
+The recorder queues each event; one writer task per run hands what is queued to
+`batch_writer` as one batch (seqs allocated under the worker's lease token, the events'
+row changes from `event_rows`), committed with the batches of the loop's other runs.
+The engine waits for a commit only where crash safety needs it: a call's start on a tool
+that is not idempotent, and drains before anything reads the run's rows (gates,
+approvals, the run's end). Everything else is written while the model answers: a batch
+starts at the model's announced request, and an event nobody waits for lingers briefly
+so that a round's results, the next round's start and its request share a batch. A
+failed batch stops the run: nothing queued after it is written, and the failure is
+raised where the engine waits or at its next event. Viewers are notified after each
+commit with its last seq (the socket reads rows by seq, so a lost notification loses
+nothing). Streaming fragments are broadcast only, after the stored events before them.
+docs/ARCHITECTURE.md draws the whole path.
 """
 
 from __future__ import annotations
@@ -40,24 +22,17 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 from tools_app.engine.events import (
-    ModelResponseReceived,
     PartialText,
     PartialToolCall,
-    ProviderAttempt,
     ProviderWireRequest,
     ProviderWireResponse,
     RoundStarted,
-    ToolCallFinished,
-    ToolCallProposed,
     ToolCallStarted,
 )
-from tools_app.engine.execution import arguments_as_map
-from tools_app.models import Round, ToolCall
 from tools_app.runs.store.eventlog import notify
 from tools_app.runs.store.lifecycle import Ending
 from tools_app.runs.store.row_changes import RowChanges
@@ -65,22 +40,19 @@ from tools_app.runs.store.sanitize import (
     CleanPayload,
     StreamRedactor,
     clean_json,
-    clean_text,
-    fit_column,
     redact,
     stored_as_sent,
 )
 from tools_app.runs.worker import batch_writer
 from tools_app.runs.worker.batch_writer import Batch, write_together
+from tools_app.runs.worker.event_rows import fold_events
 
 logger = logging.getLogger(__name__)
 
 EPHEMERAL_KINDS = frozenset({"partial_text", "partial_tool_call"})
 # How long an event nobody waits for may stay queued (so what follows shares its batch)
 # before the writer starts anyway: short enough that a viewer never notices, long enough
-# to cover a busy worker's steps from a round's response to its next request (tool
-# threads, the loop's queue: tens of milliseconds at 100 runs, where 20 ms split a
-# round's events into two batches a run in two rounds; docs/benchmarks/product-path.md).
+# to cover a busy worker's steps from a round's response to its next request.
 LINGER_SECONDS = 0.1
 
 Queued = tuple[Any, dict[str, Any], "asyncio.Future[int] | None"]
@@ -124,6 +96,8 @@ class RunRecorder:
       triggers would otherwise put it right with one more UPDATE per call).
     - `idempotent_tools`: tools a resumed run may call again; their calls' starts are
       not waited for.
+    - `on_cancel`: called when a call's durable start commits on a run whose cancel is
+      requested (the runner records why the chat stops); the call is then not started.
     """
 
     def __init__(self, run_id: str, token: int, secrets: tuple[str, ...] = (), *,
@@ -131,7 +105,8 @@ class RunRecorder:
                  requests_announced: bool = False,
                  streamed: StreamedText | None = None,
                  call_row_defaults: dict[str, Any] | None = None,
-                 idempotent_tools: frozenset[str] = frozenset()) -> None:
+                 idempotent_tools: frozenset[str] = frozenset(),
+                 on_cancel: Callable[[], None] | None = None) -> None:
         self.run_id = run_id
         self.token = token
         self.secrets = secrets
@@ -157,9 +132,7 @@ class RunRecorder:
         # (when, cancel_requested) as the last batch's own UPDATE read it: the heartbeat
         # needs no query of its own while the run writes.
         self.cancel_seen: tuple[float, bool] | None = None
-        # Called when a call's durable start commits on a run whose cancel is requested
-        # (the runner records why the chat stops); the call is then not started.
-        self.on_cancel: Callable[[], None] | None = None
+        self.on_cancel = on_cancel
 
     async def __call__(self, event: Any) -> None:
         if isinstance(event, RoundStarted) and self.before_round is not None:
@@ -397,10 +370,7 @@ class RunRecorder:
         """The row changes of a batch's events (inside its transaction: a retried
         attempt's own count reads what is stored)."""
         changes = RowChanges(self.run_id, self._round_ids, self.call_row_defaults)
-        for event, payload in batch:
-            apply = _APPLIERS.get(event.kind)
-            if apply is not None:
-                apply(changes, event, payload)
+        fold_events(changes, batch)
         return changes
 
     def committed(self, changes: RowChanges, cancel_requested: bool) -> None:
@@ -408,97 +378,6 @@ class RunRecorder:
         remembered)."""
         self.cancel_seen = (time.monotonic(), cancel_requested)
         self._round_ids.update(changes.new_rounds)
-
-
-# -- state changes, one per event kind, folded into the batch's RowChanges ----------------
-
-
-def on_round_started(changes: RowChanges, event: RoundStarted, payload: dict[str, Any]) -> None:
-    changes.start_round(event.round_index or 0, {
-        "status": "requested", "started_at": _dt(event.at), "attempts": [],
-        "finished_at": None})
-
-
-def on_wire_request(changes: RowChanges, event: ProviderWireRequest,
-                    payload: dict[str, Any]) -> None:
-    changes.update_round(event.round_index or 0, {"request_json": _column(payload, "body")})
-
-
-def on_wire_response(changes: RowChanges, event: ProviderWireResponse,
-                     payload: dict[str, Any]) -> None:
-    changes.update_round(event.round_index or 0, {
-        "response_json": _column(payload, "body"),
-        "raw_stream": clean_text(payload.get("raw_stream"))})
-
-
-def on_attempt(changes: RowChanges, event: ProviderAttempt, payload: dict[str, Any]) -> None:
-    index = event.round_index or 0
-    attempts = changes.pending_round_value(index, "attempts")
-    if attempts is None:  # retries are rare: read what is stored
-        attempts = Round.objects.filter(pk=changes.round_id(index)).values_list(
-            "attempts", flat=True).get()
-    changes.update_round(index, {"attempts": [*attempts, payload]})
-
-
-def on_response(changes: RowChanges, event: ModelResponseReceived,
-                payload: dict[str, Any]) -> None:
-    response = event.response
-    usage = response.usage
-    changes.update_round(event.round_index or 0, {
-        "status": "responded",
-        "response": _column(payload, "response"),
-        "ai_text": clean_text(response.ai_message.text),
-        "thinking": clean_text(response.ai_message.thinking),
-        "finish_reason": fit_column(Round, "finish_reason", response.finish_reason),
-        "input_tokens": usage.input_tokens if usage else None,
-        "output_tokens": usage.output_tokens if usage else None,
-        "latency_ms": event.latency_ms,
-        "first_token_ms": event.first_token_ms,
-        "finished_at": _dt(event.at),
-    })
-    if usage:
-        changes.count(input_tokens=usage.input_tokens or 0,
-                      output_tokens=usage.output_tokens or 0,
-                      total_tokens=usage.total_tokens or 0)
-
-
-def on_proposed(changes: RowChanges, event: ToolCallProposed, payload: dict[str, Any]) -> None:
-    request = event.request
-    changes.propose_call(event.round_index or 0, {
-        "run": changes.run_id,
-        "call_index": event.call_index,
-        "call_id": fit_column(ToolCall, "call_id", request.id),
-        "tool_name": fit_column(ToolCall, "tool_name", request.name),
-        "arguments_raw": clean_text(request.arguments),
-        "arguments": clean_json(_parsed_or_none(request)),
-    })
-
-
-def on_started(changes: RowChanges, event: ToolCallStarted, payload: dict[str, Any]) -> None:
-    changes.update_call(event.round_index or 0, fit_column(ToolCall, "call_id", event.call_id),
-                        fit_column(ToolCall, "tool_name", event.tool_name),
-                        {"state": "started", "started_at": _dt(event.at), "finished_at": None},
-                        started=True)
-
-
-def on_finished(changes: RowChanges, event: ToolCallFinished, payload: dict[str, Any]) -> None:
-    changes.update_call(event.round_index or 0, fit_column(ToolCall, "call_id", event.call_id),
-                        fit_column(ToolCall, "tool_name", event.tool_name), {
-        "state": event.outcome,
-        "result_text": clean_text(event.text),
-        "result_json": _column(payload, "result_json"),
-        "is_error": event.is_error,
-        "error_type": fit_column(ToolCall, "error_type", event.error_type),
-        "error_message": clean_text(event.error_message) or "",
-        "error_details": _column(payload, "error_details"),
-        "traceback": clean_text(event.traceback) or "",
-        "handled_by": fit_column(ToolCall, "handled_by", event.handled_by),
-        "stopped_run": event.stopped_run,
-        "started_at": _dt(event.started_at),
-        "finished_at": _dt(event.finished_at),
-        "duration_ms": event.duration_ms,
-    })
-    changes.count(tool_calls_count=1, errors_count=1 if event.is_error else 0)
 
 
 RAW_STREAM_WITHHELD = ("(The raw stream is not shown: the response carried a credential, "
@@ -509,8 +388,7 @@ RAW_STREAM_WITHHELD = ("(The raw stream is not shown: the response carried a cre
 def _dumped(event: Any) -> dict[str, Any]:
     """The event in pydantic's JSON mode, but a provider's wire body as it is: JSON data
     already (what was sent, or parsed from what came back), the whole conversation,
-    which pydantic would walk value by value (a tenth of a worker's CPU at 50 runs,
-    docs/benchmarks/app-overhead.md); CleanPayload still checks it is JSON."""
+    which pydantic would walk value by value; CleanPayload still checks it is JSON."""
     if not isinstance(event, ProviderWireRequest | ProviderWireResponse):
         return event.model_dump(mode="json")  # type: ignore[no-any-return]
     dumped = event.model_dump(mode="json", exclude={"body"})
@@ -524,36 +402,8 @@ def _field_names(event_type: type[Any]) -> tuple[str, ...]:
     return tuple(event_type.model_fields)
 
 
-def _column(payload: dict[str, Any], key: str) -> Any:
-    """A payload value for a JSON column: with its text, when the recorder made it."""
-    return payload.column(key) if isinstance(payload, CleanPayload) else payload[key]
-
-
 def _mentions_secret(body: Any, secrets: tuple[str, ...]) -> bool:
     if not secrets:
         return False
     text = json.dumps(body, ensure_ascii=False)
     return any(secret in text for secret in secrets)
-
-
-def _parsed_or_none(request: Any) -> Any:
-    try:
-        return arguments_as_map(request)
-    except Exception:  # invalid arguments are recorded raw; the engine reports the error
-        return None
-
-
-def _dt(epoch: float | None) -> datetime | None:
-    return datetime.fromtimestamp(epoch, tz=UTC) if epoch is not None else None
-
-
-_APPLIERS: dict[str, Any] = {
-    "round_started": on_round_started,
-    "provider_wire_request": on_wire_request,
-    "provider_wire_response": on_wire_response,
-    "provider_attempt": on_attempt,
-    "model_response_received": on_response,
-    "tool_call_proposed": on_proposed,
-    "tool_call_started": on_started,
-    "tool_call_finished": on_finished,
-}

@@ -240,8 +240,9 @@ async def _drive(claimed: _Claimed, streamed: StreamedText,
         messages, resume = claimed.history
     except Exception as exc:  # a broken snapshot (missing key, tool gone) fails the run
         return RunStatus.FAILED, {"error_type": type(exc).__name__, "error_message": str(exc)}
+    stop = _Stop()
     recorder = last.recorder = RunRecorder(
-        run_id, token, engine.secrets, before_round=_checkpoint,
+        run_id, token, engine.secrets, before_round=_checkpoint, on_cancel=stop.cancelled,
         requests_announced=isinstance(engine.model, WireChatModel), streamed=streamed,
         call_row_defaults={"run_created_at": run.created_at,
                            "run_owner_id": run.created_by_id},
@@ -253,8 +254,6 @@ async def _drive(claimed: _Claimed, streamed: StreamedText,
         hooks = RunBreakpoints(run_id, snapshot.breakpoints)
         engine.service.call_gate = after_drain(recorder, hooks.call_gate)
         engine.service.before_model_call = after_drain(recorder, hooks.before_model_call)
-    stop = _Stop()
-    recorder.on_cancel = stop.cancelled
     chat = asyncio.ensure_future(_chat_recorded(
         engine.service.chat(engine.model, messages, snapshot.request_parameters(),
                             observers=[recorder], resume=resume), recorder))
