@@ -256,6 +256,33 @@ async def test_by_default_a_hallucinated_tool_stops_the_run() -> None:
     assert "get_weather" in str(caught.value)
 
 
+async def test_the_error_says_the_tool_was_not_offered_and_names_the_offered_ones() -> None:
+    model = scripted(calls(call("get_stock_price", {"symbol": "BABA"})), final())
+    with pytest.raises(HallucinatedToolError) as caught:
+        await ToolService().tools([WeatherTools(), reserve]).chat(model, [user()])
+    assert str(caught.value) == (
+        "The model requested tool 'get_stock_price', which is not one of the tools offered "
+        "to this run (offered: get_weather, reserve)")
+    assert "not registered" not in str(caught.value)
+
+
+def test_the_not_offered_messages_stay_bounded_with_many_tools_or_a_long_name() -> None:
+    from tools_app.engine.errors import NAMED_TOOLS_LIMIT
+
+    offered = [f"tool_{n:02}" for n in range(NAMED_TOOLS_LIMIT + 15)]
+    long_name = "x" * 100_000
+    error = HallucinatedToolError(long_name, offered)
+    told = tell_model_available_tools(
+        ToolExecutionRequest(id="c", name=long_name, arguments="{}"), offered)
+
+    for text in (str(error), told.text):
+        assert f"tool_{NAMED_TOOLS_LIMIT - 1:02} and 15 more" in text
+        assert f"tool_{NAMED_TOOLS_LIMIT:02}" not in text
+        assert len(text) < 1000
+    assert error.tool_name == long_name  # the record keeps the name; the message cuts it
+    assert str(HallucinatedToolError("ghost", [])).endswith("(offered: none)")
+
+
 async def test_tell_model_available_tools_lets_the_model_correct_itself() -> None:
     service = ToolService(hallucinated_tool_strategy=tell_model_available_tools)
     service.tools([WeatherTools(), reserve])
@@ -269,7 +296,8 @@ async def test_tell_model_available_tools_lets_the_model_correct_itself() -> Non
     assert message.id == "call_0_0"
     assert message.is_error is True
     assert "get_stock_price" in message.text
-    assert "Available tools: get_weather, reserve" in message.text
+    assert message.text == ("Error: tool 'get_stock_price' is not one of the tools offered "
+                            "to this run. Offered tools: get_weather, reserve")
     assert result.final_response.ai_message.text == "done"
     assert model.calls == 3
 

@@ -383,7 +383,7 @@ def test_every_hostile_field_reaches_the_page(
     assert texts.count(escaped) >= 10
     assert "No weather data for" in texts  # tool output
     assert "Model says" in texts  # model text
-    assert "Error: unknown tool" in texts  # hallucinated tool name, told to the model
+    assert "not one of the tools offered" in texts  # hallucinated tool name, told to the model
     assert "Traceback" in texts
     failed_texts = " ".join(t for t, _ in Tree(page_of(bob_client, failed)).texts)
     assert escaped in failed_texts

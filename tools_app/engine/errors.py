@@ -8,7 +8,7 @@
     │   │   ├── ToolTimeoutError        the tool ran past its timeout
     │   │   ├── ToolUnknownOutcomeError the worker died while the call was in flight
     │   │   └── ToolRejectedError       a flagged call was not approved: never executed
-    │   └── HallucinatedToolError       the model named a tool that is not registered
+    │   └── HallucinatedToolError       the model named a tool it was not offered
     ├── ToolDefinitionError             tool definitions (JSON) that cannot be used
     ├── ToolLoopError                   the loop itself stopped
     │   ├── MaxRoundTripsExceededError  more tool-calling round trips than allowed
@@ -71,12 +71,38 @@ class ApprovalPending(AgentForgeError):
     so a pause never leaves a call of the round half done."""
 
 
+# An error about a tool name the model made up names at most this many offered tools
+# (then how many more), and cuts the made-up name: both end up in the run's record and,
+# told to the model, in every later request.
+NAMED_TOOLS_LIMIT = 20
+NAME_CHARS_LIMIT = 200
+
+
+def _shown_name(name: str) -> str:
+    """A tool name for a message, cut to NAME_CHARS_LIMIT characters (the model's can be
+    of any length)."""
+    return name if len(name) <= NAME_CHARS_LIMIT else f"{name[:NAME_CHARS_LIMIT]}..."
+
+
+def _offered_tools(available: list[str]) -> str:
+    """The tools offered to the run, for a message: "a, b, c", at most NAMED_TOOLS_LIMIT
+    of them and then "and N more", or "none"."""
+    if not available:
+        return "none"
+    names = ", ".join(_shown_name(name) for name in available[:NAMED_TOOLS_LIMIT])
+    rest = len(available) - NAMED_TOOLS_LIMIT
+    return f"{names} and {rest} more" if rest > 0 else names
+
+
 class HallucinatedToolError(ToolError):
+    """The model called a tool it was not offered. The engine knows only the tools of
+    the run (`available`): whether the name is registered elsewhere is not its to say,
+    and not offered is what matters to the run either way."""
+
     def __init__(self, tool_name: str, available: list[str]) -> None:
-        names = ", ".join(available) or "(none)"
         super().__init__(
-            f"The model requested tool '{tool_name}', which is not registered. "
-            f"Available tools: {names}",
+            f"The model requested tool '{_shown_name(tool_name)}', which is not one of "
+            f"the tools offered to this run (offered: {_offered_tools(available)})",
             tool_name=tool_name,
         )
         self.available = available
@@ -259,14 +285,15 @@ def throw_on_hallucinated_tool(
 def tell_model_available_tools(
     request: ToolExecutionRequest, available: list[str]
 ) -> ToolExecutionResultMessage:
-    """Replacement strategy: answer the call with the list of tools that do exist."""
+    """Replacement strategy: answer the call with an error naming the tools the model
+    was offered, so it can call one of them instead."""
     from .messages import ToolExecutionResultMessage
 
-    names = ", ".join(available) or "(none)"
     return ToolExecutionResultMessage(
         id=request.id,
         tool_name=request.name,
-        text=f"Error: unknown tool '{request.name}'. Available tools: {names}",
+        text=f"Error: tool '{_shown_name(request.name)}' is not one of the tools offered "
+             f"to this run. Offered tools: {_offered_tools(available)}",
         is_error=True,
     )
 

@@ -148,6 +148,22 @@ def test_hallucinated_tool_raise_stops_the_run(
     assert (call.state, call.stopped_run) == ("hallucinated", True)
 
 
+def test_a_registered_tool_not_offered_to_the_run_is_said_to_be_not_offered(
+    make_endpoint: Any, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
+) -> None:
+    configure(policy, hallucinated_tool="raise")
+
+    run = run_script(make_endpoint, demo_tools, policy, FAILING_TOOL_SCRIPT,
+                     ["calculator", "get_weather"])
+
+    assert ToolRegistration.objects.filter(name="always_fails").exists()
+    assert run.status == RunStatus.FAILED
+    assert run.error_type == "HallucinatedToolError"
+    assert run.error_message == (
+        "The model requested tool 'always_fails', which is not one of the tools offered to "
+        "this run (offered: calculator, get_weather)")
+
+
 def test_hallucinated_tool_tell_model_lists_the_available_tools(
     make_endpoint: Any, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy
 ) -> None:
@@ -157,8 +173,8 @@ def test_hallucinated_tool_tell_model_lists_the_available_tools(
                      ["calculator", "get_weather"])
 
     assert run.status == RunStatus.SUCCEEDED
-    expected = ("Error: unknown tool 'launch_rocket'. "
-                "Available tools: calculator, get_weather")
+    expected = ("Error: tool 'launch_rocket' is not one of the tools offered to this run. "
+                "Offered tools: calculator, get_weather")
     assert run.final_text == f"model saw: {expected}"
     [call] = calls(run)
     assert (call.state, call.is_error, call.result_text) == ("hallucinated", True, expected)
