@@ -8,7 +8,7 @@ resources as their text or such a description, resource links as their URI; with
 content blocks, the structured content as JSON. The audit result keeps the blocks'
 metadata, never their bytes. A result with `isError` is a `ToolExecutionError` (so the
 run's error policy applies), as is every failure of the server or its session
-(sessions: mcp_sessions.py).
+(the connection: mcp_client.py; sessions: mcp_sessions.py).
 
 `tool_definitions` turns a server's tools/list answer into what a registration stores:
 name, description, input schema and the annotations (read-only, destructive,
@@ -38,7 +38,8 @@ from mcp_types import (
 from ..errors import ToolExecutionError
 from ..execution import ToolExecutionResult, arguments_as_map
 from ..messages import ToolExecutionRequest
-from .mcp_sessions import MCP_SESSIONS, McpCallError, McpServerConfig, McpSessions
+from .mcp_client import McpCallError, McpServerConfig
+from .mcp_sessions import MCP_SESSIONS, McpSessions
 
 __all__ = [
     "MCP_SESSIONS",
