@@ -4,6 +4,7 @@ stored, in batches, and never a run in progress."""
 from __future__ import annotations
 
 import io
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +22,7 @@ from tools_app.models import (
     ToolCall,
     ToolRegistration,
 )
+from tools_app.runs.debugger.run_files import export_run
 from tools_app.runs.store.retention import parse_age
 from tools_app.runs.tasks import prune_old_runs
 
@@ -103,3 +105,21 @@ def test_ages_in_days_hours_and_minutes() -> None:
     assert parse_age("30d") == timedelta(days=30)
     assert parse_age("12h") == timedelta(hours=12)
     assert parse_age("90m") == timedelta(minutes=90)
+
+
+def test_a_run_imported_recently_is_kept_whatever_the_original_ended(
+    runs: dict[str, Run], tmp_path: Any,
+) -> None:
+    original = Run.objects.get(pk=runs["old_succeeded"].pk)  # ended 40 days ago
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(export_run(original)), encoding="utf-8")
+    call_command("import_run", str(path), stdout=io.StringIO())
+    imported = Run.objects.get(snapshot__imported__isnull=False)
+    assert original.finished_at is not None
+    assert imported.finished_at == original.finished_at
+    assert original.finished_at < timezone.now() - timedelta(days=30)
+
+    prune("--older-than", "30d")
+
+    assert Run.objects.filter(pk=imported.pk).exists()
+    assert "old_succeeded" not in left(runs)

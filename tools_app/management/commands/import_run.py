@@ -18,7 +18,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="A run exported as JSON (format agentforge-run).")
         parser.add_argument("--user", default=None,
-                            help="Who owns the imported run (without it, only staff see it).")
+                            help="Who imports the run and owns it; its page says \"Imported "
+                                 "by\" them (without it: \"Imported from a file\", and only "
+                                 "staff see the run).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         user = self._user(options["user"]) if options["user"] else None

@@ -9,7 +9,7 @@ and credentials inside URLs are replaced, and the rounds were redacted when reco
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -195,6 +195,8 @@ class FixtureRun(_Loose):
     error_type: str = ""
     error_message: str = ""
     wall_ms: float | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
 
 
 class RunFixture(_Loose):
@@ -304,16 +306,22 @@ def unregistered_tool_code(snapshot: RunSnapshot) -> list[str]:
 
 
 def import_fixture(fixture: RunFixture, *,
-                   user: AbstractBaseUser | AnonymousUser | None) -> Run:
+                   user: AbstractBaseUser | AnonymousUser | None,
+                   via: str = "manage.py import_run") -> Run:
     """A new finished run holding the fixture's snapshot, rounds and calls, so the
-    timeline shows it. Its events: the import and its final status."""
+    timeline shows it. Its events: the import and its final status. `user` imported it
+    and owns it (None: no one, only staff see it), `via` says how it was imported. The
+    run is created now; it started and finished when the original did (the file's
+    times; unknown when the file has none)."""
     status = (RunStatus(fixture.run.status) if fixture.run.status in TERMINAL_STATUSES
               else RunStatus.FAILED)
     snapshot = RunSnapshot.load(clean_json(exportable_snapshot(fixture.run_snapshot())))
     snapshot.rerun = None  # the imported run has no parent here
-    snapshot.imported = ImportedSection(source_run=clean_text(fixture.run.id),
-                                        exported_at=clean_text(fixture.exported_at))
     owner: Any = user if user is not None and user.is_authenticated else None
+    snapshot.imported = ImportedSection(source_run=clean_text(fixture.run.id),
+                                        exported_at=clean_text(fixture.exported_at),
+                                        imported_by=owner.get_username() if owner else None,
+                                        via=via)
     with transaction.atomic():
         run = create_finished(
             status=status,
@@ -326,11 +334,32 @@ def import_fixture(fixture: RunFixture, *,
             final_text=clean_text(fixture.run.final_text),
             error_type=fit_column(Run, "error_type", fixture.run.error_type) or "",
             error_message=clean_text(fixture.run.error_message) or "",
-            wall_ms=fixture.run.wall_ms, started_at=timezone.now(), finished_at=timezone.now())
+            wall_ms=fixture.run.wall_ms, started_at=_aware(fixture.run.started_at),
+            finished_at=_aware(fixture.run.finished_at))
         for round_ in fixture.rounds:
             _import_round(run, round_)
         _totals(run)
     return run
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    """A file's time without a zone is read as UTC (exports always carry one)."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
+def import_record(run: Run) -> dict[str, Any] | None:
+    """Where an imported run came from, for the API (None for any other run): the
+    original's id, when it was exported, who imported it (None: no user was given),
+    when (the run's creation) and how. Read from the stored snapshot as it is, without
+    loading it: lists show it for many runs."""
+    section = run.snapshot.get("imported") if isinstance(run.snapshot, dict) else None
+    if not isinstance(section, dict):
+        return None
+    return {"from": section.get("from"), "exported_at": section.get("exported_at"),
+            "imported_by": section.get("imported_by"),
+            "imported_at": run.created_at.isoformat(), "via": section.get("via")}
 
 
 class _Fork(BaseModel):

@@ -162,12 +162,16 @@ class TryItSection(Section):
 
 
 class ImportedSection(Section):
-    """A run imported from a run file: the id it had where it was exported, and when."""
+    """A run imported from a run file: the id it had where it was exported, and when;
+    who imported it (their username; None when no user was given) and how. The run's
+    created_at is the import's moment, its started_at and finished_at the original's."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     source_run: str | None = Field(default=None, alias="from")
     exported_at: str | None = None
+    imported_by: str | None = None
+    via: str | None = None
 
 
 class RerunSection(Section):

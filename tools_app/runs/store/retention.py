@@ -42,10 +42,13 @@ class PruneReport:
 
 def prunable(older_than: timedelta, *, keep_failed: bool) -> list[str]:
     """The ids of finished runs (never one queued, running, waiting or interrupted) that
-    ended before `older_than` ago, oldest first."""
+    ended before `older_than` ago, oldest first. Stored here before then too: a run
+    imported from a file keeps the original's end, but its age here counts from the
+    import."""
     cutoff = timezone.now() - older_than
     statuses = set(TERMINAL_STATUSES) - ({RunStatus.FAILED} if keep_failed else set())
-    rows = Run.objects.filter(status__in=statuses, finished_at__lt=cutoff)
+    rows = Run.objects.filter(status__in=statuses, finished_at__lt=cutoff,
+                              created_at__lt=cutoff)
     return [str(pk) for pk in rows.order_by("finished_at").values_list("pk", flat=True)]
 
 

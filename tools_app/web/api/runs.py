@@ -311,8 +311,10 @@ def _run_summary(run: Run) -> dict[str, Any]:
         "errors": run.errors_count, "total_tokens": run.total_tokens, "wall_ms": run.wall_ms,
         "created_at": run.created_at.isoformat(),
         # Queued -> started is the wait for a worker; started -> finished is wall_ms.
+        # An imported run was created by its import and ran when the original did.
         "started_at": run.started_at.isoformat() if run.started_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "imported": run_files.import_record(run),
     }
 
 
