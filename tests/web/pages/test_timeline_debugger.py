@@ -90,7 +90,10 @@ def test_the_header_shows_the_settings_the_run_actually_used(
     assert text_of(tree, settings["Parallel calls"]) == "Parallel calls off (this run)"
     assert text_of(tree, settings["Max rounds"]) == "Max rounds 3 (this run)"
     assert "changed" not in (settings["Tool errors"].attrs.get("class") or "")
-    assert text_of(tree, settings["Tool errors"]) == "Tool errors to model"
+    # the error modes in the admin's words (the policy's choices), not the stored values
+    assert text_of(tree, settings["Tool errors"]) == "Tool errors send a message to the model"
+    assert text_of(tree, settings["Arguments errors"]) == "Arguments errors stop the run"
+    assert text_of(tree, settings["Unknown tools"]) == "Unknown tools stop the run"
 
 
 def test_a_call_that_stopped_the_run_shows_its_error_once_and_the_header_links_to_it(

@@ -15,7 +15,16 @@ from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Count, Q, QuerySet
 
 from tools_app.engine.conversation import to_openai_messages
-from tools_app.models import Round, Run, RunEvent, ToolCall, ToolCallState
+from tools_app.models import (
+    ArgumentsErrorMode,
+    ExecutionErrorMode,
+    HallucinatedToolMode,
+    Round,
+    Run,
+    RunEvent,
+    ToolCall,
+    ToolCallState,
+)
 from tools_app.runs.debugger.timeline import pretty_json, unexecuted_requests
 from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store import prepared
@@ -66,6 +75,10 @@ SETTING_LABELS = (("parallel", "Parallel calls"), ("max_concurrency", "At most a
                   ("hallucinated_tool", "Unknown tools"),
                   ("provider_max_retries", "Provider retries"),
                   ("run_timeout_seconds", "Run deadline"))
+# The error modes in the admin's words (its choices' labels, without "(default)"), so
+# the header says "Arguments errors: stop the run" as the policy form does.
+MODE_CHOICES = {"arguments_error": ArgumentsErrorMode, "execution_error": ExecutionErrorMode,
+                "hallucinated_tool": HallucinatedToolMode}
 
 
 def header_view(run: Run, owner: str | None = None) -> dict[str, Any]:
@@ -118,6 +131,9 @@ def _setting_text(name: str, value: Any) -> str:
         return "no limit"
     if name in ("default_tool_timeout", "run_timeout_seconds"):
         return f"{value} s"
+    if name in MODE_CHOICES and value in MODE_CHOICES[name].values:
+        label = str(MODE_CHOICES[name](value).label).removesuffix(" (default)")
+        return label[:1].lower() + label[1:]
     return str(value).replace("_", " ")
 
 
