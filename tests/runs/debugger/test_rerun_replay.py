@@ -4,6 +4,7 @@ stops, or goes on live, as asked."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -167,3 +168,24 @@ def test_a_recorded_timeout_replays_as_a_timeout(
         "timed_out", True, "ToolTimeoutError", timed_out.error_message, timed_out.result_text)
     assert replay.error_message == "Tool 'slow_tool' timed out after 0.2 s"
     assert again.final_text == slow.final_text
+
+
+def test_a_run_file_and_a_rerun_hold_the_one_recording_shape(original: Run) -> None:
+    """Export, a rerun's replay section and the engine's recorded model read the same
+    rounds: the run file's rounds are recorded rounds with their audit record added, and
+    what a replay stores is exactly what the engine serves from."""
+    from tools_app.engine.providers.recorded import RecordedRound
+    from tools_app.runs.debugger.run_files import export_run, load_fixture, recording_of
+    from tools_app.runs.snapshot.model import snapshot_of
+
+    from_file = load_fixture(json.dumps(export_run(original))).recording()
+    from_run = recording_of(original)
+    again = run_rerun(run=original, user=None, mode="as_it_was",
+                      replay=ReplayOptions(model="recorded", tools="recorded"))
+    stored = snapshot_of(Run.objects.get(pk=again.pk)).replay
+
+    assert stored is not None
+    assert all(type(r) is RecordedRound for r in stored.rounds)
+    as_recorded = [RecordedRound.model_validate(r.model_dump()) for r in from_file]
+    assert as_recorded == from_run == stored.rounds
+    assert [c.tool_name for c in stored.rounds[0].calls] == ["lookup", "transfer"]

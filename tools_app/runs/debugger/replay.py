@@ -14,7 +14,7 @@ from typing import Any
 
 from tools_app.engine import ReplayDivergence
 from tools_app.engine.events import ToolCallFinished, ToolCallProposed
-from tools_app.engine.providers.recorded import canonical_arguments
+from tools_app.engine.providers.recorded import RecordedRound, canonical_arguments
 from tools_app.runs.debugger.run_files import RunFixture
 from tools_app.runs.snapshot.engine import engine_for_snapshot
 from tools_app.runs.snapshot.model import (
@@ -30,7 +30,7 @@ TOOLS_MODES: tuple[ToolsMode, ...] = ("recorded", "live", "mock")
 DIVERGENCE_MODES: tuple[OnDivergence, ...] = ("stop", "live")
 
 
-def replay_section(rounds: list[dict[str, Any]], *, model: ModelMode, tools: ToolsMode,
+def replay_section(rounds: list[RecordedRound], *, model: ModelMode, tools: ToolsMode,
                    on_divergence: OnDivergence, source: str | None) -> ReplaySection:
     return ReplaySection(model=model, tools=tools, on_divergence=on_divergence,
                          source=source, rounds=rounds)

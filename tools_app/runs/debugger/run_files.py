@@ -16,9 +16,10 @@ from urllib.parse import urlsplit, urlunsplit
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from tools_app.engine import ChatResponse
+from tools_app.engine.providers.recorded import RecordedCall, RecordedRound
 from tools_app.models import (
     TERMINAL_STATUSES,
     Round,
@@ -28,7 +29,6 @@ from tools_app.models import (
     ToolKind,
     ToolRegistration,
 )
-from tools_app.runs.snapshot.engine import recorded_rounds
 from tools_app.runs.snapshot.frozen import POLICY_FIELDS, TOOL_FIELDS
 from tools_app.runs.snapshot.model import ImportedSection, RunSnapshot, snapshot_of
 from tools_app.runs.store.lifecycle import create_finished
@@ -130,10 +130,12 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def recording_of(run: Run) -> list[dict[str, Any]]:
+def recording_of(run: Run) -> list[RecordedRound]:
     """The run's rounds as a replay reads them (a snapshot's "replay" rounds)."""
-    return [{"index": r["index"], "response": r["response"], "calls": r["calls"]}
-            for r in export_run(run)["rounds"]]
+    return _recording.validate_python(export_run(run)["rounds"])
+
+
+_recording: TypeAdapter[list[RecordedRound]] = TypeAdapter(list[RecordedRound])
 
 
 def export_filename(run: Run) -> str:
@@ -147,19 +149,15 @@ class _Loose(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class FixtureCall(_Loose):
+class FixtureCall(RecordedCall):
+    """A call as a run file holds it: what a replay serves (`RecordedCall`) and its audit
+    record (how it was handled, how long it took, when)."""
+
+    model_config = ConfigDict(extra="ignore")
+
     call_index: int = Field(ge=0)
-    call_id: str
-    tool_name: str
-    arguments: str = ""
-    arguments_parsed: Any = None
     state: str
-    result_text: str | None = None
-    result_json: Any = None
-    is_error: bool = False
-    error_type: str | None = None
-    error_message: str | None = None
-    error_details: list[dict[str, Any]] | None = None
+    arguments_parsed: Any = None
     handled_by: str | None = None
     stopped_run: bool = False
     attempts: int = Field(default=0, ge=0)
@@ -168,12 +166,18 @@ class FixtureCall(_Loose):
     finished_at: datetime | None = None
 
 
-class FixtureRound(_Loose):
+class FixtureRound(RecordedRound):
+    """A round as a run file holds it: what a replay reads (`RecordedRound`) and its
+    record (the wire request and response, tokens, timings)."""
+
+    model_config = ConfigDict(extra="ignore")
+
     index: int = Field(ge=0)
+    response: ChatResponse | None = None
+    calls: tuple[FixtureCall, ...] = ()
     status: str
     request: Any = None
     wire_response: Any = None
-    response: ChatResponse | None = None
     ai_text: str | None = None
     thinking: str | None = None
     finish_reason: str = ""
@@ -184,7 +188,6 @@ class FixtureRound(_Loose):
     attempts: list[Any] = Field(default_factory=list)
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    calls: list[FixtureCall] = Field(default_factory=list)
 
 
 class FixtureRun(_Loose):
@@ -211,10 +214,9 @@ class RunFixture(_Loose):
         """The file's snapshot as the model (checked by `load_fixture`)."""
         return RunSnapshot.load(self.snapshot)
 
-    def recording(self) -> list[dict[str, Any]]:
+    def recording(self) -> list[RecordedRound]:
         """The rounds as a replay reads them (a replay section's rounds)."""
-        return [r.model_dump(mode="json", include={"index", "response", "calls"})
-                for r in self.rounds]
+        return list(self.rounds)
 
 
 def load_fixture(raw: bytes | str) -> RunFixture:
@@ -266,7 +268,6 @@ def _check_snapshot(fixture: RunFixture) -> None:
         loaded = fixture.run_snapshot()
         loaded.chat_messages()
         loaded.request_parameters()
-        recorded_rounds(fixture.recording())
     except (ValueError, TypeError, KeyError) as exc:  # pydantic's ValidationError included
         raise FixtureError(f"snapshot: {exc}") from exc
     indexes = [r.index for r in fixture.rounds]

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
-from pydantic import TypeAdapter
 
 from tools_app.engine import (
     ChatModel,
@@ -65,7 +64,7 @@ def engine_for_snapshot(snapshot: RunSnapshot) -> RunEngine:
     so (see `replay_model` and `_executor`)."""
     policy = snapshot.policy
     # The recording, parsed once for the model and every tool that answers from it.
-    recording = recorded_rounds(snapshot.replay.rounds) if snapshot.replay else []
+    recording = snapshot.replay.rounds if snapshot.replay else []
     model, secrets = _model_of(snapshot, recording)
     service = ToolService(
         max_tool_calling_round_trips=policy.max_round_trips,
@@ -114,15 +113,6 @@ def replay_model(snapshot: RunSnapshot, replay: ReplaySection,
             prelude_ai_messages=_prelude(snapshot))
     model = RecordedChatModel(recording, prelude_messages=len(snapshot.messages), live=live)
     return model, secrets
-
-
-_rounds_adapter: TypeAdapter[list[RecordedRound]] = TypeAdapter(list[RecordedRound])
-
-
-def recorded_rounds(rounds: list[dict[str, object]]) -> list[RecordedRound]:
-    """The recording's rounds as the engine's replay reads them (the run file format's
-    rounds: extra fields are ignored)."""
-    return _rounds_adapter.validate_python(rounds)
 
 
 def chat_model_for(

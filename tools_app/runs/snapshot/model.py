@@ -19,6 +19,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from tools_app.engine import ChatMessage, ChatRequestParameters
+from tools_app.engine.providers.recorded import RecordedRound
 from tools_app.models import Run
 
 SNAPSHOT_VERSION = 2
@@ -104,13 +105,14 @@ OnDivergence = Literal["stop", "live"]
 
 class ReplaySection(Section):
     """Which parts answer from a recording (a rerun replaying, `replay_fixture`), and the
-    recording itself: the run file format's rounds."""
+    recording itself, in the engine's one shape of a recorded round (a run file's
+    rounds are that shape with their audit record added)."""
 
     model: ModelMode = "live"
     tools: ToolsMode = "live"
     on_divergence: OnDivergence = "stop"
     source: str | None = None
-    rounds: list[dict[str, Any]] = Field(default_factory=list)
+    rounds: list[RecordedRound] = Field(default_factory=list)
 
 
 class ForkSection(Section):
