@@ -21,10 +21,18 @@ from .support import (
     status,
     submit_run,
     tool_box,
+    wait_caught_up,
     wait_round,
     wait_status,
 )
-from .world import SLOW_ENDPOINT, SLOW_ROUNDS, watched_endpoint
+from .world import (
+    FAST_STREAM_ENDPOINT,
+    FAST_STREAM_ROUNDS,
+    FORK_ENDPOINT,
+    SLOW_ENDPOINT,
+    SLOW_ROUNDS,
+    watched_endpoint,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
@@ -187,6 +195,94 @@ async def test_the_live_headers_cancel_button_cancels_the_run(open_page: Any) ->
     await page.click("#run-header .cancel-form button")  # submits the page's #cancel-form
     assert await wait_status(page, "cancelled") == "cancelled"
     assert await page.locator("#run-header .cancel-form").count() == 0
+    await assert_equals_reload(page)
+
+
+# Installed before any page script: every out-of-band fragment htmx found no target for
+# (it fires this event on the body, and logs it).
+OOB_ERRORS_JS = """
+window.__oobErrors = [];
+document.addEventListener('htmx:oobErrorNoTarget', (e) => {
+  const content = e.detail && e.detail.content;
+  window.__oobErrors.push(content ? (content.getAttribute('hx-swap-oob') || content.id
+                                     || content.outerHTML.slice(0, 120)) : '?');
+});
+"""
+
+
+async def start_paused_before_round_1(page: Any, endpoint: str, tools: list[str]) -> str:
+    """A run held before its first model call, its page connected live: everything the
+    run does next reaches the page over the socket."""
+    await fill_playground(page, endpoint=endpoint, tools=tools, message="Go on",
+                          system_prompt="", policy="Default", tool_choice="auto",
+                          max_rounds="")
+    await page.locator("details.breakpoints summary").click()
+    await page.fill("input[name=break_before_round]", "1")
+    run_id = await submit_run(page)
+    await wait_status(page, "waiting")
+    await page.wait_for_selector('#live-state[data-state="live"]')
+    return run_id
+
+
+async def test_controls_that_need_rounds_arrive_live(open_page: Any, server: Server) -> None:
+    """The page opened before round 1: the run's rounds arrive live, and so do the
+    controls that need them (fork from a round, each answered round's fork link)."""
+    page = await open_page(user="alice", record=True)
+    run_id = await start_paused_before_round_1(page, FORK_ENDPOINT, ["convert_units"])
+    assert await page.locator("#rounds > section.round").count() == 0
+    assert await page.locator("#fork-form").count() == 0  # nothing to fork from yet
+    assert await page.locator("#export-run").count() == 1
+
+    await page.locator("#paused button.continue").click()
+    assert await wait_status(page, "succeeded") == "succeeded"
+    await wait_round(page, 1)
+
+    # No reload: the fork form came with the rounds, for the rounds the run has.
+    fork_form = page.locator("#run-lineage details.fork-form")
+    await fork_form.wait_for(state="attached")
+    rounds = page.locator("#fork-form input[name=round]")
+    assert await rounds.get_attribute("max") == "2"
+    assert await rounds.get_attribute("value") == "2"
+    assert await page.locator("#rounds a.fork-round").count() == 2
+    assert await page.locator("#export-run").count() == 1
+    assert await page.locator("#rerun-form").count() == 1
+    live_lineage = await page.inner_text("#run-lineage")
+
+    await fork_form.locator("summary").click()
+    if SCREENSHOTS:
+        await page.locator("#run-lineage").screenshot(
+            path=screenshot_path(server, "live-fork-form.png"))
+    await page.fill("#fork-form input[name=round]", "2")
+    await page.click("#fork-form button[type=submit]")
+    await page.wait_for_url(f"**/runs/{run_id}/fork/?round=2")
+    await page.go_back()
+    await page.wait_for_url(f"**/runs/{run_id}/")
+    assert await page.inner_text("#run-lineage") == live_lineage  # as a fresh page shows it
+
+
+async def test_a_fast_streaming_run_sends_no_fragment_before_its_target(
+    open_page: Any,
+) -> None:
+    """Pieces of a streamed answer come faster than the batches that show each round:
+    none may reach the page before its round's stream is there, or after it is gone."""
+    page = await open_page(user="alice", record=True)
+    await page.context.add_init_script(OOB_ERRORS_JS)
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    await start_paused_before_round_1(page, FAST_STREAM_ENDPOINT, ["calculator"])
+
+    await page.locator("#paused button.continue").click()
+    assert await wait_status(page, "succeeded") == "succeeded"
+    await wait_caught_up(page)
+
+    # The pieces did come live, many of them ...
+    messages = await page.evaluate("window.__messages")
+    pieces = [m for m in messages if "-stext" in m or "-scall-" in m]
+    assert len(pieces) > FAST_STREAM_ROUNDS, len(pieces)
+    # ... and none missed its target.
+    assert await page.evaluate("window.__oobErrors") == []
+    assert not [m for m in console if "oobErrorNoTarget" in m], console
+    await assert_each_round_once(page, FAST_STREAM_ROUNDS + 1)
     await assert_equals_reload(page)
 
 

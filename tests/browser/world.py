@@ -64,6 +64,10 @@ FORK_SCRIPT = [
                      "arguments": {"value": 1, "from_unit": "km", "to_unit": "m"}}]},
     {"text": "Final: {last_results}"},
 ]
+# Many quick rounds, each streaming a long text and a tool call in small pieces: pieces
+# come faster than the live batches that show each round (test_live_timeline.py).
+FAST_STREAM_ENDPOINT = "Browser: fast streaming"
+FAST_STREAM_ROUNDS = 16
 MCP_ENDPOINT = "Browser: MCP time"
 MCP_TOOLS = ("get_current_time", "bad_markup", "bad_crash")
 
@@ -75,6 +79,17 @@ def slow_script(rounds: int = SLOW_ROUNDS) -> list[dict[str, Any]]:
         for i in range(rounds)
     ]
     return [*steps, {"text": "All done: {last_result}"}]
+
+
+def fast_stream_script(rounds: int = FAST_STREAM_ROUNDS) -> list[dict[str, Any]]:
+    words = " ".join(f"word{n}" for n in range(60))
+    steps: list[dict[str, Any]] = [
+        {"text": f"Round {i + 1}: {words}",
+         "tool_calls": [{"name": "calculator",
+                         "arguments": {"expression": " + ".join(["1"] * (20 + i))}}]}
+        for i in range(rounds)
+    ]
+    return [*steps, {"text": "Streamed to the end: {last_result}"}]
 
 
 def xss_script() -> list[dict[str, Any]]:
@@ -125,7 +140,8 @@ def setup() -> None:
                  (XSS_FAILING_ENDPOINT, xss_failing_script()),
                  (KINDS_ENDPOINT, kinds_script()),
                  (APPROVAL_ENDPOINT, APPROVAL_SCRIPT),
-                 (FORK_ENDPOINT, FORK_SCRIPT))
+                 (FORK_ENDPOINT, FORK_SCRIPT),
+                 (FAST_STREAM_ENDPOINT, fast_stream_script()))
     for name, script in endpoints:
         # Streamed: the timeline also gets the ephemeral text / tool-call fragments.
         ModelEndpoint.objects.update_or_create(

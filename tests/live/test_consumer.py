@@ -26,7 +26,15 @@ from tests.web.support import PAYLOAD, Tree, assert_inert, start_run
 from tools_app.live import consumers
 from tools_app.live.fragments import render_updates
 from tools_app.live.notify import group_name
-from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolCall, ToolRegistration
+from tools_app.models import (
+    ErrorPolicy,
+    ModelEndpoint,
+    Round,
+    Run,
+    RunEvent,
+    ToolCall,
+    ToolRegistration,
+)
 from tools_app.runs.debugger.rerun import ReplayOptions, run_rerun
 from tools_app.runs.store.eventlog import notify
 from tools_app.runs.store.selectors import event_marks_after
@@ -614,6 +622,68 @@ async def test_a_streamed_run_sends_its_pieces_and_the_stored_rounds(
     assert all("<b>" not in m for m in received)
     assert status_of(batches[-1]) == "succeeded"
     assert seq_of(batches[-1]) == await last_seq(run.pk)
+
+
+def text_piece(round_index: int, delta: str) -> dict[str, Any]:
+    return {"fragment": {"kind": "partial_text", "round_index": round_index, "delta": delta}}
+
+
+def call_piece(round_index: int, delta: str, name: str | None = None) -> dict[str, Any]:
+    return {"fragment": {"kind": "partial_tool_call", "round_index": round_index, "index": 0,
+                         "arguments_delta": delta, **({"name": name} if name else {})}}
+
+
+async def add_event(run: Run, kind: str, round_index: int) -> int:
+    """An event of round `round_index` after the run's others (as the recorder stores)."""
+    seq = await RunEvent.objects.filter(run=run).acount() + 1
+    await RunEvent.objects.acreate(run=run, seq=seq, kind=kind,
+                                   payload={"round_index": round_index})
+    return seq
+
+
+async def test_pieces_go_into_a_waiting_rounds_stream_and_none_after_it_answered(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    """Pieces come faster than batches: one read after the round was answered removes
+    its stream, and the pieces still queued behind it have nothing to go into."""
+    run = await weather_run()
+    await Round.objects.acreate(run=run, index=0, status="requested")
+    started = await add_event(run, "round_started", 0)
+    comm = await open_socket(sockets, run.pk, bob, after=started - 1)
+    assert "round-0-stext" in Tree(await comm.receive_from(timeout=WAIT)).ids()
+
+    await notify(str(run.pk), text_piece(0, "Let me"))
+    assert "Let me" in await comm.receive_from(timeout=WAIT)
+    await Round.objects.filter(run=run, index=0).aupdate(status="responded")
+    answered = await add_event(run, "model_response_received", 0)
+    await notify(str(run.pk), {"seq": answered})
+    assert "round-0-stream" not in Tree(await comm.receive_from(timeout=WAIT)).ids()
+    await notify(str(run.pk), text_piece(0, " look"))
+    await notify(str(run.pk), call_piece(0, '{"city"', name="get_weather"))
+
+    assert await drain(comm, run.pk) == []
+
+
+async def test_a_calls_later_pieces_follow_its_first_on_this_page(
+    weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
+) -> None:
+    """The page was served with round 0 waiting, its stream empty: a call that began
+    streaming before has no block there until a piece with its name makes one."""
+    run = await weather_run()
+    await Round.objects.acreate(run=run, index=0, status="requested")
+    started = await add_event(run, "round_started", 0)
+    comm = await open_socket(sockets, run.pk, bob, after=started)
+
+    await notify(str(run.pk), call_piece(0, '{"city": "Pa'))  # its block is not there
+    await notify(str(run.pk), text_piece(0, "more text"))
+    await notify(str(run.pk), call_piece(0, '{"city"', name="get_weather"))
+    await notify(str(run.pk), call_piece(0, ': "Oslo"}'))
+    received = await drain(comm, run.pk)
+
+    targets = [Tree(m).elements[0].attrs["hx-swap-oob"] for m in received]
+    assert targets == ["beforeend:#round-0-stext", "beforeend:#round-0-stream",
+                       "beforeend:#round-0-scall-0-args"]
+    assert "Pa" not in "".join(received)
 
 
 async def test_an_unknown_or_malformed_fragment_sends_nothing(

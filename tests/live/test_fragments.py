@@ -19,6 +19,7 @@ from django.test import Client
 
 from tests.web.support import (
     AXIS_RE,
+    FORK_FORM_RE,
     HEADER_RE,
     LANE_RE,
     LANES_RE,
@@ -122,11 +123,12 @@ def test_the_rounds_are_appended_to_the_rounds_container_out_of_band(
     top = [e for e in tree.elements if e.parent is None]
     assert [(e.tag, e.attrs.get("id"), e.attrs.get("hx-swap-oob")) for e in top] == [
         ("section", "run-header", "true"),
+        ("div", "fork-from-round", "true"),  # rounds started: the fork form needs them
         ("div", None, "beforeend:#rounds"),
         ("div", None, "beforeend:#rounds"),
         ("span", "run-seq", "true"),
     ]
-    rounds = [e for e in tree.elements if e.parent in top[1:3]]
+    rounds = [e for e in tree.elements if e.parent in top[2:4]]
     assert [(e.attrs["id"], "data-upsert" in e.attrs) for e in rounds] == [
         ("round-0", True), ("round-1", True)]
 
@@ -138,6 +140,7 @@ def test_live_batches_applied_to_the_first_page_give_the_final_page(
     run = _start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy)
     timeline = Timeline(page_of(bob_client, run))
     assert timeline.rounds == {}
+    assert 'id="fork-form"' not in timeline.fork_form  # no round to fork from yet
 
     run = finished(run)
     # One per commit: at least the run's first events and its end (written with the
@@ -147,6 +150,23 @@ def test_live_batches_applied_to_the_first_page_give_the_final_page(
         timeline.apply(batch)
 
     assert timeline.state() == Timeline(page_of(bob_client, run)).state()
+    assert 'max="2"' in timeline.fork_form  # came live, with the rounds
+
+
+def test_the_fork_form_comes_only_with_a_batch_that_starts_a_round(
+    bob: AbstractUser, weather_endpoint: ModelEndpoint,
+    demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    """A person may be typing in it while the run goes on: only a new round changes it."""
+    run = finished(_start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy))
+    events = event_marks_after(run.pk, 0)
+    starts = [e for e in events if e.kind == "round_started"]
+    rest = [e for e in events if e.kind != "round_started"]
+    assert starts
+    assert rest
+
+    assert FORK_FORM_RE.findall(render_updates(run.pk, starts))
+    assert FORK_FORM_RE.findall(render_updates(run.pk, rest)) == []
 
 
 def test_lane_only_batches_applied_to_the_first_page_give_the_final_page(

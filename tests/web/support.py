@@ -100,6 +100,8 @@ def inside_hx_disable(element: Element | None) -> bool:
 HEADER_RE = re.compile(r'<section id="run-header".*?</section>', re.DOTALL)
 ROUND_RE = re.compile(r'<section id="(round-\d+)".*?</section>', re.DOTALL)
 SEQ_RE = re.compile(r'<span id="run-seq"[^>]*></span>')
+# The run's controls that need its rounds ("Fork from a round"), outside the timeline.
+FORK_FORM_RE = re.compile(r'<div id="fork-from-round".*?</div>', re.DOTALL)
 OOB_TRUE = ' hx-swap-oob="true"'
 # A round's time axis ends where its lanes begin (on the page and in a round), or where
 # the lanes of a lane-only batch do.
@@ -111,13 +113,14 @@ LANE_RE = re.compile(r'<article id="(call-\d+)".*?</article>', re.DOTALL)
 
 
 class Timeline:
-    """What htmx plus static/js/timeline.js make of the page's timeline: the header and
-    the seq marker are replaced by id, a round is replaced if its id exists (data-upsert),
-    else appended to #rounds; a lane-only update replaces a round's time axis by id and
-    each lane it carries (data-upsert) inside its round."""
+    """What htmx plus static/js/timeline.js make of the page's timeline: the header, the
+    fork form and the seq marker are replaced by id, a round is replaced if its id exists
+    (data-upsert), else appended to #rounds; a lane-only update replaces a round's time
+    axis by id and each lane it carries (data-upsert) inside its round."""
 
     def __init__(self, page: str) -> None:
         self.header = _one(HEADER_RE, page)
+        self.fork_form = _one(FORK_FORM_RE, page)
         self.rounds = {m.group(1): m.group(0) for m in ROUND_RE.finditer(page)}
         self.seq = _one(SEQ_RE, page)
 
@@ -125,6 +128,9 @@ class Timeline:
         header = _one(HEADER_RE, batch)
         assert OOB_TRUE in header, "the header must be an out-of-band swap"
         self.header = header.replace(OOB_TRUE, "", 1)
+        for fork_form in FORK_FORM_RE.findall(batch):
+            assert OOB_TRUE in fork_form.split(">", 1)[0], "the fork form is swapped by id"
+            self.fork_form = fork_form.replace(OOB_TRUE, "", 1)
         for match in ROUND_RE.finditer(batch):
             assert "data-upsert" in match.group(0).split(">", 1)[0]
             self.rounds[match.group(1)] = match.group(0)
@@ -150,8 +156,8 @@ class Timeline:
         old = self.rounds[round_id]
         self.rounds[round_id] = old[:found[0].start()] + html + old[found[0].end():]
 
-    def state(self) -> tuple[str, list[tuple[str, str]], str]:
-        return self.header, list(self.rounds.items()), self.seq
+    def state(self) -> tuple[str, list[tuple[str, str]], str, str]:
+        return self.header, list(self.rounds.items()), self.seq, self.fork_form
 
 
 def _one(pattern: re.Pattern[str], html: str) -> str:

@@ -7,6 +7,10 @@ streaming fragment), so a dropped notification or a reconnect never leaves a gap
 
 Bursts coalesce: a notification for a seq already sent costs nothing, and viewers of one
 run share one reading and rendering of each batch.
+
+Streamed pieces go where the page has their target (`PageStreams`): a batch read after
+the round was answered removes its stream, and pieces still queued behind that batch
+would then have nothing to go into.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from tools_app.runs.store.db import drop_broken_connections
 from tools_app.runs.store.selectors import event_marks_after, run_get_for_user
 
 from ..models import Run
-from .fragments import render_fragment, render_updates
+from .fragments import render_batch, render_fragment
 from .notify import group_name
 from .watching import mark_watched
 
@@ -119,6 +123,7 @@ class Batch(NamedTuple):
     complete: bool  # it was everything committed when it was read
     html: str
     read_at: float  # time.monotonic() just before the read began
+    streams: Mapping[int, bool] = {}  # fragments.LiveBatch.streams (never mutated)
 
 
 # Viewers of one run get the same notifications, so they ask for the same batch (after
@@ -177,8 +182,9 @@ def _read_and_render(run_id: str, after: int) -> Batch:
     events = event_marks_after(run_id, after, limit=BATCH)
     if not events:
         return Batch(after, after, True, "", read_at)
-    return Batch(after, events[-1].seq, len(events) < BATCH, render_updates(run_id, events),
-                 read_at)
+    rendered = render_batch(run_id, events)
+    return Batch(after, events[-1].seq, len(events) < BATCH, rendered.html, read_at,
+                 rendered.streams)
 
 
 async def updates_after(run_id: str, after: int, fresh: Freshness) -> Batch:
@@ -216,6 +222,40 @@ def _finished(key: tuple[str, int], task: asyncio.Task[Batch]) -> None:
         _remember(key[0], batch)
 
 
+class PageStreams:
+    """Which streamed pieces one viewer's page has a target for.
+
+    A round's stream (#round-N-stream) is on the page while the round waits for its
+    answer, empty when drawn; each batch that renders a round whole says whether it has
+    one now. A round no batch of this socket rendered is one the page was served with
+    (a round's start is notified before its pieces): pieces come only while it waits, so
+    its stream is there. A tool call's later pieces need the block its first one made.
+    """
+
+    def __init__(self) -> None:
+        self.streaming: dict[int, bool] = {}  # round -> has a stream, as a batch left it
+        self.calls: dict[int, set[int]] = {}  # round -> calls whose block its stream has
+
+    def rendered(self, streams: Mapping[int, bool]) -> None:
+        for index, streaming in streams.items():
+            self.streaming[index] = streaming
+            self.calls.pop(index, None)  # a new, empty stream (or none)
+
+    def admits(self, fragment: Mapping[str, Any]) -> bool:
+        """Whether the page has the target of this piece (recorded as sent if so)."""
+        index = fragment.get("round_index")
+        if not isinstance(index, int) or not self.streaming.get(index, True):
+            return False
+        if fragment.get("kind") != "partial_tool_call":
+            return True
+        calls = self.calls.setdefault(index, set())
+        call = int(fragment.get("index", 0))
+        if fragment.get("name"):
+            calls.add(call)  # its piece makes the call's block
+            return True
+        return call in calls
+
+
 class RunConsumer(AsyncWebsocketConsumer):
     run: Run | None = None
     sent_seq: int | None = None
@@ -227,6 +267,7 @@ class RunConsumer(AsyncWebsocketConsumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.flushing = asyncio.Lock()
+        self.streams = PageStreams()
 
     async def websocket_connect(self, message: WebSocketConnectEvent) -> None:
         """A channel layer that fails during the handshake (Redis restarting, a stale
@@ -349,9 +390,12 @@ class RunConsumer(AsyncWebsocketConsumer):
         if self.sent_seq is None:
             return  # the client has not said where it is yet; resume will cover this
         if "fragment" in message:
-            html = render_fragment(message["fragment"])
-            if html:
-                await self.send(text_data=html)
+            # After any batch being sent (the poll's): it may remove the piece's target.
+            async with self.flushing:
+                fragment = message["fragment"]
+                html = render_fragment(fragment)
+                if html and self.streams.admits(fragment):
+                    await self.send(text_data=html)
             return
         seq = message.get("seq")
         if isinstance(seq, int) and seq <= self.sent_seq:
@@ -381,6 +425,7 @@ class RunConsumer(AsyncWebsocketConsumer):
                 if batch.html:
                     await self.send(text_data=batch.html)
                     self.sent_seq = batch.last
+                    self.streams.rendered(batch.streams)
                 if batch.complete:
                     return
 

@@ -6,13 +6,19 @@ touched, except a round whose only news is that calls started or finished, of wh
 those calls' lanes and the round's time axis are rendered (the rest of the round does not
 depend on its calls' progress, and a round's model call carries its whole request body).
 So applying a batch twice changes nothing, and the final page equals a fresh render.
+A batch that starts a round also carries the run's controls that need its rounds (the
+"Fork from a round" form), which the page shows only once the run has rounds.
+
+Streamed pieces (`render_fragment`) go into a round's stream, on the page only while the
+round waits for its answer: a batch says which rounds it left with one
+(`LiveBatch.streams`), so the consumer sends pieces only where they have a target.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.template.loader import render_to_string
 
@@ -24,18 +30,35 @@ PAGE = "tools_app/run_detail.html"
 
 # Events that change nothing of their round but one call's lane and the round's axis.
 LANE_EVENTS = frozenset({"tool_call_started", "tool_call_finished"})
+# A round's status while its model call has not answered: the page shows its stream.
+STREAMING = "requested"
+
+
+class LiveBatch(NamedTuple):
+    html: str
+    # Round index -> whether the batch leaves the round's stream on the page (the round
+    # waits for its answer), for every round it rendered whole (replacing the old one).
+    streams: dict[int, bool]
 
 
 def render_updates(run_id: uuid.UUID | str, events: Sequence[EventMark]) -> str:
+    return render_batch(run_id, events).html
+
+
+def render_batch(run_id: uuid.UUID | str, events: Sequence[EventMark]) -> LiveBatch:
     """The same for every viewer of the run (nothing in it depends on who watches: the
     Cancel button's CSRF token is in the page, outside the header), so viewers share it.
     One template rendering for the whole batch (`run_detail.html#live_batch`)."""
     run, owner = live_run(run_id)
     whole, lanes = touched(events)
     rounds, lane_rounds = live_views(run, whole, lanes)
-    return render_to_string(f"{PAGE}#live_batch", {
+    html = render_to_string(f"{PAGE}#live_batch", {
         "run": run, "header": header_view(run, owner), "oob": True, "rounds": rounds,
-        "lane_rounds": lane_rounds, "seq": events[-1].seq})
+        "lane_rounds": lane_rounds, "seq": events[-1].seq,
+        # Only when a round starts (the form's rounds change then): a person may be
+        # typing in it while the run goes on.
+        "run_controls": any(event.kind == "round_started" for event in events)})
+    return LiveBatch(html, {r["index"]: r["status"] == STREAMING for r in rounds})
 
 
 def touched(events: Sequence[EventMark]) -> tuple[list[int], dict[int, set[str]]]:
