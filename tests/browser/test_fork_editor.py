@@ -1,7 +1,8 @@
 """Fork from round N (#16) in a real browser: the run page's "Fork from a round" opens
 the editor with the conversation before that round's model call as editable blocks;
 a tool result edited there (markup in it) drives the new run's round, and the new run's
-page marks that message as edited, the others as inherited, all shown as text."""
+page marks that message as edited, the others as inherited unchanged, and counts them
+the same, all shown as text; a fork whose user message was edited is titled by it."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def block(page: Any, index: int) -> Any:
     return page.locator(f'#fork-blocks .fork-message[data-index="{index}"]')
 
 
+async def tags(page: Any) -> list[str]:
+    """What the run page's starting conversation says each message is."""
+    return [await tag.inner_text() for tag in
+            await page.locator('#start-conversation li.message small[class*="fork-"]').all()]
+
+
 async def test_a_fork_with_an_edited_tool_result_goes_on_from_it(
         open_page: Any, server: Server) -> None:
     page = await open_page(user="bob")
@@ -32,7 +39,6 @@ async def test_a_fork_with_an_edited_tool_result_goes_on_from_it(
     assert await wait_status(page) == "succeeded"
     assert "1000" in await page.inner_text("#final-answer .text")
 
-    await page.reload()  # the fork form is there once the run has rounds
     await page.click("#run-lineage details.fork-form summary")
     await page.fill("#fork-form input[name=round]", "2")
     await page.click("#fork-form button[type=submit]")
@@ -76,7 +82,13 @@ async def test_a_fork_with_an_edited_tool_result_goes_on_from_it(
     assert await edited.locator("pre").inner_text() == EDITED
     assert "edited in the fork" in await edited.inner_text()
     assert "error result" in await edited.inner_text()
-    assert "not executed again" in await page.inner_text("#fork-inherited")
+    assert await tags(page) == ["inherited unchanged", "inherited unchanged",
+                                "edited in the fork"]
+    summary = await page.inner_text("#fork-inherited")
+    assert "not executed again" in summary
+    assert "Of the 3 messages this run starts from: 2 inherited unchanged, 1 edited in the " \
+           "fork." in summary
+    assert await page.inner_text("#run-header h1") == "Convert 1 km"  # no request of its own
     assert await page.locator("#start-conversation b, #final-answer b").count() == 0
     # Only the new round was executed: round 2 of the script, no tool call.
     assert await page.locator("#rounds article.lane").count() == 0
@@ -101,3 +113,29 @@ async def test_a_refused_fork_keeps_the_edits_and_says_where(
         await error.inner_text())
     assert await block(page, 2).locator("textarea.message-content").input_value() == EDITED
     assert await block(page, 2).locator("input.tool-call-id").input_value() == "nobody"
+
+
+async def test_a_fork_whose_user_message_was_edited_is_titled_by_it(
+        open_page: Any, server: Server) -> None:
+    page = await open_page(user="bob")
+    problems = Problems(page)
+    original = await start_run(page, endpoint=FORK_ENDPOINT, tools=["convert_units"],
+                               message="Convert 1 km")
+    assert await wait_status(page) == "succeeded"
+    await page.goto(f"/runs/{original}/fork/?round=1")
+
+    await block(page, 0).locator("textarea.message-content").fill("Convert <i>2</i> km")
+    await page.click("#fork-submit")
+    await page.wait_for_url("**/runs/*/")
+    assert f"/runs/{original}/" not in page.url
+    assert await wait_status(page) == "succeeded"
+
+    assert await page.inner_text("#run-header h1") == "Convert <i>2</i> km"
+    assert await page.title() == "Run Convert <i>2</i> km · AgentForge"
+    await page.click("#start-conversation summary")  # closed: no model turn in it
+    assert await tags(page) == ["edited in the fork"]
+    assert "1 edited in the fork." in await page.inner_text("#fork-inherited")
+    assert await page.locator("#run-header h1 i, #start-conversation i").count() == 0
+    assert problems.seen == []
+    await page.goto("/runs/")
+    assert await page.locator("#run-results").get_by_text("Convert <i>2</i> km").count() == 1

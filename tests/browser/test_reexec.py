@@ -126,6 +126,14 @@ async def test_splice_and_continue_opens_a_new_run_with_the_spliced_result(
     assert "Hangzhou" not in final
     # The new run inherited round 1 (with the spliced result) and asked the model once.
     assert await page.locator('#rounds > [id^="round-"]').count() == 1
+    # Its conversation says which result was spliced in, and counts it so.
+    messages = page.locator("#start-conversation li.message")
+    assert [await m.get_attribute("data-fork-mark") for m in await messages.all()] == [
+        "inherited", "inherited", "spliced", "inherited"]
+    assert "Tokyo" in await messages.nth(2).locator("pre").inner_text()
+    assert "spliced result" in await messages.nth(2).inner_text()
+    assert "3 inherited unchanged, 1 spliced result" in await page.inner_text(
+        "#fork-inherited")
     if SCREENSHOTS:
         await spliced.screenshot(path=screenshot_path(server, "reexecute-spliced.png"))
 

@@ -97,6 +97,22 @@ def inside_hx_disable(element: Element | None) -> bool:
                                        for e in element.ancestors_or_self())
 
 
+def conversation_labels(page: str) -> tuple[list[str | None], list[str], dict[str, int]]:
+    """A run page's starting conversation: each message's mark (data-fork-mark), the
+    words of its fork tag, and the counts its summary (#fork-counts) gives, by words."""
+    tree = Tree(page)
+    messages = [e for e in tree.tags("li")
+                if "message" in (e.attrs.get("class") or "").split()]
+    tags = [text.strip() for text, e in tree.texts
+            if e is not None and e.parent in messages and e.tag == "small"
+            and any(c.startswith("fork-") for c in (e.attrs.get("class") or "").split())]
+    summary = "".join(text for text, e in tree.texts
+                      if e is not None and e.attrs.get("id") == "fork-counts")
+    counts = {words: int(count) for count, words in
+              (part.split(" ", 1) for part in summary.split(", ") if part)}
+    return [e.attrs.get("data-fork-mark") for e in messages], tags, counts
+
+
 HEADER_RE = re.compile(r'<section id="run-header".*?</section>', re.DOTALL)
 ROUND_RE = re.compile(r'<section id="(round-\d+)".*?</section>', re.DOTALL)
 SEQ_RE = re.compile(r'<span id="run-seq"[^>]*></span>')

@@ -9,12 +9,11 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
 from tools_app.runs.debugger.breakpoints import BreakpointError, checked_breakpoints
-from tools_app.runs.snapshot.frozen import build_snapshot
+from tools_app.runs.snapshot.frozen import build_snapshot, run_title
 from tools_app.runs.snapshot.model import PolicySnapshot
 from tools_app.runs.snapshot.parameters import ParameterError, check_parameters
 from tools_app.runs.snapshot.policy import PolicyOverrideError, checked_overrides
 from tools_app.runs.store.leases import cancel_now
-from tools_app.runs.store.sanitize import NUL_REPLACEMENT
 from tools_app.runs.tasks import queue_run
 
 from ..engine import (
@@ -90,7 +89,7 @@ def run_create(
     return queue_run(
         created_by=user if user is not None and user.is_authenticated else None,
         endpoint=endpoint, policy=policy, parent=parent,
-        title=_title(messages), snapshot=snapshot.stored(),
+        title=run_title(messages), snapshot=snapshot.stored(),
     )
 
 
@@ -107,12 +106,6 @@ def _check_request(tools: Sequence[ToolRegistration], messages: Sequence[ChatMes
         )
     except ValueError as exc:
         raise RunRequestError(str(exc)) from exc
-
-
-def _title(messages: Sequence[ChatMessage]) -> str:
-    first = next((m for m in messages if isinstance(m, UserMessage)), None)
-    text = " ".join((first.text if first else "").split()).replace("\x00", NUL_REPLACEMENT)
-    return text[:197] + "..." if len(text) > 200 else text
 
 
 def conversation(*, system_prompt: str = "", user_message: str) -> list[ChatMessage]:

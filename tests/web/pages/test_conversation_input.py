@@ -123,7 +123,7 @@ def test_the_playground_starts_from_a_pasted_conversation(
     run = Run.objects.get()
     assert response["Location"] == f"/runs/{run.pk}/"
     assert len(run.snapshot["messages"]) == len(CONVERSATION)
-    assert run.title == "Weather in <b>Paris</b>?"
+    assert run.title == "And in Oslo?"  # its latest request, not its first
     page = Tree(bob_client.get("/playground/").content.decode())
     checked = [e.attrs.get("value") for e in page.tags("input")
                if e.attrs.get("name") == "input_mode" and "checked" in e.attrs]

@@ -14,7 +14,7 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
 from tests.runs.support import execute
-from tests.web.support import Api, Tree, error_of, start_run
+from tests.web.support import Api, Tree, conversation_labels, error_of, start_run
 from tools_app.models import ErrorPolicy, Run, ToolCall, ToolRegistration
 from tools_app.runs.debugger.fork import editable_messages, inherited_prefix
 from tools_app.runs.debugger.rerun import run_rerun
@@ -80,8 +80,11 @@ def test_added_messages_follow_the_inherited_ones(bob_api: Api, original: Run,
     assert len(inherited) == 5
     assert tree.by_id("fork-added").tag == "li"
     assert "Fork at round 3 (as it was) of" in page
-    assert "The first 5 messages are inherited from the parent run" in page
+    assert conversation_labels(page) == (
+        ["inherited"] * 5 + ["added"], ["inherited unchanged"] * 5 + ["added in the fork"],
+        {"inherited unchanged": 5, "added in the fork": 1})
     assert "&lt;i&gt;Summarise&lt;/i&gt;" in page
+    assert new.title == "<i>Summarise</i>, please."  # the fork's own request
     assert tree.by_id("compare-parent").attrs["href"] == (
         f"/runs/compare?a={original.pk}&b={new.pk}")
 
@@ -105,6 +108,45 @@ def test_an_edited_conversation_drives_the_rounds_after_it(bob_api: Api,
         "is_error": True}
     assert new.snapshot["messages"][:3] == original_prefix(original)[:3]
     assert new.final_text == "last: forty-two"  # the script's step 3 reads the edited result
+
+
+def test_the_page_says_what_each_message_is_and_counts_the_same(
+    bob_api: Api, original: Run, bob_client: Client,
+) -> None:
+    """Two results edited: the summary does not call the first five inherited."""
+    edited = editable_messages(inherited_prefix(original, 3))
+    edited[2]["content"] = "20"
+    edited[4]["content"] = "60"
+
+    new = Run.objects.get(pk=fork(bob_api, original, {"round": 3, "messages": edited}
+                                  ).json()["id"])
+
+    page = bob_client.get(f"/runs/{new.pk}/").content.decode()
+    marks, tags, counts = conversation_labels(page)
+    assert marks == ["inherited", "inherited", "edited", "inherited", "edited"]
+    assert tags == ["inherited unchanged", "inherited unchanged", "edited in the fork",
+                    "inherited unchanged", "edited in the fork"]
+    assert counts == {"inherited unchanged": 3, "edited in the fork": 2}
+    summary = " ".join(t for t, e in Tree(page).texts if e is not None and any(
+        a.attrs.get("id") == "fork-inherited" for a in e.ancestors_or_self()))
+    assert "rounds 1 to 2, not executed again" in summary
+    assert "3 inherited unchanged, 2 edited in the fork" in summary
+    assert new.title == original.title == "Compute"  # no request of its own
+
+
+def test_a_fork_whose_user_message_was_edited_is_titled_by_it(
+    bob_api: Api, original: Run, bob_client: Client,
+) -> None:
+    edited = editable_messages(inherited_prefix(original, 1))
+    edited[0]["content"] = "Compute  <b>twice</b>\nplease"
+
+    new = Run.objects.get(pk=fork(bob_api, original, {"round": 1, "messages": edited}
+                                  ).json()["id"])
+
+    assert new.title == "Compute <b>twice</b> please"
+    page = bob_client.get(f"/runs/{new.pk}/").content.decode()
+    assert "Compute &lt;b&gt;twice&lt;/b&gt; please" in page
+    assert conversation_labels(page)[2] == {"edited in the fork": 1}
 
 
 def original_prefix(run: Run) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
 from tests.runs.support import execute
-from tests.web.support import Api, Tree, error_of, start_run
+from tests.web.support import Api, Tree, conversation_labels, error_of, start_run
 from tools_app.models import (
     CallReexecution,
     ErrorPolicy,
@@ -300,6 +300,12 @@ def test_splice_from_the_page_opens_the_new_run_showing_what_was_spliced(
     assert spliced.tag == "div"
     assert "Spliced result" in page
     assert "42" in page
+    # The result in the conversation is the spliced one, and says so.
+    assert conversation_labels(page) == (
+        ["inherited", "inherited", "spliced"],
+        ["inherited unchanged", "inherited unchanged", "spliced result"],
+        {"inherited unchanged": 2, "spliced result": 1})
+    assert new.title == calc_run.title
 
 
 def test_the_lane_s_views_are_refused_to_users_who_may_not_see_the_run(

@@ -10,7 +10,8 @@ Both are validated as one conversation; problems name the request field at fault
 ("messages[3]: ...", "append[0]: ..."). The fork's snapshot records where it came from
 ("fork": of, round, inherited message and round counts, and per prefix message whether
 it is inherited unchanged, edited or added), so its page marks them and a scripted
-model plays on from round N.
+model plays on from round N. A fork whose person edited or added a user message is
+titled by it (the last such one); otherwise it keeps the original's title.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,7 @@ from tools_app.runs.snapshot.frozen import (
     endpoint_section,
     parameters_section,
     policy_section,
+    run_title,
     tools_section,
 )
 from tools_app.runs.snapshot.model import (
@@ -89,11 +91,14 @@ def run_fork(*, run: Run, user: AbstractBaseUser | AnonymousUser | None, round_n
     """A new queued run forked from `run` at `round_number` (1-based)."""
     original = inherited_prefix(run, round_number)
     prefix, marks = _edited_prefix(original, messages, append)
-    combined = prefix + _appended(prefix, messages, append)
+    appended = _appended(prefix, messages, append)
+    combined = prefix + appended
     if not any(isinstance(m, UserMessage) for m in combined):
         raise ForkError("the conversation needs at least one user message", field="messages")
     changes = _config_changes(run, config)
     _check_parameters(run, config, user)
+    own = [m for m, mark in zip(combined, marks + ["added"] * len(appended), strict=True)
+           if mark != "inherited"]
     try:
         return run_rerun(run=run, user=user, mode=mode, replay=LIVE, snapshot_changes={
             "messages": dump_messages(combined),
@@ -103,7 +108,7 @@ def run_fork(*, run: Run, user: AbstractBaseUser | AnonymousUser | None, round_n
                 removed=_removed(marks, len(original)), changes=changes["words"],
                 **({"own_rounds": 0} if "endpoint" in changes["sections"] else {})),
             **changes["sections"],
-        }, endpoint=config.endpoint, policy=config.policy)
+        }, endpoint=config.endpoint, policy=config.policy, title=run_title(own) or None)
     except RerunError as exc:
         raise ForkError(str(exc)) from exc
 
@@ -132,15 +137,50 @@ def run_splice(*, run: Run, user: AbstractBaseUser | AnonymousUser | None, call:
         inherited.extend(_round_messages(
             round_, {call.pk: result} if round_.index == through else None))
     prefix = snapshot_of(run).chat_messages() + inherited
+    marks = ["spliced" if m is result else "inherited" for m in prefix]
     try:
         return run_rerun(run=run, user=user, mode="as_it_was", replay=LIVE, snapshot_changes={
             "messages": dump_messages(prefix),
             "fork": ForkSection(of=str(run.pk), round=through + 2, inherited=len(prefix),
-                                inherited_rounds=through + 1),
+                                inherited_rounds=through + 1, marks=marks),
             "splice": SpliceSection.model_validate(splice),
         })
     except RerunError as exc:
         raise ForkError(str(exc)) from exc
+
+
+# What each message of a fork's (or a splice's) starting conversation is, in words.
+MARK_WORDS = {"inherited": "inherited unchanged", "edited": "edited in the fork",
+              "spliced": "spliced result", "added": "added in the fork"}
+
+
+@dataclass(frozen=True)
+class ConversationLabels:
+    """Per message of a fork's starting conversation its mark (a MARK_WORDS key), and how
+    many of each, in MARK_WORDS' order: what the run page says above and beside them."""
+
+    marks: list[str]
+    counts: list[tuple[int, str]]
+
+
+def conversation_labels(fork: ForkSection, splice: SpliceSection | None,
+                        conversation: Sequence[Mapping[str, Any]]) -> ConversationLabels:
+    """The marks of `conversation` (a fork's starting conversation, in the OpenAI form):
+    the prefix's as the fork recorded them, then "added" for what was appended after it.
+    Forks recorded no marks at first: their prefix was inherited unchanged; nor did
+    splices: theirs was too, but for the spliced result (the last answer to the spliced
+    call before the run's own rounds)."""
+    marks = [m if m in MARK_WORDS else "inherited" for m in fork.marks[:fork.inherited]]
+    marks += ["inherited"] * (fork.inherited - len(marks))
+    if splice is not None and "spliced" not in marks:
+        answers = [i for i, m in enumerate(conversation[:len(marks)])
+                   if m.get("role") == "tool" and m.get("tool_call_id") == splice.call_id]
+        if answers:
+            marks[answers[-1]] = "spliced"
+    marks = (marks + ["added"] * len(conversation))[:len(conversation)]
+    counts = [(marks.count(mark), words) for mark, words in MARK_WORDS.items()
+              if mark in marks]
+    return ConversationLabels(marks, counts)
 
 
 def _rounds_before(run: Run, round_number: int) -> list[ChatMessage]:

@@ -75,11 +75,12 @@ def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
               mode: RerunMode, replay: ReplayOptions = LIVE,
               snapshot_changes: Mapping[str, Any] | None = None,
               endpoint: ModelEndpoint | None = None,
-              policy: ErrorPolicy | None = None) -> Run:
+              policy: ErrorPolicy | None = None, title: str | None = None) -> Run:
     """A new queued run repeating `run`, enqueued after commit. `snapshot_changes`
     replaces sections of the new snapshot, by attribute name (a fork's conversation, and
     its endpoint and policy when the fork chose others: runs/debugger/fork.py); `endpoint`
-    and `policy` are then the new row's, so lists and filters show what it really used."""
+    and `policy` are then the new row's, so lists and filters show what it really used;
+    `title` the new run's (a fork's own request), else the run's."""
     if mode not in RERUN_MODES:
         raise RerunError(f"mode must be one of {', '.join(RERUN_MODES)}, not {mode!r}")
     replay.check()
@@ -109,7 +110,7 @@ def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
     return queue_run(
         created_by=user if user is not None and user.is_authenticated else None,
         endpoint=endpoint or run.endpoint, policy=policy or run.policy, parent=run,
-        title=run.title, snapshot=snapshot.stored(),
+        title=run.title if title is None else title, snapshot=snapshot.stored(),
     )
 
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from tools_app.engine import ChatMessage, ChatRequestParameters
+from tools_app.engine import ChatMessage, ChatRequestParameters, UserMessage
 from tools_app.models import ErrorPolicy, ModelEndpoint, ToolKind, ToolRegistration
 from tools_app.runs.snapshot.mcp import server_snapshot
 from tools_app.runs.snapshot.model import (
@@ -20,7 +20,7 @@ from tools_app.runs.snapshot.model import (
     ToolSnapshot,
     dump_messages_json,
 )
-from tools_app.runs.store.sanitize import clean_json
+from tools_app.runs.store.sanitize import NUL_REPLACEMENT, clean_json
 
 ENDPOINT_FIELDS = ("name", "kind", "base_url", "model", "default_parameters", "api_key_env",
                    "stream", "extra_headers", "proxy_url", "script", "timeout_seconds")
@@ -90,3 +90,14 @@ def _escaped[T](value: T) -> T:
 def dump_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """Messages as a snapshot stores them (NUL-escaped, never truncated)."""
     return _escaped(dump_messages_json(list(messages)))
+
+
+TITLE_LENGTH = 200
+
+
+def run_title(messages: Sequence[ChatMessage]) -> str:
+    """A run's title: its last user message, on one line, cut to fit. The last, not the
+    first: a conversation pasted or forked goes on from its latest request."""
+    last = next((m for m in reversed(messages) if isinstance(m, UserMessage)), None)
+    text = " ".join((last.text if last else "").split()).replace("\x00", NUL_REPLACEMENT)
+    return text[:TITLE_LENGTH - 3] + "..." if len(text) > TITLE_LENGTH else text

@@ -118,8 +118,9 @@ class ReplaySection(Section):
 class ForkSection(Section):
     """Where a fork (or a splice) came from: the round it starts at (1-based), how many
     starting messages and rounds it inherited, per message whether it was inherited,
-    edited or added, and what changed, in words. `own_rounds` is 0 when the fork went on
-    with another endpoint (that endpoint's script starts at its beginning)."""
+    edited, added or (a splice's) the spliced result, and what changed, in words.
+    `own_rounds` is 0 when the fork went on with another endpoint (that endpoint's script
+    starts at its beginning)."""
 
     of: str
     round: int

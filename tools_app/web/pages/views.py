@@ -40,12 +40,13 @@ from tools_app.runs.debugger import (
     approvals,
     breakpoints,
     compare,
+    fork,
     rerun,
     run_files,
     run_header,
     timeline,
 )
-from tools_app.runs.snapshot.model import ForkSection, snapshot_of
+from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store import selectors
 from tools_app.runs.tasks import enqueue_probe
 from tools_app.runs.worker.probing import may_probe
@@ -149,25 +150,21 @@ def run_url(run: Run) -> str:
 def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = _run_for_user(request, run_id)
     conversation = run_header.starting_conversation(run)
-    fork = snapshot_of(run).fork
-    _mark_fork_prefix(conversation, fork)
+    snapshot = snapshot_of(run)
+    labels = None
+    if snapshot.fork is not None:
+        # Each message of a fork's (or a splice's) conversation says what it is.
+        labels = fork.conversation_labels(snapshot.fork, snapshot.splice, conversation)
+        for message, mark in zip(conversation, labels.marks, strict=True):
+            message |= {"mark": mark, "mark_words": fork.MARK_WORDS[mark],
+                        "inherited": mark == "inherited"}
     return render(request, "tools_app/run_detail.html",
                   {"run": run, "rounds": timeline.round_views(run), "seq": run.last_seq,
                    "header": run_header.header_view(run),
-                   "conversation": conversation, "fork": fork,
+                   "conversation": conversation, "fork": snapshot.fork,
+                   "fork_labels": labels,
                    "whole_conversation": any(m["role"] in ("assistant", "tool")
                                              for m in conversation)})
-
-
-def _mark_fork_prefix(conversation: list[dict[str, Any]], fork: ForkSection | None) -> None:
-    """Each message of a fork's prefix: inherited unchanged, edited or added in the fork
-    editor (older forks, without marks, inherited their whole prefix unchanged)."""
-    if fork is None:
-        return
-    marks = fork.marks or ["inherited"] * fork.inherited
-    for index, message in enumerate(conversation[:fork.inherited]):
-        message["mark"] = marks[index] if index < len(marks) else "inherited"
-        message["inherited"] = message["mark"] == "inherited"
 
 
 @require_POST
