@@ -23,7 +23,7 @@ from tools_app.runs.debugger.approvals import (
 from tools_app.runs.debugger.breakpoints import continue_run
 from tools_app.runs.debugger.timeline import round_views
 from tools_app.runs.services import RunRequestError
-from tools_app.runs.worker.runner import load_history
+from tools_app.runs.worker.history import load_history
 
 pytestmark = pytest.mark.both
 
