@@ -124,10 +124,11 @@ def test_every_violation_is_listed_with_its_json_pointer() -> None:
     for expected in ["(root): Additional properties are not allowed ('extra' was unexpected)",
                      "/city: 'city' is a required property",
                      "/days: 0 is less than the minimum of 1",
+                     "/stops/0/at: 'x' is not a 'date'",  # formats are checked too
                      "/stops/1/at: 'at' is a required property"]:
         assert expected in message
     pointers = [error["pointer"] for error in caught.value.errors]
-    assert pointers == ["", "/city", "/days", "/stops/1/at"]
+    assert pointers == ["", "/city", "/days", "/stops/0/at", "/stops/1/at"]
 
 
 @pytest.mark.parametrize(("raw", "expected"), [

@@ -6,7 +6,10 @@ only a schema (mock, HTTP, MCP, imported definitions): Python tools are validate
 the pydantic model of their signature instead (execution.FunctionToolExecutor).
 Schemas are checked with jsonschema's Draft 2020-12 validator, compiled once per
 schema and kept (`schema_validator`), and every violation is reported with the JSON
-pointer (RFC 6901) of the value it concerns.
+pointer (RFC 6901) of the value it concerns. String formats are checked too ("date",
+"date-time", "time", "email", "uri", "uuid", "ipv4", ...: jsonschema's format checker;
+"date-time" and "time" need rfc3339-validator, "uri" rfc3986-validator, both pinned
+dependencies); a format it does not know passes, as the specification allows.
 """
 
 from __future__ import annotations
@@ -109,7 +112,8 @@ _NO_REMOTE_REFERENCES: Registry[Any] = Registry()
 @functools.lru_cache(maxsize=1024)
 def _compiled(canonical_schema: str) -> Draft202012Validator:
     schema = json.loads(canonical_schema)
-    return Draft202012Validator(schema, registry=_NO_REMOTE_REFERENCES)
+    return Draft202012Validator(schema, registry=_NO_REMOTE_REFERENCES,
+                                format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
 def schema_validator(schema: Mapping[str, Any]) -> Draft202012Validator:

@@ -322,3 +322,20 @@ def test_a_tool_whose_schema_points_at_nothing_cannot_be_tried(
     assert response.status_code == 409
     assert "unresolvable reference" in response.content.decode()
     assert not Run.objects.exists()
+
+
+def test_string_formats_are_checked_before_a_try_and_as_the_user_types(
+        bob_client: Client, policy: ErrorPolicy) -> None:
+    registration("book", "mock", {"type": "object", "required": ["day"], "properties": {
+        "day": {"type": "string", "format": "date"},
+        "link": {"type": "string", "format": "uri"}}}, config={"result": "booked"})
+    response = try_it(bob_client, "book", {"day": "2026-02-30", "link": "example.com"}, **HTMX)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "<code>/day</code>: &#x27;2026-02-30&#x27; is not a &#x27;date&#x27;" in html
+    assert "<code>/link</code>: &#x27;example.com&#x27; is not a &#x27;uri&#x27;" in html
+    assert not Run.objects.exists()
+    checked = bob_client.post("/tools/book/check-arguments/", b'{"day": "tomorrow"}',
+                              content_type="text/plain").json()
+    assert checked["problems"] == [{"pointer": "/day", "message": "'tomorrow' is not a 'date'"}]
+    assert try_it(bob_client, "book", {"day": "2026-03-01"}, **HTMX).status_code == 200
