@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
+from django.contrib.staticfiles import finders
 from django.test import Client
 from django.utils import timezone
 
@@ -72,6 +74,16 @@ def test_the_pages_of_a_real_run_need_login_too(client: Client, bobs_run: Run) -
 
 def test_the_login_page_is_public(client: Client) -> None:
     assert client.get("/accounts/login/").status_code == 200
+
+
+def test_every_page_has_the_favicon_and_the_old_name_leads_to_it(client: Client) -> None:
+    page = client.get("/accounts/login/").content.decode()
+    assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in page
+    icon = finders.find("favicon.svg")
+    assert icon is not None
+    assert Path(icon).read_text().startswith('<svg xmlns="http://www.w3.org/2000/svg"')
+    response = client.get("/favicon.ico")  # no login needed: browsers ask before it
+    assert (response.status_code, response["Location"]) == (301, "/static/favicon.svg")
 
 
 def test_home_sends_a_user_to_the_playground(bob_client: Client) -> None:
