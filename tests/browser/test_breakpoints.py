@@ -1,8 +1,9 @@
 """Breakpoints in a real browser: set in the playground, the run pauses before the
 tool's calls, one call is stepped, the other's arguments are edited on its lane, then
-the run continues to its end; arguments edited at a breakpoint stay on the call's lane
-(and in the API) beside the model's; and a pause before a round takes a message for
-the model."""
+the run continues to its end; stepping the last held call steps that call only, and
+Cancel run (the paused panel's one way to stop) ends the run there; arguments edited
+at a breakpoint stay on the call's lane (and in the API) beside the model's; and a
+pause before a round takes a message for the model."""
 
 from __future__ import annotations
 
@@ -77,6 +78,47 @@ async def test_step_one_call_edit_the_other_and_continue(
     assert await page.evaluate("window.__cspViolations") == []
 
 
+async def test_stepping_the_last_held_call_steps_one_call_then_cancel_ends_the_run(
+    open_page: Any, server: Server,
+) -> None:
+    page = await open_page(user="alice", record=True)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    await start_with_breakpoints(page, break_before_tool="get_weather")
+    await page.wait_for_selector("#round-0 .held >> nth=1")
+    await page.locator("#paused button.step-call").click()
+    await page.wait_for_selector("#round-0 article.lane[data-state=succeeded]")
+    await page.wait_for_selector("#paused[data-before=calls]")
+    assert await page.locator("#round-0 .held").count() == 1
+
+    await page.locator("#paused button.step-call").click()  # the last held call
+
+    # That one call ran, and nothing after it: round 2's model call waits.
+    await page.wait_for_selector("#paused[data-before=model]")
+    assert "after stepping one call" in await page.locator("#paused h2").inner_text()
+    assert await page.locator("#round-0 article.lane[data-state=succeeded]").count() == 2
+    assert await page.locator("#rounds > #round-1").count() == 0
+    # One way to stop, its effect said next to it.
+    assert await page.locator("button", has_text="Abort").count() == 0
+    cancel = page.locator("#paused button.cancel-run")
+    assert await cancel.inner_text() == "Cancel run"
+    assert await page.locator("#cancel-what").inner_text() == \
+        "End the run here, as cancelled: the model call is not made."
+    assert await page.get_by_role("button", name="Cancel run").count() == 1
+    if SCREENSHOTS:
+        await page.locator("#paused").screenshot(
+            path=str(server.root / "docs" / "screenshots" / "breakpoint-actions.png"))
+
+    await cancel.click()
+    assert await wait_status(page, "cancelled") == "cancelled"
+    assert "Cancelled at a breakpoint by alice" in await page.locator(
+        "#run-error").inner_text()
+    assert await page.locator("#paused").count() == 0
+    await assert_equals_reload(page)
+    assert errors == []
+    assert await page.evaluate("window.__cspViolations") == []
+
+
 def api_token(server: Server, username: str) -> str:
     """A new API token of the user, made on the server's database."""
     made = subprocess.run([sys.executable, "manage.py", "create_api_token", username,
@@ -108,6 +150,9 @@ async def test_arguments_edited_at_a_breakpoint_show_beside_the_models(
     await editor.fill('{"seconds": 0.2}')
     await slow.locator("textarea[aria-invalid=false]").wait_for()
     await page.locator("#paused button.step-call").click()
+    # The last held call stepped: the run pauses again before round 2's model call.
+    await page.wait_for_selector("#paused[data-before=model]")
+    await page.locator("#paused button.continue").click()
     assert await wait_status(page, "succeeded") == "succeeded"
 
     # Arrived live: the arguments it ran with, by whom, beside the model's.

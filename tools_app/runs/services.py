@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
-from tools_app.runs.debugger.breakpoints import BreakpointError, checked_breakpoints
+from tools_app.runs.debugger.breakpoints import BreakpointError, cancel_paused, checked_breakpoints
 from tools_app.runs.snapshot.frozen import build_snapshot, run_title
 from tools_app.runs.snapshot.model import PolicySnapshot
 from tools_app.runs.snapshot.parameters import ParameterError, check_parameters
@@ -116,8 +116,10 @@ def conversation(*, system_prompt: str = "", user_message: str) -> list[ChatMess
     return messages
 
 
-def run_cancel(*, run: Run) -> Run:
-    """Queued runs stop at once; running ones are cancelled by their worker's heartbeat."""
+def run_cancel(*, run: Run, user: AbstractBaseUser | AnonymousUser | None = None) -> Run:
+    """Queued runs stop at once; running ones are cancelled by their worker's heartbeat.
+    A run paused at a breakpoint is cancelled as its Abort would: the pause resolved by
+    `user`."""
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.is_terminal:
@@ -125,7 +127,11 @@ def run_cancel(*, run: Run) -> Run:
         if locked.status in (RunStatus.QUEUED, RunStatus.INTERRUPTED):
             cancel_now(locked, "Cancelled by the user before it ran")
         elif locked.status == RunStatus.WAITING:  # no worker holds it: end it here
-            cancel_now(locked, "Cancelled by the user while it waited for a decision")
+            pause = locked.open_pause
+            if pause is not None:
+                cancel_paused(locked, pause, user)
+            else:
+                cancel_now(locked, "Cancelled by the user while it waited for a decision")
         else:
             Run.objects.filter(pk=run.pk).update(cancel_requested=True)
     run.refresh_from_db()

@@ -22,7 +22,7 @@ from tools_app.runs.debugger.approvals import (
 )
 from tools_app.runs.debugger.breakpoints import continue_run
 from tools_app.runs.debugger.timeline import round_views
-from tools_app.runs.services import RunRequestError
+from tools_app.runs.services import RunRequestError, run_cancel
 from tools_app.runs.worker.history import load_history
 
 pytestmark = pytest.mark.both
@@ -178,6 +178,34 @@ def test_step_one_call_at_a_time(
     assert STATE.calls == [("lookup", "x"), ("lookup", "y"), ("lookup", "z")]
 
 
+def test_stepping_the_last_held_call_pauses_before_the_next_model_call(
+    make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    alice: AbstractUser, seen: list[ChatRequest],
+) -> None:
+    # One call held, the round's next step a model call that answers with text: "step
+    # one call" runs that call and stops there, not at the run's end.
+    script = [{"tool_calls": [{"name": "lookup", "arguments": {"key": "x"}},
+                              {"name": "transfer", "arguments": {"to": "carol"}}]},
+              {"text": "done"}]
+    run = run_with(make_endpoint, tools, policy, [{"kind": "before_tool", "tool": "lookup"}],
+                   script)
+
+    assert execute(run) == "waiting"
+    assert open_pause(run).call_ids == [calls(run)[0].call_id]
+    assert STATE.calls == [("transfer", "carol")]
+    go_on(run, alice, "call")
+    assert execute(run) == "waiting"
+    assert STATE.calls == [("transfer", "carol"), ("lookup", "x")]
+    assert len(seen) == 1  # round 2's model call not made yet
+    pause = open_pause(run)
+    assert (pause.before, pause.round_index) == ("model", 1)
+    assert pause.reason == "before round 2, after stepping one call"
+
+    go_on(run, alice, "call")  # from a model call: make it, pause before its calls
+    assert execute(run) == "succeeded"  # it answered with text: nothing left to hold
+    assert (len(seen), run.final_text) == (2, "done")
+
+
 def test_the_call_records_the_arguments_edited_at_a_breakpoint_and_the_models(
     make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
     alice: AbstractUser,
@@ -247,17 +275,28 @@ def test_a_message_added_before_the_model_call_is_seen_and_kept_on_resume(
     assert [m.text for m in seen[2].messages if isinstance(m, UserMessage)] == users
 
 
-def test_abort_cancels_the_run_where_it_stands(
+@pytest.mark.parametrize("how", ["abort", "cancel"])
+def test_abort_and_cancel_are_one_action_at_a_breakpoint(
     make_endpoint: Any, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
-    alice: AbstractUser,
+    alice: AbstractUser, how: str,
 ) -> None:
     run = run_with(make_endpoint, tools, policy, [{"kind": "before_tool", "tool": "transfer"}])
     execute(run)
+    pause = open_pause(run)
 
-    go_on(run, alice, "abort")
+    if how == "abort":
+        go_on(run, alice, "abort", arguments={pause.call_ids[0]: {"to": 7}})  # moot
+    else:
+        run = run_cancel(run=run, user=alice)
 
     assert run.status == "cancelled"
-    assert "Aborted at a breakpoint by alice" in run.error_message
+    assert (run.error_type, run.error_message) == ("Cancelled",
+                                                   "Cancelled at a breakpoint by alice")
+    pause.refresh_from_db()
+    assert (pause.resolution, pause.resolved_by_label) == ("abort", "alice")
+    assert pause.resolved_at is not None
+    assert pause.edited_arguments == {}
+    assert kinds(run).count("breakpoint_continued") == 1
     assert execute(run) is None
     assert STATE.count("transfer") == 0
 

@@ -147,3 +147,46 @@ def test_the_continue_form_needs_csrf_the_owner_and_says_why_it_refuses(
     assert Run.objects.get(pk=run.pk).status == "waiting"
     owner.post(url, {"step": "abort"})
     assert Run.objects.get(pk=run.pk).status == "cancelled"
+
+
+def test_the_paused_panel_says_what_each_button_does_and_cancelling_is_its_only_stop(
+    bob: AbstractUser, bob_client: Client, weather_endpoint: ModelEndpoint,
+    weather: ToolRegistration, policy: ErrorPolicy,
+) -> None:
+    run = paused(bob, weather_endpoint, weather, policy,
+                 [{"kind": "before_tool", "tool": "get_weather"}])
+
+    page = bob_client.get(f"/runs/{run.pk}/").content.decode()
+    panel = page.split('id="paused"')[1].split("</section>")[0]
+    assert 'value="abort"' not in page  # one way to stop: Cancel run
+    assert page.count(">Cancel run</button>") == 1
+    assert 'form="cancel-form" class="danger cancel-run"' in panel
+    assert "End the run here, as cancelled: the held calls never run." in panel
+    assert "Run the first held call only, then pause before the next call or model " \
+           "call." in panel
+    assert "Run the held calls, then pause before the next model call." in panel
+    assert "Run on to the next breakpoint, or to the end." in panel
+    for what in ("step-run-what", "step-call-what", "step-round-what", "cancel-what"):
+        assert f'aria-describedby="{what}"' in panel
+        assert f'id="{what}"' in panel
+
+    bob_client.post(f"/runs/{run.pk}/cancel/")
+
+    run.refresh_from_db()
+    pause = RunPause.objects.get()
+    assert (run.status, run.error_message) == ("cancelled", "Cancelled at a breakpoint by bob")
+    assert (pause.resolution, pause.resolved_by_label) == ("abort", "bob")
+    page = bob_client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="paused"' not in page
+    assert "Cancel run" not in page
+
+
+def test_a_pause_before_a_model_call_says_what_stepping_from_it_does(
+    bob: AbstractUser, bob_client: Client, weather_endpoint: ModelEndpoint,
+    weather: ToolRegistration, policy: ErrorPolicy,
+) -> None:
+    run = paused(bob, weather_endpoint, weather, policy, [{"kind": "before_round", "round": 2}])
+
+    panel = bob_client.get(f"/runs/{run.pk}/").content.decode().split('id="paused"')[1]
+    assert "Make the model call, then pause before its first tool call." in panel
+    assert "End the run here, as cancelled: the model call is not made." in panel

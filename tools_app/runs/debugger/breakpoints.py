@@ -17,7 +17,11 @@ the run to waiting. `continue_run` resolves it (run on, step one call, step one 
 or abort; edit the held calls' arguments, or add a message before the model call) and
 queues the run, which resumes from its stored state: the hooks see the resolved pause
 and let that point pass. A step is remembered as the latest pause's resolution, so the
-next point of that kind pauses again.
+next point of that kind pauses again (a step of one call: the next call, or the next
+model call once no held call is left).
+
+Abort and cancelling the run are one action: both resolve the open pause (who, when)
+and end the run as cancelled (`cancel_paused`), whichever button or API call asked.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from tools_app.runs.store.lifecycle import move_locked
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
 from tools_app.runs.tasks import enqueue_run_at_commit
 
-__all__ = ["BreakpointError", "checked_breakpoints", "continue_run"]
+__all__ = ["BreakpointError", "cancel_paused", "checked_breakpoints", "continue_run"]
 
 MAX_BREAKPOINTS = 20
 MAX_MESSAGE_CHARS = 20_000
@@ -104,28 +108,37 @@ class Continued:
 
 def continue_run(*, run: Run, user: User, step: str, arguments: Any = None,
                  message: str = "") -> Continued:
-    """Resolve the run's open pause and queue it again (or cancel it: abort)."""
+    """Resolve the run's open pause and queue it again (abort: cancel the run, as
+    `cancel_paused`)."""
     if step not in STEPS:
         raise DecisionError("invalid_field", f"step must be one of {', '.join(STEPS)}",
                             status=400)
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         pause = _open_pause(locked)
+        if step == PauseResolution.ABORT:  # nothing runs: edits and a message are moot
+            cancel_paused(locked, pause, user)
+            return Continued(pause, RunStatus.CANCELLED)
         edits = _checked_edits(locked, pause, arguments)
         if message and pause.before != "model":
             raise DecisionError("invalid_field", "a message can be added only at a pause "
                                 "before a model call", status=400)
         _resolve(locked, pause, user, step, edits, message)
         status: str = locked.status
-        if step == PauseResolution.ABORT:
-            cancel_now(locked, f"Aborted at a breakpoint by {pause.resolved_by_label}")
-            status = RunStatus.CANCELLED
-        elif not pending_calls(locked):
+        if not pending_calls(locked):
             move_locked(locked, RunStatus.QUEUED, {"message": "continued"},
                         waiting_since=None)
             enqueue_run_at_commit(str(locked.pk))
             status = RunStatus.QUEUED
     return Continued(pause, status)
+
+
+def cancel_paused(run: Run, pause: RunPause, user: User | None) -> None:
+    """End a run paused at a breakpoint: its pause resolved as aborted (by `user`), the
+    run cancelled; nothing held runs. The caller holds the run's row lock."""
+    _resolve(run, pause, user, PauseResolution.ABORT, {}, "")
+    by = f" by {pause.resolved_by_label}" if pause.resolved_by_label else ""
+    cancel_now(run, f"Cancelled at a breakpoint{by}")
 
 
 def _open_pause(run: Run) -> RunPause:
@@ -160,15 +173,16 @@ def _checked_edits(run: Run, pause: RunPause, arguments: Any) -> dict[str, Any]:
     return edits
 
 
-def _resolve(run: Run, pause: RunPause, user: User, step: str, edits: dict[str, Any],
-             message: str) -> None:
+def _resolve(run: Run, pause: RunPause, user: User | None, step: str,
+             edits: dict[str, Any], message: str) -> None:
     pause.resolution = step
     pause.resolved_at = timezone.now()
     pause.released = pause.call_ids[:1] if step == PauseResolution.CALL else pause.call_ids
     pause.edited_arguments = edits
     pause.message = clean_text(message[:MAX_MESSAGE_CHARS]) or ""
-    pause.resolved_by_id = user.pk if user.is_authenticated else None
-    pause.resolved_by_label = user.get_username() if user.is_authenticated else ""
+    signed_in = user is not None and user.is_authenticated
+    pause.resolved_by_id = user.pk if user is not None and signed_in else None
+    pause.resolved_by_label = user.get_username() if user is not None and signed_in else ""
     pause.save()
     seq = append_event(str(run.pk), None, "breakpoint_continued", {
         "round_index": pause.round_index, "step": step, "by": pause.resolved_by_label,

@@ -81,8 +81,12 @@ class RunBreakpoints:
                         reason="breakpoint")
 
     def _model_reason(self, round_index: int) -> str | None:
-        if last_step(self.run_id) == PauseResolution.ROUND:
+        step = last_step(self.run_id)
+        if step == PauseResolution.ROUND:
             return f"before round {round_index + 1}, after stepping one round"
+        if step == PauseResolution.CALL:
+            # The stepped call was the last one held: the next step is this model call.
+            return f"before round {round_index + 1}, after stepping one call"
         for breakpoint in self.breakpoints:
             if breakpoint["kind"] == "before_round" and breakpoint["round"] == round_index + 1:
                 return describe(breakpoint)

@@ -170,7 +170,7 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
 @require_POST
 @login_required
 def run_cancel(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
-    run = services.run_cancel(run=_run_for_user(request, run_id))
+    run = services.run_cancel(run=_run_for_user(request, run_id), user=request.user)
     messages.info(request, _cancel_text(run))
     return redirect("run_detail", run_id=run.pk)
 
