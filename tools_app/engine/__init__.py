@@ -9,6 +9,7 @@ from .errors import (
     ApprovalPending,
     Approver,
     HallucinatedToolError,
+    LoopDetectedError,
     MaxRoundTripsExceededError,
     ModelTimeout,
     ProviderError,
@@ -43,6 +44,7 @@ from .execution import (
 )
 from .loop.contract import RegisteredTool, ResumeState, ToolChatResult, should_return_immediately
 from .loop.gates import CallGate, GateAnswer, ModelCallHook
+from .loop.health import LoopHealth, LoopRule
 from .loop.service import ToolService
 from .messages import (
     AiMessage,
@@ -90,6 +92,9 @@ __all__ = [
     "FunctionToolExecutor",
     "GateAnswer",
     "HallucinatedToolError",
+    "LoopDetectedError",
+    "LoopHealth",
+    "LoopRule",
     "MaxRoundTripsExceededError",
     "ModelCallHook",
     "ModelTimeout",

@@ -12,6 +12,7 @@
     ├── ToolDefinitionError             tool definitions (JSON) that cannot be used
     ├── ToolLoopError                   the loop itself stopped
     │   ├── MaxRoundTripsExceededError  more tool-calling round trips than allowed
+    │   ├── LoopDetectedError           the model went round in circles (loop/health.py)
     │   └── RunPaused                   paused where it can resume (a breakpoint)
     │       └── ToolApprovalPending     calls of a round await a decision
     ├── ApprovalPending                 an approver's "not decided yet" (pauses the loop)
@@ -131,6 +132,16 @@ class MaxRoundTripsExceededError(ToolLoopError):
             f"(max_tool_calling_round_trips={limit})"
         )
         self.limit = limit
+
+
+class LoopDetectedError(ToolLoopError):
+    """A loop-health detector reached its policy's `stop_at` (loop/health.py): the
+    run stops before the round's calls run. `detector` names it ("repeated_call",
+    "ping_pong", "no_progress"), `count` is what it counted, `round_index` 0-based."""
+
+    def __init__(self, message: str, *, detector: str, count: int, round_index: int) -> None:
+        super().__init__(message)
+        self.detector, self.count, self.round_index = detector, count, round_index
 
 
 class RunPaused(ToolLoopError):

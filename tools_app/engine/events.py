@@ -177,6 +177,24 @@ class ReplayDiverged(_ProviderEvent):
     detail: str
 
 
+class LoopDetected(_Event):
+    """A loop-health detector flagged this round before its calls ran (loop/health.py):
+    `count` identical calls, alternating rounds or rounds with the same results reached
+    `threshold`; `action` is what the policy did: "note" (recorded only), "tell_model"
+    (`told` appended to the result of `told_call_id`) or "stop" (the run stops)."""
+
+    kind: Literal["loop_detected"] = "loop_detected"
+    detector: Literal["repeated_call", "ping_pong", "no_progress"]
+    action: Literal["note", "tell_model", "stop"]
+    count: int
+    threshold: int
+    call_ids: list[str]
+    tool_names: list[str]
+    detail: str
+    told: str | None = None
+    told_call_id: str | None = None
+
+
 class ChatFinished(_Event):
     kind: Literal["chat_finished"] = "chat_finished"
     final_text: str | None
@@ -216,6 +234,7 @@ EngineEvent = Annotated[
     | ToolCallStarted
     | ToolCallFinished
     | ReplayDiverged
+    | LoopDetected
     | ChatFinished
     | ChatFailed
     | ChatPaused,

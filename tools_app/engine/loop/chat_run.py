@@ -3,11 +3,12 @@
 `ChatRun.execute`:
   1. calls the model with every registered tool merged into the request parameters;
   2. if the answer has no tool calls, returns it;
-  3. otherwise executes the round's calls (concurrently unless told otherwise, results
-     kept in request order), turns errors into text for the model or stops per the
-     handlers, appends the assistant message and the results, and either returns at
-     once (ReturnBehavior) or goes back to 1, at most `max_tool_calling_round_trips`
-     times.
+  3. otherwise checks the round's calls for loop health (health.py: repeated calls,
+     ping-pong, no progress; noted, told to the model or stopping the run), executes
+     them (concurrently unless told otherwise, results kept in request order), turns
+     errors into text for the model or stops per the handlers, appends the assistant
+     message and the results, and either returns at once (ReturnBehavior) or goes back
+     to 1, at most `max_tool_calling_round_trips` times.
 Every step is reported to observers as a typed event (see events.py). Where the loop
 stops for a person (approvals, breakpoints) is gates.py. The registry and its
 configuration (ToolService) are service.py.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import (
@@ -37,6 +38,7 @@ from ..events import (
     ChatFinished,
     ChatPaused,
     ChatStarted,
+    LoopDetected,
     ModelRequestSent,
     ModelResponseReceived,
     Observer,
@@ -80,6 +82,7 @@ from .gates import (
     held_calls_pause,
     messages_before_model_call,
 )
+from .health import LoopFinding, LoopWatch, round_notes, stop_error, with_note
 from .invocation import invoke_tool, outcome_of, run_together, traceback_of
 
 
@@ -122,6 +125,12 @@ class ChatRun:
         self.usage: TokenUsage | None = None
         # perf_counter() when the current model call's first streamed piece arrived
         self._first_token: float | None = None
+        health = service.loop_health
+        # The conversation so far counts: a resumed or forked chat's earlier rounds too.
+        self.loop_watch = (LoopWatch(health, messages)
+                           if health is not None and health.active else None)
+        # Call id -> the loop-health note appended to its result, for the current round.
+        self._notes: dict[str, str] = {}
 
     async def _emit(self, event: Any) -> None:
         # The loop's own events carry their round already, and provider events take it
@@ -182,17 +191,49 @@ class ChatRun:
                 return await self._finish(response, immediate=False)
             if round_trips >= limit:
                 raise MaxRoundTripsExceededError(limit)
+            # A resumed round was checked (and its findings reported) before it paused.
+            await self._check_loop(ai_message, report=pending is None)
             round_trips += 1
             self.intermediate.append(response)
             self.messages.append(ai_message)
             outcomes = await self._execute_round(ai_message, resume if pending else None)
             pending = None
             self.messages.extend(outcome.message for outcome in outcomes)
+            if self.loop_watch is not None:
+                self.loop_watch.record(ai_message.tool_execution_requests,
+                                       [outcome.message for outcome in outcomes])
             any_error = any(outcome.is_error for outcome in outcomes)
             if not any_error and should_return_immediately([o.behavior for o in outcomes]):
                 self.intermediate.pop()
                 return await self._finish(response, immediate=True)
             self.round_index += 1
+
+    async def _check_loop(self, ai_message: AiMessage, *, report: bool) -> None:
+        """The loop-health detectors on this round's calls, before any runs: findings
+        are reported, a "stop" raises errors.LoopDetectedError, and the notes for the model
+        are kept for the calls' results (`_noted`)."""
+        self._notes = {}
+        if self.loop_watch is None:
+            return
+        findings = self.loop_watch.check(ai_message.tool_execution_requests)
+        stop = next((f for f in findings if f.action == "stop"), None)
+        if self.observed and (report or stop is not None):
+            for finding in findings:
+                await self._emit(self._loop_event(finding))
+        if stop is not None:
+            raise stop_error(stop, self.round_index)
+        self._notes = round_notes(findings)
+
+    def _loop_event(self, finding: LoopFinding) -> LoopDetected:
+        return LoopDetected(
+            round_index=self.round_index, detector=finding.detector, action=finding.action,
+            count=finding.count, threshold=finding.threshold,
+            call_ids=list(finding.call_ids), tool_names=list(finding.tool_names),
+            detail=finding.detail, told=finding.note, told_call_id=finding.told_call_id)
+
+    def _noted(self, request: ToolExecutionRequest, text: str) -> str:
+        """A call's result text with the loop-health note for it, if it has one."""
+        return with_note(text, self._notes.get(request.id))
 
     async def _call_model(self) -> ChatResponse:
         # The hook may raise RunPaused: nothing of this round has happened.
@@ -357,6 +398,8 @@ class ChatRun:
             return await self._handle(registered, request, started, error, "arguments_error")
         except ToolExecutionError as error:
             return await self._handle(registered, request, started, error, outcome_of(error))
+        if request.id in self._notes:
+            result = replace(result, text=self._noted(request, result.text))
         execution = ToolExecution(request, result, started, time.time())
         if self.observed:
             await self._emit(self._finished(request, started, "succeeded", result, error=None,
@@ -396,7 +439,7 @@ class ChatRun:
                 await self._emit(self._finished(request, started, outcome, None, error=error,
                                                 handled_by=name, stopped_run=True))
             raise
-        text = decision.text_value
+        text = self._noted(request, decision.text_value)
         result = ToolExecutionResult.failure(text, error)
         if self.observed:
             await self._emit(self._finished(request, started, outcome, result, error=error,
@@ -418,7 +461,8 @@ class ChatRun:
                 await self._emit(self._finished(request, started, "hallucinated", None,
                                                 error=error, handled_by=name, stopped_run=True))
             raise
-        message = message.model_copy(update={"id": request.id, "is_error": True})
+        message = message.model_copy(update={"id": request.id, "is_error": True,
+                                             "text": self._noted(request, message.text)})
         result = ToolExecutionResult.failure(message.text)
         if self.observed:
             await self._emit(self._finished(request, started, "hallucinated", result, error=None,

@@ -27,6 +27,7 @@ from .gates import (
     CallGate,
     ModelCallHook,
 )
+from .health import LoopHealth
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class LoopSettings(Protocol):
     approver: Approver | None
     call_gate: CallGate | None
     before_model_call: ModelCallHook | None
+    loop_health: LoopHealth | None
 
     @property
     def tool_specifications(self) -> list[ToolSpecification]: ...

@@ -35,6 +35,7 @@ from ..spec import (
 from .chat_run import ChatRun
 from .contract import RegisteredTool, ResumeState, ToolChatResult
 from .gates import CallGate, ModelCallHook
+from .health import LoopHealth
 
 DEFAULT_MAX_ROUND_TRIPS = 100
 
@@ -56,6 +57,7 @@ class ToolService:
         approver: Approver | None = None,
         call_gate: CallGate | None = None,
         before_model_call: ModelCallHook | None = None,
+        loop_health: LoopHealth | None = None,
     ) -> None:
         if max_tool_calling_round_trips < 1:
             raise ValueError("max_tool_calling_round_trips must be at least 1")
@@ -78,6 +80,9 @@ class ToolService:
         """Breakpoints on calls: may hold calls of a round (a pause) or edit them."""
         self.before_model_call = before_model_call
         """Breakpoints on model calls: may pause before one, or add messages to it."""
+        self.loop_health = loop_health
+        """Repeated calls, ping-pong and no progress (health.py): flagged, told to the
+        model or stopping the run per its rules. None: not checked."""
 
     # -- registration ------------------------------------------------------------------
 
