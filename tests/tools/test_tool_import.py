@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
@@ -178,3 +179,78 @@ def test_a_tools_member_that_is_not_a_list_is_one_problem() -> None:
     with pytest.raises(ToolImportError) as caught:
         import_tools({"tools": 5}, kind="mock")
     assert caught.value.problems == [("(document)", '"tools" must be a list of tools')]
+
+
+# A mock template may name only the tool's arguments: a placeholder no call can fill is
+# refused where the tool is defined, not found out when a run calls it.
+TEMPLATED = {"template": True, "result": {"forecast": "Sunny in {town}", "city": "{city}"}}
+
+
+def test_import_refuses_a_template_naming_an_argument_the_tool_does_not_have() -> None:
+    tools = [{"name": "weather", "inputSchema": SCHEMA, "x-agentforge-config": TEMPLATED},
+             {"name": "echo", "inputSchema": SCHEMA,
+              "x-agentforge-config": {"template": True, "result": "{city.name} ok"}},
+             {"name": "plain", "inputSchema": SCHEMA,  # not a template: literal braces
+              "x-agentforge-config": {"result": "Sunny in {town}"}}]
+    with pytest.raises(ToolImportError) as caught:
+        import_tools(tools, kind="mock")
+
+    assert caught.value.problems == [
+        ("tool 1 ('weather')", "configuration: result: the placeholder {town} names no "
+                               "argument of this tool (its arguments are city)")]
+    assert not ToolRegistration.objects.exists()
+
+
+def test_a_default_template_is_checked_against_each_tool_and_sequence_steps_too() -> None:
+    config = {"sequence": [{"result": "first"},
+                           {"template": True, "error": "{city} and {units} are down"}]}
+    with pytest.raises(ToolImportError) as caught:
+        import_tools(OPENAI_TOOLS, kind="mock", default_config=config)
+
+    assert caught.value.problems == [
+        ("tool 1 ('weather')", "configuration: sequence.1.error: the placeholder {units} "
+                               "names no argument of this tool (its arguments are city)"),
+        ("tool 2 ('now')", "configuration: sequence.1.error: the placeholder {city} names "
+                           "no argument of this tool (it has no arguments)"),
+        ("tool 2 ('now')", "configuration: sequence.1.error: the placeholder {units} "
+                           "names no argument of this tool (it has no arguments)")]
+
+
+def test_the_command_names_the_placeholder_and_the_tools_arguments(tmp_path: Any) -> None:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps([{"name": "weather", "inputSchema": SCHEMA}]))
+    with pytest.raises(CommandError) as caught:
+        call_command("import_tools", str(path), "--config", json.dumps(TEMPLATED))
+    assert str(caught.value) == (
+        "nothing imported:\n  tool 1 ('weather'): configuration: result: the placeholder "
+        "{town} names no argument of this tool (its arguments are city)")
+    assert not ToolRegistration.objects.exists()
+
+
+def test_the_admin_form_and_the_models_clean_refuse_such_a_template(
+    alice_client: Client,
+) -> None:
+    response = alice_client.post(reverse("admin:tools_app_toolregistration_add"),
+                                 tool_data(config=json.dumps(TEMPLATED)))
+    assert response.status_code == 200
+    assert config_errors(response) == [
+        "result: the placeholder {town} names no argument of this tool (its arguments "
+        "are city)"]
+    assert not ToolRegistration.objects.exists()
+
+    tool = ToolRegistration(name="forecast", kind="mock", json_schema=SCHEMA,
+                            config=TEMPLATED)
+    with pytest.raises(ValidationError) as caught:
+        tool.full_clean()
+    assert caught.value.message_dict == {"config": [
+        "result: the placeholder {town} names no argument of this tool (its arguments "
+        "are city)"]}
+    tool.config = {"template": True, "result": {"forecast": "Sunny in {city}"}}
+    tool.full_clean()  # fits: no error
+
+
+def test_a_schema_composed_of_others_is_not_second_guessed() -> None:
+    composed = {"type": "object", "allOf": [{"properties": {"town": {"type": "string"}}}]}
+    [tool] = import_tools([{"name": "composed", "inputSchema": composed}], kind="mock",
+                          default_config=TEMPLATED)
+    assert tool.config == TEMPLATED

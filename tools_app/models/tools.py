@@ -10,7 +10,9 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
+from pydantic import ValidationError as PydanticValidationError
 
+from ..engine.sources.mock import MockConfig, template_problems
 from .validators import env_var_validator, tool_name_validator
 
 
@@ -182,6 +184,18 @@ class ToolRegistration(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """A mock tool's template may name only the tool's arguments (whatever form
+        saves it: the admin's checks its configuration's fields itself)."""
+        if self.kind != ToolKind.MOCK or not isinstance(self.json_schema, dict):
+            return
+        try:
+            config = MockConfig.model_validate(self.config)
+        except PydanticValidationError:
+            return  # not a configuration at all: the form's check says why
+        if problems := template_problems(config, self.json_schema):
+            raise ValidationError({"config": problems})
 
 
 class ToolVersion(models.Model):

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 
 from ..engine import ToolDefinitionError, ToolSpecification, tool_entries, tools_from_json
-from ..engine.definitions import tool_label
+from ..engine.definitions import tool_from_json, tool_label
 from ..models import ToolKind, ToolRegistration
 from .kinds import SecretProblem, config_problems
 from .registry import compute_version_hash, record_version
@@ -77,10 +77,20 @@ def _plan(data: Any, kind: str, default_config: dict[str, Any],
         config = entry.get(CONFIG_KEY, default_config)
         configs.append(config)
         problems += [(tool_label(index, entry), f"configuration: {problem}")
-                     for problem in config_problems(kind, config, secret_problem)]
+                     for problem in config_problems(kind, config, secret_problem,
+                                                    _parameters_of(entry))]
     if problems:
         return [], problems
     return [_Planned(spec, config) for spec, config in zip(specs, configs, strict=True)], []
+
+
+def _parameters_of(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The tool's JSON schema (what a mock template may name), None if its definition
+    is bad (reported as such)."""
+    try:
+        return tool_from_json(entry).parameters
+    except ToolDefinitionError:
+        return None
 
 
 def _create(item: _Planned, kind: str) -> ToolRegistration:

@@ -9,12 +9,13 @@ builds executors from the same models (runs/snapshot/executors.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from ..engine.sources import HttpConfig, MockConfig
+from ..engine.sources.mock import template_problems
 from ..models import ToolKind
 
 CONFIG_MODELS: dict[str, type[BaseModel]] = {
@@ -38,10 +39,12 @@ _EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 
-def config_problems(kind: str, config: Any,
-                    secret_problem: SecretProblem | None = None) -> list[str]:
+def config_problems(kind: str, config: Any, secret_problem: SecretProblem | None = None,
+                    parameters: Mapping[str, Any] | None = None) -> list[str]:
     """Why `config` is not a valid configuration of a `kind` tool, one message a
-    problem, each naming its field (empty if it is valid)."""
+    problem, each naming its field (empty if it is valid); with the tool's
+    `parameters` (its JSON schema), also a mock template's placeholders that name no
+    argument of it."""
     if kind == ToolKind.PYTHON:
         return [] if not config else ["Python tools have no configuration: leave it {}."]
     model = CONFIG_MODELS.get(kind)
@@ -55,6 +58,8 @@ def config_problems(kind: str, config: Any,
         return [f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors()]
     if isinstance(validated, HttpConfig):
         return _header_problems(validated, secret_problem)
+    if isinstance(validated, MockConfig) and parameters is not None:
+        return template_problems(validated, parameters)
     return []
 
 

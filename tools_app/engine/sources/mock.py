@@ -10,6 +10,7 @@ ToolExecutionError, so the policy's execution-error handling applies as for any 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..errors import ToolExecutionError
 from ..execution import ToolExecutionResult, arguments_as_map, result_text
 from ..messages import ToolExecutionRequest
-from .templates import MissingArgument, fill_json
+from .templates import MissingArgument, fill_json, placeholders
 
 MAX_LATENCY_SECONDS = 3600.0
 
@@ -62,6 +63,34 @@ class MockConfig(MockResponse):
             raise ValueError("with a sequence, put result, error, latency_seconds and "
                              "template in its steps")
         return self
+
+
+# Schema keywords that can declare arguments outside the top level's "properties".
+_COMPOSED = ("$ref", "$dynamicRef", "allOf", "anyOf", "oneOf", "if", "dependentSchemas")
+
+
+def template_problems(config: MockConfig, parameters: Mapping[str, Any]) -> list[str]:
+    """A templated answer's placeholders that name no argument of the tool (the first
+    name of each path against its JSON schema's properties): no call could fill them.
+    One message each, naming the placeholder and the tool's arguments. A schema that
+    composes its arguments from other schemas is not checked."""
+    if any(key in parameters for key in _COMPOSED):
+        return []
+    declared = parameters.get("properties")
+    names = list(declared) if isinstance(declared, Mapping) else []
+    has = f"its arguments are {', '.join(names)}" if names else "it has no arguments"
+    steps: list[tuple[str, MockResponse]] = [("", config)] if config.sequence is None \
+        else [(f"sequence.{i}.", step) for i, step in enumerate(config.sequence)]
+    problems = []
+    for where, answer in steps:
+        if not answer.template:
+            continue
+        field, value = ("error", answer.error) if answer.error is not None \
+            else ("result", answer.result)
+        problems += [f"{where}{field}: the placeholder {{{path}}} names no argument of "
+                     f"this tool ({has})"
+                     for path in placeholders(value) if path.split(".")[0] not in names]
+    return problems
 
 
 class MockToolExecutor:

@@ -48,6 +48,20 @@ def fill_text(template: str, arguments: dict[str, Any],
     return PLACEHOLDER.sub(lambda m: encode(as_text(lookup(arguments, m.group(1)))), template)
 
 
+def placeholders(template: Any) -> list[str]:
+    """The paths the placeholders of a JSON value name, in every string, each once, in
+    the order they first appear."""
+    if isinstance(template, str):
+        return list(dict.fromkeys(m.group(1) for m in PLACEHOLDER.finditer(template)))
+    if isinstance(template, list):
+        items = template
+    elif isinstance(template, dict):
+        items = list(template.values())
+    else:
+        return []
+    return list(dict.fromkeys(path for item in items for path in placeholders(item)))
+
+
 def fill_json(template: Any, arguments: dict[str, Any]) -> Any:
     """A JSON value with placeholders filled in every string; a string that is one
     placeholder and nothing else becomes the argument itself (its JSON type kept)."""
