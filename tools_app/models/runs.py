@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from .endpoints import ModelEndpoint
 from .policies import ErrorPolicy
+from .sort_keys import DurationKey, moment_key
 
 
 class RunStatus(models.TextChoices):
@@ -206,8 +207,12 @@ class ToolCall(models.Model):
                          name="toolcall_tool_moment"),
             # The handlers filter's choices: read one index seek per distinct name.
             models.Index(fields=["handled_by"], name="toolcall_handler"),
-            # A tool's most recent calls (its page), newest first without a sort.
-            models.Index(fields=["tool_name", "id"], name="toolcall_tool_recent"),
+            # A tool's most recent calls (its page), newest first without a sort; the
+            # calls list sorted by tool (A to Z, newest first within a tool).
+            models.Index(fields=["tool_name", "-id"], name="toolcall_tool_newest"),
+            # The calls list sorted by when a call started, or by its duration.
+            models.Index(moment_key(), F("id"), name="toolcall_moment"),
+            models.Index(DurationKey(), F("id"), name="toolcall_duration"),
             # The calls list's since / until (the run's creation, kept on the call).
             models.Index(fields=["run_created_at", "id"], name="toolcall_run_created"),
             # An ordinary user's calls (their runs', kept on the call): newest first, by
