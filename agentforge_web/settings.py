@@ -116,7 +116,8 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.csp",
             ],
-            "libraries": {"timeline": "tools_app.web.pages.timeline_tags"},
+            "libraries": {"timeline": "tools_app.web.pages.timeline_tags",
+                          "waiting": "tools_app.web.pages.waiting"},
         },
     },
 ]

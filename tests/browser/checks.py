@@ -35,10 +35,11 @@ def no_dialogs(page: Any) -> list[str]:
 HALLUCINATED_NAME = "<img src=x onerror=alert(1)>"
 
 
-# Every URL the app's pages may load: its own pages, static files and run sockets.
+# Every URL the app's pages may load: its own pages, static files, run sockets and the
+# navigation's poll of the runs waiting for the user.
 ALLOWED_PATH = re.compile(
     r"^/(|playground/|accounts/login/|favicon\.ico|static/[\w./-]+"
-    r"|runs/[0-9a-f-]{36}/|ws/runs/[0-9a-f-]{36}/)$"
+    r"|runs/[0-9a-f-]{36}/|ws/runs/[0-9a-f-]{36}/|runs/waiting\.json)$"
 )
 
 

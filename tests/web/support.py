@@ -189,7 +189,7 @@ PAYLOAD = ('<script>alert("s")</script><img src=x onerror=alert("i")>'
            '<a href="javascript:alert(1)" hx-get="/admin/" hx-post="/runs/" hx-trigger="load">'
            "{{ request.user }}{% csrf_token %}</a>")
 MARKERS = ("alert(", "javascript:", "request.user")
-STATIC_SCRIPTS = 5  # htmx, its ws extension, timeline.js, approvals.js, reexec.js
+STATIC_SCRIPTS = 6  # htmx, its ws extension, timeline.js, approvals.js, reexec.js, waiting.js
 
 
 def assert_inert(html: str, *, scripts: int) -> None:

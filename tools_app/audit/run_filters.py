@@ -19,7 +19,7 @@ from tools_app.audit.search import search_runs
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall
 
 EXPORT_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until", "tool_version",
-                  "policy", "error_type", "has_errors")
+                  "policy", "error_type", "has_errors", "waiting_for_me")
 RUN_FILTERS = (*EXPORT_FILTERS, "cursor", "limit")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
@@ -166,6 +166,19 @@ def _has_errors(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
     return runs.filter(erring if BOOLEANS[value] else ~erring)
 
 
+def _waiting_for_me(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    """true: the runs waiting for a decision the caller may take (an approval or a
+    breakpoint: status waiting), the navigation's "Waiting for you"; false: the others.
+    `runs` are those the caller may see, and whoever may see a run may decide on it
+    (its owner; staff: any run). Every such run, of every kind: a list that hides
+    some kinds by default must not hide these from this filter."""
+    if value not in BOOLEANS:
+        raise FilterError("waiting_for_me",
+                          f"waiting_for_me must be true or false, not {value[:40]!r}")
+    waiting = Q(status=RunStatus.WAITING)
+    return runs.filter(waiting if BOOLEANS[value] else ~waiting)
+
+
 def _bounded(field: str, value: str, limit: int, what: str) -> str:
     text = value.strip()
     if not text or len(text) > limit:
@@ -175,7 +188,8 @@ def _bounded(field: str, value: str, limit: int, what: str) -> str:
 
 _FILTERS = {"status": _status, "endpoint": _endpoint, "tool": _tool, "user": _user,
             "q": _text, "since": _since, "until": _until, "tool_version": _tool_version,
-            "policy": _policy, "error_type": _error_type, "has_errors": _has_errors}
+            "policy": _policy, "error_type": _error_type, "has_errors": _has_errors,
+            "waiting_for_me": _waiting_for_me}
 
 
 def _moment(field: str, value: str) -> datetime:

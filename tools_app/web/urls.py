@@ -1,13 +1,14 @@
 from django.urls import path, re_path
 
 from tools_app.web.api import app as api
-from tools_app.web.pages import audit, fork, reexecution, tryit, views
+from tools_app.web.pages import audit, fork, reexecution, tryit, views, waiting
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("playground/", views.playground, name="playground"),
     path("runs/", views.run_list, name="run_list"),
     re_path(r"^runs/export\.(?P<fmt>csv|jsonl)$", views.runs_export, name="runs_export"),
+    path("runs/waiting.json", waiting.waiting, name="runs_waiting"),
     path("runs/compare", views.run_compare, name="run_compare"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/row/", views.run_row, name="run_row"),

@@ -8,9 +8,17 @@ from typing import Any, NamedTuple
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Count, Exists, F, OuterRef, QuerySet, Window
 
-from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolRegistration
+from tools_app.models import (
+    ErrorPolicy,
+    ModelEndpoint,
+    Run,
+    RunEvent,
+    RunPause,
+    RunStatus,
+    ToolRegistration,
+)
 from tools_app.runs.store import prepared
 
 User = AbstractBaseUser | AnonymousUser
@@ -30,6 +38,38 @@ def _visible_to(user: User, runs: QuerySet[Run]) -> QuerySet[Run]:
     if getattr(user, "is_staff", False):
         return runs
     return runs.filter(created_by_id=user.pk)
+
+
+class WaitingRuns(NamedTuple):
+    """The runs waiting for a decision a user may take: how many, and the one that
+    started waiting last (None when none waits)."""
+
+    total: int
+    newest: dict[str, Any] | None
+
+
+def waiting_for(user: User) -> WaitingRuns:
+    """Runs waiting for a decision this user may take: an approval or a breakpoint
+    (status waiting means one of them). Whoever may see a run may decide on it (the
+    views and the API check nothing more): staff any run, others their own.
+
+    One query on the status index (the navigation asks it on every page and every few
+    seconds): the count over the window, with the newest waiting run's row."""
+    runs = Run.objects.filter(status=RunStatus.WAITING)
+    if not getattr(user, "is_staff", False):
+        # An expression, not the column: SQLite's planner would read the owner's index
+        # (every run they ever started) rather than the status index (the few waiting).
+        runs = runs.alias(owner=F("created_by_id") + 0).filter(owner=user.pk)
+    open_pause = RunPause.objects.filter(run_id=OuterRef("pk"), resolved_at__isnull=True)
+    row = runs.annotate(total=Window(Count("pk")), paused=Exists(open_pause)).order_by(
+        "-waiting_since", "-pk").values(
+        "pk", "title", "waiting_since", "total", "paused", "created_by__username").first()
+    if row is None:
+        return WaitingRuns(0, None)
+    return WaitingRuns(row["total"], {
+        "id": str(row["pk"]), "title": row["title"], "owner": row["created_by__username"],
+        "waits_for": "a breakpoint" if row["paused"] else "an approval",
+        "since": row["waiting_since"]})
 
 
 def run_for_api(run_id: str | uuid.UUID, user: User) -> Run | None:
