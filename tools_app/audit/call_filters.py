@@ -3,26 +3,33 @@
 The run filters of `filters.py` (status, endpoint, user, since, until), plus what a call
 is: its tool, its state (the outcome stored on the row, under the names people use), its
 duration and the error handler that decided. The same strictness: an unknown filter or a
-bad value is a `FilterError` naming it. Pages are keyset pages on the call's id (newest
-first: ids grow as calls are proposed), never OFFSET scans.
+bad value is a `FilterError` naming it. Pages are keyset pages, never OFFSET scans: on the
+call's id (newest first: ids grow as calls are proposed), or with `sort` on when a call
+started, its duration or its tool, and the id after it (`SORTS`), each read in order
+from an index of its own (`ToolCall.Meta.indexes`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, F, Max, Min, OuterRef, QuerySet
+from django.contrib.auth import get_user_model
+from django.db import connections
+from django.db.models import Exists, Expression, F, Func, Max, Min, OuterRef, Q, QuerySet
 from django.db.models.expressions import OrderBy
 
 from tools_app.audit.run_filters import MAX_QUERY, FilterError, _limit, _moment, apply_filters
 from tools_app.audit.search import search_calls
 from tools_app.models import IN_PROGRESS_CALL_STATES, Run, RunStatus, ToolCall, ToolCallState
+from tools_app.models.sort_keys import DurationKey, moment_key
 
 # The states a person filters on, mapped to the ToolCall.state values they cover.
 CALL_STATES: dict[str, tuple[str, ...]] = {
@@ -46,8 +53,76 @@ STATE_NAMES = {stored: name for name, states in CALL_STATES.items() for stored i
 
 CALL_EXPORT_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until", "state",
                        "min_ms", "max_ms", "handler")
-CALL_FILTERS = (*CALL_EXPORT_FILTERS, "cursor", "limit")
+CALL_FILTERS = (*CALL_EXPORT_FILTERS, "sort", "cursor", "limit")
 MAX_MS = 1e9  # about eleven days: any larger bound is a typo
+# Up to this many matching calls (counted: `filtered_calls`' `matches`), SQLite sorts
+# them itself rather than walk a sort's index past every call that does not match.
+FEW_TO_SORT = 10_000
+
+
+@dataclass(frozen=True)
+class Sort:
+    """An order of the calls list: a key, its direction, and the id's direction among
+    calls with the same key (the keyset's tie-break)."""
+
+    name: str
+    label: str
+    key: Callable[[], Any]  # the expression (its index is the same expression's)
+    descending: bool
+    id_descending: bool
+    # The key of a call, as the cursor keeps it (JSON) and as the query compares it.
+    value: Callable[[ToolCall], Any]
+    parse: Callable[[Any], Any]
+    # Calls whose key is below this come after all the others (ascending durations:
+    # the calls without one, keyed -1, come last rather than first).
+    last_below: float | None = None
+
+
+def _moment_of(call: ToolCall) -> str:
+    moment = call.started_at or call.run_created_at
+    return moment.isoformat() if moment else ""
+
+
+def _duration_of(call: ToolCall) -> float:
+    return -1.0 if call.duration_ms is None else float(call.duration_ms)
+
+
+def _parsed_moment(value: Any) -> datetime:
+    moment = datetime.fromisoformat(value)
+    if moment.tzinfo is None:
+        raise ValueError(value)
+    return moment
+
+
+def _parsed_number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(value)
+    return float(value)
+
+
+def _parsed_text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(value)
+    return value
+
+
+def _tool_key() -> F:
+    return F("tool_name")
+
+
+SORTS = {sort.name: sort for sort in (
+    Sort("started", "Started, oldest first", moment_key, False, False, _moment_of,
+         _parsed_moment),
+    Sort("-started", "Started, newest first", moment_key, True, True, _moment_of,
+         _parsed_moment),
+    Sort("duration", "Duration, shortest first", DurationKey, False, False, _duration_of,
+         _parsed_number, last_below=0.0),
+    Sort("-duration", "Duration, longest first", DurationKey, True, True, _duration_of,
+         _parsed_number),
+    Sort("tool", "Tool, A to Z", _tool_key, False, True, lambda c: c.tool_name, _parsed_text),
+    Sort("-tool", "Tool, Z to A", _tool_key, True, False, lambda c: c.tool_name,
+         _parsed_text),
+)}
 
 
 @dataclass(frozen=True)
@@ -59,30 +134,97 @@ class CallPage:
 def matching_calls(calls: QuerySet[ToolCall], params: Mapping[str, str],
                    allowed: tuple[str, ...] = CALL_FILTERS) -> QuerySet[ToolCall]:
     """`calls` (already limited to what the caller may see) that match the filters in
-    `params`, newest first; a parameter not in `allowed` is refused."""
+    `params`, newest first; a parameter not in `allowed` is refused (`sort`, `cursor`
+    and `limit` are a page's, read by `filtered_calls`)."""
     calls = apply_filters(calls, params, allowed, _FILTERS)
     _check_duration_range(params)
     return calls.order_by("-pk")
 
 
+def sort_of(params: Mapping[str, str]) -> Sort | None:
+    """The `sort` asked for (None: newest first, by id); a FilterError names the sorts."""
+    name = params.get("sort")
+    if name is None:
+        return None
+    if name not in SORTS:
+        raise FilterError("sort", f"sort must be one of {', '.join(SORTS)}, not {name[:40]!r}")
+    return SORTS[name]
+
+
 def filtered_calls(calls: QuerySet[ToolCall], params: Mapping[str, str],
                    rows: Callable[[QuerySet[ToolCall]], QuerySet[ToolCall]] = lambda c: c,
-                   ) -> CallPage:
-    """One page of the matching calls, newest first, and the next page's cursor (None on
-    the last). `rows` adds what a row shows (joins, deferred columns) to the query that
-    reads the page's rows."""
+                   *, matches: int | None = None) -> CallPage:
+    """One page of the matching calls, newest first or in the `sort` asked for, and the
+    next page's cursor (None on the last). `rows` adds what a row shows (joins, deferred
+    columns) to the query that reads the page's rows. `matches`: how many calls match,
+    if the caller counted them (`call_totals`), which lets SQLite sort a few itself."""
     calls = matching_calls(calls, params)
     limit = _limit(params.get("limit"))
-    if "cursor" in params:
-        calls = calls.filter(pk__lt=_decode_cursor(params["cursor"]))
-    # The page's ids first, from the calls alone (a join there lets SQLite start from the
-    # runs and sort every call they have: seconds for a time bound far back), then its
-    # rows by id, without the filters again (a search would be read twice).
-    ids = calls.order_by(_page_order(calls, params)).values("pk")[:limit + 1]
-    page = list(rows(ToolCall.objects.filter(pk__in=ids)).order_by("-pk"))
-    more = len(page) > limit
-    page = page[:limit]
-    return CallPage(page, _encode_cursor(page[-1]) if more else None)
+    sort = sort_of(params)
+    cursor = params.get("cursor")
+    if sort is None:
+        if cursor is not None:
+            calls = calls.filter(pk__lt=_decode_cursor(cursor))
+        # The page's ids first, from the calls alone (a join there lets SQLite start from
+        # the runs and sort every call they have: seconds for a time bound far back), then
+        # its rows by id, without the filters again (a search would be read twice).
+        ids = calls.order_by(_page_order(calls, params)).values("pk")[:limit + 1]
+        page = list(rows(ToolCall.objects.filter(pk__in=ids)).order_by("-pk"))
+        more = len(page) > limit
+        page = page[:limit]
+        return CallPage(page, _encode_cursor(page[-1]) if more else None)
+    # A sorted page: its ids in order (read as the default page's are), then its rows.
+    after = _decode_sorted_cursor(cursor, sort) if cursor is not None else None
+    found_ids = _sorted_ids(calls, sort, after, limit + 1,
+                            in_memory=matches is not None and matches <= FEW_TO_SORT)
+    found = {call.pk: call for call in rows(ToolCall.objects.filter(pk__in=found_ids[:limit]))}
+    page = [found[pk] for pk in found_ids[:limit] if pk in found]
+    more = len(found_ids) > limit and bool(page)
+    return CallPage(page, _encode_sorted_cursor(sort, page[-1]) if more else None)
+
+
+class _Unindexed(Func):
+    """SQLite's unary plus: the same value, which no index provides (SQLite then reads
+    the filters' own indexes and sorts the matches)."""
+
+    template = "+(%(expressions)s)"
+
+
+def _sorted_ids(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | None,
+                count: int, *, in_memory: bool) -> list[int]:
+    """Up to `count` ids of `calls` in `sort`'s order, after the call keyed `after`.
+    Each comparison is on the key and the id, with `key <= v` (or `>=`) first so the
+    index is read from the cursor on. `in_memory` (SQLite, few matches): the key and
+    the id without their index, so the filters' indexes find the matches."""
+    plain = in_memory and connections[calls.db].vendor == "sqlite"
+    key: Expression = sort.key()
+    pk: Any = F("pk")
+    if plain:
+        key, pk = _Unindexed(key), _Unindexed(F("pk"))
+    calls = calls.alias(sort_key=key, sort_pk=pk)
+    below = sort.last_below
+    if below is not None and after is not None and after[0] < below:
+        # already among the calls that come last: only they remain, by id
+        return _page_ids(calls.filter(sort_key__lt=below), sort, after, count)
+    first = calls.filter(sort_key__gte=below) if below is not None else calls
+    ids = _page_ids(first, sort, after, count)
+    if below is not None and len(ids) < count:
+        ids += _page_ids(calls.filter(sort_key__lt=below), sort, None, count - len(ids))
+    return ids
+
+
+def _page_ids(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | None,
+              count: int) -> list[int]:
+    if after is not None:
+        value, pk = after
+        id_after = Q(sort_pk__lt=pk) if sort.id_descending else Q(sort_pk__gt=pk)
+        if sort.descending:
+            calls = calls.filter(Q(sort_key__lte=value), Q(sort_key__lt=value) | id_after)
+        else:
+            calls = calls.filter(Q(sort_key__gte=value), Q(sort_key__gt=value) | id_after)
+    key = F("sort_key").desc() if sort.descending else F("sort_key").asc()
+    tie = F("sort_pk").desc() if sort.id_descending else F("sort_pk").asc()
+    return list(calls.order_by(key, tie).values_list("pk", flat=True)[:count])
 
 
 def _page_order(calls: QuerySet[ToolCall], params: Mapping[str, str]) -> OrderBy:
@@ -143,7 +285,11 @@ def _tool(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
 
 
 def _user(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
-    return _of_runs(calls, created_by__username=value)
+    """Calls of the runs this user started, by the creator kept on each call
+    (`run_owner_id`: its index gives them in id order, and counts them, with no check of
+    each call's run)."""
+    users = get_user_model().objects.using(calls.db)
+    return calls.filter(run_owner_id=users.filter(username=value).values("pk")[:1])
 
 
 def _text(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
@@ -204,6 +350,26 @@ def _check_duration_range(params: Mapping[str, str]) -> None:
 
 def _encode_cursor(call: ToolCall) -> str:
     return base64.urlsafe_b64encode(f"call|{call.pk}".encode()).decode().rstrip("=")
+
+
+def _encode_sorted_cursor(sort: Sort, call: ToolCall) -> str:
+    raw = json.dumps(["call", sort.name, sort.value(call), call.pk], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_sorted_cursor(value: str, sort: Sort) -> tuple[Any, int]:
+    """The key and id of the last call of the previous page, from a cursor the same
+    sort made."""
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+        kind, name, key, pk = raw
+        if kind != "call" or name != sort.name or not isinstance(pk, int) \
+                or isinstance(pk, bool) or not 0 <= pk < 2**63:
+            raise ValueError(raw)
+        return sort.parse(key), pk
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise FilterError("cursor", "cursor must be a next_cursor this API returned "
+                          "for the same sort") from None
 
 
 def _decode_cursor(value: str) -> int:

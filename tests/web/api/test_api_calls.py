@@ -117,6 +117,67 @@ def test_a_page_is_a_fixed_number_of_queries(staff_api: Api, world: dict[str, An
         assert len(staff_api.get("/api/calls").json()["calls"]) == 10
 
 
+# The world's calls in each sort: a call that never started sorts by its run's creation
+# (b3); calls without a duration come last either way (by id: newest first when longest
+# first, oldest first when shortest first); a tool's calls newest first under "tool".
+SORTED = {
+    "started": ["a1", "a2", "a3", "b3", "b1", "b2", "c1", "c2", "c3", "c4"],
+    "-started": ["c4", "c3", "c2", "c1", "b2", "b1", "b3", "a3", "a2", "a1"],
+    "duration": ["c3", "a3", "a1", "c1", "b2", "a2", "b1", "b3", "c2", "c4"],
+    "-duration": ["b1", "a2", "b2", "c1", "a1", "a3", "c3", "c4", "c2", "b3"],
+    "tool": ["a3", "c2", "c1", "b2", "b1", "a2", "a1", "b3", "c4", "c3"],
+    "-tool": ["c3", "c4", "b3", "a1", "a2", "b1", "b2", "c1", "c2", "a3"],
+}
+
+
+def walked(api: Api, world: dict[str, Any], query: str, limit: int) -> list[str]:
+    """Every page of a query, following next_cursor to the end."""
+    seen: list[int] = []
+    cursor = ""
+    for _ in range(20):
+        body = api.get(f"/api/calls?{query}&limit={limit}{cursor}").json()
+        seen += [c["id"] for c in body["calls"]]
+        if body["next_cursor"] is None:
+            return audit_world.labels(world, seen)
+        cursor = f"&cursor={body['next_cursor']}"
+    raise AssertionError("no last page")
+
+
+@pytest.mark.parametrize("sort", list(SORTED))
+def test_each_sort_pages_without_gaps_or_repeats(staff_api: Api, world: dict[str, Any],
+                                                 sort: str) -> None:
+    assert found(staff_api, world, f"sort={sort}") == SORTED[sort]
+    for limit in (1, 3, 4):  # pages ending on ties, before and inside the no-duration calls
+        assert walked(staff_api, world, f"sort={sort}", limit) == SORTED[sort]
+
+
+def test_a_sort_keeps_the_filters(staff_api: Api, bob_api: Api, world: dict[str, Any]) -> None:
+    assert found(staff_api, world, "sort=-duration&tool=get_weather") == [
+        "b1", "a2", "b2", "c1", "a1", "c2"]
+    assert walked(staff_api, world, "sort=duration&state=execution_error,rejected", 2) == [
+        "c3", "b2", "a2"]
+    assert found(bob_api, world, "sort=tool") == ["a3", "b2", "b1", "a2", "a1", "b3"]
+
+
+@pytest.mark.parametrize(("query", "words"), [
+    ("sort=size", "sort must be one of started, -started, duration, -duration, tool, -tool"),
+    ("sort=tool&cursor=not-a-cursor", "for the same sort"),
+])
+def test_a_bad_sort_or_its_cursor_is_a_400(staff_api: Api, world: dict[str, Any], query: str,
+                                           words: str) -> None:
+    error = error_of(staff_api.get(f"/api/calls?{query}"), 400)
+    assert error["field"] in ("sort", "cursor")
+    assert words in error["message"]
+
+
+def test_a_cursor_serves_only_its_own_sort(staff_api: Api, world: dict[str, Any]) -> None:
+    by_tool = staff_api.get("/api/calls?sort=tool&limit=2").json()["next_cursor"]
+    newest = staff_api.get("/api/calls?limit=2").json()["next_cursor"]
+    for query in (f"sort=-tool&cursor={by_tool}", f"cursor={by_tool}",
+                  f"sort=tool&cursor={newest}"):
+        assert error_of(staff_api.get(f"/api/calls?{query}"), 400)["field"] == "cursor"
+
+
 @pytest.mark.parametrize(("query", "field", "words"), [
     ("colour=red", "colour", "unknown filter colour"),
     ("offset=10", "offset", "unknown filter offset"),

@@ -16,6 +16,7 @@ from django.test import Client
 from tests.web import audit_world
 from tests.web.support import PAYLOAD, Tree, assert_inert
 from tools_app.models import ToolCall
+from tools_app.web.pages.audit import CELL_CHARS
 
 pytestmark = pytest.mark.django_db
 
@@ -110,8 +111,9 @@ def test_a_user_sees_and_exports_only_their_own_calls(bob_client: Client,
 def test_the_page_is_a_fixed_number_of_queries(alice_client: Client, world: dict[str, Any],
                                                django_assert_max_num_queries: Any) -> None:
     # session, user, the page of calls (runs, endpoints, users joined), endpoint names,
-    # tool names, handlers, the navigation's waiting count
-    with django_assert_max_num_queries(7):
+    # tool names, handlers, the navigation's waiting count, the totals (staff: from the
+    # counts kept per tool)
+    with django_assert_max_num_queries(8):
         assert len(shown(world, alice_client.get("/calls/"))) == 10
 
 
@@ -136,3 +138,115 @@ def _opening_tag(html: str, attrs: dict[str, str | None]) -> str:
 def test_the_pages_need_a_login(client: Client, world: dict[str, Any]) -> None:
     for path in ("/calls/", "/calls/export.csv", "/tools/", "/tools/get_weather/"):
         assert client.get(path).status_code == 302, path
+
+
+# -- one line per call, totals, sorting --------------------------------------------------
+
+
+def totals_of(html: str) -> str:
+    """The totals line's text, as read."""
+    tree = Tree(html)
+    line = tree.by_id("call-totals")
+    return "".join(text for text, e in tree.texts
+                   if e is not None and line in e.ancestors_or_self()).strip()
+
+
+def test_the_totals_count_the_selection_not_the_page(
+        alice_client: Client, bob_client: Client, world: dict[str, Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tools_app.web.pages.audit.CALLS_PAGE_SIZE", 3)
+    assert totals_of(alice_client.get("/calls/").content.decode()) == (
+        "10 calls · 7 errors (70 %) · newest first")
+    assert totals_of(alice_client.get("/calls/?tool=get_weather&sort=-duration")
+                     .content.decode()) == "6 calls · 3 errors (50 %) · duration, longest first"
+    assert totals_of(bob_client.get("/calls/?state=ok").content.decode()) == (
+        "1 call · 0 errors (0 %) · newest first")
+    monkeypatch.setattr("tools_app.audit.call_totals.CAP", 4)
+    assert totals_of(bob_client.get("/calls/").content.decode()) == (
+        "More than 4 calls · more than 4 errors · newest first")
+
+
+def test_totals_that_take_too_long_are_not_counted_and_the_rows_still_show(
+        bob_client: Client, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tools_app.audit.call_totals.BUDGET", 0.0)
+    monkeypatch.setattr("tools_app.audit.call_totals._CHECK_EVERY", 1)
+    response = bob_client.get("/calls/?sort=tool")
+    assert response.status_code == 200
+    assert totals_of(response.content.decode()).startswith(
+        "Not counted: too many calls to count quickly")
+    assert shown(world, response) == ["a3", "b2", "b1", "a2", "a1", "b3"]
+
+
+def test_the_column_heads_sort_and_keep_the_filters(alice_client: Client,
+                                                    world: dict[str, Any]) -> None:
+    html = alice_client.get("/calls/?tool=get_weather&cursor=abc&q=").content.decode()
+    # (a bad cursor is refused, but the heads are drawn all the same)
+    tree = Tree(html)
+    heads = {e.attrs["class"]: e for e in tree.elements if e.tag == "th"
+             and (e.attrs.get("class") or "").startswith("c-")}
+    links = {name: next(a.attrs["href"] for a in tree.elements if a.tag == "a"
+                        and heads[name] in a.ancestors_or_self())
+             for name in ("c-tool", "c-duration", "c-started")}
+    assert links == {"c-tool": "?tool=get_weather&sort=tool",
+                     "c-duration": "?tool=get_weather&sort=-duration",
+                     "c-started": "?tool=get_weather&sort=started"}
+    assert not any("aria-sort" in head.attrs for head in heads.values())
+
+    html = alice_client.get("/calls/?tool=get_weather&sort=-duration").content.decode()
+    assert shown(world, alice_client.get("/calls/?tool=get_weather&sort=-duration")) == [
+        "b1", "a2", "b2", "c1", "a1", "c2"]
+    tree = Tree(html)
+    head = next(e for e in tree.elements if e.tag == "th" and e.attrs.get("class") == "c-duration")
+    assert head.attrs["aria-sort"] == "descending"
+    assert 'href="?tool=get_weather&amp;sort=duration" title="Sort: duration, shortest first"' \
+        in html  # a second click turns it around
+    # the filter form sends the sort with it; the downloads are newest first, unsorted
+    assert '<input type="hidden" name="sort" value="-duration" form="call-filters">' in html
+    assert 'href="/calls/export.csv?tool=get_weather"' in html
+
+
+def test_sorted_pages_follow_their_cursor_back_to_the_first(
+        alice_client: Client, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tools_app.web.pages.audit.CALLS_PAGE_SIZE", 4)
+    seen: list[str] = []
+    query = "sort=duration"
+    for _ in range(5):
+        response = alice_client.get(f"/calls/?{query}")
+        seen += shown(world, response)
+        html = response.content.decode()
+        older = re.search(r'<a href="\?([^"]+)" rel="next">', html)
+        if older is None:
+            break
+        query = older.group(1).replace("&amp;", "&")
+        assert "sort=duration" in query
+    assert seen == ["c3", "a3", "a1", "c1", "b2", "a2", "b1", "b3", "c2", "c4"]
+    assert 'href="?sort=duration">← First page</a>' in html
+    assert alice_client.get("/calls/?sort=size").status_code == 400
+
+
+def test_long_values_end_in_an_ellipsis_and_expand_to_the_whole(
+        bob_client: Client, world: dict[str, Any]) -> None:
+    long_arguments = '{"text": "' + "x" * 9000 + '"}'
+    ToolCall.objects.filter(pk=world["a1"].pk).update(arguments_raw=long_arguments)
+    ToolCall.objects.filter(pk=world["a2"].pk).update(error_message="boom " * 30)
+    html = bob_client.get("/calls/").content.decode()
+    tree = Tree(html)
+    row = tree.by_id(f"call-row-{world['a1'].pk}")
+    [expander] = [e for e in tree.elements if e.tag == "details"
+                  and row in e.ancestors_or_self() and e.attrs.get("data-cell") == "arguments"]
+    summary = next(text for text, e in tree.texts if e is not None and e.tag == "code"
+                   and expander in e.ancestors_or_self())
+    assert len(summary) == 200
+    assert summary.endswith("…")
+    whole = next(text for text, e in tree.texts if e is not None and e.tag == "pre"
+                 and expander in e.ancestors_or_self())
+    assert whole == long_arguments[:CELL_CHARS - 1] + "…"
+    assert "all of it on the run's page" in html
+    a2 = tree.by_id(f"call-row-{world['a2'].pk}")
+    [cell] = [e for e in tree.elements if e.tag == "details" and a2 in e.ancestors_or_self()
+              and e.attrs.get("data-cell") == "error"]
+    error = next(text for text, e in tree.texts if e is not None and e.tag == "pre"
+                 and cell in e.ancestors_or_self())
+    assert error == "ToolExecutionError: " + "boom " * 30
+    # the other long cells keep their whole value in a title
+    assert f'<td title="{world["a"].title}">' in html

@@ -8,12 +8,23 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
+from django.db.models import QuerySet
+from django.db.models.functions import Substr
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from tools_app.audit.call_filters import STATE_LABELS, STATE_NAMES, CallPage, filtered_calls
+from tools_app.audit.call_filters import (
+    SORTS,
+    STATE_LABELS,
+    STATE_NAMES,
+    CallPage,
+    Sort,
+    filtered_calls,
+    sort_of,
+)
+from tools_app.audit.call_totals import CallTotals, call_totals
 from tools_app.audit.run_filters import FilterError
 from tools_app.audit.selectors import (
     DiffError,
@@ -31,32 +42,55 @@ from tools_app.models import RunStatus, ToolCall, ToolRegistration
 from tools_app.runs.store import selectors
 from tools_app.web.export import calls_export_response
 from tools_app.web.pages.charts import calls_chart
+from tools_app.web.pages.timeline_tags import percent
 from tools_app.web.pages.tryit_form import tryit_context
 from tools_app.web.pages.views import AuthenticatedHttpRequest
 
 CALLS_PAGE_SIZE = 50
 RECENT_CALLS = 10
+# How much of a call's arguments and error a row reads (its expander shows this much;
+# the run page shows all of it).
+CELL_CHARS = 4_000
+# The sortable columns: the sort a click asks for first, then the other direction.
+SORT_COLUMNS = {"tool": ("tool", "-tool"), "duration": ("-duration", "duration"),
+                "started": ("started", "-started")}
+
+
+def call_list_rows(calls: QuerySet[ToolCall]) -> QuerySet[ToolCall]:
+    """What a row of the calls page shows: `call_rows`, with the arguments and the error
+    message read up to CELL_CHARS characters (one more tells that there is more)."""
+    return (call_rows(calls).defer("arguments_raw", "error_message")
+            .annotate(arguments_head=Substr("arguments_raw", 1, CELL_CHARS + 1),
+                      error_head=Substr("error_message", 1, CELL_CHARS + 1)))
 
 
 @require_GET
 @login_required
 def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """Every call this user may see, filtered like `GET /api/calls`, newest first, a
-    keyset page at a time; the filters live in the URL as on the runs page."""
+    """Every call this user may see, filtered like `GET /api/calls`, newest first or
+    sorted, a keyset page at a time, with the selection's totals; the filters live in
+    the URL as on the runs page."""
     filters = {k: v for k, v in request.GET.dict().items() if v.strip()}  # empty = none
     visible = calls_for_user(request.user)
-    status, error = 200, None
+    listed = calls_listed_for_user(request.user)
+    status, error, sort = 200, None, None
+    totals: CallTotals | None = None
     try:
-        page = filtered_calls(calls_listed_for_user(request.user),
-                              {"limit": str(CALLS_PAGE_SIZE)} | filters, call_rows)
+        sort = sort_of(filters)
+        totals = call_totals(listed, filters, every_call=request.user.is_staff)
+        page = filtered_calls(listed, {"limit": str(CALLS_PAGE_SIZE)} | filters,
+                              call_list_rows,
+                              matches=totals.calls.value if totals.calls.exact else None)
     except FilterError as exc:
         status, error, page = 400, f"{exc.field}: {exc}", CallPage([], None)
-    shown = {k: v for k, v in filters.items() if k not in ("cursor", "limit")}
+    shown = {k: v for k, v in filters.items() if k not in ("cursor", "limit", "sort")}
     response = render(request, "tools_app/call_list.html", {
         "calls": [(call, STATE_NAMES.get(call.state, call.state)) for call in page.calls],
-        "error": error, "filters": shown,
+        "error": error, "filters": shown, "totals": totals_text(totals), "sort": sort,
+        "sort_links": _sort_links(shown, sort), "cell_chars": CELL_CHARS,
         "next_query": urlencode(filters | {"cursor": page.next_cursor})
         if page.next_cursor else None,
+        "first_query": urlencode(shown | ({"sort": sort.name} if sort else {})),
         "filters_query": urlencode(shown), "paged": "cursor" in filters,
         "statuses": RunStatus.choices, "states": list(STATE_LABELS.items()),
         "endpoint_names": selectors.endpoint_names(), "tool_names": selectors.tool_names(),
@@ -66,6 +100,44 @@ def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         query = urlencode(filters)
         response["HX-Push-Url"] = f"{request.path}?{query}" if query else request.path
     return response
+
+
+def totals_text(totals: CallTotals | None) -> dict[str, str] | None:
+    """The selection's totals as the page says them: exact counts, "more than" the
+    cap, or that counting took too long."""
+    if totals is None:
+        return None
+    calls, errors = totals.calls, totals.errors
+    if calls.value is None:
+        return {"calls": "Not counted: too many calls to count quickly (narrow the "
+                         "filters to see totals)", "errors": ""}
+    said = {"calls": _counted(calls.value, calls.more, "call")}
+    said["errors"] = ("errors not counted" if errors.value is None
+                      else _counted(errors.value, errors.more, "error"))
+    if totals.error_rate is not None:
+        said["errors"] += f" ({percent(totals.error_rate)})"
+    return said
+
+
+def _counted(value: int, more: bool, noun: str) -> str:
+    if more:
+        return f"more than {value:,} {noun}s"
+    return f"{value:,} {noun}{'' if value == 1 else 's'}"
+
+
+def _sort_links(shown: dict[str, str], sort: Sort | None) -> dict[str, dict[str, str]]:
+    """Each sortable column's link (the filters kept, the page's cursor dropped), and
+    its aria-sort when the list is sorted by it."""
+    links = {}
+    for column, (first, second) in SORT_COLUMNS.items():
+        current = sort.name if sort else None
+        target = second if current == first else first
+        state = ("" if current not in (first, second) else
+                 "descending" if sort and sort.descending else "ascending")
+        links[column] = {"href": "?" + urlencode(shown | {"sort": target}), "aria": state,
+                         "title": f"Sort: {SORTS[target].label.lower()}",
+                         "arrow": {"ascending": "↑", "descending": "↓"}.get(state, "")}
+    return links
 
 
 @require_GET

@@ -1,0 +1,113 @@
+"""The calls list's totals (`audit.call_totals`): exact from the trigger-kept counts for
+staff with no filter but a tool, else counted up to a cap ("more than") and within a
+time budget ("not counted"), the same figures either way; and the sorts' use of a known
+small count on SQLite. Marked `both`: the deadline is each database's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests.web import audit_world
+from tools_app.audit import call_totals as totals_module
+from tools_app.audit.call_filters import filtered_calls
+from tools_app.audit.call_totals import CallTotals, Tally, call_totals
+from tools_app.models import ToolCall
+
+pytestmark = [pytest.mark.django_db, pytest.mark.both]
+EVERY = ToolCall.objects.all()
+
+
+@pytest.fixture
+def world(bob: AbstractUser, charlie: AbstractUser) -> dict[str, Any]:
+    return audit_world.build({"bob": bob, "charlie": charlie})
+
+
+def counted(params: dict[str, str], *, every_call: bool = False,
+            calls: Any = EVERY) -> CallTotals:
+    return call_totals(calls, params, every_call=every_call)
+
+
+@pytest.mark.parametrize(("params", "calls", "errors"), [
+    ({}, 10, 7), ({"tool": "get_weather"}, 6, 3), ({"tool": "nothing"}, 0, 0),
+    ({"state": "timeout"}, 1, 1), ({"user": "bob"}, 6, 5),
+    ({"status": "running", "sort": "tool", "cursor": "x", "limit": "1"}, 4, 2),
+])
+def test_the_counters_and_the_count_agree_with_the_calls(
+        world: dict[str, Any], params: dict[str, str], calls: int, errors: int) -> None:
+    for every_call in (True, False):  # from the counters where they serve, else counted
+        found = counted(params, every_call=every_call)
+        assert found == CallTotals(Tally(calls), Tally(errors))
+    assert counted(params).error_rate == (errors / calls if calls else None)
+
+
+def test_staff_totals_with_no_filter_or_a_tool_read_the_counters(world: dict[str, Any]) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        counted({"tool": "lookup"}, every_call=True)
+    [query] = queries.captured_queries
+    assert "tools_app_toolcallslot" in query["sql"]
+    assert "tools_app_toolcall\"" not in query["sql"].replace("toolcallslot", "")
+
+
+def test_past_the_cap_a_count_says_more_than(world: dict[str, Any],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(totals_module, "CAP", 3)
+    assert counted({"user": "bob"}) == CallTotals(Tally(3, more=True), Tally(3, more=True))
+    assert counted({"tool": "get_weather"}) == CallTotals(Tally(3, more=True), Tally(3))
+    assert counted({"tool": "get_weather"}).error_rate is None
+    assert counted({"tool": "lookup"}) == CallTotals(Tally(2), Tally(2))  # under the cap
+    assert counted({}, every_call=True) == CallTotals(Tally(10), Tally(7))  # counters: exact
+
+
+def test_out_of_time_a_count_says_not_counted_and_the_page_goes_on(
+        world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(totals_module, "BUDGET", 0.0)
+    monkeypatch.setattr(totals_module, "_CHECK_EVERY", 1)
+    if connection.vendor == "postgresql":  # a timeout of 1 ms: make the count take longer
+        monkeypatch.setattr(totals_module, "CAP", 10**9)
+        slow = ToolCall.objects.extra(where=["pg_sleep(0.01) IS NOT NULL"])
+    else:
+        slow = EVERY
+    found = counted({"tool": "get_weather"}, calls=slow)
+    assert found == CallTotals(Tally(None), Tally(None))
+    assert found.error_rate is None
+    # the connection is as it was: no deadline left behind for the next query
+    assert ToolCall.objects.count() == 10
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW statement_timeout")
+            assert cursor.fetchone()[0] == "0"
+
+
+def test_a_failing_database_is_not_taken_for_a_stop(
+        world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import OperationalError
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("disk I/O error")
+
+    monkeypatch.setattr(type(EVERY), "aggregate", broken)
+    with pytest.raises(OperationalError, match="disk I/O error"):
+        counted({"state": "timeout"})
+
+
+def test_a_known_small_count_gives_the_same_sorted_pages(world: dict[str, Any]) -> None:
+    # with `matches` (few: SQLite sorts them itself) or without (each sort's index)
+    for sort in ("started", "-duration", "duration", "tool"):
+        pages = []
+        for matches in (None, 10):
+            ids: list[int] = []
+            params = {"sort": sort, "limit": "3"}
+            for _ in range(5):
+                page = filtered_calls(EVERY, params, matches=matches)
+                ids += [call.pk for call in page.calls]
+                if page.next_cursor is None:
+                    break
+                params = {"sort": sort, "limit": "3", "cursor": page.next_cursor}
+            pages.append(audit_world.labels(world, ids))
+        assert pages[0] == pages[1], sort
+        assert len(pages[0]) == 10

@@ -1,0 +1,132 @@
+"""How many calls the calls list's filters select, and how many of them are errors,
+without letting a count at a million calls slow the page.
+
+- Staff with no filter, or only `tool`: exact, from the counts the database triggers
+  keep per tool and quarter hour (`ToolCallSlot`): a few thousand rows at most.
+- Otherwise counted, up to `CAP` calls (then "more than CAP") and within `BUDGET`
+  seconds (then "not counted"): reading every match of a filter that only a scan
+  decides (a run's status or endpoint, checked per call) would take seconds, so the
+  database is told to stop (SQLite: a progress handler; PostgreSQL: statement_timeout
+  in a savepoint). Errors are counted the same way, once more when the calls were
+  more than the cap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from django.db import OperationalError, connections, transaction
+from django.db.models import Count, Q, QuerySet, Sum
+
+from tools_app.audit.call_filters import CALL_EXPORT_FILTERS, matching_calls
+from tools_app.models import ToolCall, ToolCallSlot
+
+CAP = 10_000
+BUDGET = 0.08  # seconds for all the counting of one page
+_CHECK_EVERY = 2_000  # SQLite virtual machine steps between looks at the clock
+
+
+@dataclass(frozen=True)
+class Tally:
+    """A count: `value`, or more than it (`more`: the cap was reached), or not known
+    (`value` None: the time ran out)."""
+
+    value: int | None
+    more: bool = False
+
+    @property
+    def exact(self) -> bool:
+        return self.value is not None and not self.more
+
+
+@dataclass(frozen=True)
+class CallTotals:
+    calls: Tally
+    errors: Tally
+    cap: int = CAP
+
+    @property
+    def error_rate(self) -> float | None:
+        """The errors' share, when both counts are exact."""
+        if not (self.calls.exact and self.errors.exact) or not self.calls.value:
+            return None
+        return (self.errors.value or 0) / self.calls.value
+
+
+def call_totals(visible: QuerySet[ToolCall], params: Mapping[str, str], *,
+                every_call: bool) -> CallTotals:
+    """The totals of the calls `params`' filters select among `visible` (all the calls
+    when `every_call`: staff). Raises FilterError as the list does."""
+    filters = {k: v for k, v in params.items() if k not in ("sort", "cursor", "limit")}
+    if every_call and set(filters) <= {"tool"}:
+        return _from_slots(visible.db, filters.get("tool"))
+    calls = matching_calls(visible, filters, CALL_EXPORT_FILTERS).order_by()
+    found: dict[str, int] = {}
+    try:
+        with _deadline(calls.db, BUDGET):
+            # calls and errors among at most CAP + 1 matches, in one query
+            first = calls[:CAP + 1].aggregate(n=Count("*"),
+                                              errors=Count("pk", filter=Q(is_error=True)))
+            found |= {"calls": int(first["n"]), "errors": int(first["errors"])}
+            if found["calls"] > CAP:  # then errors alone, up to the cap
+                found["erring"] = int(calls.filter(is_error=True)[:CAP + 1]
+                                      .aggregate(n=Count("*"))["n"])
+    except OperationalError as exc:
+        if not _stopped(exc):
+            raise
+    return _totals(found)
+
+
+def _totals(found: dict[str, int]) -> CallTotals:
+    if "calls" not in found:
+        return CallTotals(Tally(None), Tally(None))
+    if found["calls"] <= CAP:
+        return CallTotals(Tally(found["calls"]), Tally(found["errors"]))
+    erring = found.get("erring")
+    errors = Tally(None) if erring is None else Tally(min(erring, CAP), more=erring > CAP)
+    return CallTotals(Tally(CAP, more=True), errors)
+
+
+def _from_slots(using: str, tool: str | None) -> CallTotals:
+    slots = ToolCallSlot.objects.using(using)
+    if tool is not None:
+        slots = slots.filter(tool_name=tool)
+    summed = slots.aggregate(calls=Sum("calls"), errors=Sum("errors"))
+    return CallTotals(Tally(int(summed["calls"] or 0)), Tally(int(summed["errors"] or 0)))
+
+
+def _stopped(exc: OperationalError) -> bool:
+    """Whether the error is the deadline's stop, not a failing database: SQLite's
+    "interrupted", PostgreSQL's query_canceled (57014)."""
+    cause = exc.__cause__
+    return str(exc) == "interrupted" or getattr(cause, "sqlstate", None) == "57014"
+
+
+@contextmanager
+def _deadline(using: str, seconds: float) -> Iterator[None]:
+    """The queries inside stop with an OperationalError once `seconds` have passed."""
+    connection = connections[using]
+    if connection.vendor == "sqlite":
+        connection.ensure_connection()
+        raw = connection.connection
+        end = time.monotonic() + seconds
+        raw.set_progress_handler(lambda: time.monotonic() > end, _CHECK_EVERY)
+        try:
+            yield
+        finally:
+            raw.set_progress_handler(None, 0)
+        return
+    # PostgreSQL: a timeout for the statements of a savepoint (a stop rolls it back, and
+    # the timeout with it), put back before the savepoint is released, so the rest of
+    # an enclosing transaction keeps its own (set_config(..., true) is SET LOCAL, with
+    # the value as a parameter).
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('statement_timeout'), "
+                       "set_config('statement_timeout', %s, true)",
+                       [str(max(1, round(seconds * 1000)))])
+        before = cursor.fetchone()[0]
+        yield
+        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
