@@ -1,4 +1,4 @@
-"""Reads of the audit log: the tool calls a user may see, the tools and their definition
+"""Reads of the audit log: the tool calls a user may see, the tools' definition
 versions, and a readable diff of two versions.
 
 Visibility is the runs' rule: staff see every call, anyone else the calls of their own
@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connections
-from django.db.models import Count, Q, QuerySet
+from django.db.models import QuerySet
 
 from tools_app.models import ToolCall, ToolRegistration, ToolVersion
 
@@ -74,26 +74,6 @@ _DISTINCT_HANDLERS = (
     "UNION ALL SELECT (SELECT MIN(handled_by) FROM tools_app_toolcall "
     "WHERE handled_by > h.name) FROM h WHERE h.name IS NOT NULL"
     ") SELECT name FROM h WHERE name IS NOT NULL LIMIT 100")
-
-
-@dataclass(frozen=True)
-class ToolSummary:
-    name: str
-    registration: ToolRegistration | None
-    calls: int
-    errors: int
-
-
-def tool_index(calls: QuerySet[ToolCall]) -> list[ToolSummary]:
-    """Every registered tool, and every other name the visible calls used (hallucinated
-    ones), with the visible calls and errors of each: two queries."""
-    rows = (calls.order_by().exclude(tool_name="").values_list("tool_name")
-            .annotate(calls=Count("pk"), errors=Count("pk", filter=Q(is_error=True))))
-    counts: dict[str, tuple[int, int]] = {name: (n, e) for name, n, e in rows}
-    registrations = {t.name: t for t in ToolRegistration.objects.order_by("name")}
-    names = sorted(set(registrations) | set(counts))
-    return [ToolSummary(name, registrations.get(name), *counts.get(name, (0, 0)))
-            for name in names]
 
 
 def versions_of(registration: ToolRegistration) -> list[ToolVersion]:

@@ -42,6 +42,7 @@ urlpatterns = [
     path("tools/<path:name>/try/<uuid:run_id>/", tryit.tool_try_result,
          name="tool_try_result"),
     path("tools/<path:name>/diff/", audit.tool_diff, name="tool_diff"),
+    path("tools/<path:name>/figures/", audit.tool_figures, name="tool_figures"),
     path("tools/<path:name>/", audit.tool_detail, name="tool_detail"),
     path("endpoints/", views.endpoint_list, name="endpoint_list"),
     path("endpoints/<uuid:endpoint_id>/probe/", views.endpoint_probe, name="endpoint_probe"),

@@ -7,6 +7,7 @@ percentiles with percentile_cont, SQLite with ordered offset reads; both must ag
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -14,11 +15,13 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
 from tests.web import audit_world
 from tests.web.support import PAYLOAD, Tree, inside_hx_disable
 from tools_app.audit.selectors import calls_for_user
 from tools_app.audit.tool_stats import tool_stats
+from tools_app.audit.tools_overview import tools_overview
 from tools_app.models import ToolCall
 
 pytestmark = pytest.mark.django_db
@@ -154,9 +157,8 @@ def test_the_index_lists_registered_and_called_tools_with_visible_counts(
     demo_tools: dict[str, Any],
 ) -> None:
     html = bob_client.get("/tools/").content.decode()
-    rows = re.findall(r'<a href="/tools/([^"]+)/"><code>[^<]*</code></a>.*?'
-                      r'<td>(\d+)</td><td>(\d+)</td>', html, re.DOTALL)
-    counts = {name: (int(calls), int(errors)) for name, calls, errors in rows}
+    counts = {name: (int(row["calls"]), int(row["errors"]))
+              for name, row in index_rows(html).items()}
     assert counts["get_weather"] == (4, 3)
     assert counts["calculator"] == (1, 1)
     assert counts["ghost"] == (1, 1)  # called, never registered
@@ -206,11 +208,123 @@ def test_the_pages_are_a_fixed_number_of_queries(
     for n in range(20):  # more calls and versions change no query count
         audit_world._call(world["a"], world["a"].rounds.get(), 10 + n, audit_world.Call(
             f"x{n}", "get_weather", "execution_error", float(n), n, error=f"error {n}"))
-    # session, user, then the index's grouped counts and registrations, the navigation's
-    # waiting count
-    with django_assert_max_num_queries(5):
+    # session, user, then the index's counts (kept per tool), registrations, the latest
+    # durations, the last day's counts, the navigation's waiting count
+    with django_assert_max_num_queries(7):
         assert alice_client.get("/tools/").status_code == 200
     # session, user, registration, exists, 9 statistics, recent calls, versions, the
     # navigation's waiting count
     with django_assert_max_num_queries(16):
         assert alice_client.get("/tools/get_weather/").status_code == 200
+
+
+# -- the index's figures, sparkline and badges ---------------------------------------------
+
+
+def index_rows(html: str) -> dict[str, dict[str, Any]]:
+    """The tools index by tool name: each figure's text (data-figure), its badges
+    (data-badge) and its sparkline's svg element, if any."""
+    tree = Tree(html)
+    rows: dict[str, dict[str, Any]] = {}
+    for row in (e for e in tree.tags("tr") if "data-tool" in e.attrs):
+        inside = [e for e in tree.elements if row in e.ancestors_or_self()]
+        found: dict[str, Any] = {
+            "badges": {e.attrs["data-badge"] for e in inside if "data-badge" in e.attrs},
+            "spark": next((e for e in inside if e.tag == "svg"), None),
+            "bars": [e for e in inside if e.tag == "g"]}
+        for cell in (e for e in inside if "data-figure" in e.attrs):
+            found[str(cell.attrs["data-figure"])] = "".join(
+                t for t, e in tree.texts if e is cell).strip()
+            found[f"{cell.attrs['data-figure']}-title"] = cell.attrs.get("title")
+        rows[str(row.attrs["data-tool"])] = found
+    return rows
+
+
+def test_the_index_gives_error_rates_and_the_p95_of_the_latest_calls(
+    bob_client: Client, alice_client: Client, world: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mine = index_rows(bob_client.get("/tools/").content.decode())
+    # bob's get_weather: 4 calls, 3 errors; durations 10, 50, 200, 1000: rank 2.85
+    assert {k: mine["get_weather"][k] for k in ("calls", "errors", "error-rate", "p95")} == {
+        "calls": "4", "errors": "3", "error-rate": "75 %", "p95": "880 ms"}
+    assert mine["get_weather"]["p95-title"] == "over 4 calls"
+    assert mine["ghost"]["p95"] == "-"  # no call of it ran
+    every = index_rows(alice_client.get("/tools/").content.decode())  # the counters
+    assert {k: every["get_weather"][k] for k in ("calls", "errors", "error-rate", "p95")} == {
+        "calls": "6", "errors": "3", "error-rate": "50 %", "p95": "840 ms"}
+    assert every["lookup"]["error-rate"] == "100 %"
+    # the latest timed calls only: c1 (30 ms) and b2 (50 ms); c2 has no duration
+    monkeypatch.setattr("tools_app.audit.tools_overview.RECENT_TIMED", 2)
+    latest = index_rows(alice_client.get("/tools/").content.decode())["get_weather"]
+    assert (latest["p95"], latest["p95-title"]) == ("49 ms", "over 2 calls")
+
+
+def test_the_index_badges_say_how_each_tool_runs(
+    alice_client: Client, world: dict[str, Any], demo_tools: dict[str, Any],
+) -> None:
+    demo_tools["get_weather"].requires_approval = True
+    demo_tools["get_weather"].save()
+    demo_tools["calculator"].enabled = False
+    demo_tools["calculator"].save()
+    html = alice_client.get("/tools/").content.decode()
+    rows = index_rows(html)
+    assert rows["get_weather"]["badges"] == {"enabled", "approval", "kind"}
+    assert rows["calculator"]["badges"] == {"disabled", "kind"}
+    assert rows["ghost"]["badges"] == {"unregistered"}
+    assert '<span class="badge kind kind-python" data-badge="kind">Python function</span>' in html
+
+
+def test_the_sparkline_counts_each_hour_of_the_last_day(
+    bob_client: Client, alice_client: Client, world: dict[str, Any],
+    demo_tools: dict[str, Any],
+) -> None:
+    now = timezone.now()
+    for label, hours_ago in (("a1", 2), ("a2", 3), ("b1", 30)):  # b1: more than a day ago
+        ToolCall.objects.filter(pk=world[label].pk).update(
+            started_at=now - timedelta(hours=hours_ago))
+    for client in (bob_client, alice_client):  # counted, and from the counters
+        row = index_rows(client.get("/tools/").content.decode())["get_weather"]
+        spark = row["spark"]
+        assert (spark.attrs["data-calls"], spark.attrs["data-errors"]) == ("2", "1")
+        assert spark.attrs["aria-label"] == (
+            "Last 24 hours of get_weather: 2 calls, 1 error; at most 1 in an hour")
+        bars = [(g.attrs["data-calls"], g.attrs["data-errors"]) for g in row["bars"]]
+        assert len(bars) == 24
+        assert sorted(bars)[-2:] == [("1", "0"), ("1", "1")]
+    ghost = index_rows(bob_client.get("/tools/").content.decode())["ghost"]
+    assert ghost["spark"].attrs["data-calls"] == "0"  # used, but not in the last day
+    assert index_rows(bob_client.get("/tools/").content.decode())["always_fails"]["spark"] \
+        is None  # never called: no sparkline
+
+
+@pytest.mark.both
+def test_the_last_day_falls_into_the_hours_it_happened_in(
+        alice: AbstractUser, bob: AbstractUser, world: dict[str, Any]) -> None:
+    now = datetime(2026, 12, 3, 12, 40, tzinfo=UTC)  # the world's other calls: days before
+    moments = {"a1": now - timedelta(minutes=10), "a2": now - timedelta(hours=5, minutes=30),
+               "b2": now - timedelta(hours=23, minutes=20), "b1": now - timedelta(hours=24)}
+    for label, moment in moments.items():
+        ToolCall.objects.filter(pk=world[label].pk).update(started_at=moment)
+    for user in (alice, bob):
+        rows = {row.name: row for row in tools_overview(
+            calls_for_user(user), every_call=user.is_staff, now=now)}
+        hours = rows["get_weather"].hours
+        assert [h.start for h in hours][::23] == [now.replace(minute=0) - timedelta(hours=23),
+                                                  now.replace(minute=0)]
+        found = {i: (h.calls, h.errors) for i, h in enumerate(hours) if h.calls}
+        # 12:30 -> the current hour (23); 07:10 -> 07:00 (18); 13:20 yesterday -> 13:00 (0);
+        # 12:40 yesterday is before the first hour (13:00 yesterday)
+        assert found == {0: (1, 1), 18: (1, 1), 23: (1, 0)}
+        assert rows["get_weather"].last_day == (3, 2)
+    # in a zone half an hour off UTC, the hours are its own (each counted quarter hour
+    # still lies inside one of them): 12:30 and 07:10 UTC are 18:00 and 12:40 there, and
+    # 13:20 UTC yesterday (18:50 there) is before the first hour, 19:00
+    with timezone.override("Asia/Kolkata"):
+        for user in (alice, bob):
+            rows = {row.name: row for row in tools_overview(
+                calls_for_user(user), every_call=user.is_staff, now=now)}
+            hours = rows["get_weather"].hours
+            assert f"{hours[0].start:%H:%M}" == "19:00"
+            assert {i: (h.calls, h.errors) for i, h in enumerate(hours) if h.calls} == {
+                17: (1, 1), 23: (1, 0)}

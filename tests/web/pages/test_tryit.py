@@ -339,3 +339,32 @@ def test_string_formats_are_checked_before_a_try_and_as_the_user_types(
                               content_type="text/plain").json()
     assert checked["problems"] == [{"pointer": "/day", "message": "'tomorrow' is not a 'date'"}]
     assert try_it(bob_client, "book", {"day": "2026-03-01"}, **HTMX).status_code == 200
+
+
+def test_the_tool_pages_figures_come_again_when_a_try_it_run_ends(
+        bob_client: Client, echo: ToolRegistration, alice_client: Client) -> None:
+    page = Tree(bob_client.get("/tools/echo/").content.decode())
+    figures = page.by_id("tool-figures")
+    assert (figures.attrs["hx-get"], figures.attrs["hx-trigger"], figures.attrs["hx-swap"]) == (
+        "/tools/echo/figures/", "tryit-finished from:body", "outerHTML")
+    assert not inside_hx_disable(figures)
+    before = Tree(bob_client.get("/tools/echo/figures/").content.decode())
+    assert "".join(t for t, e in before.texts if e is before.by_id("stat-calls")) == "0"
+
+    started = try_it(bob_client, "echo", {"city": "Oslo"}, **HTMX)
+    assert "HX-Trigger" not in started  # queued: nothing to show yet
+    run = run_of(started)
+    assert "HX-Trigger" not in bob_client.get(f"/tools/echo/try/{run.pk}/")
+    execute(run)
+    ended = bob_client.get(f"/tools/echo/try/{run.pk}/")
+    assert ended["HX-Trigger"] == "tryit-finished"  # the page's figures listen for it
+    after = Tree(bob_client.get("/tools/echo/figures/").content.decode())
+    assert after.by_id("tool-figures").attrs["hx-trigger"] == "tryit-finished from:body"
+    assert "".join(t for t, e in after.texts if e is after.by_id("stat-calls")) == "1"
+    assert 'data-outcome="ok"' in bob_client.get("/tools/echo/figures/").content.decode()
+    # the figures are the viewer's, as on the page; a disabled tool's have no trigger
+    echo.enabled = False
+    echo.save()
+    plain = Tree(alice_client.get("/tools/echo/figures/").content.decode())
+    assert "hx-get" not in plain.by_id("tool-figures").attrs
+    assert bob_client.get("/tools/nothing/figures/").status_code == 404

@@ -33,15 +33,15 @@ from tools_app.audit.selectors import (
     calls_listed_for_user,
     diff_versions,
     handler_names,
-    tool_index,
     version_by_hash,
     versions_of,
 )
 from tools_app.audit.tool_stats import tool_stats
+from tools_app.audit.tools_overview import RECENT_TIMED, tools_overview
 from tools_app.models import RunStatus, ToolCall, ToolRegistration
 from tools_app.runs.store import selectors
 from tools_app.web.export import calls_export_response
-from tools_app.web.pages.charts import calls_chart
+from tools_app.web.pages.charts import calls_chart, sparkline
 from tools_app.web.pages.timeline_tags import percent
 from tools_app.web.pages.tryit_form import tryit_context
 from tools_app.web.pages.views import AuthenticatedHttpRequest
@@ -153,8 +153,11 @@ def calls_export(request: AuthenticatedHttpRequest, fmt: str) -> HttpResponseBas
 @require_GET
 @login_required
 def tools_index(request: AuthenticatedHttpRequest) -> HttpResponse:
-    return render(request, "tools_app/tool_index.html",
-                  {"tools": tool_index(calls_for_user(request.user))})
+    """Every tool with its calls, errors, p95 and last day (`audit.tools_overview`)."""
+    rows = tools_overview(calls_for_user(request.user), every_call=request.user.is_staff)
+    return render(request, "tools_app/tool_index.html", {
+        "tools": [(row, sparkline(row.hours)) for row in rows],
+        "recent_timed": RECENT_TIMED})
 
 
 @require_GET
@@ -163,6 +166,17 @@ def tool_detail(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
     context = tool_page_context(request, name)
     return render(request, "tools_app/tool_detail.html",
                   context | tryit_context(request.user, context["registration"]))
+
+
+@require_GET
+@login_required
+def tool_figures(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
+    """A tool page's figures alone (statistics, chart, errors, recent calls): what the
+    page asks for again when one of its try-it runs ends."""
+    context = tool_page_context(request, name)
+    registration = context["registration"]
+    return render(request, "tools_app/_tool_figures.html", context | {
+        "tryit": registration is not None and registration.enabled})
 
 
 def tool_page_context(request: AuthenticatedHttpRequest, name: str) -> dict[str, Any]:

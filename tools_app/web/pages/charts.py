@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tools_app.audit.tool_stats import Bucket
+from tools_app.audit.tools_overview import Hour
 
 WIDTH, HEIGHT = 720, 200
 LEFT, RIGHT, TOP, BOTTOM = 44, 12, 12, 28
@@ -74,3 +75,55 @@ def _height(value: int, y_max: int) -> float:
 def _num(value: float) -> str:
     """Coordinates as strings, so the template has nothing to localize."""
     return f"{value:.1f}"
+
+
+# -- a tool's last day, as a sparkline (the tools index) -------------------------------
+
+SPARK_WIDTH, SPARK_HEIGHT, SPARK_GAP = 120, 24, 1
+
+
+@dataclass(frozen=True)
+class SparkBar:
+    """One hour: its calls as a bar, its errors as a bar over it (as `ChartPoint`), and
+    the whole hour's height to hover for its numbers."""
+
+    label: str
+    calls: int
+    errors: int
+    x: str
+    width: str
+    calls_y: str
+    calls_height: str
+    errors_y: str
+    errors_height: str
+
+
+@dataclass(frozen=True)
+class Sparkline:
+    width: int
+    height: int
+    bars: list[SparkBar]
+    calls: int
+    errors: int
+    peak: int
+    first_label: str
+
+
+def sparkline(hours: list[Hour]) -> Sparkline | None:
+    """Calls and errors per hour, one bar each, scaled to the busiest hour; None without
+    hours (a tool no visible call used)."""
+    if not hours:
+        return None
+    peak = max(hour.calls for hour in hours)
+    slot = SPARK_WIDTH / len(hours)
+    bars = []
+    for index, hour in enumerate(hours):
+        calls_height = SPARK_HEIGHT * hour.calls / peak if peak else 0.0
+        errors_height = SPARK_HEIGHT * hour.errors / peak if peak else 0.0
+        bars.append(SparkBar(
+            f"{hour.start:%H}:00 to {(hour.start.hour + 1) % 24:02d}:00", hour.calls,
+            hour.errors, _num(slot * index), _num(slot - SPARK_GAP),
+            _num(SPARK_HEIGHT - calls_height), _num(calls_height),
+            _num(SPARK_HEIGHT - errors_height), _num(errors_height)))
+    return Sparkline(SPARK_WIDTH, SPARK_HEIGHT, bars, sum(h.calls for h in hours),
+                     sum(h.errors for h in hours), peak, f"{hours[0].start:%H}:00")

@@ -1,6 +1,7 @@
 """The tool page's "Try it": the form's context, the submit (checks the arguments, then
 starts a try-it run: runs/debugger/tryit.py) and the result panel the page polls until the run
-ends. Any signed-in user may try an enabled tool; the run is theirs."""
+ends (then the page's figures are read again). Any signed-in user may try an enabled tool;
+the run is theirs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from tools_app.models import ToolRegistration
+from tools_app.models import Run, ToolRegistration
 from tools_app.runs.debugger.tryit import (
     TryItError,
     checked_arguments,
@@ -55,9 +56,9 @@ def tool_try(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
                       status=exc.status)
     if not htmx:
         return redirect("run_detail", run_id=run.pk)
-    return render(request, "tools_app/_tryit_result.html", {
+    return _ended(run, render(request, "tools_app/_tryit_result.html", {
         "name": name, "outcome": tryit_outcome(run), "started": True,
-        "recent": recent_choices(request.user, name)})
+        "recent": recent_choices(request.user, name)}))
 
 
 @require_GET
@@ -68,8 +69,16 @@ def tool_try_result(request: AuthenticatedHttpRequest, name: str, run_id: Any) -
     run = selectors.run_get_for_user(run_id, request.user)
     if run is None or not is_tryit_of(run, name):
         raise Http404("No such try-it run")
-    return render(request, "tools_app/_tryit_result.html", {
-        "name": name, "outcome": tryit_outcome(run)})
+    return _ended(run, render(request, "tools_app/_tryit_result.html", {
+        "name": name, "outcome": tryit_outcome(run)}))
+
+
+def _ended(run: Run, response: HttpResponse) -> HttpResponse:
+    """The result panel, which tells the page when the run has ended (the event
+    "tryit-finished": the tool's figures come again, _tool_figures.html)."""
+    if run.is_terminal:
+        response["HX-Trigger"] = "tryit-finished"
+    return response
 
 
 @require_POST
