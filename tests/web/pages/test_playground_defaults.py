@@ -4,6 +4,7 @@ it says when a scripted endpoint ignores the message, and a probe comes back to 
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
 import pytest
@@ -11,8 +12,8 @@ from asgiref.sync import async_to_sync
 from django.core.management import call_command
 from django.test import Client
 
-from tests.web.support import Tree
-from tools_app.models import ModelEndpoint, Run
+from tests.web.support import Tree, playground_post
+from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs.worker.runner import execute_run
 from tools_app.web.pages import views
 
@@ -94,3 +95,64 @@ def test_a_probe_asked_from_the_playground_returns_to_it(
     elsewhere = alice_client.post(f"/endpoints/{endpoint.pk}/probe/",
                                   {"back": "https://evil.example/"})
     assert elsewhere["Location"] == "/endpoints/"
+
+
+def test_the_prefilled_message_asks_what_the_default_endpoints_script_answers(
+    alice_client: Client,
+) -> None:
+    fresh_install()
+    values = form_values(alice_client.get("/playground/").content.decode())
+    weather = ModelEndpoint.objects.get(pk=values["endpoint"])
+    cities = [call["arguments"]["city"] for step in weather.script
+              for call in step.get("tool_calls", [])]
+
+    assert cities == ["Hangzhou", "London"]
+    assert values["user_message"] == "What's the weather in Hangzhou and in London?"
+    assert [t.name for t in ToolRegistration.objects.filter(pk__in=values["tools"])] == [
+        "get_weather"]
+
+
+def test_the_scripted_note_names_the_tools_each_script_calls(alice_client: Client) -> None:
+    fresh_install()
+    tree = Tree(alice_client.get("/playground/").content.decode())
+    note = tree.by_id("scripted-note")
+    by_name = {e.name: str(e.pk) for e in ModelEndpoint.objects.all()}
+    tools = {t.name: str(t.pk) for t in ToolRegistration.objects.all()}
+
+    scripts = json.loads(note.attrs["data-script-tools"] or "")
+    assert scripts[by_name["Scripted: failing + slow tools"]] == [
+        {"name": n, "id": tools[n]} for n in ("always_fails", "slow_tool", "calculator")]
+    assert scripts[by_name["Scripted: hallucinated tool"]] == [
+        {"name": "get_stock_price", "id": ""}]  # registered nowhere: nothing to tick
+    # The default endpoint's, shown as the page opens (the script keeps it for others).
+    text = "".join(t for t, e in tree.texts if e is not None
+                   and tree.by_id("script-calls") in e.ancestors_or_self())
+    assert text == "Its script calls get_weather: choosing it ticks that tool."
+
+
+def test_named_tool_lists_the_ticked_tools_and_refuses_another(
+    alice_client: Client, weather_endpoint: ModelEndpoint, policy: ErrorPolicy,
+    demo_tools: dict[str, ToolRegistration],
+) -> None:
+    def named_options(page: str) -> list[tuple[str, str]]:
+        tree = Tree(page)
+        [select] = [e for e in tree.tags("select") if e.attrs.get("name") == "tool_choice_name"]
+        return [(str(o.attrs.get("value")), "selected" if "selected" in o.attrs else "")
+                for o in tree.elements if o.parent is select]
+
+    ticked = [demo_tools["get_weather"], demo_tools["calculator"]]
+    refused = alice_client.post("/playground/", playground_post(
+        weather_endpoint, policy, ticked, tool_choice="named", tool_choice_name="slow_tool"))
+    assert refused.status_code == 200
+    assert "&#x27;slow_tool&#x27; is not among the selected tools." in refused.content.decode()
+    # Shown again with the posted boxes: the named tool is one of them.
+    assert named_options(refused.content.decode()) == [
+        ("", ""), ("calculator", ""), ("get_weather", "")]
+
+    started = alice_client.post("/playground/", playground_post(
+        weather_endpoint, policy, ticked, tool_choice="named", tool_choice_name="calculator"))
+    assert started.status_code == 302
+    assert Run.objects.get().snapshot["parameters"]["tool_choice"] == {"name": "calculator"}
+    # Remembered: the next page names it among the same ticked tools.
+    assert named_options(alice_client.get("/playground/").content.decode()) == [
+        ("", ""), ("calculator", "selected"), ("get_weather", "")]

@@ -186,6 +186,9 @@ def tools_for_playground() -> QuerySet[ToolRegistration]:
 # The demo endpoint a fresh install's playground starts on (seed_demo creates it): the
 # first endpoint by name would be a demo made to fail ("bad arguments").
 PLAYGROUND_DEFAULT_ENDPOINT = "Scripted: weather in parallel"
+# The message it starts with: what that endpoint's script answers (seed_demo's script
+# looks up these two cities).
+PLAYGROUND_DEFAULT_MESSAGE = "What's the weather in Hangzhou and in London?"
 
 
 def playground_default_endpoint() -> ModelEndpoint | None:
@@ -196,12 +199,31 @@ def playground_default_endpoint() -> ModelEndpoint | None:
 def tools_a_script_calls(endpoint: ModelEndpoint) -> list[str]:
     """The ids of the enabled tools a scripted endpoint's script calls: without them
     its run would only meet "unknown tool" errors."""
-    if endpoint.kind != "scripted" or not isinstance(endpoint.script, list):
-        return []
-    names = {call.get("name") for step in endpoint.script if isinstance(step, dict)
-             for call in step.get("tool_calls") or () if isinstance(call, dict)}
+    names = script_tool_names(endpoint)
     return [str(pk) for pk in tools_for_playground().filter(name__in=names).values_list(
         "pk", flat=True)]
+
+
+def script_tool_names(endpoint: ModelEndpoint) -> list[str]:
+    """The names of the tools a scripted endpoint's script calls, in the order it first
+    calls them (none for other endpoints)."""
+    if endpoint.kind != "scripted" or not isinstance(endpoint.script, list):
+        return []
+    names = (call.get("name") for step in endpoint.script if isinstance(step, dict)
+             for call in step.get("tool_calls") or () if isinstance(call, dict))
+    return list(dict.fromkeys(name for name in names if isinstance(name, str)))
+
+
+def script_tools() -> dict[str, list[dict[str, str]]]:
+    """Per scripted endpoint (by id): the tools its script calls, each `{"name", "id"}`
+    (the id of the enabled tool of that name, what the playground ticks; "" if none)."""
+    calls = {str(e.pk): script_tool_names(e)
+             for e in ModelEndpoint.objects.filter(kind="scripted").only("kind", "script")}
+    wanted = {name for names in calls.values() for name in names}
+    ids = {name: str(pk) for pk, name in tools_for_playground().filter(
+        name__in=wanted).values_list("pk", "name")}
+    return {endpoint: [{"name": name, "id": ids.get(name, "")} for name in names]
+            for endpoint, names in calls.items()}
 
 
 def scripted_endpoint_ids() -> list[str]:

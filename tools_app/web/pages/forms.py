@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
 
 from tools_app.engine import ChatMessage
 from tools_app.engine.conversation import ConversationError, parse_conversation
@@ -41,7 +43,8 @@ class PlaygroundForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}), required=False,
         max_length=500_000, help_text=CONVERSATION_HELP)
     tool_choice = forms.ChoiceField(choices=TOOL_CHOICE_MODES, initial="auto")
-    tool_choice_name = forms.CharField(required=False, max_length=64,
+    # A list of the ticked tools (static/js/playground.js keeps it so as boxes change).
+    tool_choice_name = forms.CharField(required=False, max_length=64, widget=forms.Select,
                                        help_text="The tool to force when tool choice is named.")
     parallel = forms.BooleanField(required=False, initial=True,
                                   help_text="Run one round's calls concurrently.")
@@ -55,6 +58,27 @@ class PlaygroundForm(forms.Form):
     break_if_pointer = forms.CharField(required=False, max_length=500)
     break_if_value = forms.CharField(required=False, max_length=5_000,
                                      help_text="A JSON value, e.g. \"Paris\" or 3.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["tool_choice_name"].widget.choices = [
+            ("", "(a ticked tool)"), *((name, name) for name in self._ticked_names())]
+
+    def _ticked_names(self) -> list[str]:
+        """The names of the tools ticked as the form is shown (posted or prefilled)."""
+        if self.is_bound:
+            ticked: Any = self.data.getlist("tools") if hasattr(self.data, "getlist") \
+                else self.data.get("tools")
+        else:
+            ticked = self.initial.get("tools")
+        if isinstance(ticked, str | uuid.UUID):
+            ticked = [ticked]
+        ids = [str(t) for t in ticked or () if isinstance(t, str | uuid.UUID)]
+        try:
+            return list(ToolRegistration.objects.filter(enabled=True, pk__in=ids)
+                        .order_by("name").values_list("name", flat=True))
+        except ValidationError:  # not tool ids: the field's own check says so
+            return []
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -89,9 +89,12 @@ def playground(request: AuthenticatedHttpRequest) -> HttpResponse:
                 return redirect("run_detail", run_id=run.pk)
     else:
         form = PlaygroundForm(initial=_remembered(request))
+    script_tools = selectors.script_tools()
     return render(request, "tools_app/playground.html",
                   {"form": form, "endpoints": selectors.endpoints_for_playground(),
                    "scripted_ids": selectors.scripted_endpoint_ids(),
+                   "script_tools": json.dumps(script_tools),
+                   "script_calls": script_tools.get(str(form["endpoint"].value()), []),
                    "may_probe": may_probe(request.user)})
 
 
@@ -136,7 +139,7 @@ def _remembered(request: AuthenticatedHttpRequest) -> dict[str, Any]:
             "input_mode": "simple",
             "endpoint": str(endpoint.pk) if endpoint else None,
             "tools": selectors.tools_a_script_calls(endpoint) if endpoint else [],
-            "user_message": "What's the weather in Hangzhou and in Paris?"}
+            "user_message": selectors.PLAYGROUND_DEFAULT_MESSAGE}
 
 
 def run_url(run: Run) -> str:
