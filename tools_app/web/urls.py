@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from tools_app.web.api import app as api
-from tools_app.web.pages import audit, fork, reexecution, tryit, views, waiting
+from tools_app.web.pages import audit, compare, fork, reexecution, tryit, views, waiting
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -9,7 +9,7 @@ urlpatterns = [
     path("runs/", views.run_list, name="run_list"),
     re_path(r"^runs/export\.(?P<fmt>csv|jsonl)$", views.runs_export, name="runs_export"),
     path("runs/waiting.json", waiting.waiting, name="runs_waiting"),
-    path("runs/compare", views.run_compare, name="run_compare"),
+    path("runs/compare", compare.run_compare, name="run_compare"),
     path("runs/<uuid:run_id>/", views.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/row/", views.run_row, name="run_row"),
     path("runs/<uuid:run_id>/cancel/", views.run_cancel, name="run_cancel"),

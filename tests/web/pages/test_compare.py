@@ -1,6 +1,7 @@
-"""Comparing two runs (page and API): rounds aligned by index, calls by (tool,
-arguments), the first divergent round marked, diffs of arguments, results and text
-(escaped), deltas of latency, tokens and errors; only runs the user may see."""
+"""Comparing any two runs (page and API): who they are and how they relate, rounds
+aligned by index, calls by (tool, arguments), the first divergent round marked, diffs of
+arguments, results and text (escaped), deltas of latency, tokens and errors; the page's
+folded rounds; two rows ticked in a list; only runs the user may see."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from django.test import Client
 from tests.runs.support import execute
 from tests.web.support import Api, Tree, error_of, start_run
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolCall, ToolRegistration
-from tools_app.runs.debugger.rerun import run_rerun
+from tools_app.runs.debugger.rerun import ReplayOptions, run_rerun
 from tools_app.web.api.tokens import create_token
+from tools_app.web.pages import compare as compare_page
 
 pytestmark = pytest.mark.django_db
 
@@ -140,3 +142,188 @@ def test_both_runs_must_be_named(bob: AbstractUser, bob_client: Client,
     assert (error["code"], error["field"]) == ("missing_field", "a")
     assert error_of(api.get(f"/api/runs/compare?a=nope&b={a.pk}"), 404)["code"] == "not_found"
     assert bob_client.get(f"/runs/compare?a={a.pk}&b=nope").status_code == 404
+
+
+# -- any two runs -------------------------------------------------------------------------
+
+
+def test_the_page_says_who_both_runs_are_and_how_they_relate(
+    bob: AbstractUser, bob_client: Client, make_endpoint: Any,
+    demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    a = start_run(bob, make_endpoint(PARIS_SCRIPT, name="calc"), [demo_tools["calculator"]],
+                  policy, "Compute")
+    execute(a)
+    b = run_rerun(run=a, user=bob, mode="as_it_was",
+                  replay=ReplayOptions(model="recorded", tools="recorded"))
+    execute(b)
+
+    page = Tree(bob_client.get(f"/runs/compare?a={a.pk}&b={b.pk}").content.decode())
+
+    assert page.by_id("compare-a-id").attrs["class"] == "run-id"
+    assert _text(page, "compare-a-id") == str(a.pk)
+    assert _text(page, "compare-b-id") == str(b.pk)
+    assert _text(page, "compare-relation").startswith(
+        "B is a replaying rerun (as it was) of A.")
+    rows = _fact_rows(page)
+    assert "model recorded, tools recorded; where it diverges: stop" in rows["replay"][1]
+    assert "none (live)" in rows["replay"][0]
+    assert rows["endpoint"] == ["calc", "calc"]
+    assert rows["lineage"][1].startswith("replay A replaying rerun (as it was) of")
+    assert rows["times"][0].startswith(f"created {a.created_at:%Y-%m-%d}")
+    assert "finished" in rows["times"][1]
+
+
+def test_two_unrelated_runs_compare(bob: AbstractUser, bob_client: Client, make_endpoint: Any,
+                                    demo_tools: dict[str, ToolRegistration],
+                                    policy: ErrorPolicy) -> None:
+    calc = start_run(bob, make_endpoint(PARIS_SCRIPT, name="calc"), [demo_tools["calculator"]],
+                     policy, "Compute")
+    weather = start_run(bob, make_endpoint([{"tool_calls": [
+        {"name": "get_weather", "arguments": {"city": "Oslo"}}]}, {"text": "ok"}],
+        name="weather"), [demo_tools["get_weather"]], policy, "Weather")
+    for run in (calc, weather):
+        execute(run)
+
+    response = bob_client.get(f"/runs/compare?a={calc.pk}&b={weather.pk}")
+
+    page = Tree(response.content.decode())
+    assert _text(page, "compare-relation").startswith("Not related")
+    assert _fact_rows(page)["endpoint"] == ["calc", "weather"]
+    first = page.by_id("cmp-round-0")
+    assert first.attrs["data-diverges"] == "true"
+    statuses = [e.attrs["data-status"] for e in page.elements if "data-status" in e.attrs]
+    assert statuses == ["only_a", "only_b", "only_a", "only_a"]
+
+
+def test_rounds_that_are_the_same_are_folded_and_open_one_at_a_time(
+    bob_client: Client, pair: tuple[Run, Run],
+) -> None:
+    a, b = pair
+    query = f"a={a.pk}&b={b.pk}"
+
+    page = Tree(bob_client.get(f"/runs/compare?{query}").content.decode())
+
+    assert [(r.attrs["data-round"], r.attrs["data-diverges"], r.attrs["data-detailed"])
+            for r in page.elements if "data-detailed" in r.attrs] == [
+        ("0", "false", "false"), ("1", "true", "true"), ("2", "true", "true")]
+    folded = page.by_id("cmp-round-body-0")
+    assert folded.attrs["hx-get"] == f"/runs/compare?{query}&round=0"
+    assert _calls_in(page, "cmp-round-0") == 0
+    # with htmx: the round's calls alone; without: the page with that round open
+    fragment = bob_client.get(f"/runs/compare?{query}&round=0", headers={"HX-Request": "true"})
+    assert "<html" not in fragment.content.decode()
+    opened = Tree(fragment.content.decode())
+    assert opened.by_id("cmp-round-body-0").attrs.get("hx-get") is None
+    assert [e.attrs["data-status"] for e in opened.elements if "data-status" in e.attrs] == [
+        "same"]
+    whole = Tree(bob_client.get(f"/runs/compare?{query}&round=0").content.decode())
+    assert whole.by_id("cmp-round-0").attrs["data-detailed"] == "true"
+    assert _calls_in(whole, "cmp-round-0") == 1
+    assert bob_client.get(f"/runs/compare?{query}&round=7",
+                          headers={"HX-Request": "true"}).status_code == 404
+    assert bob_client.get(f"/runs/compare?{query}&round=x").status_code == 400
+
+
+def test_differing_rounds_past_the_budget_are_folded(
+    bob_client: Client, pair: tuple[Run, Run], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = pair
+    monkeypatch.setattr(compare_page, "DETAIL_CALLS", 1)
+
+    page = Tree(bob_client.get(f"/runs/compare?a={a.pk}&b={b.pk}").content.decode())
+
+    # the first differing round always (its 3 calls are over the budget), not the next
+    assert [r.attrs["data-detailed"] for r in page.elements if "data-detailed" in r.attrs] == [
+        "false", "true", "false"]
+    assert "hx-get" in page.by_id("cmp-round-body-2").attrs
+
+
+def test_the_page_reads_a_fixed_number_of_rows_queries(
+    bob_client: Client, pair: tuple[Run, Run], django_assert_max_num_queries: Any,
+) -> None:
+    a, b = pair
+    with django_assert_max_num_queries(10):  # not one per round or per call
+        assert bob_client.get(f"/runs/compare?a={a.pk}&b={b.pk}").status_code == 200
+
+
+def test_the_api_says_how_the_runs_relate(bob: AbstractUser, pair: tuple[Run, Run]) -> None:
+    a, b = pair
+    body = Api(create_token(bob, "ci")[1]).get(f"/api/runs/compare?a={a.pk}&b={b.pk}").json()
+    assert body["relation"]["kind"] == "child"
+    assert body["b"]["lineage"] == {
+        "kind": "rerun", "of": str(a.pk),
+        "text": "a rerun (with the configuration of its day)"}
+    assert (body["a"]["parent"], body["b"]["parent"]) == (None, str(a.pk))
+    assert body["b"]["replay"] is None
+    assert body["a"]["finished_at"] is not None
+    assert [r["counts"] for r in body["rounds"]] == [
+        {"same": 1}, {"same": 1, "arguments_differ": 1, "only_b": 1}, {}]
+
+
+# -- ticks in the lists -------------------------------------------------------------------
+
+
+def test_two_ticked_runs_open_the_page_older_first(bob_client: Client,
+                                                    pair: tuple[Run, Run]) -> None:
+    a, b = pair
+    response = bob_client.get(f"/runs/compare?run={b.pk}&run={a.pk}")
+    assert response.status_code == 302
+    assert response["Location"] == f"/runs/compare?a={a.pk}&b={b.pk}"
+
+
+@pytest.mark.parametrize(("ticks", "message"), [
+    ([], "Tick exactly two rows to compare their runs: none was ticked."),
+    (["a"], "Tick exactly two rows to compare their runs: one was ticked."),
+    (["a", "b", "a"], "Tick exactly two rows to compare their runs: 3 were ticked."),
+    (["a", "a"], "The two ticked rows are of the same run: tick rows of two different runs."),
+])
+def test_ticks_other_than_two_runs_are_refused_with_a_message(
+    bob_client: Client, pair: tuple[Run, Run], ticks: list[str], message: str,
+) -> None:
+    ids = {"a": pair[0].pk, "b": pair[1].pk}
+    query = "&".join(f"run={ids[t]}" for t in ticks) or "run="
+
+    response = bob_client.get(f"/runs/compare?{query}")
+
+    assert response.status_code == 400
+    assert _text(Tree(response.content.decode()), "compare-refusal") == message
+
+
+def test_a_run_the_user_may_not_see_is_refused_with_a_message(
+    pair: tuple[Run, Run], charlie: AbstractUser, bob_client: Client,
+) -> None:
+    a, b = pair
+    other = Client()
+    other.force_login(charlie)
+    response = other.get(f"/runs/compare?run={a.pk}&run={b.pk}")
+    assert response.status_code == 404
+    assert _text(Tree(response.content.decode()), "compare-refusal") == (
+        f"Cannot compare: the first ticked run ({a.pk}) does not exist or is not one of "
+        "your runs.")
+    response = bob_client.get(f"/runs/compare?run={a.pk}&run=%3Cb%3Enope")
+    assert response.status_code == 404
+    assert "(&lt;b&gt;nope) does not exist" in response.content.decode()
+
+
+def _text(page: Tree, element_id: str) -> str:
+    element = page.by_id(element_id)
+    return " ".join(" ".join(t.split()) for t, e in page.texts
+                    if e is not None and element in e.ancestors_or_self())
+
+
+def _fact_rows(page: Tree) -> dict[str, list[str]]:
+    """Each data-fact row of the head table: its A and B cells' text."""
+    rows = {}
+    for row in (e for e in page.elements if "data-fact" in e.attrs):
+        cells = [c for c in page.elements if c.tag == "td" and c.parent is row]
+        rows[row.attrs["data-fact"] or ""] = [
+            " ".join(t.strip() for t, e in page.texts
+                     if e is not None and cell in e.ancestors_or_self()) for cell in cells[:2]]
+    return rows
+
+
+def _calls_in(page: Tree, section_id: str) -> int:
+    section = page.by_id(section_id)
+    return sum(1 for e in page.elements
+               if e.tag == "tr" and "data-status" in e.attrs and section in e.ancestors_or_self())

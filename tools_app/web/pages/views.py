@@ -39,7 +39,6 @@ from tools_app.runs import services
 from tools_app.runs.debugger import (
     approvals,
     breakpoints,
-    compare,
     fork,
     rerun,
     run_files,
@@ -205,21 +204,6 @@ def run_rerun(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
         messages.error(request, f"Cannot rerun: {exc}")
         return redirect("run_detail", run_id=run.pk)
     return redirect("run_detail", run_id=new.pk)
-
-
-@require_GET
-@login_required
-def run_compare(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """Two runs side by side: `?a=<run id>&b=<run id>`, both visible to the user."""
-    missing = [k for k in ("a", "b") if not request.GET.get(k, "").strip()]
-    if missing:
-        return HttpResponseBadRequest(
-            f"Name the two runs to compare: ?a=<run id>&b=<run id> ({' and '.join(missing)} "
-            "missing)", content_type="text/plain; charset=utf-8")
-    a = _run_for_user(request, request.GET["a"].strip())
-    b = _run_for_user(request, request.GET["b"].strip())
-    return render(request, "tools_app/run_compare.html",
-                  {"comparison": compare.compare_runs(a, b), "run_a": a, "run_b": b})
 
 
 @require_GET
