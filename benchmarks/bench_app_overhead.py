@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from benchmarks.common import setup_django, write_result
+from benchmarks.common import LOOP_CHECKS_UNFLAGGED, setup_django, write_result
 
 ROUNDS_PER_RUN = 6
 REPEATS = 3
@@ -72,6 +72,8 @@ def measure_all(counts: list[int]) -> list[dict[str, Any]]:
         tools = [ToolRegistration.objects.get(name="get_weather")]
         policy = ErrorPolicy.objects.order_by("pk").first()
         assert policy is not None  # seed_demo made the demo policies
+        ErrorPolicy.objects.filter(pk=policy.pk).update(**LOOP_CHECKS_UNFLAGGED)
+        policy.refresh_from_db()
 
         def new_runs(n: int) -> list[Any]:
             return [services.run_create(user=None, endpoint=endpoint, tools=tools,

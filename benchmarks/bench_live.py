@@ -48,7 +48,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.common import ROOT, summary, write_result
+from benchmarks.common import ROOT, UNFLAG_LOOPS_CODE, summary, write_result
 
 PYTHON = sys.executable
 DAPHNE = str(Path(PYTHON).with_name("daphne"))
@@ -83,7 +83,7 @@ SEQ_RE = re.compile(r'id="run-seq" data-seq="(\d+)"')
 STATUS_RE = re.compile(r'data-status="(\w+)"')
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
-SETUP_CODE = """
+SETUP_CODE = UNFLAG_LOOPS_CODE + """
 import json, os
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth import get_user_model

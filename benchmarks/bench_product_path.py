@@ -49,7 +49,7 @@ from typing import Any
 import aiohttp
 
 from benchmarks.bench_live import base_env, free_port, manage, stop
-from benchmarks.common import ROOT, percentile, write_result
+from benchmarks.common import ROOT, UNFLAG_LOOPS_CODE, percentile, write_result
 
 PYTHON = sys.executable
 DAPHNE = str(Path(PYTHON).with_name("daphne"))
@@ -84,7 +84,7 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 # should the benchmark die without stopping it.
 BUSY_LOOP = "import time\nend = time.monotonic() + 1800\nwhile time.monotonic() < end: pass"
 
-SETUP_CODE = """
+SETUP_CODE = UNFLAG_LOOPS_CODE + """
 import os
 from tools_app.web.api.tokens import create_token
 from django.contrib.auth import get_user_model

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from benchmarks.common import setup_django, summary, write_result
+from benchmarks.common import LOOP_CHECKS_UNFLAGGED, setup_django, summary, write_result
 
 ROUNDS, CALLS_PER_ROUND, REPEATS = 50, 20, 15
 
@@ -30,7 +30,8 @@ def build_run() -> str:
                            for i in range(CALLS_PER_ROUND)]}
     endpoint = ModelEndpoint.objects.create(
         name="bench", kind="scripted", script=[step] * ROUNDS + [{"text": "done"}])
-    policy = ErrorPolicy.objects.create(name="bench", max_round_trips=ROUNDS + 1)
+    policy = ErrorPolicy.objects.create(name="bench", max_round_trips=ROUNDS + 1,
+                                        **LOOP_CHECKS_UNFLAGGED)
     user = get_user_model().objects.create_user("bench", is_staff=True)
     run = services.run_create(user=user, endpoint=endpoint, tools=[calc], policy=policy,
                               messages=services.conversation(user_message="go"))

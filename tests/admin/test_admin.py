@@ -467,6 +467,48 @@ def test_the_change_page_shows_the_history(
     assert "max_round_trips: 100 → 5" in filtered.content.decode()
 
 
+def test_the_loop_health_fields_are_saved_and_recorded(
+    alice_client: Client, alice: AbstractUser
+) -> None:
+    policy = ErrorPolicy.objects.create(name="Default", is_default=True)
+    page = alice_client.get(url(ErrorPolicy, "change", policy.pk)).content.decode()
+    assert "Loop health" in page
+    assert "Tell the model it is repeating itself" in page
+
+    response = alice_client.post(url(ErrorPolicy, "change", policy.pk), policy_data(
+        policy, loop_repeat_at=4, loop_repeat_action="note", loop_repeat_stop_at="",
+        loop_ping_pong_action="stop", loop_no_progress_stop_at=6))
+
+    assert response.status_code == 302, form_errors(response)
+    policy.refresh_from_db()
+    assert (policy.loop_repeat_at, policy.loop_repeat_action, policy.loop_repeat_stop_at,
+            policy.loop_ping_pong_action, policy.loop_no_progress_stop_at) == (
+        4, "note", None, "stop", 6)
+    [revision] = PolicyRevision.objects.filter(policy=policy)
+    assert revision.changes == {"loop_repeat_at": [3, 4], "loop_repeat_action": [
+        "tell_model", "note"], "loop_repeat_stop_at": [5, None],
+        "loop_ping_pong_action": ["tell_model", "stop"], "loop_no_progress_stop_at": [None, 6]}
+
+
+@pytest.mark.parametrize(("overrides", "field", "message"), [
+    ({"loop_repeat_stop_at": 3}, "loop_repeat_stop_at",
+     "Must be more than the flag threshold (3): to stop the run at the first flag"),
+    ({"loop_ping_pong_at": 8}, "loop_ping_pong_stop_at", "Must be more than the flag threshold"),
+    ({"loop_repeat_at": 1}, "loop_repeat_at", "greater than or equal to 2"),
+    ({"loop_ping_pong_at": 2}, "loop_ping_pong_at", "greater than or equal to 3"),
+    ({"loop_no_progress_stop_at": 101}, "loop_no_progress_stop_at", "less than or equal to 100"),
+    ({"loop_no_progress_action": "ignore"}, "loop_no_progress_action", "Select a valid choice"),
+])
+def test_loop_health_thresholds_that_contradict_each_other_are_refused(
+    alice_client: Client, overrides: dict[str, Any], field: str, message: str
+) -> None:
+    response = alice_client.post(url(ErrorPolicy, "add"), policy_data(**overrides))
+    assert response.status_code == 200
+    assert any(message in error for error in form_errors(response).get(field, [])), (
+        form_errors(response))
+    assert not ErrorPolicy.objects.exists()
+
+
 # -- API tokens ------------------------------------------------------------------------
 
 

@@ -73,9 +73,12 @@ MCP_TOOLS = ("get_current_time", "bad_markup", "bad_crash")
 
 
 def slow_script(rounds: int = SLOW_ROUNDS) -> list[dict[str, Any]]:
+    # Each round a slightly different call (a thousandth of a second more): the same
+    # call every round would be a loop, which the default policy stops at its fifth.
     steps: list[dict[str, Any]] = [
         {"text": f"Step {i + 1}",
-         "tool_calls": [{"name": "slow_tool", "arguments": {"seconds": SLOW_SECONDS}}]}
+         "tool_calls": [{"name": "slow_tool",
+                         "arguments": {"seconds": round(SLOW_SECONDS + i / 1000, 3)}}]}
         for i in range(rounds)
     ]
     return [*steps, {"text": "All done: {last_result}"}]

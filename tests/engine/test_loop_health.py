@@ -370,3 +370,14 @@ def test_the_watch_reads_the_results_without_their_notes() -> None:
 def test_a_rule_refuses_thresholds_below_one_and_unknown_actions(rule: Any) -> None:
     with pytest.raises(ValueError, match=r"at least 1|unknown loop action"):
         LoopRule(**rule)
+
+
+def test_arguments_too_deeply_nested_to_parse_compare_as_text() -> None:
+    raw = "[" * 100_000 + "]" * 100_000
+    watch = LoopWatch(LoopHealth(repeated_call=LoopRule(at=2)))
+    first = ToolExecutionRequest(id="a", name="t", arguments=raw)
+    watch.record([first], [ToolExecutionResultMessage(id="a", tool_name="t", text="x")])
+
+    [finding] = watch.check([ToolExecutionRequest(id="b", name="t", arguments=raw)])
+
+    assert finding.count == 2

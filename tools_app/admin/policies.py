@@ -14,7 +14,7 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.timezone import localtime
 
-from tools_app.runs.snapshot.policy import template_problem
+from tools_app.runs.snapshot.policy import LOOP_DETECTORS, loop_problems, template_problem
 
 from ..models import (
     ErrorPolicy,
@@ -25,6 +25,8 @@ from .audit import ReadOnlyAdmin
 POLICY_FIELDS = tuple(
     f.name for f in ErrorPolicy._meta.concrete_fields if f.editable and not f.primary_key
 )
+LOOP_FIELDS = tuple(f"loop_{detector}_{end}" for detector in LOOP_DETECTORS
+                    for end in ("at", "action", "stop_at"))
 
 
 class ErrorPolicyForm(forms.ModelForm[ErrorPolicy]):
@@ -51,6 +53,8 @@ class ErrorPolicyForm(forms.ModelForm[ErrorPolicy]):
                 "max_concurrency",
                 "Only meaningful when calls run in parallel: turn parallel on or clear this.",
             )
+        for field, problem in loop_problems(cleaned).items():
+            self.add_error(field, problem[:1].upper() + problem[1:] + ".")
         return cleaned
 
 
@@ -84,6 +88,19 @@ class ErrorPolicyAdmin(admin.ModelAdmin[ErrorPolicy]):
                    "parallel")
     search_fields = ("name",)
     readonly_fields = ("revision_history", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": [name for name in POLICY_FIELDS if name not in LOOP_FIELDS]}),
+        ("Loop health", {
+            "description": "A model that calls the same tool with the same arguments again "
+                           "and again, alternates between two calls, or keeps calling while "
+                           "every result says the same thing. Each check flags a round from "
+                           "its first threshold on (noted in the run's timeline, or also "
+                           "told to the model in that call's result) and stops the run "
+                           "from its stop threshold on.",
+            "fields": [(f"loop_{detector}_at", f"loop_{detector}_action",
+                        f"loop_{detector}_stop_at") for detector in LOOP_DETECTORS]}),
+        ("History", {"fields": ("revision_history", "created_at", "updated_at")}),
+    )
 
     def save_model(
         self, request: HttpRequest, obj: ErrorPolicy, form: forms.ModelForm[ErrorPolicy],

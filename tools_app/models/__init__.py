@@ -24,6 +24,7 @@ from .policies import (
     ErrorPolicy,
     ExecutionErrorMode,
     HallucinatedToolMode,
+    LoopAction,
     PolicyRevision,
 )
 from .runs import (
@@ -71,6 +72,7 @@ __all__ = [
     "ErrorPolicy",
     "ExecutionErrorMode",
     "HallucinatedToolMode",
+    "LoopAction",
     "McpServer",
     "McpTransport",
     "ModelEndpoint",

@@ -1,4 +1,5 @@
-"""Error policies (what the model is told when a tool fails) and their revisions."""
+"""Error policies (what the model is told when a tool fails, what happens when it goes
+round in circles) and their revisions."""
 
 from __future__ import annotations
 
@@ -22,8 +23,22 @@ class HallucinatedToolMode(models.TextChoices):
     TELL_MODEL = "tell_model", "Tell the model which tools exist"
 
 
+class LoopAction(models.TextChoices):
+    """What a loop-health detector does when it flags a round (engine/loop/health.py)."""
+
+    NOTE = "note", "Note it in the timeline only"
+    TELL_MODEL = "tell_model", "Tell the model it is repeating itself"
+    STOP = "stop", "Stop the run"
+
+
+LOOP_STOP_HELP = ("The run stops (LoopDetectedError) from this many on, before the round's "
+                  "calls run, whatever the action above. Empty: never.")
+LOOP_ACTION_HELP = "What happens from the threshold above on."
+
+
 class ErrorPolicy(models.Model):
-    """How a run reacts to tool errors; edited in the admin, frozen into each run."""
+    """How a run reacts to tool errors and to a model going round in circles (loop
+    health); edited in the admin, frozen into each run."""
 
     name = models.CharField(max_length=100, unique=True)
     arguments_error = models.CharField(
@@ -62,6 +77,43 @@ class ErrorPolicy(models.Model):
         help_text="A run still going this long after a worker took it up fails as "
         "RunTimeout (time waiting for a person is not counted). Empty: no deadline.",
     )
+    # Loop health (engine/loop/health.py): per detector, from `*_at` on the round is
+    # flagged with `*_action`, from `*_stop_at` on the run stops.
+    loop_repeat_at = models.PositiveSmallIntegerField(
+        "repeated calls: flag at", null=True, blank=True, default=3,
+        validators=[MinValueValidator(2), MaxValueValidator(100)],
+        help_text="Flag a call when the run has made the same call (same tool, same "
+        "arguments) this many times, this one included. Empty: never.")
+    loop_repeat_action = models.CharField(
+        "repeated calls: action", max_length=16, choices=LoopAction.choices,
+        default=LoopAction.TELL_MODEL, help_text=LOOP_ACTION_HELP)
+    loop_repeat_stop_at = models.PositiveSmallIntegerField(
+        "repeated calls: stop at", null=True, blank=True, default=5,
+        validators=[MinValueValidator(2), MaxValueValidator(100)], help_text=LOOP_STOP_HELP)
+    loop_ping_pong_at = models.PositiveSmallIntegerField(
+        "ping-pong: flag at", null=True, blank=True, default=4,
+        validators=[MinValueValidator(3), MaxValueValidator(100)],
+        help_text="Flag a round when this many rounds running alternate between the same "
+        "two sets of calls (A, B, A, B, ...). Empty: never.")
+    loop_ping_pong_action = models.CharField(
+        "ping-pong: action", max_length=16, choices=LoopAction.choices,
+        default=LoopAction.TELL_MODEL, help_text=LOOP_ACTION_HELP)
+    loop_ping_pong_stop_at = models.PositiveSmallIntegerField(
+        "ping-pong: stop at", null=True, blank=True, default=8,
+        validators=[MinValueValidator(3), MaxValueValidator(100)], help_text=LOOP_STOP_HELP)
+    loop_no_progress_at = models.PositiveSmallIntegerField(
+        "no progress: flag at", null=True, blank=True, default=3,
+        validators=[MinValueValidator(2), MaxValueValidator(100)],
+        help_text="Flag a round when the rounds before it got the same results this many "
+        "rounds running and the model calls tools again. Empty: never. A tool whose "
+        "result never changes (an acknowledgement such as \"Success\") repeats it "
+        "legitimately, so by default this is only noted.")
+    loop_no_progress_action = models.CharField(
+        "no progress: action", max_length=16, choices=LoopAction.choices,
+        default=LoopAction.NOTE, help_text=LOOP_ACTION_HELP)
+    loop_no_progress_stop_at = models.PositiveSmallIntegerField(
+        "no progress: stop at", null=True, blank=True, default=None,
+        validators=[MinValueValidator(2), MaxValueValidator(100)], help_text=LOOP_STOP_HELP)
     is_default = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -57,6 +57,9 @@ class Run(models.Model):
     output_tokens = models.PositiveIntegerField(default=0)
     total_tokens = models.PositiveIntegerField(default=0)
     wall_ms = models.FloatField(null=True, blank=True)
+    # LoopDetected events recorded (engine/loop/health.py), counted by the recorder:
+    # the runs list's "loop detected" filter reads this column, not the events.
+    loop_detections = models.PositiveIntegerField(default=0)
     # Crash safety: the lease holder is the only writer. Every write is fenced on
     # lease_token, so a worker that lost its lease changes nothing.
     last_seq = models.PositiveIntegerField(default=0)
@@ -79,6 +82,9 @@ class Run(models.Model):
             # narrowing: an ordinary user's own runs, and a status.
             models.Index(fields=["created_by", "created_at", "id"], name="run_user_keyset"),
             models.Index(fields=["status", "created_at", "id"], name="run_status_keyset"),
+            # The runs list filtered on "loop detected": the few flagged runs, in order.
+            models.Index(fields=["created_at", "id"], condition=models.Q(loop_detections__gt=0),
+                         name="run_loop_keyset"),
         ]
 
     def __str__(self) -> str:

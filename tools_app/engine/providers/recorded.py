@@ -105,10 +105,10 @@ class Divergence(BaseModel):
 
 def canonical_arguments(raw: str) -> str:
     """Arguments compared as JSON values (key order and spacing do not matter); text
-    that is not JSON compares as it is."""
+    that is not JSON, or nested too deeply to parse, compares as it is."""
     try:
         return json.dumps(json.loads(raw or "{}"), sort_keys=True, ensure_ascii=False)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw
 
 

@@ -19,6 +19,7 @@ from tools_app.models import (
     DecisionKind,
     Round,
     Run,
+    RunEvent,
     RunPause,
     RunStatus,
     ToolCall,
@@ -112,10 +113,12 @@ def _rounds_of(run: Run, indexes: list[int] | None, by_round: dict[int, list[dic
         return picked
 
     added = _added_messages(run)
+    loops = _loop_notes(run) if display else {}
     finished = run.is_terminal
     arguments = (run.pk,) if indexes is None else (run.pk, indexes)
     return [_round_view(r, by_round.get(r[key], []), finished, display) | {
-        "added_messages": added.get(r["index"], []), "final": _is_final(run, r)}
+        "added_messages": added.get(r["index"], []), "final": _is_final(run, r),
+        "loop_notes": loops.get(r["index"], [])}
         for r in prepared.rows(("rounds", fields), rounds, *arguments)]
 
 
@@ -165,6 +168,35 @@ def _added_messages(run: Run) -> dict[int, list[dict[str, Any]]]:
     for row in rows:
         added.setdefault(row["round_index"], []).append(dict(row))
     return added
+
+
+LOOP_DETECTOR_LABELS = {"repeated_call": "repeated call", "ping_pong": "ping-pong",
+                        "no_progress": "no progress"}
+LOOP_OUTCOMES = {"note": "Noted only: the run went on unchanged.",
+                 "tell_model": "The model was told it is repeating itself.",
+                 "stop": "The policy stopped the run here: the round's calls did not run."}
+
+
+def _loop_notes(run: Run) -> dict[int, list[dict[str, Any]]]:
+    """Round index -> what loop health found in it (its LoopDetected events, in order).
+    Only a run that recorded some reads them (its `loop_detections` count)."""
+    if not run.loop_detections:
+        return {}
+    notes: dict[int, list[dict[str, Any]]] = {}
+    payloads = RunEvent.objects.filter(run=run, kind="loop_detected").order_by(
+        "seq").values_list("payload", flat=True)
+    for payload in payloads:
+        index = payload.get("round_index") if isinstance(payload, dict) else None
+        if type(index) is not int:
+            continue
+        detector, action = str(payload.get("detector")), str(payload.get("action"))
+        notes.setdefault(index, []).append({
+            "detector": detector, "action": action,
+            "label": LOOP_DETECTOR_LABELS.get(detector, detector),
+            "detail": str(payload.get("detail", "")),
+            "outcome": LOOP_OUTCOMES.get(action, ""),
+            "told": payload.get("told") if isinstance(payload.get("told"), str) else None})
+    return notes
 
 
 def _breakpoint_edits(run: Run) -> dict[tuple[int, str], dict[str, Any]]:

@@ -77,6 +77,7 @@ def engine_for_snapshot(snapshot: RunSnapshot) -> RunEngine:
             tell_model_available_tools if policy.hallucinated_tool == "tell_model"
             else throw_on_hallucinated_tool
         ),
+        loop_health=policy.loop_health(),
     )
     tool_secrets: list[str] = []
     for tool in snapshot.tools:

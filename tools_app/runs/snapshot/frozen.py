@@ -30,7 +30,10 @@ TOOL_FIELDS = ("name", "description", "json_schema", "kind", "python_path", "con
 POLICY_FIELDS = ("name", "arguments_error", "arguments_error_template", "execution_error",
                  "execution_error_template", "hallucinated_tool", "max_round_trips",
                  "default_tool_timeout", "parallel", "max_concurrency", "provider_max_retries",
-                 "run_timeout_seconds")
+                 "run_timeout_seconds", "loop_repeat_at", "loop_repeat_action",
+                 "loop_repeat_stop_at", "loop_ping_pong_at", "loop_ping_pong_action",
+                 "loop_ping_pong_stop_at", "loop_no_progress_at", "loop_no_progress_action",
+                 "loop_no_progress_stop_at")
 
 
 def build_snapshot(

@@ -18,9 +18,11 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from tools_app.engine import ChatMessage, ChatRequestParameters
+from tools_app.engine import ChatMessage, ChatRequestParameters, LoopHealth, LoopRule
 from tools_app.engine.providers.recorded import RecordedRound
 from tools_app.models import Run
+
+LoopActionName = Literal["note", "tell_model", "stop"]
 
 SNAPSHOT_VERSION = 2
 READABLE_VERSIONS = frozenset({1, 2})
@@ -96,6 +98,31 @@ class PolicySnapshot(Section):
     # The run's deadline in seconds of a worker driving it (runs/worker/runner.py);
     # None: none.
     run_timeout_seconds: float | None = None
+    # Loop health (engine/loop/health.py), per detector: flag from `*_at` on with
+    # `*_action`, stop from `*_stop_at` on (None: never). A snapshot frozen before these
+    # existed takes the policy's defaults, so a resumed or rerun old run is checked too.
+    loop_repeat_at: int | None = 3
+    loop_repeat_action: LoopActionName = "tell_model"
+    loop_repeat_stop_at: int | None = 5
+    loop_ping_pong_at: int | None = 4
+    loop_ping_pong_action: LoopActionName = "tell_model"
+    loop_ping_pong_stop_at: int | None = 8
+    loop_no_progress_at: int | None = 3
+    loop_no_progress_action: LoopActionName = "note"
+    loop_no_progress_stop_at: int | None = None
+
+    def loop_health(self) -> LoopHealth:
+        """The engine's rules for these values."""
+        return LoopHealth(**{
+            detector: LoopRule(at=getattr(self, f"loop_{prefix}_at"),
+                               action=getattr(self, f"loop_{prefix}_action"),
+                               stop_at=getattr(self, f"loop_{prefix}_stop_at"))
+            for detector, prefix in LOOP_FIELD_PREFIXES.items()})
+
+
+LOOP_FIELD_PREFIXES = {"repeated_call": "repeat", "ping_pong": "ping_pong",
+                       "no_progress": "no_progress"}
+"""A detector's name in the engine -> its fields' prefix in a policy (loop_<prefix>_at)."""
 
 
 ModelMode = Literal["recorded", "live"]

@@ -19,10 +19,17 @@ TEMPLATE_MAX_PLACEHOLDERS = 10
 """A template's size limits: each placeholder copies model output (the arguments) into
 the text, so their number bounds how much a template multiplies it."""
 
+LOOP_DETECTORS = ("repeat", "ping_pong", "no_progress")
+"""Loop health's detectors as a policy names its fields: loop_<detector>_at, _action,
+_stop_at (engine/loop/health.py)."""
+LOOP_COUNT_FIELDS = tuple(f"loop_{d}_{end}" for d in LOOP_DETECTORS for end in ("at", "stop_at"))
+LOOP_ACTION_FIELDS = tuple(f"loop_{d}_action" for d in LOOP_DETECTORS)
+
 OVERRIDABLE_FIELDS = frozenset({
     "arguments_error", "arguments_error_template", "execution_error",
     "execution_error_template", "hallucinated_tool", "max_round_trips",
     "default_tool_timeout", "parallel", "max_concurrency", "provider_max_retries",
+    *LOOP_COUNT_FIELDS, *LOOP_ACTION_FIELDS,
 })
 """A run may change these for itself; never the policy's name, id or default flag
 (the run page would show a policy the run did not use)."""
@@ -73,10 +80,24 @@ def template_problem(template: str) -> str | None:
     return None
 
 
+def loop_problems(values: Mapping[str, Any]) -> dict[str, str]:
+    """Loop-health thresholds that contradict each other, by field: a detector's stop
+    threshold must come after its flag threshold (a detector that should stop at its
+    first flag says so with the action "stop")."""
+    problems = {}
+    for detector in LOOP_DETECTORS:
+        at, stop_at = values.get(f"loop_{detector}_at"), values.get(f"loop_{detector}_stop_at")
+        if isinstance(at, int) and isinstance(stop_at, int) and stop_at <= at:
+            problems[f"loop_{detector}_stop_at"] = (
+                f"must be more than the flag threshold ({at}): to stop the run at the "
+                "first flag, choose the action \"Stop the run\"")
+    return problems
+
+
 def checked_overrides(policy: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The overrides as the run will use them, validated like the admin form validates
-    a policy (field types, choices, limits, templates, parallel vs max_concurrency).
-    A None value means "keep the policy's"."""
+    a policy (field types, choices, limits, templates, parallel vs max_concurrency, loop
+    health's thresholds). A None value means "keep the policy's"."""
     unknown = sorted(set(overrides) - OVERRIDABLE_FIELDS)
     if unknown:
         raise PolicyOverrideError({
@@ -100,6 +121,8 @@ def checked_overrides(policy: Mapping[str, Any], overrides: Mapping[str, Any]) -
             and values.get("max_concurrency") is not None):
         problems["max_concurrency"] = ("only meaningful when calls run in parallel: turn "
                                        "parallel on or leave it out")
+    problems |= {field: problem for field, problem in loop_problems(values).items()
+                 if field in given or field.replace("stop_at", "at") in given}
     if problems:
         raise PolicyOverrideError(problems)
     return {field: getattr(candidate, field) for field in given}
@@ -110,6 +133,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "provider_max_retries": (int,), "default_tool_timeout": (int, float),
     "arguments_error": (str,), "execution_error": (str,), "hallucinated_tool": (str,),
     "arguments_error_template": (str,), "execution_error_template": (str,),
+    **dict.fromkeys(LOOP_COUNT_FIELDS, (int,)), **dict.fromkeys(LOOP_ACTION_FIELDS, (str,)),
 }
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tools_app.engine.events import (
+    LoopDetected,
     ModelResponseReceived,
     ProviderAttempt,
     ProviderWireRequest,
@@ -121,6 +122,13 @@ def on_finished(changes: RowChanges, event: ToolCallFinished, payload: dict[str,
     changes.count(tool_calls_count=1, errors_count=1 if event.is_error else 0)
 
 
+def on_loop_detected(changes: RowChanges, event: LoopDetected,
+                     payload: dict[str, Any]) -> None:
+    # The note itself stays in the event (the timeline reads it there); the run's count
+    # is what the runs list filters on.
+    changes.count(loop_detections=1)
+
+
 def _column(payload: dict[str, Any], key: str) -> Any:
     """A payload value for a JSON column: with its text, when the recorder made it."""
     return payload.column(key) if isinstance(payload, CleanPayload) else payload[key]
@@ -146,4 +154,5 @@ _APPLIERS: dict[str, Callable[[RowChanges, Any, dict[str, Any]], None]] = {
     "tool_call_proposed": on_proposed,
     "tool_call_started": on_started,
     "tool_call_finished": on_finished,
+    "loop_detected": on_loop_detected,
 }
