@@ -70,6 +70,11 @@ FAST_STREAM_ENDPOINT = "Browser: fast streaming"
 FAST_STREAM_ROUNDS = 16
 MCP_ENDPOINT = "Browser: MCP time"
 MCP_TOOLS = ("get_current_time", "bad_markup", "bad_crash")
+# The same call six times: the default policy tells the model at the third and stops the
+# run at the fifth (loop health, tests/browser/test_loop_health.py).
+LOOP_ENDPOINT = "Browser: repeating model"
+LOOP_SCRIPT = [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}] * 6 + [
+    {"text": "Done: {last_result}"}]
 
 
 def slow_script(rounds: int = SLOW_ROUNDS) -> list[dict[str, Any]]:
@@ -144,7 +149,8 @@ def setup() -> None:
                  (KINDS_ENDPOINT, kinds_script()),
                  (APPROVAL_ENDPOINT, APPROVAL_SCRIPT),
                  (FORK_ENDPOINT, FORK_SCRIPT),
-                 (FAST_STREAM_ENDPOINT, fast_stream_script()))
+                 (FAST_STREAM_ENDPOINT, fast_stream_script()),
+                 (LOOP_ENDPOINT, LOOP_SCRIPT))
     for name, script in endpoints:
         # Streamed: the timeline also gets the ephemeral text / tool-call fragments.
         ModelEndpoint.objects.update_or_create(
