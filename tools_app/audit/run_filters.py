@@ -19,7 +19,7 @@ from tools_app.audit.search import search_runs
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall
 
 EXPORT_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until", "tool_version",
-                  "policy", "error_type", "has_errors", "waiting_for_me")
+                  "policy", "error_type", "has_errors", "waiting_for_me", "loop_detected")
 RUN_FILTERS = (*EXPORT_FILTERS, "cursor", "limit")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
@@ -179,6 +179,18 @@ def _waiting_for_me(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
     return runs.filter(waiting if BOOLEANS[value] else ~waiting)
 
 
+def _loop_detected(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    """true: runs in which loop health flagged a round (a repeated call, ping-pong, no
+    progress), whatever it did then; false: the others. Read from the run's count, which
+    the recorder keeps with the events (a partial index holds the flagged runs)."""
+    if value not in BOOLEANS:
+        raise FilterError("loop_detected",
+                          f"loop_detected must be true or false, not {value[:40]!r}")
+    if BOOLEANS[value]:
+        return runs.filter(loop_detections__gt=0)
+    return runs.filter(loop_detections=0)
+
+
 def _bounded(field: str, value: str, limit: int, what: str) -> str:
     text = value.strip()
     if not text or len(text) > limit:
@@ -189,7 +201,7 @@ def _bounded(field: str, value: str, limit: int, what: str) -> str:
 _FILTERS = {"status": _status, "endpoint": _endpoint, "tool": _tool, "user": _user,
             "q": _text, "since": _since, "until": _until, "tool_version": _tool_version,
             "policy": _policy, "error_type": _error_type, "has_errors": _has_errors,
-            "waiting_for_me": _waiting_for_me}
+            "waiting_for_me": _waiting_for_me, "loop_detected": _loop_detected}
 
 
 def _moment(field: str, value: str) -> datetime:
