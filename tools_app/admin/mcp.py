@@ -4,61 +4,20 @@ and the "Sync tools" action."""
 
 from __future__ import annotations
 
-from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from tools_app.runs.snapshot.access import secret_variable_problem
 from tools_app.runs.snapshot.mcp import McpSyncError, annotation_words, sync_server
+from tools_app.web.registry_forms import McpServerForm
 
-from ..models import McpServer, McpTransport, ModelEndpoint, ToolKind, ToolRegistration
-from .credentials import SECRET_HEADER_WORDS
+from ..models import McpServer, McpTransport, ToolKind, ToolRegistration
 
-
-class McpServerForm(forms.ModelForm[McpServer]):
-    class Meta:
-        model = McpServer
-        fields = ("name", "transport", "command", "args", "env", "url", "headers",
-                  "tool_prefix", "startup_timeout", "call_timeout", "enabled")
-
-    def clean_env(self) -> dict[str, str]:
-        env: dict[str, str] = self.cleaned_data["env"]
-        if isinstance(env, dict):
-            for name, value in env.items():
-                if isinstance(value, str) and value.startswith("env:"):
-                    self._check_passed_on(name, value[4:])
-        return env
-
-    def clean_headers(self) -> dict[str, str]:
-        headers: dict[str, str] = self.cleaned_data["headers"]
-        if not isinstance(headers, dict):
-            return headers  # the model's clean says what a header map looks like
-        for name, value in headers.items():
-            if not isinstance(value, str):
-                continue
-            if any(word in name.lower() for word in SECRET_HEADER_WORDS) and not (
-                    value.startswith("env:") and len(value) > 4):
-                raise ValidationError(
-                    f"{name} carries a credential: write env:VARIABLE_NAME so the value is "
-                    "read from the environment and never stored.")
-            if value.startswith("env:"):
-                self._check_passed_on(name, value[4:])
-        return headers
-
-    @staticmethod
-    def _check_passed_on(key: str, variable: str) -> None:
-        """A variable an MCP server gets must be one credentials may come from, and never
-        a model endpoint's API key: provider keys are not handed to tool servers."""
-        if problem := secret_variable_problem(variable):
-            raise ValidationError(f"{key}: {problem}.")
-        if ModelEndpoint.objects.filter(api_key_env=variable).exists():
-            raise ValidationError(f"{key}: {variable} holds a model endpoint's API key, "
-                                  "which is never passed on to an MCP server.")
+# The form lives with the API's (web/registry_forms.py): one validator.
+__all__ = ["McpServerAdmin", "McpServerForm"]
 
 
 @admin.register(McpServer)

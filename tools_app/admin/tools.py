@@ -13,97 +13,24 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from tools_app.runs.snapshot.access import secret_variable_problem
-from tools_app.runs.snapshot.mcp import mcp_config_problems
-
-from ..engine.definitions import schema_problems
-from ..models import (
-    ToolKind,
-    ToolRegistration,
+from tools_app.web.registry_forms import (
+    ToolRegistrationForm,
+    json_schema_problems,
+    note_person_edits,
 )
+
+from ..models import ToolRegistration
 from ..tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
-from ..tools.kinds import config_help, config_problems
-from ..tools.registry import (
-    PERSON_FIELDS,
-    compute_version_hash,
-    record_version,
-    resolve_tool_function,
-)
+from ..tools.kinds import config_help
+from ..tools.registry import record_version
 
-
-def json_schema_problems(schema: Any) -> list[str]:
-    """What keeps `schema` from being the JSON Schema object of a tool's arguments."""
-    if not isinstance(schema, dict):
-        return ["The schema must be a JSON object."]
-    problems = []
-    if schema.get("type") != "object":
-        problems.append('Its "type" must be "object": tool arguments are always an object.')
-    properties = schema.get("properties", {})
-    if not isinstance(properties, dict) or not all(
-        isinstance(p, dict) for p in properties.values()
-    ):
-        problems.append('"properties" must map each argument name to a schema object.')
-        properties = {}
-    required = schema.get("required", [])
-    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-        problems.append('"required" must be a list of argument names.')
-    elif missing := [r for r in required if r not in properties]:
-        problems.append(f'"required" names arguments missing from "properties": {missing}.')
-    if not isinstance(schema.get("additionalProperties", True), bool | dict):
-        problems.append('"additionalProperties" must be true, false or a schema object.')
-    return problems
-
-
-class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
-    class Meta:
-        model = ToolRegistration
-        fields = ("name", "kind", "python_path", "description", "json_schema", "config",
-                  "return_behavior", "strict", "timeout_seconds", "requires_approval",
-                  "idempotent", "enabled")
-        # The admin renders help text as HTML: each line escaped, then joined by <br>.
-        help_texts = {"config": format_html_join(SafeString("<br>"), "{}", (
-            (line,) for line in config_help().splitlines()))}
-
-    def clean_json_schema(self) -> dict[str, Any]:
-        schema: dict[str, Any] = self.cleaned_data["json_schema"]
-        # Also what schema-only tools are validated with: the Draft 2020-12 meta-schema,
-        # and no $ref out of the document.
-        if problems := json_schema_problems(schema) or schema_problems(schema):
-            raise ValidationError(problems)
-        return schema
-
-    def clean(self) -> dict[str, Any]:
-        cleaned: dict[str, Any] = super().clean() or {}
-        path = (cleaned.get("python_path") or "").strip()
-        if cleaned.get("kind") == ToolKind.PYTHON:
-            if not path:
-                self.add_error("python_path", "A Python tool needs module.function.")
-            else:
-                try:
-                    resolve_tool_function(path)
-                except ValueError as exc:
-                    self.add_error("python_path", str(exc))
-        elif path:
-            self.add_error("python_path", "Only Python tools have a Python path.")
-        kind = cleaned.get("kind")
-        if kind == ToolKind.MCP:
-            problems = mcp_config_problems(cleaned.get("config"))
-        elif kind and "config" in cleaned:
-            problems = config_problems(kind, cleaned["config"], secret_variable_problem)
-        else:
-            problems = []
-        for problem in problems:
-            self.add_error("config", problem)
-        return cleaned
-
-    def save(self, commit: bool = True) -> ToolRegistration:
-        # The hash must describe what is saved, whichever field the admin changed.
-        self.instance.version_hash = compute_version_hash(self.instance)
-        registration: ToolRegistration = super().save(commit)
-        return registration
+# The form and its checks live with the API's (web/registry_forms.py): one validator.
+__all__ = ["ToolImportForm", "ToolRegistrationAdmin", "ToolRegistrationForm",
+           "json_schema_problems"]
 
 
 class ToolImportForm(forms.Form):
@@ -199,9 +126,7 @@ class ToolRegistrationAdmin(admin.ModelAdmin[ToolRegistration]):
 
     def save_model(self, request: HttpRequest, obj: ToolRegistration, form: Any,
                    change: bool) -> None:
-        # What a person sets here stays set: sync (seed_demo at every `make run`) keeps it.
-        changed = set(form.changed_data) & set(PERSON_FIELDS)
-        obj.edited_fields = sorted(set(obj.edited_fields or ()) | changed)
+        note_person_edits(obj, form.changed_data)
         super().save_model(request, obj, form, change)
         record_version(obj)  # a new registration, or an edit that changed the hash
 
