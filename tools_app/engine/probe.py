@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -126,6 +126,17 @@ async def probe_capabilities(
         checked_at=datetime.now(UTC),
         checks=tuple(checks),
     )
+
+
+def unstarted_report(model_name: str, exc: Exception) -> CapabilityReport:
+    """The report of a probe that could not start (no model to ask, say a missing
+    key): every check an error saying why, so a reader learns the probe ended."""
+    _, detail = _classify(exc)
+    return CapabilityReport(
+        model_name=model_name, checked_at=datetime.now(UTC),
+        checks=tuple(CheckResult(name=name, status="error",
+                                 detail=f"the probe could not start: {detail}")
+                     for name in get_args(CheckName)))
 
 
 def _resolve(source: ModelSource) -> ChatModel:

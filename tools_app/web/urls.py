@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from tools_app.web.api import app as api
-from tools_app.web.pages import audit, compare, fork, reexecution, tryit, views, waiting
+from tools_app.web.pages import audit, compare, fork, probes, reexecution, tryit, views, waiting
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -46,6 +46,8 @@ urlpatterns = [
     path("tools/<path:name>/", audit.tool_detail, name="tool_detail"),
     path("endpoints/", views.endpoint_list, name="endpoint_list"),
     path("endpoints/<uuid:endpoint_id>/probe/", views.endpoint_probe, name="endpoint_probe"),
+    path("endpoints/<uuid:endpoint_id>/probe/report/", probes.endpoint_probe_report,
+         name="endpoint_probe_report"),
     # The JSON API (django-ninja): its routes, /api/openapi.json, /api/docs, JSON 404s.
     *api.urlpatterns,
 ]

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from tools_app.engine.probe import probe_capabilities
+from tools_app.engine.probe import probe_capabilities, unstarted_report
 from tools_app.models import ModelEndpoint
 from tools_app.runs.snapshot.engine import chat_model_for
 from tools_app.runs.snapshot.frozen import endpoint_section
+
+logger = logging.getLogger(__name__)
 
 
 def may_probe(user: Any) -> bool:
@@ -22,12 +25,20 @@ def may_probe(user: Any) -> bool:
 
 
 async def probe_and_store(endpoint_id: str) -> str:
+    """Probe the endpoint and store the report; a probe that cannot even start stores
+    why as its report too, so the pages waiting for it learn that it ended."""
     endpoint = await ModelEndpoint.objects.aget(pk=endpoint_id)
-    frozen = endpoint_section(endpoint)
-    model, _ = chat_model_for(frozen.model_copy(update={"stream": False}), max_retries=1)
-    streaming, _ = chat_model_for(frozen.model_copy(update={"stream": True}), max_retries=1)
-    report = await probe_capabilities(model, streaming_model=streaming,
-                                      model_name=endpoint.model or endpoint.name)
+    name = endpoint.model or endpoint.name
+    try:
+        frozen = endpoint_section(endpoint)
+        model, _ = chat_model_for(frozen.model_copy(update={"stream": False}), max_retries=1)
+        streaming, _ = chat_model_for(frozen.model_copy(update={"stream": True}),
+                                      max_retries=1)
+    except Exception as exc:  # its configuration, not a check: no model to ask
+        logger.warning("probe of endpoint %s could not start: %s", endpoint_id, exc)
+        report = unstarted_report(name, exc)
+    else:
+        report = await probe_capabilities(model, streaming_model=streaming, model_name=name)
     endpoint.capability_report = report.model_dump(mode="json")
     endpoint.capability_checked_at = timezone.now()
     await sync_to_async(endpoint.save)(

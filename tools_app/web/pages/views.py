@@ -51,6 +51,7 @@ from tools_app.runs.tasks import enqueue_probe
 from tools_app.runs.worker.probing import may_probe
 from tools_app.web.export import export_response
 from tools_app.web.pages.forms import PlaygroundForm
+from tools_app.web.pages.probes import mark_asked, probe_views
 
 
 class AuthenticatedHttpRequest(HttpRequest):
@@ -90,7 +91,7 @@ def playground(request: AuthenticatedHttpRequest) -> HttpResponse:
         form = PlaygroundForm(initial=_remembered(request))
     script_tools = selectors.script_tools()
     return render(request, "tools_app/playground.html",
-                  {"form": form, "endpoints": selectors.endpoints_for_playground(),
+                  {"form": form, "probes": probe_views(selectors.endpoints_for_playground()),
                    "scripted_ids": selectors.scripted_endpoint_ids(),
                    "script_tools": json.dumps(script_tools),
                    "script_calls": script_tools.get(str(form["endpoint"].value()), []),
@@ -403,7 +404,7 @@ def endpoint_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 def _endpoint_list_page(request: AuthenticatedHttpRequest, status: int = 200) -> HttpResponse:
     return render(request, "tools_app/endpoint_list.html",
-                  {"endpoints": selectors.endpoints_for_playground(),
+                  {"probes": probe_views(selectors.endpoints_for_playground()),
                    "may_probe": may_probe(request.user)}, status=status)
 
 
@@ -419,7 +420,9 @@ def endpoint_probe(request: AuthenticatedHttpRequest, endpoint_id: Any) -> HttpR
                        f"{settings.AGENTFORGE_PROBE_RATE} per user. Try again later.")
         return _endpoint_list_page(request, status=429)
     enqueue_probe(str(endpoint.pk))
-    messages.info(request, f"Probing {endpoint.name}; reload in a few seconds for the report.")
+    mark_asked(endpoint, request.user)
+    messages.info(request, f"Probing {endpoint.name}: its report shows here as soon as the "
+                  "probe ends.")
     # Back where the probe was asked for (only these two pages: no open redirect); the
     # playground's script restores the draft it saved before the probe left the page.
     if request.POST.get("back") == "playground":
