@@ -124,7 +124,7 @@ def test_untrusted_call_text_is_inert(bob_client: Client, world: dict[str, Any])
     html = bob_client.get("/calls/").content.decode()
     # The page's own htmx attributes are the filter form's; the payload's are text.
     form = Tree(html).by_id("call-filters")
-    assert_inert(html.replace(_opening_tag(html, form.attrs), "<form>"), scripts=2)
+    assert_inert(html.replace(_opening_tag(html, form.attrs), "<form>"), scripts=3)
     assert "call-row-" + str(world["a2"].pk) in Tree(html).ids()
 
 

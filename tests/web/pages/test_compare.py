@@ -327,3 +327,37 @@ def _calls_in(page: Tree, section_id: str) -> int:
     section = page.by_id(section_id)
     return sum(1 for e in page.elements
                if e.tag == "tr" and "data-status" in e.attrs and section in e.ancestors_or_self())
+
+
+def test_the_runs_list_ticks_runs_into_a_form_for_the_compare_page(
+    bob_client: Client, pair: tuple[Run, Run],
+) -> None:
+    a, b = pair
+    page = Tree(bob_client.get("/runs/").content.decode())
+
+    form = page.by_id("compare-runs")
+    assert (form.tag, form.attrs["method"], form.attrs["action"]) == (
+        "form", "get", "/runs/compare")
+    ticks = _ticks(page, form)
+    assert ticks == [str(b.pk), str(a.pk)]  # newest first, like the rows
+    assert "hx-preserve" in page.by_id(f"tick-{a.pk}").attrs
+    # a live row's update keeps the box (and, with hx-preserve, its tick)
+    row = Tree(bob_client.get(f"/runs/{a.pk}/row/").content.decode())
+    assert row.by_id(f"tick-{a.pk}").attrs["value"] == str(a.pk)
+
+
+def test_the_calls_list_ticks_the_run_of_each_call(bob_client: Client,
+                                                   pair: tuple[Run, Run]) -> None:
+    a, b = pair
+    page = Tree(bob_client.get("/calls/").content.decode())
+
+    form = page.by_id("compare-calls")
+    assert (form.attrs["method"], form.attrs["action"]) == ("get", "/runs/compare")
+    ticks = _ticks(page, form)
+    assert sorted(set(ticks)) == sorted({str(a.pk), str(b.pk)})
+    assert len(ticks) == ToolCall.objects.filter(run__in=pair).count()
+
+
+def _ticks(page: Tree, form: Any) -> list[str]:
+    return [e.attrs["value"] or "" for e in page.elements
+            if e.tag == "input" and e.attrs.get("name") == "run" and form in e.ancestors_or_self()]
