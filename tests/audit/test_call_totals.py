@@ -13,8 +13,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tests.web import audit_world
+from tools_app.audit import call_filters
 from tools_app.audit import call_totals as totals_module
-from tools_app.audit.call_filters import filtered_calls
+from tools_app.audit.call_filters import counted_calls, filtered_calls, matching_calls
 from tools_app.audit.call_totals import CallTotals, Tally, call_totals
 from tools_app.models import ToolCall
 
@@ -66,7 +67,7 @@ def test_past_the_cap_a_count_says_more_than(world: dict[str, Any],
 def test_out_of_time_a_count_says_not_counted_and_the_page_goes_on(
         world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(totals_module, "BUDGET", 0.0)
-    monkeypatch.setattr(totals_module, "_CHECK_EVERY", 1)
+    monkeypatch.setattr("tools_app.audit.deadline.CHECK_EVERY", 1)
     if connection.vendor == "postgresql":  # a timeout of 1 ms: make the count take longer
         monkeypatch.setattr(totals_module, "CAP", 10**9)
         slow = ToolCall.objects.extra(where=["pg_sleep(0.01) IS NOT NULL"])
@@ -83,6 +84,20 @@ def test_out_of_time_a_count_says_not_counted_and_the_page_goes_on(
             assert cursor.fetchone()[0] == "0"
 
 
+def test_a_stop_is_told_even_while_queries_are_logged(
+        world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # DEBUG's cursor logs a statement's parameters with a query of its own, after the
+    # stop: it must run, and the stop still be told
+    monkeypatch.setattr(totals_module, "BUDGET", 0.0)
+    monkeypatch.setattr("tools_app.audit.deadline.CHECK_EVERY", 1)
+    monkeypatch.setattr(totals_module, "CAP", 10**9)
+    slow = EVERY if connection.vendor == "sqlite" else ToolCall.objects.extra(
+        where=["pg_sleep(0.01) IS NOT NULL"])
+    with CaptureQueriesContext(connection):
+        assert counted({"tool": "get_weather"}, calls=slow) == CallTotals(Tally(None),
+                                                                         Tally(None))
+
+
 def test_a_failing_database_is_not_taken_for_a_stop(
         world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     from django.db import OperationalError
@@ -95,11 +110,16 @@ def test_a_failing_database_is_not_taken_for_a_stop(
         counted({"state": "timeout"})
 
 
-def test_a_known_small_count_gives_the_same_sorted_pages(world: dict[str, Any]) -> None:
-    # with `matches` (few: SQLite sorts them itself) or without (each sort's index)
+def test_every_way_to_a_sorted_page_gives_the_same_pages(
+        world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # with `matches` (few: SQLite sorts them itself), without (each sort's index), and
+    # out of time on the sort's index (SQLite then sorts them itself)
     for sort in ("started", "-duration", "duration", "tool"):
         pages = []
-        for matches in (None, 10):
+        for matches, budget in ((None, 1.0), (10, 1.0), (None, 0.0)):
+            monkeypatch.setattr("tools_app.audit.call_filters.SORT_BUDGET", budget)
+            monkeypatch.setattr("tools_app.audit.deadline.CHECK_EVERY", 1 if not budget
+                                else 2_000)
             ids: list[int] = []
             params = {"sort": sort, "limit": "3"}
             for _ in range(5):
@@ -109,5 +129,35 @@ def test_a_known_small_count_gives_the_same_sorted_pages(world: dict[str, Any]) 
                     break
                 params = {"sort": sort, "limit": "3", "cursor": page.next_cursor}
             pages.append(audit_world.labels(world, ids))
-        assert pages[0] == pages[1], sort
+        assert pages[0] == pages[1] == pages[2], sort
         assert len(pages[0]) == 10
+
+
+def test_out_of_time_on_a_sorts_index_sqlite_sorts_the_matches_itself(
+        world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tools_app.audit.call_filters.SORT_BUDGET", 0.0)
+    monkeypatch.setattr("tools_app.audit.deadline.CHECK_EVERY", 1)
+    tries: list[bool] = []
+    ids_in_order = call_filters._ids_in_order
+
+    def spied(*args: Any, plain: bool) -> list[int]:
+        tries.append(plain)
+        return ids_in_order(*args, plain=plain)
+
+    monkeypatch.setattr(call_filters, "_ids_in_order", spied)
+    page = filtered_calls(EVERY, {"sort": "-duration", "state": "timeout,ok"})
+    assert audit_world.labels(world, [c.pk for c in page.calls]) == ["b1", "c1", "a1"]
+    # SQLite: a first try on the index, then without it; PostgreSQL: one, as planned
+    assert tries == ([False, True] if connection.vendor == "sqlite" else [False])
+
+
+@pytest.mark.parametrize("params", [
+    {}, {"status": "failed,running"}, {"endpoint": "alpha"}, {"user": "bob"},
+    {"status": "succeeded", "tool": "get_weather", "state": "ok"}, {"q": "weather"},
+    {"endpoint": "nothing"}, {"min_ms": "10", "max_ms": "200", "handler": "-"},
+])
+def test_a_count_reads_the_same_calls_as_the_list(world: dict[str, Any],
+                                                  params: dict[str, str]) -> None:
+    listed = set(matching_calls(EVERY, params).values_list("pk", flat=True))
+    assert set(counted_calls(EVERY, params).values_list("pk", flat=True)) == listed
+    assert counted(params).calls == Tally(len(listed))

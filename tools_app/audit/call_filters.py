@@ -22,10 +22,11 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import connections
+from django.db import OperationalError, connections
 from django.db.models import Exists, Expression, F, Func, Max, Min, OuterRef, Q, QuerySet
 from django.db.models.expressions import OrderBy
 
+from tools_app.audit.deadline import deadline, stopped
 from tools_app.audit.run_filters import MAX_QUERY, FilterError, _limit, _moment, apply_filters
 from tools_app.audit.search import search_calls
 from tools_app.models import IN_PROGRESS_CALL_STATES, Run, RunStatus, ToolCall, ToolCallState
@@ -58,6 +59,7 @@ MAX_MS = 1e9  # about eleven days: any larger bound is a typo
 # Up to this many matching calls (counted: `filtered_calls`' `matches`), SQLite sorts
 # them itself rather than walk a sort's index past every call that does not match.
 FEW_TO_SORT = 10_000
+SORT_BUDGET = 0.05  # seconds SQLite reads a sort's index for a page before sorting itself
 
 
 @dataclass(frozen=True)
@@ -193,10 +195,27 @@ class _Unindexed(Func):
 def _sorted_ids(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | None,
                 count: int, *, in_memory: bool) -> list[int]:
     """Up to `count` ids of `calls` in `sort`'s order, after the call keyed `after`.
-    Each comparison is on the key and the id, with `key <= v` (or `>=`) first so the
-    index is read from the cursor on. `in_memory` (SQLite, few matches): the key and
-    the id without their index, so the filters' indexes find the matches."""
-    plain = in_memory and connections[calls.db].vendor == "sqlite"
+    SQLite reads the sort's index, for at most SORT_BUDGET seconds (matches the index
+    reaches late, such as time-outs among the shortest calls first, would be a scan of
+    nearly every call), then sorts the matches itself, found by the filters' indexes;
+    with `in_memory` (few matches, counted) it does that at once. PostgreSQL's planner
+    weighs the two itself."""
+    if connections[calls.db].vendor != "sqlite":
+        return _ids_in_order(calls, sort, after, count, plain=False)
+    if not in_memory:
+        try:
+            with deadline(calls.db, SORT_BUDGET):
+                return _ids_in_order(calls, sort, after, count, plain=False)
+        except OperationalError as exc:
+            if not stopped(exc):
+                raise
+    return _ids_in_order(calls, sort, after, count, plain=True)
+
+
+def _ids_in_order(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | None,
+                  count: int, *, plain: bool) -> list[int]:
+    """Each comparison is on the key and the id, with `key <= v` (or `>=`) first so the
+    index is read from the cursor on; `plain`: the key and the id without their index."""
     key: Expression = sort.key()
     pk: Any = F("pk")
     if plain:
@@ -255,9 +274,17 @@ def _of_runs(calls: QuerySet[ToolCall], **lookups: Any) -> QuerySet[ToolCall]:
     return calls.filter(Exists(Run.objects.filter(pk=OuterRef("run_id"), **lookups)))
 
 
-def _status(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+def _from_runs(calls: QuerySet[ToolCall], **lookups: Any) -> QuerySet[ToolCall]:
+    """Calls whose run matches `lookups`, read from the matching runs (`run_id IN`): to
+    count them, where no order matters, the runs' indexes find the runs and the calls'
+    run index their calls, instead of a check of every call's run."""
+    return calls.filter(run_id__in=Run.objects.filter(**lookups).values("pk"))
+
+
+def _status(calls: QuerySet[ToolCall], value: str,
+            of_runs: Callable[..., QuerySet[ToolCall]] = _of_runs) -> QuerySet[ToolCall]:
     """The status of the call's run."""
-    return _of_runs(calls, status__in=_names("status", value, RunStatus.values))
+    return of_runs(calls, status__in=_names("status", value, RunStatus.values))
 
 
 def _state(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
@@ -273,11 +300,12 @@ def _names(field: str, value: str, allowed: list[str]) -> list[str]:
     return wanted
 
 
-def _endpoint(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+def _endpoint(calls: QuerySet[ToolCall], value: str,
+              of_runs: Callable[..., QuerySet[ToolCall]] = _of_runs) -> QuerySet[ToolCall]:
     try:
-        return _of_runs(calls, endpoint_id=uuid.UUID(value))
+        return of_runs(calls, endpoint_id=uuid.UUID(value))
     except ValueError:
-        return _of_runs(calls, endpoint__name=value)
+        return of_runs(calls, endpoint__name=value)
 
 
 def _tool(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
@@ -329,6 +357,19 @@ _FILTERS: dict[str, Callable[[QuerySet[ToolCall], str], QuerySet[ToolCall]]] = {
     "since": _since, "until": _until, "state": _state, "min_ms": _min_ms, "max_ms": _max_ms,
     "handler": _handler,
 }
+# The same filters for a count (`counted_calls`): a run's status and endpoint read from
+# the runs.
+_COUNTING_FILTERS = _FILTERS | {
+    "status": lambda calls, value: _status(calls, value, _from_runs),
+    "endpoint": lambda calls, value: _endpoint(calls, value, _from_runs)}
+
+
+def counted_calls(calls: QuerySet[ToolCall], params: Mapping[str, str]) -> QuerySet[ToolCall]:
+    """The calls `matching_calls` finds, unordered and written for counting them; the
+    filters of an export only (a page's `sort`, `cursor` and `limit` are refused)."""
+    calls = apply_filters(calls, params, CALL_EXPORT_FILTERS, _COUNTING_FILTERS)
+    _check_duration_range(params)
+    return calls.order_by()
 
 
 def _milliseconds(field: str, value: str) -> float:

@@ -3,30 +3,28 @@ without letting a count at a million calls slow the page.
 
 - Staff with no filter, or only `tool`: exact, from the counts the database triggers
   keep per tool and quarter hour (`ToolCallSlot`): a few thousand rows at most.
-- Otherwise counted, up to `CAP` calls (then "more than CAP") and within `BUDGET`
-  seconds (then "not counted"): reading every match of a filter that only a scan
-  decides (a run's status or endpoint, checked per call) would take seconds, so the
-  database is told to stop (SQLite: a progress handler; PostgreSQL: statement_timeout
-  in a savepoint). Errors are counted the same way, once more when the calls were
+- Otherwise counted (`call_filters.counted_calls`: the list's filters, a run's status
+  or endpoint read from the runs), up to `CAP` calls (then "more than CAP") and within
+  `BUDGET` seconds (then "not counted"): a rare match that no index finds would
+  otherwise be a scan of every call, so the database is told to stop
+  (`audit.deadline`). Errors are counted the same way, once more when the calls were
   more than the cap.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from django.db import OperationalError, connections, transaction
+from django.db import OperationalError
 from django.db.models import Count, Q, QuerySet, Sum
 
-from tools_app.audit.call_filters import CALL_EXPORT_FILTERS, matching_calls
+from tools_app.audit.call_filters import counted_calls
+from tools_app.audit.deadline import deadline, stopped
 from tools_app.models import ToolCall, ToolCallSlot
 
 CAP = 10_000
 BUDGET = 0.08  # seconds for all the counting of one page
-_CHECK_EVERY = 2_000  # SQLite virtual machine steps between looks at the clock
 
 
 @dataclass(frozen=True)
@@ -63,10 +61,10 @@ def call_totals(visible: QuerySet[ToolCall], params: Mapping[str, str], *,
     filters = {k: v for k, v in params.items() if k not in ("sort", "cursor", "limit")}
     if every_call and set(filters) <= {"tool"}:
         return _from_slots(visible.db, filters.get("tool"))
-    calls = matching_calls(visible, filters, CALL_EXPORT_FILTERS).order_by()
+    calls = counted_calls(visible, filters)
     found: dict[str, int] = {}
     try:
-        with _deadline(calls.db, BUDGET):
+        with deadline(calls.db, BUDGET):
             # calls and errors among at most CAP + 1 matches, in one query
             first = calls[:CAP + 1].aggregate(n=Count("*"),
                                               errors=Count("pk", filter=Q(is_error=True)))
@@ -75,7 +73,7 @@ def call_totals(visible: QuerySet[ToolCall], params: Mapping[str, str], *,
                 found["erring"] = int(calls.filter(is_error=True)[:CAP + 1]
                                       .aggregate(n=Count("*"))["n"])
     except OperationalError as exc:
-        if not _stopped(exc):
+        if not stopped(exc):
             raise
     return _totals(found)
 
@@ -96,37 +94,3 @@ def _from_slots(using: str, tool: str | None) -> CallTotals:
         slots = slots.filter(tool_name=tool)
     summed = slots.aggregate(calls=Sum("calls"), errors=Sum("errors"))
     return CallTotals(Tally(int(summed["calls"] or 0)), Tally(int(summed["errors"] or 0)))
-
-
-def _stopped(exc: OperationalError) -> bool:
-    """Whether the error is the deadline's stop, not a failing database: SQLite's
-    "interrupted", PostgreSQL's query_canceled (57014)."""
-    cause = exc.__cause__
-    return str(exc) == "interrupted" or getattr(cause, "sqlstate", None) == "57014"
-
-
-@contextmanager
-def _deadline(using: str, seconds: float) -> Iterator[None]:
-    """The queries inside stop with an OperationalError once `seconds` have passed."""
-    connection = connections[using]
-    if connection.vendor == "sqlite":
-        connection.ensure_connection()
-        raw = connection.connection
-        end = time.monotonic() + seconds
-        raw.set_progress_handler(lambda: time.monotonic() > end, _CHECK_EVERY)
-        try:
-            yield
-        finally:
-            raw.set_progress_handler(None, 0)
-        return
-    # PostgreSQL: a timeout for the statements of a savepoint (a stop rolls it back, and
-    # the timeout with it), put back before the savepoint is released, so the rest of
-    # an enclosing transaction keeps its own (set_config(..., true) is SET LOCAL, with
-    # the value as a parameter).
-    with transaction.atomic(using=using), connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('statement_timeout'), "
-                       "set_config('statement_timeout', %s, true)",
-                       [str(max(1, round(seconds * 1000)))])
-        before = cursor.fetchone()[0]
-        yield
-        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])

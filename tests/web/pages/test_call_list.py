@@ -169,7 +169,7 @@ def test_the_totals_count_the_selection_not_the_page(
 def test_totals_that_take_too_long_are_not_counted_and_the_rows_still_show(
         bob_client: Client, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("tools_app.audit.call_totals.BUDGET", 0.0)
-    monkeypatch.setattr("tools_app.audit.call_totals._CHECK_EVERY", 1)
+    monkeypatch.setattr("tools_app.audit.deadline.CHECK_EVERY", 1)
     response = bob_client.get("/calls/?sort=tool")
     assert response.status_code == 200
     assert totals_of(response.content.decode()).startswith(
