@@ -31,13 +31,20 @@ BODY_SCHEMAS = {
     ("/api/runs/{run_id}/continue", "post"): "ContinueBody",
     ("/api/runs/{run_id}/calls/{call_id}/execute", "post"): "ExecuteBody",
     ("/api/tools/{name}/try", "post"): "TryBody",
+    ("/api/tools", "post"): "ToolBody",
+    ("/api/tools/{tool}", "patch"): "ToolPatchBody",
+    ("/api/endpoints", "post"): "EndpointBody",
+    ("/api/endpoints/{endpoint}", "patch"): "EndpointPatchBody",
+    ("/api/mcp-servers", "post"): "McpServerBody",
+    ("/api/mcp-servers/{server}", "patch"): "McpServerPatchBody",
 }
 # The required fields of each body, so that the one field too many is the first problem.
 REQUIRED = {"StartRunBody": {"endpoint": "e", "messages": [{"role": "user"}]},
             "ForkBody": {"round": 1}, "DecisionBody": {"call_id": "c", "decision": "approve"},
-            "ExecuteBody": {"arguments": {}}}
+            "ExecuteBody": {"arguments": {}}, "ToolBody": {"name": "t", "kind": "mock"},
+            "EndpointBody": {"name": "e", "kind": "scripted"}, "McpServerBody": {"name": "m"}}
 SAMPLES = {"run_id": MISSING_RUN, "call_id": "1", "number": "1", "name": "get_weather",
-           "fmt": "csv"}
+           "fmt": "csv", "tool": "get_weather", "endpoint": "scripted", "server": "time"}
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from pydantic_core import ErrorDetails
 from tools_app.audit.run_filters import FilterError
 from tools_app.runs.debugger.approvals import DecisionError
 from tools_app.runs.debugger.reexecution import ReexecutionError
-from tools_app.web.api import approvals, calls, reexecution, runs, tryit
+from tools_app.web.api import approvals, calls, reexecution, registry, runs, tryit
 from tools_app.web.api.base import ApiError, BearerToken
 from tools_app.web.api.bodies import JsonObjectParser, json_path, refusal, too_large
 from tools_app.web.api.schemas import Body
@@ -102,6 +102,10 @@ api.add_router("runs", approvals.router)
 api.add_router("runs", reexecution.router)
 api.add_router("calls", calls.router)
 api.add_router("tools", tryit.router)
+api.add_router("tools", registry.tools_router)
+api.add_router("endpoints", registry.endpoints_router)
+api.add_router("mcp-servers", registry.mcp_router)
+api.add_router("policies", registry.policies_router)
 
 
 # -- every error in the API's shape --------------------------------------------------------

@@ -12,6 +12,7 @@ arguments fit the tool's schema) is checked by the view and the runs layer after
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -155,3 +156,79 @@ class Queued(Schema):
     number: int
     state: str
     url: str
+
+
+# -- the registry (api/registry.py) ------------------------------------------------------
+# Typed by JSON type only: what a value must be (a kind, a URL, a schema, a configuration)
+# is the admin's form's to say (web/registry_forms.py), so both say it alike. Fields left
+# out keep their value (an update) or the model's default (a creation).
+
+# The field json_schema hides ninja's Schema.json_schema() (the deprecated .schema()'s
+# helper, which nothing here calls); pydantic's warning about it is silenced.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message='Field name "json_schema"')
+
+    class ToolPatchBody(Body):
+        name: str | None = None
+        kind: str | None = Field(default=None, description="http or mock (python tools come "
+                                 "from code, mcp tools from syncing their server)")
+        description: str | None = None
+        json_schema: Any = Field(default=None, description="The arguments' JSON schema")
+        config: Any = Field(default=None, description="The kind's configuration; credentials "
+                            "in headers as env:NAME")
+        return_behavior: str | None = Field(default=None,
+                                            description="to_llm, immediate or immediate_if_last")
+        strict: bool | None = None
+        timeout_seconds: float | None = Field(default=None,
+                                              description="null: the policy's default timeout")
+        requires_approval: bool | None = None
+        idempotent: bool | None = None
+        enabled: bool | None = None
+
+    class ToolBody(ToolPatchBody):
+        name: str = Field(min_length=1)
+        kind: str = Field(min_length=1, description="http or mock (python tools come from "
+                          "code, mcp tools from syncing their server)")
+        # Declared again: inherited, its default would be the method it hides.
+        json_schema: Any = Field(default=None, description="The arguments' JSON schema")
+
+
+class EndpointPatchBody(Body):
+    name: str | None = None
+    kind: str | None = Field(default=None, description="openai, anthropic, gemini, "
+                             "openai_compatible or scripted")
+    model: str | None = None
+    base_url: str | None = None
+    stream: bool | None = None
+    api_key_env: str | None = Field(default=None, description="The NAME of the environment "
+                                    "variable holding the key, never the key")
+    extra_headers: Any = Field(default=None, description="Header -> value; credentials as "
+                               "env:NAME")
+    default_parameters: Any = None
+    proxy_url: str | None = Field(default=None, description="http(s)://host:port or env:NAME")
+    timeout_seconds: float | None = None
+    script: Any = Field(default=None, description="A scripted endpoint's steps")
+
+
+class EndpointBody(EndpointPatchBody):
+    name: str = Field(min_length=1)
+    kind: str = Field(min_length=1, description="openai, anthropic, gemini, "
+                      "openai_compatible or scripted")
+
+
+class McpServerPatchBody(Body):
+    name: str | None = None
+    transport: str | None = Field(default=None, description="stdio or http")
+    command: str | None = None
+    args: Any = Field(default=None, description="stdio: the command's arguments")
+    env: Any = Field(default=None, description="stdio: variables; credentials as env:NAME")
+    url: str | None = None
+    headers: Any = Field(default=None, description="http: headers; credentials as env:NAME")
+    tool_prefix: str | None = None
+    startup_timeout: float | None = None
+    call_timeout: float | None = None
+    enabled: bool | None = None
+
+
+class McpServerBody(McpServerPatchBody):
+    name: str = Field(min_length=1)
