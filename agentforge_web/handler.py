@@ -24,19 +24,30 @@ requests, and the thread's connection outlives the request where Django's
 threads are kept; a burst beyond that gets new threads, which end, with their
 connections closed, when their requests do.
 
+Streamed answers: a response whose content is an async iterator (the API's event
+stream and long poll) is written on the event loop, for as long as its producer waits.
+When one starts, the request gives its kept thread back (`LentThread.release`, after
+closing its connections as the request's end would) and what the request still runs
+synchronously (the response's close, the request_finished signal) goes to a thread
+started only then. A stream open for minutes thus holds no thread.
+
 The WebSockets have their own stack (channels), untouched.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
-from concurrent.futures import ThreadPoolExecutor
+import contextvars
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
-from django.db import connections
+from django.db import close_old_connections, connections
+from django.http.response import HttpResponseBase
 
 REQUEST_THREAD_PREFIX = "agentforge-request"
 
@@ -87,6 +98,39 @@ def end_thread(executor: ThreadPoolExecutor) -> None:
 REQUEST_THREADS = KeptRequestThreads()
 
 
+class LentThread(Executor):
+    """The request's thread-sensitive executor: a kept thread, until `release` gives it
+    back early (for a streamed answer); later calls go to a thread of the request's own,
+    started on first use and ended with the request."""
+
+    def __init__(self, kept: ThreadPoolExecutor) -> None:
+        self.kept = kept
+        self.current = kept
+
+    def submit[R](self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
+        return self.current.submit(fn, *args, **kwargs)
+
+    async def release(self) -> None:
+        if self.current is not self.kept:
+            return
+        # As the request's end would (request_finished): on the kept thread, its
+        # connections are closed if they may not be kept (PostgreSQL gives them back to
+        # the pool), so another request may have the thread.
+        await asyncio.wrap_future(self.kept.submit(close_old_connections))
+        self.current = ThreadPoolExecutor(max_workers=1,
+                                          thread_name_prefix=REQUEST_THREAD_PREFIX)
+        REQUEST_THREADS.give_back(self.kept)
+
+    def finish(self) -> None:
+        if self.current is self.kept:
+            REQUEST_THREADS.give_back(self.kept)
+        else:
+            end_thread(self.current)
+
+
+_lent: contextvars.ContextVar[LentThread] = contextvars.ContextVar("agentforge_lent_thread")
+
+
 class OneHopASGIHandler(ASGIHandler):
     def load_middleware(self, is_async: bool = False) -> None:
         super().load_middleware(is_async=False)
@@ -97,11 +141,20 @@ class OneHopASGIHandler(ASGIHandler):
         if scope["type"] != "http":  # as Django's handler says
             raise ValueError(
                 f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        executor = REQUEST_THREADS.take()
+        lent = LentThread(REQUEST_THREADS.take())
+        token = _lent.set(lent)
         try:
             # Everything the request runs synchronously (the request signals, the
             # middleware and view, the response's close) runs on this one thread.
-            async with ThreadSensitiveContext(executor=executor):
+            async with ThreadSensitiveContext(executor=lent):
                 await self.handle(scope, receive, send)
         finally:
-            REQUEST_THREADS.give_back(executor)
+            _lent.reset(token)
+            lent.finish()
+
+    async def send_response(self, response: HttpResponseBase, send: Any) -> None:
+        if getattr(response, "is_async", False) and response.streaming:
+            lent = _lent.get(None)
+            if lent is not None:
+                await lent.release()  # written on the loop: the thread has nothing to do
+        await super().send_response(response, send)

@@ -356,3 +356,10 @@ AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK = envbool("AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK
 # channel layer that lost its connection (Redis restarted) delays the timeline, never
 # freezes it.
 AGENTFORGE_LIVE_POLL_SECONDS = envfloat("AGENTFORGE_LIVE_POLL_SECONDS", 5.0, above=0)
+
+# The API's live events (GET /api/runs/<id>/events/stream, Server-Sent Events): a comment
+# line this often keeps proxies from closing a quiet stream (and re-reads the run in case
+# a notification was lost); each user may hold this many streams at once per process.
+AGENTFORGE_API_STREAM_HEARTBEAT_SECONDS = envfloat(
+    "AGENTFORGE_API_STREAM_HEARTBEAT_SECONDS", 15.0, above=0)
+AGENTFORGE_API_STREAMS_PER_USER = envint("AGENTFORGE_API_STREAMS_PER_USER", 10, minimum=1)

@@ -234,3 +234,58 @@ def test_a_thread_still_running_a_request_s_code_is_not_lent_again(
     release.set()
     wait_for(lambda: request_threads.idle_count() == 1, "the thread given back")
     assert request_threads.take() is executor
+
+
+# -- a streamed answer (the API's event stream) --------------------------------------------
+
+
+async def test_a_streamed_answer_gives_its_request_thread_back(
+    bob: AbstractUser, weather_endpoint: Any, demo_tools: Any, policy: Any, settings: Any,
+) -> None:
+    from channels.testing import ApplicationCommunicator
+
+    from tests.web.support import start_run
+    from tools_app.runs import tasks
+    from tools_app.web.api.event_stream import STREAMS
+    from tools_app.web.api.tokens import create_token
+
+    settings.AGENTFORGE_API_STREAM_HEARTBEAT_SECONDS = 600
+    settings.AGENTFORGE_LIVE_POLL_SECONDS = 600
+    run = await sync.sync_to_async(start_run)(bob, weather_endpoint,
+                                              [demo_tools["get_weather"]], policy)
+    _, token = await sync.sync_to_async(create_token)(bob, "ci")
+    # A request first, so a kept thread waits idle for the stream's request.
+    assert (await asgi_request("GET", "/accounts/login/"))["status"] == 200
+    async with asyncio.timeout(10):  # given back once its thread is idle
+        while handler.REQUEST_THREADS.idle_count() < 1:
+            await asyncio.sleep(0.01)
+    idle = handler.REQUEST_THREADS.idle_count()
+
+    stream = ApplicationCommunicator(OneHopASGIHandler(), {
+        "type": "http", "http_version": "1.1", "method": "GET", "scheme": "http",
+        "path": f"/api/runs/{run.pk}/events/stream", "raw_path": b"", "query_string": b"",
+        "root_path": "", "server": ("testserver", 80), "client": ("127.0.0.1", 50000),
+        "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())],
+    })
+    await stream.send_input({"type": "http.request", "body": b""})
+    start = await stream.receive_output(10)
+    assert (start["type"], start["status"]) == ("http.response.start", 200)
+
+    # While the stream is open and waiting, its kept thread is idle again, lendable.
+    async with asyncio.timeout(10):
+        while handler.REQUEST_THREADS.idle_count() < idle:
+            await asyncio.sleep(0.01)
+    assert (await asgi_request("GET", "/accounts/login/"))["status"] == 200
+
+    # The run executes; the stream sends its events and ends with the run.
+    assert await tasks.execute_run.acall(str(run.pk)) == "succeeded"
+    body = b""
+    async with asyncio.timeout(10):
+        while True:
+            message = await stream.receive_output(10)
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+    await stream.wait(10)
+    assert b'"status":"succeeded"' in body.rsplit(b"id: ", 1)[-1]
+    assert STREAMS.open(bob.pk) == 0  # the response's close ran

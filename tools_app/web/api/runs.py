@@ -4,7 +4,8 @@ POST /api/runs                       start a run -> {"id": ..., "url": ...}
 GET  /api/runs?<filters>             one keyset page of the runs the user may see
 GET  /api/runs/export.csv|jsonl      every run the filters select, streamed
 GET  /api/runs/<id>                  status, rounds, tool calls, final answer
-GET  /api/runs/<id>/events?after=N   the run's events after seq N
+GET  /api/runs/<id>/events?after=N   the run's events after seq N (&wait=S: long poll)
+GET  /api/runs/<id>/events/stream     the run's events as they are stored (SSE) to its end
 GET  /api/runs/compare?a=<id>&b=<id> two runs aligned by round and call, with deltas
 GET  /api/runs/<id>/export           the run as a regression fixture (docs/run-run_files.md)
 POST /api/runs/<id>/rerun            rerun it (as it was / current, replay modes)
@@ -16,7 +17,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from ninja import Router
 from pydantic import ValidationError
@@ -35,6 +36,7 @@ from tools_app.runs.debugger import (
 )
 from tools_app.runs.snapshot.model import RerunSection, Section, listed, snapshot_of
 from tools_app.runs.store import prepared, selectors
+from tools_app.web.api import event_stream
 from tools_app.web.api.approvals import pause_json
 from tools_app.web.api.base import (
     MAX_ROW_ID,
@@ -197,19 +199,57 @@ def run_detail(request: HttpRequest, run_id: uuid.UUID) -> JsonResponse:
 
 @router.get("/{uuid:run_id}/events", url_name="api_run_events",
             response=answers({200: None}, 400, 404),
-            openapi_extra=query("after"), summary="The run's events after seq `after`")
-def run_events(request: HttpRequest, run_id: uuid.UUID) -> JsonResponse:
-    """`{"events": [...], "last_seq"}`: the events after seq `after` (default 0)."""
+            openapi_extra=query("after", "wait"),
+            summary="The run's events after seq `after`; with `wait`, a long poll")
+def run_events(request: HttpRequest, run_id: uuid.UUID) -> HttpResponseBase:
+    """`{"events": [...], "last_seq"}`: the events after seq `after` (default 0). With
+    `wait=S` (seconds, at most 30) and none yet, the answer waits until one is stored,
+    the run ends or S seconds pass (then `events` is empty)."""
     run = visible(request, run_id)
-    after_raw = request.GET.get("after", "0")
-    if not is_digits(after_raw):
-        raise ApiError(400, "invalid_field", "after must be a non-negative integer", field="after")
-    # Beyond any seq there is nothing (the database cannot compare a larger number).
-    after = int(after_raw) if is_row_id(after_raw) else MAX_ROW_ID
+    after = _seq_param(request.GET.get("after", "0"), "after")
+    wait = request.GET.get("wait")
+    seconds = event_stream.wait_seconds(wait) if wait is not None else 0.0
     events = selectors.events_after(run.pk, after)
-    return JsonResponse({"events": [{"seq": e.seq, "kind": e.kind, "payload": e.payload,
-                                     "created_at": e.created_at.isoformat()} for e in events],
-                         "last_seq": events[-1].seq if events else after})
+    if events or seconds <= 0 or run.is_terminal:
+        return JsonResponse({"events": [event_stream.event_json(e) for e in events],
+                             "last_seq": events[-1].seq if events else after})
+    # Nothing yet: the answer is written when something is, off the request thread.
+    response = StreamingHttpResponse(event_stream.long_poll(str(run.pk), after, seconds),
+                                     content_type="application/json")
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@router.get("/{uuid:run_id}/events/stream", url_name="api_run_events_stream",
+            response=answers({200: None}, 400, 404, 429),
+            openapi_extra=query("after") | streamed("text/event-stream") | {
+                "description": (
+                    "Server-Sent Events: one message per stored event (`id:` its seq, "
+                    "`event:` its kind, `data:` the event as `/events` lists it), a "
+                    "comment line as a heartbeat, closed once the run has ended and all "
+                    "its events are sent. Resume with the `Last-Event-ID` header (or "
+                    "`after`).")},
+            summary="The run's events as they are stored, until it ends (SSE)")
+def run_events_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponseBase:
+    """The run's events after `Last-Event-ID` (else `after`, else 0) as Server-Sent
+    Events, written off the request thread (event_stream.sse_events)."""
+    run = visible(request, run_id)
+    last_event_id = request.headers.get("Last-Event-ID")
+    after = (_seq_param(last_event_id.strip(), "Last-Event-ID") if last_event_id is not None
+             else _seq_param(request.GET.get("after", "0"), "after"))
+    response = event_stream.EventStreamResponse(
+        event_stream.sse_events(str(run.pk), after),
+        on_close=event_stream.STREAMS.take(request.user.pk))  # a 429 past the user's bound
+    return response
+
+
+def _seq_param(raw: str, name: str) -> int:
+    """A seq the client names (`after`, `Last-Event-ID`): digits, else a 400."""
+    if not is_digits(raw):
+        raise ApiError(400, "invalid_field", f"{name} must be a non-negative integer",
+                       field=name)
+    # Beyond any seq there is nothing (the database cannot compare a larger number).
+    return int(raw) if is_row_id(raw) else MAX_ROW_ID
 
 
 @router.get("/{uuid:run_id}/export", url_name="api_run_export",
