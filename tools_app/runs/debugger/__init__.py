@@ -2,5 +2,5 @@
 (`rerun`, `replay`), fork from a round and splice (`fork`), run files for regression
 fixtures (`run_files`), compare two runs (`compare`), re-execute one call
 (`reexecution`, `reexecution_reads`), approvals and breakpoints (`approvals`,
-`breakpoints`), try-it runs of one tool (`tryit`) and what the timeline shows of a run
-(`timeline`)."""
+`breakpoints`), try-it runs of one tool (`tryit`), what the timeline shows of a run
+(`timeline`, `run_header`) and how a run was made from another (`lineage`)."""

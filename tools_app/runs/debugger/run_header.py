@@ -25,6 +25,7 @@ from tools_app.models import (
     ToolCall,
     ToolCallState,
 )
+from tools_app.runs.debugger import lineage
 from tools_app.runs.debugger.timeline import pretty_json, unexecuted_requests
 from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store import prepared
@@ -87,10 +88,14 @@ def header_view(run: Run, owner: str | None = None) -> dict[str, Any]:
     effective settings, counts taken from the same rows as the lanes (so they agree at
     every moment of a live run), and the call that stopped the run, if one did (its
     error is shown in its lane), and where a replay left its recording and went on live
-    (so it shows as it happens)."""
+    (so it shows as it happens); beside the status, what it leaves out ("with 2
+    errors"), and the run's lineage badges."""
     if owner is None:
         owner = run.created_by.get_username() if run.created_by is not None else ""
-    return {"owner": owner, "settings": effective_settings(run), "counts": _lane_counts(run),
+    counts = _lane_counts(run)
+    return {"owner": owner, "settings": effective_settings(run), "counts": counts,
+            "status_note": lineage.status_note(run.status, counts["errors"]),
+            "badges": lineage.badges(run.snapshot),
             "stopped_by": _stopping_call(run), "divergences": replay_divergences(run)}
 
 
