@@ -18,12 +18,21 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import AbstractUser
+from django.db import OperationalError
 from django.test import AsyncClient
 
 from tests.web.support import MISSING_RUN, Api, error_of, start_run
 from tools_app.live.run_waits import close_read_connections
-from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolRegistration
+from tools_app.models import (
+    ApiToken,
+    ErrorPolicy,
+    ModelEndpoint,
+    Run,
+    RunEvent,
+    ToolRegistration,
+)
 from tools_app.runs import tasks
+from tools_app.web.api import event_stream
 from tools_app.web.api.event_stream import STREAMS
 from tools_app.web.api.tokens import create_token
 
@@ -179,6 +188,37 @@ async def test_a_quiet_stream_sends_heartbeats(
             seen += await anext(content)
     assert parse_sse(seen)[0][0]["id"] == "1"
     await content.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_stream_ends_at_its_heartbeat_once_its_token_is_revoked(
+    bob_run: Run, bob_token: str, settings: Any,
+) -> None:
+    settings.AGENTFORGE_API_STREAM_HEARTBEAT_SECONDS = 0.05
+    response = await AsyncClient().get(f"/api/runs/{bob_run.pk}/events/stream",
+                                       headers=auth(bob_token))
+    content = aiter(response.streaming_content)
+    seen = b""
+    async with asyncio.timeout(BOUND):
+        while b": keepalive" not in seen:
+            seen += await anext(content)
+    await ApiToken.objects.all().adelete()
+    rest = await read_all(content)  # ends by itself, the run still queued
+    assert parse_sse(rest)[0] == []
+    assert (await Run.objects.aget(pk=bob_run.pk)).status == "queued"
+
+
+async def test_a_database_error_ends_the_stream_and_the_long_poll_cleanly(
+    bob_run: Run, bob_token: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def failing(run_id: str, after: int) -> Any:
+        raise OperationalError("the database went away")
+
+    monkeypatch.setattr(event_stream, "read_after", failing)
+    response = await AsyncClient().get(f"/api/runs/{bob_run.pk}/events/stream",
+                                       headers=auth(bob_token))
+    assert await read_all(response.streaming_content) == b"retry: 2000\n\n"
+    status, answer = await long_poll(bob_run, bob_token, "?after=1&wait=5")
+    assert (status, answer) == (200, {"events": [], "last_seq": 1})
 
 
 def test_stream_without_a_valid_token_is_401_json(bob_run: Run) -> None:

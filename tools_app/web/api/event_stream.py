@@ -12,18 +12,23 @@ channel-layer notifications (live.run_waits) and read by seq from the database.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import StreamingHttpResponse
 
 from tools_app.live.run_waits import RunWaits, read_on_stream_thread
 from tools_app.models import TERMINAL_STATUSES, Run, RunEvent
 from tools_app.runs.store import selectors
 from tools_app.web.api.base import ApiError
+from tools_app.web.api.tokens import user_for_token
+
+logger = logging.getLogger(__name__)
 
 BATCH = 500  # events per read (selectors.events_after's default)
 MAX_WAIT_SECONDS = 30.0  # the long poll's cap on ?wait
@@ -57,16 +62,33 @@ def sse_message(event: dict[str, Any]) -> bytes:
 HEARTBEAT = b": keepalive\n\n"
 
 
-async def sse_events(run_id: str, after: int) -> AsyncIterator[bytes]:
+def still_allowed(token: str, run_id: str) -> bool:
+    """Whether the stream's token still lets its user see the run (not revoked, the
+    user still active and still allowed): checked once a heartbeat's time."""
+    user = user_for_token(token)
+    return user is not None and selectors.run_for_api(run_id, user) is not None
+
+
+async def sse_events(run_id: str, after: int, token: str) -> AsyncIterator[bytes]:
     """Every event after `after`, in seq order, as they are stored, until the run has
     ended and all its events are sent. A comment line every heartbeat of silence; the
     run is read again then too (a lost notification), and every few seconds without a
-    channel layer."""
-    heartbeat = settings.AGENTFORGE_API_STREAM_HEARTBEAT_SECONDS
+    channel layer. Once a heartbeat's time the token must still let its user see the run,
+    else the stream ends (a reconnect then gets the API's 401 or 404)."""
     # Tell the client how long to wait before reconnecting (ms), then flush the headers.
     yield b"retry: 2000\n\n"
+    try:
+        async for chunk in _sse_events(run_id, after, token):
+            yield chunk
+    except DatabaseError as exc:
+        # The headers are sent: end the stream; the client reconnects with Last-Event-ID.
+        logger.warning("event stream of run %s ended: %s: %s", run_id, type(exc).__name__, exc)
+
+
+async def _sse_events(run_id: str, after: int, token: str) -> AsyncIterator[bytes]:
+    heartbeat = settings.AGENTFORGE_API_STREAM_HEARTBEAT_SECONDS
     async with RunWaits(run_id) as waits:
-        sent_at = time.monotonic()
+        sent_at = checked_at = time.monotonic()
         while True:
             events, ended = await read_on_stream_thread(read_after, run_id, after)
             if events:
@@ -76,6 +98,10 @@ async def sse_events(run_id: str, after: int) -> AsyncIterator[bytes]:
                 continue  # more stored: read on at once
             if ended:
                 return
+            if time.monotonic() - checked_at >= heartbeat:
+                if not await read_on_stream_thread(still_allowed, token, run_id):
+                    return
+                checked_at = time.monotonic()
             quiet = heartbeat - (time.monotonic() - sent_at)
             if quiet <= 0:
                 yield HEARTBEAT
@@ -109,15 +135,20 @@ async def long_poll(run_id: str, after: int, wait: float) -> AsyncIterator[bytes
     """`{"events", "last_seq"}` as soon as an event after `after` is stored, the run has
     ended, or `wait` seconds have passed (then with no events)."""
     deadline = time.monotonic() + wait
-    async with RunWaits(run_id) as waits:
-        while True:
-            events, ended = await read_on_stream_thread(read_after, run_id, after)
-            left = deadline - time.monotonic()
-            if events or ended or left <= 0:
-                break
-            if not waits.pushed:
-                left = min(left, settings.AGENTFORGE_LIVE_POLL_SECONDS)
-            await waits.wait(after, left)
+    events: list[dict[str, Any]] = []
+    try:
+        async with RunWaits(run_id) as waits:
+            while True:
+                events, ended = await read_on_stream_thread(read_after, run_id, after)
+                left = deadline - time.monotonic()
+                if events or ended or left <= 0:
+                    break
+                if not waits.pushed:
+                    left = min(left, settings.AGENTFORGE_LIVE_POLL_SECONDS)
+                await waits.wait(after, left)
+    except DatabaseError as exc:
+        # The 200 is sent: answer "nothing yet", which the client polls again after.
+        logger.warning("long poll of run %s ended: %s: %s", run_id, type(exc).__name__, exc)
     yield json.dumps({"events": events,
                       "last_seq": events[-1]["seq"] if events else after}).encode()
 

@@ -237,8 +237,10 @@ def run_events_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponseBa
     last_event_id = request.headers.get("Last-Event-ID")
     after = (_seq_param(last_event_id.strip(), "Last-Event-ID") if last_event_id is not None
              else _seq_param(request.GET.get("after", "0"), "after"))
+    # The token, to check it again at each heartbeat (BearerToken accepted it).
+    token = request.headers["Authorization"].partition(" ")[2].strip()
     response = event_stream.EventStreamResponse(
-        event_stream.sse_events(str(run.pk), after),
+        event_stream.sse_events(str(run.pk), after, token),
         on_close=event_stream.STREAMS.take(request.user.pk))  # a 429 past the user's bound
     return response
 
