@@ -107,11 +107,12 @@ async def test_a_replaying_rerun_compared_with_its_parent(open_page: Any,
     dialogs = no_dialogs(page)
     parent_id = await run_weather(page)
 
+    await page.click("#rerun-action summary")  # the action bar's Rerun opens its options
     await page.select_option("#rerun-model", "recorded")
     await page.select_option("#rerun-tools", "recorded")
     await page.select_option("#rerun-on-divergence", "stop")
     if SCREENSHOTS:
-        await page.locator("#run-lineage").screenshot(
+        await page.locator("#rerun-form").screenshot(
             path=screenshot_path(server, "rerun-replay-modes.png"))
     await page.click("#rerun-form button[value=as_it_was]")
     await page.wait_for_url(lambda url: RUN_URL.search(url) is not None
@@ -160,6 +161,7 @@ async def test_a_replay_going_live_shows_where_it_diverged_as_it_happens(
     server.world("tamper", parent_id)  # round 1's live result will differ from it
     await page.reload()
 
+    await page.click("#rerun-action summary")
     await page.select_option("#rerun-model", "recorded")
     await page.select_option("#rerun-tools", "live")
     await page.select_option("#rerun-on-divergence", "live")

@@ -39,7 +39,7 @@ async def test_a_fork_with_an_edited_tool_result_goes_on_from_it(
     assert await wait_status(page) == "succeeded"
     assert "1000" in await page.inner_text("#final-answer .text")
 
-    await page.click("#run-lineage details.fork-form summary")
+    await page.click("#run-actions details.fork-form summary")
     await page.fill("#fork-form input[name=round]", "2")
     await page.click("#fork-form button[type=submit]")
     await page.wait_for_url(f"**/runs/{original}/fork/?round=2")

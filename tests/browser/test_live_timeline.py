@@ -238,7 +238,7 @@ async def test_controls_that_need_rounds_arrive_live(open_page: Any, server: Ser
     await wait_round(page, 1)
 
     # No reload: the fork form came with the rounds, for the rounds the run has.
-    fork_form = page.locator("#run-lineage details.fork-form")
+    fork_form = page.locator("#run-actions details.fork-form")
     await fork_form.wait_for(state="attached")
     rounds = page.locator("#fork-form input[name=round]")
     assert await rounds.get_attribute("max") == "2"
@@ -246,18 +246,21 @@ async def test_controls_that_need_rounds_arrive_live(open_page: Any, server: Ser
     assert await page.locator("#rounds a.fork-round").count() == 2
     assert await page.locator("#export-run").count() == 1
     assert await page.locator("#rerun-form").count() == 1
-    live_lineage = await page.inner_text("#run-lineage")
+    live_actions = await page.inner_text("#run-actions")
 
     await fork_form.locator("summary").click()
     if SCREENSHOTS:
-        await page.locator("#run-lineage").screenshot(
+        await page.locator("#fork-form").screenshot(
             path=screenshot_path(server, "live-fork-form.png"))
     await page.fill("#fork-form input[name=round]", "2")
     await page.click("#fork-form button[type=submit]")
     await page.wait_for_url(f"**/runs/{run_id}/fork/?round=2")
     await page.go_back()
     await page.wait_for_url(f"**/runs/{run_id}/")
-    assert await page.inner_text("#run-lineage") == live_lineage  # as a fresh page shows it
+    # The browser may show the page as it was first served (from its cache, before the
+    # rounds): it then catches up live, as it did the first time.
+    await wait_caught_up(page)
+    assert await page.inner_text("#run-actions") == live_actions  # as a fresh page shows it
 
 
 async def test_a_fast_streaming_run_sends_no_fragment_before_its_target(

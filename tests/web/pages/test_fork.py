@@ -79,7 +79,8 @@ def test_added_messages_follow_the_inherited_ones(bob_api: Api, original: Run,
     inherited = [e for e in tree.tags("li") if e.attrs.get("data-inherited") == "true"]
     assert len(inherited) == 5
     assert tree.by_id("fork-added").tag == "li"
-    assert "Fork at round 3 (as it was) of" in page
+    assert tree.by_id("lineage-origin").attrs["data-made"] == "fork"
+    assert "</a> · from round 3 · as it was · <a" in page
     assert conversation_labels(page) == (
         ["inherited"] * 5 + ["added"], ["inherited unchanged"] * 5 + ["added in the fork"],
         {"inherited unchanged": 5, "added in the fork": 1})

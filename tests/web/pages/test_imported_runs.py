@@ -64,7 +64,7 @@ def test_the_run_page_shows_the_importer_the_import_and_the_original_times(
     assert f"Imported by bob · {run.created_at:%Y-%m-%d %H:%M:%S}" in page
     assert "Started 2025-03-01 10:00:00" in page
     assert "finished 2025-03-01 10:00:07" in page
-    assert "<dt>Wall time</dt><dd>7.50 s</dd>" in page  # the original's
+    assert '<dt>Duration</dt><dd data-total="duration">7.50 s</dd>' in page  # the original's
 
 
 def test_without_a_user_the_page_says_it_came_from_a_file(

@@ -297,7 +297,7 @@ def test_splice_from_the_page_opens_the_new_run_showing_what_was_spliced(
     assert response["Location"] == f"/runs/{new.pk}/"
     page = bob_client.get(f"/runs/{new.pk}/").content.decode()
     spliced = Tree(page).by_id("spliced")
-    assert spliced.tag == "div"
+    assert spliced.tag == "details"
     assert "Spliced result" in page
     assert "42" in page
     # The result in the conversation is the spliced one, and says so.

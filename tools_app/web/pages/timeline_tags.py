@@ -9,10 +9,18 @@ from functools import lru_cache
 from django import template
 from django.urls import get_script_prefix, get_urlconf, reverse
 
+from tools_app.runs.debugger.lineage import Badge, badges
 from tools_app.runs.debugger.timeline import format_ms
 
 register = template.Library()
 register.filter("ms", format_ms)
+
+
+@register.filter
+def lineage_badges(stored_snapshot: object) -> list[Badge]:
+    """A run's lineage badges from its stored snapshot (`run.snapshot|lineage_badges`):
+    rerun, replay, fork, splice, import, try-it."""
+    return badges(stored_snapshot)
 
 
 @register.filter

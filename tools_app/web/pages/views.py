@@ -40,6 +40,7 @@ from tools_app.runs.debugger import (
     approvals,
     breakpoints,
     fork,
+    lineage,
     rerun,
     run_files,
     run_header,
@@ -164,6 +165,8 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     return render(request, "tools_app/run_detail.html",
                   {"run": run, "rounds": timeline.round_views(run), "seq": run.last_seq,
                    "header": run_header.header_view(run),
+                   "lineage": lineage.run_lineage(
+                       run, selectors.run_list_for_user(request.user)),
                    "conversation": conversation, "fork": snapshot.fork,
                    "fork_labels": labels,
                    "whole_conversation": any(m["role"] in ("assistant", "tool")
