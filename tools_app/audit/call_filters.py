@@ -198,42 +198,66 @@ def _sorted_ids(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | 
     SQLite reads the sort's index, for at most SORT_BUDGET seconds (matches the index
     reaches late, such as time-outs among the shortest calls first, would be a scan of
     nearly every call), then sorts the matches itself, found by the filters' indexes;
-    with `in_memory` (few matches, counted) it does that at once. PostgreSQL's planner
-    weighs the two itself."""
+    with `in_memory` (few matches, counted) it does that at once, and so when its plan
+    for the index already sorts (a user's own calls: their index, then a sort).
+    PostgreSQL's planner weighs the two itself."""
     if connections[calls.db].vendor != "sqlite":
         return _ids_in_order(calls, sort, after, count, plain=False)
-    if not in_memory:
-        try:
-            with deadline(calls.db, SORT_BUDGET):
-                return _ids_in_order(calls, sort, after, count, plain=False)
-        except OperationalError as exc:
-            if not stopped(exc):
-                raise
+    if in_memory:
+        return _ids_in_order(calls, sort, after, count, plain=True)
+    if _sorts_itself(_reads(calls, sort, after, count, plain=False)[0]):
+        return _ids_in_order(calls, sort, after, count, plain=False)
+    try:
+        with deadline(calls.db, SORT_BUDGET):
+            return _ids_in_order(calls, sort, after, count, plain=False)
+    except OperationalError as exc:
+        if not stopped(exc):
+            raise
     return _ids_in_order(calls, sort, after, count, plain=True)
+
+
+def _sorts_itself(read: QuerySet[Any]) -> bool:
+    """SQLite: whether its plan for `read` sorts the rows it finds (a temporary b-tree
+    for the ORDER BY) rather than reading them in order from the sort's index."""
+    sql, params = read.query.sql_with_params()
+    with connections[read.db].cursor() as cursor:
+        cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        return any("TEMP B-TREE FOR" in str(row[-1]) and "ORDER BY" in str(row[-1])
+                   for row in cursor.fetchall())
 
 
 def _ids_in_order(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | None,
                   count: int, *, plain: bool) -> list[int]:
-    """Each comparison is on the key and the id, with `key <= v` (or `>=`) first so the
-    index is read from the cursor on; `plain`: the key and the id without their index."""
+    first, rest = _reads(calls, sort, after, count, plain=plain)
+    ids = list(first)
+    if rest is not None and len(ids) < count:
+        ids += list(rest[:count - len(ids)])
+    return ids
+
+
+def _reads(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | None, count: int,
+           *, plain: bool) -> tuple[QuerySet[Any], QuerySet[Any] | None]:
+    """The read of a page's ids, and the read that completes it (the calls that come
+    last) or None. Each comparison is on the key and the id, with `key <= v` (or `>=`)
+    first so the index is read from the cursor on; `plain`: the key and the id without
+    their index."""
     key: Expression = sort.key()
     pk: Any = F("pk")
     if plain:
         key, pk = _Unindexed(key), _Unindexed(F("pk"))
     calls = calls.alias(sort_key=key, sort_pk=pk)
     below = sort.last_below
-    if below is not None and after is not None and after[0] < below:
+    if below is None:
+        return _page_read(calls, sort, after, count), None
+    if after is not None and after[0] < below:
         # already among the calls that come last: only they remain, by id
-        return _page_ids(calls.filter(sort_key__lt=below), sort, after, count)
-    first = calls.filter(sort_key__gte=below) if below is not None else calls
-    ids = _page_ids(first, sort, after, count)
-    if below is not None and len(ids) < count:
-        ids += _page_ids(calls.filter(sort_key__lt=below), sort, None, count - len(ids))
-    return ids
+        return _page_read(calls.filter(sort_key__lt=below), sort, after, count), None
+    return (_page_read(calls.filter(sort_key__gte=below), sort, after, count),
+            _page_read(calls.filter(sort_key__lt=below), sort, None, count))
 
 
-def _page_ids(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | None,
-              count: int) -> list[int]:
+def _page_read(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | None,
+               count: int) -> QuerySet[Any]:
     if after is not None:
         value, pk = after
         id_after = Q(sort_pk__lt=pk) if sort.id_descending else Q(sort_pk__gt=pk)
@@ -243,7 +267,7 @@ def _page_ids(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | No
             calls = calls.filter(Q(sort_key__gte=value), Q(sort_key__gt=value) | id_after)
     key = F("sort_key").desc() if sort.descending else F("sort_key").asc()
     tie = F("sort_pk").desc() if sort.id_descending else F("sort_pk").asc()
-    return list(calls.order_by(key, tie).values_list("pk", flat=True)[:count])
+    return calls.order_by(key, tie).values_list("pk", flat=True)[:count]
 
 
 def _page_order(calls: QuerySet[ToolCall], params: Mapping[str, str]) -> OrderBy:
