@@ -82,6 +82,18 @@ def requests_to_measure(staff: bool) -> list[tuple[str, str, dict[str, str]]]:
         *[(f"/calls/ {_label(k, v)}", "/calls/", {k: v}) for k, v in call_filters.items()],
         ("/calls/ search 2 words", "/calls/", {"q": "zürich invoice"}),
         ("/calls/ search an order id", "/calls/", {"q": order}),
+        # sorted (each sort's index; a rare outcome sorted in memory, as its count allows)
+        *[(f"/calls/ sort={sort}", "/calls/", {"sort": sort})
+          for sort in ("started", "-started", "duration", "-duration", "tool", "-tool")],
+        ("/calls/ sort=-started deep page", "/calls/",
+         {"sort": "-started", "cursor": _deep_sorted_call_cursor(staff, "-started")}),
+        ("/calls/ tool=calculator sort=-duration", "/calls/",
+         {"tool": "calculator", "sort": "-duration"}),
+        ("/calls/ state=timeout sort=duration", "/calls/",
+         {"state": "timeout", "sort": "duration"}),
+        ("/calls/ status=failed sort=-duration", "/calls/",
+         {"status": "failed", "sort": "-duration"}),
+        ("/tools/", "/tools/", {}),
         ("/tools/calculator/", "/tools/calculator/", {}),
         ("GET /api/runs", "/api/runs", {}),
         ("GET /api/calls", "/api/calls", {}),
@@ -127,6 +139,18 @@ def _deep_call_cursor(staff: bool) -> str:
     user = get_user_model().objects.get(username=STAFF if staff else USER)
     calls = calls_for_user(user).order_by("-pk")
     return _encode_cursor(calls[calls.count() // 2])
+
+
+def _deep_sorted_call_cursor(staff: bool, sort: str) -> str:
+    """The cursor of a page halfway down the calls in `sort`'s order."""
+    from django.contrib.auth import get_user_model
+
+    from tools_app.audit.call_filters import SORTS, _encode_sorted_cursor
+    from tools_app.audit.selectors import calls_for_user
+
+    user = get_user_model().objects.get(username=STAFF if staff else USER)
+    calls = calls_for_user(user).order_by("-pk")
+    return _encode_sorted_cursor(SORTS[sort], calls[calls.count() // 2])
 
 
 def measure_requests(repeat: int) -> list[dict[str, Any]]:

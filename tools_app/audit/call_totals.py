@@ -2,7 +2,8 @@
 without letting a count at a million calls slow the page.
 
 - Staff with no filter, or only `tool`: exact, from the counts the database triggers
-  keep per tool and quarter hour (`ToolCallSlot`): a few thousand rows at most.
+  keep per tool and quarter hour (`ToolCallSlot`: a row per tool and quarter hour with
+  calls: a seventh as many rows as calls in the audit benchmark).
 - Otherwise counted (`call_filters.counted_calls`: the list's filters, a run's status
   or endpoint read from the runs), up to `CAP` calls (then "more than CAP") and within
   `BUDGET` seconds (then "not counted"): a rare match that no index finds would
@@ -44,7 +45,6 @@ class Tally:
 class CallTotals:
     calls: Tally
     errors: Tally
-    cap: int = CAP
 
     @property
     def error_rate(self) -> float | None:
