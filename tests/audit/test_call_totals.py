@@ -161,3 +161,36 @@ def test_a_count_reads_the_same_calls_as_the_list(world: dict[str, Any],
     listed = set(matching_calls(EVERY, params).values_list("pk", flat=True))
     assert set(counted_calls(EVERY, params).values_list("pk", flat=True)) == listed
     assert counted(params).calls == Tally(len(listed))
+
+
+def test_a_tools_many_calls_by_duration_are_read_from_the_sorts_index_first(
+        world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    params = {"tool": "get_weather", "sort": "duration", "limit": "2"}
+
+    def pages(matches: int | None) -> list[str]:
+        ids: list[int] = []
+        query = dict(params)
+        for _ in range(5):
+            page = filtered_calls(EVERY, query, matches=matches)
+            ids += [call.pk for call in page.calls]
+            if page.next_cursor is None:
+                return audit_world.labels(world, ids)
+            query = params | {"cursor": page.next_cursor}
+        raise AssertionError("no last page")
+
+    expected = pages(None)
+    assert expected == ["a1", "c1", "b2", "a2", "b1", "c2"]
+    monkeypatch.setattr(call_filters, "FEW_TO_SORT", 1)  # 6 counted: "many"
+    reads: list[str] = []
+    ids_in_order = call_filters._ids_in_order
+
+    def spied(calls: Any, *args: Any, plain: bool) -> list[int]:
+        reads.append(str(calls.query))
+        return ids_in_order(calls, *args, plain=plain)
+
+    monkeypatch.setattr(call_filters, "_ids_in_order", spied)
+    assert pages(6) == expected
+    if connection.vendor == "sqlite":  # the tool's filter without its index, first
+        assert all('+("tools_app_toolcall"."tool_name")' in sql for sql in reads)
+    else:
+        assert not any("+(" in sql for sql in reads)

@@ -160,7 +160,7 @@ def filtered_calls(calls: QuerySet[ToolCall], params: Mapping[str, str],
     next page's cursor (None on the last). `rows` adds what a row shows (joins, deferred
     columns) to the query that reads the page's rows. `matches`: how many calls match,
     if the caller counted them (`call_totals`), which lets SQLite sort a few itself."""
-    calls = matching_calls(calls, params)
+    visible, calls = calls, matching_calls(calls, params)
     limit = _limit(params.get("limit"))
     sort = sort_of(params)
     cursor = params.get("cursor")
@@ -177,7 +177,15 @@ def filtered_calls(calls: QuerySet[ToolCall], params: Mapping[str, str],
         return CallPage(page, _encode_cursor(page[-1]) if more else None)
     # A sorted page: its ids in order (read as the default page's are), then its rows.
     after = _decode_sorted_cursor(cursor, sort) if cursor is not None else None
-    found_ids = _sorted_ids(calls, sort, after, limit + 1,
+    first_try = None
+    if (sort.key is DurationKey and "tool" in params and matches is not None
+            and matches > FEW_TO_SORT and connections[calls.db].vendor == "sqlite"):
+        # A tool's many calls by duration: SQLite would read them by their tool's index
+        # and sort them all; the filter without its index makes it read the sort's
+        # index instead (at least FEW_TO_SORT of its calls are the tool's).
+        first_try = apply_filters(visible, params, CALL_FILTERS,
+                                  _FILTERS | {"tool": _tool_unindexed})
+    found_ids = _sorted_ids(calls, sort, after, limit + 1, first_try=first_try,
                             in_memory=matches is not None and matches <= FEW_TO_SORT)
     found = {call.pk: call for call in rows(ToolCall.objects.filter(pk__in=found_ids[:limit]))}
     page = [found[pk] for pk in found_ids[:limit] if pk in found]
@@ -193,18 +201,27 @@ class _Unindexed(Func):
 
 
 def _sorted_ids(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | None,
-                count: int, *, in_memory: bool) -> list[int]:
+                count: int, *, in_memory: bool,
+                first_try: QuerySet[ToolCall] | None = None) -> list[int]:
     """Up to `count` ids of `calls` in `sort`'s order, after the call keyed `after`.
     SQLite reads the sort's index, for at most SORT_BUDGET seconds (matches the index
     reaches late, such as time-outs among the shortest calls first, would be a scan of
     nearly every call), then sorts the matches itself, found by the filters' indexes;
     with `in_memory` (few matches, counted) it does that at once, and so when its plan
     for the index already sorts (a user's own calls: their index, then a sort).
-    PostgreSQL's planner weighs the two itself."""
+    `first_try`: the same calls written so that the sort's index is read, tried first
+    within the time limit. PostgreSQL's planner weighs the two itself."""
     if connections[calls.db].vendor != "sqlite":
         return _ids_in_order(calls, sort, after, count, plain=False)
     if in_memory:
         return _ids_in_order(calls, sort, after, count, plain=True)
+    if first_try is not None:
+        try:
+            with deadline(calls.db, SORT_BUDGET):
+                return _ids_in_order(first_try, sort, after, count, plain=False)
+        except OperationalError as exc:
+            if not stopped(exc):
+                raise
     if _sorts_itself(_reads(calls, sort, after, count, plain=False)[0]):
         return _ids_in_order(calls, sort, after, count, plain=False)
     try:
@@ -334,6 +351,12 @@ def _endpoint(calls: QuerySet[ToolCall], value: str,
 
 def _tool(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
     return calls.filter(tool_name=value)
+
+
+def _tool_unindexed(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
+    """`_tool` that no index serves (SQLite: `filtered_calls`' first try)."""
+    return calls.alias(tool_unindexed=_Unindexed(F("tool_name"))).filter(
+        tool_unindexed=value)
 
 
 def _user(calls: QuerySet[ToolCall], value: str) -> QuerySet[ToolCall]:
