@@ -22,7 +22,7 @@ from django.db import OperationalError
 from django.test import AsyncClient
 
 from tests.web.support import MISSING_RUN, Api, error_of, start_run
-from tools_app.live.run_waits import close_read_connections
+from tools_app.live.run_waits import RunWaits, close_read_connections
 from tools_app.models import (
     ApiToken,
     ErrorPolicy,
@@ -175,6 +175,20 @@ async def test_a_stream_resumed_at_the_end_of_an_ended_run_closes_at_once(
     assert parse_sse(await read_all(response.streaming_content))[0] == []
 
 
+async def test_a_stream_that_reads_the_terminal_event_ends_even_if_the_status_lagged(
+    bob_run: Run, bob_token: str,
+) -> None:
+    """The run's end committed between the stream's read of its status and of its events:
+    its notification may be behind the stream already, so the terminal event itself must
+    end it. Staged by moving the stored status back (a test-only write)."""
+    assert await execute(bob_run) == "succeeded"
+    await Run.objects.filter(pk=bob_run.pk).aupdate(status="running")
+    response = await AsyncClient().get(f"/api/runs/{bob_run.pk}/events/stream",
+                                       headers=auth(bob_token, **{"Last-Event-ID": "3"}))
+    messages, _ = parse_sse(await read_all(response.streaming_content))
+    assert messages[-1]["data"]["payload"]["status"] == "succeeded"
+
+
 async def test_a_quiet_stream_sends_heartbeats(
     bob_run: Run, bob_token: str, settings: Any,
 ) -> None:
@@ -286,16 +300,25 @@ async def long_poll(run: Run, token: str, query: str) -> tuple[int, Any]:
 
 
 async def test_a_long_poll_answers_as_soon_as_an_event_is_stored(
-    bob_run: Run, bob_token: str,
+    bob_run: Run, bob_token: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    started = time.monotonic()
-    poll = asyncio.ensure_future(long_poll(bob_run, bob_token, "?after=1&wait=30"))
-    await asyncio.sleep(0)  # the poll is waiting (nothing after seq 1 yet)
+    waiting = asyncio.Event()
+    wait = RunWaits.wait
+
+    async def noted(self: RunWaits, after: int, timeout: float) -> bool:
+        waiting.set()
+        return await wait(self, after, timeout)
+
+    monkeypatch.setattr(RunWaits, "wait", noted)
+    response = await AsyncClient().get(f"/api/runs/{bob_run.pk}/events?after=1&wait=30",
+                                       headers=auth(bob_token))
+    assert response.streaming  # nothing after seq 1: the answer waits
+    body = asyncio.ensure_future(read_all(response.streaming_content))
+    async with asyncio.timeout(BOUND):
+        await waiting.wait()  # subscribed, read, now waiting: only a notification wakes it
     worker = asyncio.ensure_future(execute(bob_run))
-    status, answer = await poll
-    # Far sooner than its 30 s (the test's own bound would fail it otherwise).
-    assert time.monotonic() - started < 25
-    assert status == 200
+    answer = json.loads(await body)
+    # Long before its 30 s (BOUND would fail it otherwise): the run's first batch.
     assert answer["events"][0]["seq"] == 2
     assert answer["last_seq"] == answer["events"][-1]["seq"]
     assert await worker == "succeeded"

@@ -41,12 +41,16 @@ def event_json(event: RunEvent) -> dict[str, Any]:
 
 
 def read_after(run_id: str, after: int) -> tuple[list[dict[str, Any]], bool]:
-    """The events after seq `after` (up to BATCH) and whether the run had ended before
-    they were read: its end is committed with its last event, so a run read as ended
-    has all its events stored."""
+    """The events after seq `after` (up to BATCH) and whether the run has ended with
+    them. The status is read first: its end is committed with its last event, so a run
+    read as ended has all its events stored. The end may also commit between the two
+    reads: then the events hold it (and its notification may already be behind us)."""
     status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
     events = [event_json(e) for e in selectors.events_after(run_id, after, BATCH)]
-    return events, status is None or status in TERMINAL_STATUSES
+    ended = status is None or status in TERMINAL_STATUSES or any(
+        e["kind"] == "run_status" and e["payload"].get("status") in TERMINAL_STATUSES
+        for e in events)
+    return events, ended
 
 
 # -- the SSE stream --------------------------------------------------------------------
