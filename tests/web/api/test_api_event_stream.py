@@ -22,6 +22,7 @@ from django.db import OperationalError
 from django.test import AsyncClient
 
 from tests.web.support import MISSING_RUN, Api, error_of, start_run
+from tools_app.live import run_waits
 from tools_app.live.run_waits import RunWaits, close_read_connections
 from tools_app.models import (
     ApiToken,
@@ -187,6 +188,24 @@ async def test_a_stream_that_reads_the_terminal_event_ends_even_if_the_status_la
                                        headers=auth(bob_token, **{"Last-Event-ID": "3"}))
     messages, _ = parse_sse(await read_all(response.streaming_content))
     assert messages[-1]["data"]["payload"]["status"] == "succeeded"
+
+
+async def test_without_a_channel_layer_a_stream_polls(
+    bob_run: Run, bob_token: str, settings: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(run_waits, "get_channel_layer", lambda: None)
+    settings.AGENTFORGE_LIVE_POLL_SECONDS = 0.05
+    response = await AsyncClient().get(f"/api/runs/{bob_run.pk}/events/stream",
+                                       headers=auth(bob_token))
+    content = aiter(response.streaming_content)
+    async with asyncio.timeout(BOUND):
+        head = await anext(content)
+        while b"data:" not in head:
+            head += await anext(content)
+    worker = asyncio.ensure_future(execute(bob_run))
+    messages = parse_sse(head + await read_all(content))[0]
+    assert await worker == "succeeded"
+    assert [(int(m["id"]), m["event"]) for m in messages] == await stored(bob_run)
 
 
 async def test_a_quiet_stream_sends_heartbeats(
