@@ -21,12 +21,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.both, pytest.mark.asyncio(loop_sc
 
 FAILING_AND_SLOW = "Scripted: failing + slow tools"
 SCREENSHOTS = os.environ.get("AGENTFORGE_SCREENSHOTS") == "1"
-# What a payload would create, minus the calls page's own filter form, a tool page's
-# Try it form and its figures (fetched again after a try: htmx attributes) and its
-# schema's field tree (json_script: data).
-OWN_HTMX_EXCEPTED = INJECTED.replace(
-    "[hx-get]", "[hx-get]:not(#call-filters):not(#tool-figures)").replace(
-    "[hx-trigger]", "[hx-trigger]:not(#call-filters):not(#tool-figures)").replace(
+# What a payload would create, minus the calls page's own filter form and its totals'
+# placeholder, a tool page's Try it form and its figures (fetched again after a try:
+# htmx attributes) and its schema's field tree (json_script: data).
+OWN = ":not(#call-filters):not(#call-totals):not(#tool-figures)"
+OWN_HTMX_EXCEPTED = INJECTED.replace("[hx-get]", f"[hx-get]{OWN}").replace(
+    "[hx-trigger]", f"[hx-trigger]{OWN}").replace(
     "[hx-post]", "[hx-post]:not(#tryit-form)").replace(
     "script:not([src])", "script:not([src]):not(#tryit-schema[type='application/json'])")
 

@@ -78,7 +78,8 @@ async def test_the_calls_list_is_a_line_per_call_sorted_and_totalled(
     assert table[0] <= table[1]  # nothing runs out of the table
 
     # The totals count the selection; the current order says what it is.
-    totals = await page.inner_text("#call-totals")
+    await page.locator("#call-totals strong").wait_for()  # a request of their own
+    totals = await page.inner_text("#call-results p.totals")
     assert re.fullmatch(r"\d+ calls · \d+ errors \(\d+(\.\d)? %\) · newest first", totals)
 
     # The long arguments end in an ellipsis; the expander shows them whole, as text.
@@ -115,7 +116,7 @@ async def test_the_calls_list_is_a_line_per_call_sorted_and_totalled(
     timed = [ms for ms in longest if ms is not None]
     assert timed == sorted(timed, reverse=True)
     assert longest[:len(timed)] == timed  # calls without a duration come last
-    assert "duration, longest first" in await page.inner_text("#call-totals")
+    assert "duration, longest first" in await page.inner_text("#call-results p.totals")
     await page.click("#call-results th.c-duration a.sort")
     await page.wait_for_url("**/calls/?sort=duration")
     shortest = [ms for ms in map(milliseconds, await column(page, "c-duration"))

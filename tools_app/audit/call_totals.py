@@ -89,8 +89,15 @@ def _totals(found: dict[str, int]) -> CallTotals:
 
 
 def _from_slots(using: str, tool: str | None) -> CallTotals:
-    slots = ToolCallSlot.objects.using(using)
-    if tool is not None:
-        slots = slots.filter(tool_name=tool)
-    summed = slots.aggregate(calls=Sum("calls"), errors=Sum("errors"))
+    summed = _slots(using, tool).aggregate(calls=Sum("calls"), errors=Sum("errors"))
     return CallTotals(Tally(int(summed["calls"] or 0)), Tally(int(summed["errors"] or 0)))
+
+
+def slot_count(using: str, tool: str | None) -> int:
+    """Every call, or every call of `tool`, from the per-tool counts (one read)."""
+    return int(_slots(using, tool).aggregate(calls=Sum("calls"))["calls"] or 0)
+
+
+def _slots(using: str, tool: str | None) -> QuerySet[ToolCallSlot]:
+    slots = ToolCallSlot.objects.using(using)
+    return slots.filter(tool_name=tool) if tool is not None else slots

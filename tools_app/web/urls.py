@@ -33,6 +33,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/rounds/<int:index>/<str:which>.json", views.round_wire,
          name="round_wire"),
     path("calls/", audit.call_list, name="call_list"),
+    path("calls/totals/", audit.call_list_totals, name="call_totals"),
     re_path(r"^calls/export\.(?P<fmt>csv|jsonl)$", audit.calls_export, name="calls_export"),
     path("tools/", audit.tools_index, name="tool_index"),
     # A path converter: names models called (hallucinated ones) may hold any character.

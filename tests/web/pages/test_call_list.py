@@ -111,9 +111,9 @@ def test_a_user_sees_and_exports_only_their_own_calls(bob_client: Client,
 def test_the_page_is_a_fixed_number_of_queries(alice_client: Client, world: dict[str, Any],
                                                django_assert_max_num_queries: Any) -> None:
     # session, user, the page of calls (runs, endpoints, users joined), endpoint names,
-    # tool names, handlers, the navigation's waiting count, the totals (staff: from the
-    # counts kept per tool)
-    with django_assert_max_num_queries(8):
+    # tool names, handlers, the navigation's waiting count (the totals: a request of
+    # their own)
+    with django_assert_max_num_queries(7):
         assert len(shown(world, alice_client.get("/calls/"))) == 10
 
 
@@ -122,9 +122,14 @@ def test_untrusted_call_text_is_inert(bob_client: Client, world: dict[str, Any])
         tool_name=PAYLOAD[:200], arguments_raw=PAYLOAD, error_message=PAYLOAD,
         error_type=PAYLOAD[:200])
     html = bob_client.get("/calls/").content.decode()
-    # The page's own htmx attributes are the filter form's; the payload's are text.
+    # The page's own htmx attributes are the filter form's and the totals' placeholder's;
+    # the payload's are text.
     form = Tree(html).by_id("call-filters")
-    assert_inert(html.replace(_opening_tag(html, form.attrs), "<form>"), scripts=3)
+    placeholder = re.search(r'<span id="call-totals" hx-get="/calls/totals/"'
+                            r' hx-trigger="load" hx-swap="outerHTML">', html)
+    assert placeholder is not None
+    assert_inert(html.replace(_opening_tag(html, form.attrs), "<form>").replace(
+        placeholder.group(0), "<span>"), scripts=3)
     assert "call-row-" + str(world["a2"].pk) in Tree(html).ids()
 
 
@@ -143,38 +148,59 @@ def test_the_pages_need_a_login(client: Client, world: dict[str, Any]) -> None:
 # -- one line per call, totals, sorting --------------------------------------------------
 
 
-def totals_of(html: str) -> str:
-    """The totals line's text, as read."""
-    tree = Tree(html)
-    line = tree.by_id("call-totals")
-    return "".join(text for text, e in tree.texts
-                   if e is not None and line in e.ancestors_or_self()).strip()
+def totals_of(client: Client, query: str) -> str:
+    """The totals line as the page shows it once its totals came: the page's order
+    after the fragment the page asks for (its hx-get)."""
+    page = Tree(client.get(f"/calls/{query}").content.decode())
+    placeholder = page.by_id("call-totals")
+    assert (placeholder.attrs["hx-trigger"], placeholder.attrs["hx-swap"]) == (
+        "load", "outerHTML")
+    response = client.get(str(placeholder.attrs["hx-get"]))
+    assert response.status_code == 200
+    fragment = Tree(response.content.decode())
+    assert "hx-disable" in fragment.by_id("call-totals").attrs
+    order = next(t for t, e in page.texts if e is not None
+                 and e.attrs.get("data-total") == "order")
+    return "".join(t for t, _ in fragment.texts).strip() + " · " + order
 
 
 def test_the_totals_count_the_selection_not_the_page(
         alice_client: Client, bob_client: Client, world: dict[str, Any],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("tools_app.web.pages.audit.CALLS_PAGE_SIZE", 3)
-    assert totals_of(alice_client.get("/calls/").content.decode()) == (
-        "10 calls · 7 errors (70 %) · newest first")
-    assert totals_of(alice_client.get("/calls/?tool=get_weather&sort=-duration")
-                     .content.decode()) == "6 calls · 3 errors (50 %) · duration, longest first"
-    assert totals_of(bob_client.get("/calls/?state=ok").content.decode()) == (
-        "1 call · 0 errors (0 %) · newest first")
+    assert totals_of(alice_client, "") == "10 calls · 7 errors (70 %) · newest first"
+    assert totals_of(alice_client, "?tool=get_weather&sort=-duration") == (
+        "6 calls · 3 errors (50 %) · duration, longest first")
+    assert totals_of(bob_client, "?state=ok") == "1 call · 0 errors (0 %) · newest first"
     monkeypatch.setattr("tools_app.audit.call_totals.CAP", 4)
-    assert totals_of(bob_client.get("/calls/").content.decode()) == (
+    assert totals_of(bob_client, "") == (
         "More than 4 calls · more than 4 errors · newest first")
+    # its own request: the filters only (no sort, page or size), refused as the list's
+    assert 'hx-get="/calls/totals/?tool=get_weather"' in alice_client.get(
+        "/calls/?tool=get_weather&sort=tool&limit=5").content.decode()
+    assert alice_client.get("/calls/totals/?state=exploded").status_code == 400
+    assert Client().get("/calls/totals/").status_code == 302  # login first
+
+
+def test_the_totals_are_a_fixed_number_of_queries(
+        alice_client: Client, bob_client: Client, world: dict[str, Any],
+        django_assert_max_num_queries: Any) -> None:
+    # session, user, the per-tool counts (staff, no filter); a user's: one count
+    # (capped: then the errors too), the navigation's waiting count
+    with django_assert_max_num_queries(4):
+        assert alice_client.get("/calls/totals/").status_code == 200
+    with django_assert_max_num_queries(5):
+        assert bob_client.get("/calls/totals/?state=ok&q=paris").status_code == 200
 
 
 def test_totals_that_take_too_long_are_not_counted_and_the_rows_still_show(
         bob_client: Client, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("tools_app.audit.call_totals.BUDGET", 0.0)
     monkeypatch.setattr("tools_app.audit.deadline.CHECK_EVERY", 1)
-    response = bob_client.get("/calls/?sort=tool")
-    assert response.status_code == 200
-    assert totals_of(response.content.decode()).startswith(
+    assert totals_of(bob_client, "?sort=tool").startswith(
         "Not counted: too many calls to count quickly")
-    assert shown(world, response) == ["a3", "b2", "b1", "a2", "a1", "b3"]
+    assert shown(world, bob_client.get("/calls/?sort=tool")) == [
+        "a3", "b2", "b1", "a2", "a1", "b3"]
 
 
 def test_the_column_heads_sort_and_keep_the_filters(alice_client: Client,

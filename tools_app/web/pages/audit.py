@@ -24,7 +24,7 @@ from tools_app.audit.call_filters import (
     filtered_calls,
     sort_of,
 )
-from tools_app.audit.call_totals import CallTotals, call_totals
+from tools_app.audit.call_totals import CallTotals, call_totals, slot_count
 from tools_app.audit.run_filters import FilterError
 from tools_app.audit.selectors import (
     DiffError,
@@ -68,25 +68,23 @@ def call_list_rows(calls: QuerySet[ToolCall]) -> QuerySet[ToolCall]:
 @login_required
 def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Every call this user may see, filtered like `GET /api/calls`, newest first or
-    sorted, a keyset page at a time, with the selection's totals; the filters live in
-    the URL as on the runs page."""
+    sorted, a keyset page at a time; the filters live in the URL as on the runs page.
+    The selection's totals come in a request of their own (`call_list_totals`), so
+    counting never holds up the list."""
     filters = {k: v for k, v in request.GET.dict().items() if v.strip()}  # empty = none
     visible = calls_for_user(request.user)
     listed = calls_listed_for_user(request.user)
     status, error, sort = 200, None, None
-    totals: CallTotals | None = None
     try:
         sort = sort_of(filters)
-        totals = call_totals(listed, filters, every_call=request.user.is_staff)
         page = filtered_calls(listed, {"limit": str(CALLS_PAGE_SIZE)} | filters,
-                              call_list_rows,
-                              matches=totals.calls.value if totals.calls.exact else None)
+                              call_list_rows, matches=_known_count(request, filters, sort))
     except FilterError as exc:
         status, error, page = 400, f"{exc.field}: {exc}", CallPage([], None)
     shown = {k: v for k, v in filters.items() if k not in ("cursor", "limit", "sort")}
     response = render(request, "tools_app/call_list.html", {
         "calls": [(call, STATE_NAMES.get(call.state, call.state)) for call in page.calls],
-        "error": error, "filters": shown, "totals": totals_text(totals), "sort": sort,
+        "error": error, "filters": shown, "sort": sort,
         "sort_links": _sort_links(shown, sort), "cell_chars": CELL_CHARS,
         "next_query": urlencode(filters | {"cursor": page.next_cursor})
         if page.next_cursor else None,
@@ -100,6 +98,31 @@ def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         query = urlencode(filters)
         response["HX-Push-Url"] = f"{request.path}?{query}" if query else request.path
     return response
+
+
+def _known_count(request: AuthenticatedHttpRequest, filters: dict[str, str],
+                 sort: Sort | None) -> int | None:
+    """How many calls a sorted page of staff's selects, when the per-tool counts say it
+    at once (no filter but a tool): what lets SQLite choose how to sort them."""
+    if sort is None or not request.user.is_staff:
+        return None
+    if not set(filters) <= {"tool", "sort", "cursor", "limit"}:
+        return None
+    return slot_count(calls_for_user(request.user).db, filters.get("tool"))
+
+
+@require_GET
+@login_required
+def call_list_totals(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """The totals of the calls list's selection (its filters, as the list has them):
+    the line the list asks for once it is shown (`audit.call_totals`)."""
+    filters = {k: v for k, v in request.GET.dict().items() if v.strip()}
+    try:
+        totals = call_totals(calls_listed_for_user(request.user), filters,
+                             every_call=request.user.is_staff)
+    except FilterError as exc:
+        return HttpResponseBadRequest(f"{exc.field}: {exc}", content_type="text/plain")
+    return render(request, "tools_app/_call_totals.html", {"totals": totals_text(totals)})
 
 
 def totals_text(totals: CallTotals | None) -> dict[str, str] | None:
