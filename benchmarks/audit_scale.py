@@ -93,6 +93,10 @@ def requests_to_measure(staff: bool) -> list[tuple[str, str, dict[str, str]]]:
          {"state": "timeout", "sort": "duration"}),
         ("/calls/ status=failed sort=-duration", "/calls/",
          {"status": "failed", "sort": "-duration"}),
+        # the calls list's totals, a request of their own
+        *[(f"/calls/totals/ {_label(k, v)}", "/calls/totals/", {k: v} if k else {})
+          for k, v in (("", ""), ("status", "failed"), ("state", "timeout"),
+                       ("q", "kubernetes"))],
         ("/tools/", "/tools/", {}),
         ("/tools/calculator/", "/tools/calculator/", {}),
         ("GET /api/runs", "/api/runs", {}),
@@ -115,7 +119,7 @@ def _an_order_id() -> str:
 def _label(name: str, value: str) -> str:
     """The same label at both sizes (the time bounds are relative to now)."""
     shown = {"since": "30 days ago", "until": "150 days ago", "tool_version": "<hash>"}
-    return f"{name}={shown.get(name, value)}"
+    return f"{name}={shown.get(name, value)}" if name else "no filter"
 
 
 def _deep_run_cursor(staff: bool) -> str:
