@@ -159,7 +159,8 @@ def filtered_calls(calls: QuerySet[ToolCall], params: Mapping[str, str],
     """One page of the matching calls, newest first or in the `sort` asked for, and the
     next page's cursor (None on the last). `rows` adds what a row shows (joins, deferred
     columns) to the query that reads the page's rows. `matches`: how many calls match,
-    if the caller counted them (`call_totals`), which lets SQLite sort a few itself."""
+    if the caller knows (the calls page: staff's per-tool counts), which lets SQLite
+    choose how to sort them."""
     visible, calls = calls, matching_calls(calls, params)
     limit = _limit(params.get("limit"))
     sort = sort_of(params)
@@ -182,7 +183,7 @@ def filtered_calls(calls: QuerySet[ToolCall], params: Mapping[str, str],
             and matches > FEW_TO_SORT and connections[calls.db].vendor == "sqlite"):
         # A tool's many calls by duration: SQLite would read them by their tool's index
         # and sort them all; the filter without its index makes it read the sort's
-        # index instead (at least FEW_TO_SORT of its calls are the tool's).
+        # index instead, where a tool of more than FEW_TO_SORT calls is not rare.
         first_try = apply_filters(visible, params, CALL_FILTERS,
                                   _FILTERS | {"tool": _tool_unindexed})
     found_ids = _sorted_ids(calls, sort, after, limit + 1, first_try=first_try,
