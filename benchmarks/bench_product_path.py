@@ -26,6 +26,11 @@ Run: python -m benchmarks.bench_product_path [--only embedded|scaleout] [--runs 
      [--busy-cores N] [--name FILE]
 `--busy-cores 1` is the headroom check: the same with one CPU kept busy by another
 process throughout. `--name` writes docs/benchmarks/FILE.md instead of product-path.md.
+
+The write path measured (issue 39): the hand-built SQL of store/rowsql.py and
+store/prepared.py by default; with AGENTFORGE_WRITE_PATH=orm in this process's
+environment (the servers it starts inherit it), their ORM variants (store/rowsql_orm.py,
+store/prepared_orm.py). The report says which; give each its own `--name`.
 """
 
 from __future__ import annotations
@@ -531,7 +536,7 @@ def headroom_note(busy: int) -> str:
 
 def report(results: dict[str, Result | str], elapsed: float, busy: int = 0) -> str:
     rows: list[str] = []
-    notes: list[str] = []
+    notes: list[str] = [f"Write path: {WRITE_PATHS[write_path()]}."]
     for name, result in results.items():
         if isinstance(result, str):
             notes.append(f"{name}: {result}")
@@ -587,6 +592,19 @@ the client) shares one machine ({os.cpu_count()} CPUs, shared with other work: t
 """
 
 
+def write_path() -> str:
+    """The write path the servers use (AGENTFORGE_WRITE_PATH, as store/write_path.py
+    reads it)."""
+    return os.environ.get("AGENTFORGE_WRITE_PATH", "").strip().lower() or "sql"
+
+
+WRITE_PATHS = {
+    "sql": "the hand-built SQL (store/rowsql.py, store/prepared.py), the default",
+    "orm": "the ORM variants (AGENTFORGE_WRITE_PATH=orm: store/rowsql_orm.py, "
+           "store/prepared_orm.py)",
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", choices=["embedded", "scaleout"])
@@ -596,6 +614,9 @@ def main() -> None:
     parser.add_argument("--busy-cores", type=int, default=0, choices=range(os.cpu_count() or 1),
                         help="keep this many CPUs busy with other work throughout (headroom)")
     args = parser.parse_args()
+    if write_path() not in WRITE_PATHS:
+        parser.error(f"AGENTFORGE_WRITE_PATH must be one of {', '.join(WRITE_PATHS)}")
+    print(f"write path: {write_path()}", flush=True)
     counts = [int(x) for x in args.runs.split(",")]
     started = time.monotonic()
     results: dict[str, Result | str] = {}

@@ -35,6 +35,8 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model, QuerySet
 from django.db.models.expressions import ColPairs
 
+from tools_app.runs.store.write_path import chosen
+
 # Marker ints: far beyond any id, seq or index a test or a user creates, and within a
 # 32-bit column (SQLite and PostgreSQL compare them with any integer column).
 _MARKER_INT_BASE = 2_000_000_000
@@ -264,3 +266,13 @@ def _converted(fetched: list[Any], compiled: _Compiled, converters: Converters,
         converted.append(dict(zip(compiled.names, values, strict=True))
                          if compiled.names is not None else tuple(values))
     return converted
+
+
+# The measurement's switch (issue 39, store/write_path.py): with AGENTFORGE_WRITE_PATH=orm
+# the reads are the plain querysets, evaluated by the ORM at every call
+# (`prepared_orm`), read once at import.
+if chosen() == "orm":
+    from tools_app.runs.store import prepared_orm
+
+    rows = prepared_orm.rows
+    instances = prepared_orm.instances

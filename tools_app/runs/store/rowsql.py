@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cache, lru_cache, partial
 from typing import Any
@@ -31,25 +30,14 @@ from django.db.models import Field, Model
 from django.db.models.signals import post_save, pre_save
 
 from tools_app.runs.store.sanitize import Encoded
+from tools_app.runs.store.write_path import Add, In, chosen
+
+__all__ = ["MAX_PARAMETERS", "Add", "In", "insert", "insert_as_saved", "select", "update",
+           "update_many"]
 
 # Parameters per statement, under both databases' limits (SQLite 32,766; PostgreSQL
 # 65,535 when the server binds them): a round of thousands of calls is several INSERTs.
 MAX_PARAMETERS = 30_000
-
-
-@dataclass(frozen=True)
-class Add:
-    """`column = column + amount` in an UPDATE."""
-
-    amount: int
-
-
-@dataclass(frozen=True)
-class In:
-    """`column IN (...)` in a `where`: the column holds one of these values (at least
-    one: the statements are built for each count)."""
-
-    values: tuple[Any, ...]
 
 
 def update(model: type[Model], where: Mapping[str, Any], values: Mapping[str, Any],
@@ -461,3 +449,16 @@ def _insert_sql(model: type[Model], names: tuple[str, ...], count: int,
         returned = (returning,) if isinstance(returning, str) else returning
         sql += " RETURNING " + ", ".join(_column(model, name) for name in returned)
     return sql
+
+
+# The measurement's switch (issue 39, store/write_path.py): with AGENTFORGE_WRITE_PATH=orm
+# this module's public functions are the ORM's (`rowsql_orm`), read once at import;
+# the markers `Add` and `In` are the same classes either way.
+if chosen() == "orm":
+    from tools_app.runs.store import rowsql_orm
+
+    update = rowsql_orm.update
+    update_many = rowsql_orm.update_many
+    select = rowsql_orm.select
+    insert = rowsql_orm.insert
+    insert_as_saved = rowsql_orm.insert_as_saved
