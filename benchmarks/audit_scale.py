@@ -77,6 +77,15 @@ def requests_to_measure(staff: bool) -> list[tuple[str, str, dict[str, str]]]:
         ("/runs/ has_errors=false", "/runs/", {"has_errors": "false"}),
         ("/runs/ search 2 words", "/runs/", {"q": "zürich invoice"}),
         ("/runs/ search an order id", "/runs/", {"q": order}),
+        # try-it runs shown (the page leaves them out by default), and sorted (each
+        # sort's index; a status sorted in memory when its count allows)
+        ("/runs/ tryit=any", "/runs/", {"tryit": "any"}),
+        *[(f"/runs/ sort={sort}", "/runs/", {"sort": sort})
+          for sort in ("started", "duration", "-duration", "errors", "-errors")],
+        ("/runs/ sort=-duration deep page", "/runs/",
+         {"sort": "-duration", "cursor": _deep_sorted_run_cursor(staff, "-duration")}),
+        ("/runs/ status=failed sort=-duration", "/runs/",
+         {"status": "failed", "sort": "-duration"}),
         ("/calls/ first page", "/calls/", {}),
         ("/calls/ deep page", "/calls/", {"cursor": _deep_call_cursor(staff)}),
         *[(f"/calls/ {_label(k, v)}", "/calls/", {k: v}) for k, v in call_filters.items()],
@@ -132,6 +141,21 @@ def _deep_run_cursor(staff: bool) -> str:
     runs = selectors.run_list_for_user(user).order_by("-created_at", "-pk")
     middle = runs[runs.count() // 2]
     return _encode_cursor(middle)
+
+
+def _deep_sorted_run_cursor(staff: bool, sort: str) -> str:
+    """The cursor of a page halfway down the runs page's runs in `sort`'s order."""
+    from django.contrib.auth import get_user_model
+
+    from tools_app.audit.run_filters import SORTS, _encode_sorted_cursor, matching_runs
+    from tools_app.runs.store import selectors
+
+    user = get_user_model().objects.get(username=STAFF if staff else USER)
+    key = SORTS[sort]
+    runs = matching_runs(selectors.run_list_for_user(user), {"tryit": "false"}).alias(
+        sort_key=key.key()).order_by(*(("-sort_key", "-pk") if key.descending
+                                       else ("sort_key", "pk")))
+    return _encode_sorted_cursor(key, runs[runs.count() // 2])
 
 
 def _deep_call_cursor(staff: bool) -> str:

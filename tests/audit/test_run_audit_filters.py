@@ -111,7 +111,7 @@ def test_the_page_filters_and_keeps_them(alice_client: Client, world: dict[str, 
     html = response.content.decode()
     assert '<option value="false" selected>without errors</option>' in html
     assert "<option selected>Strict</option>" in html
-    assert 'href="/runs/export.csv?has_errors=false&amp;policy=Strict"' in html
+    assert 'href="/runs/export.csv?has_errors=false&amp;policy=Strict&amp;tryit=false"' in html
 
 
 def test_the_page_keeps_a_frozen_policy_name_no_policy_has_now(

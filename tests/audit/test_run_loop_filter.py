@@ -93,7 +93,7 @@ def test_the_page_filters_and_keeps_the_choice(alice_client: Client,
     assert sorted(re.findall(r'<a href="/runs/[0-9a-f-]{36}/">([^<]+)</a>', html)) == [
         "Looping", "Noted"]
     assert '<option value="true" selected>loop detected</option>' in html
-    assert 'href="/runs/export.csv?loop_detected=true"' in html
+    assert 'href="/runs/export.csv?loop_detected=true&amp;tryit=false"' in html
 
 
 def test_the_bad_value_is_said_on_the_page(alice_client: Client, runs: dict[str, Run]) -> None:

@@ -1,29 +1,39 @@
 """Finding runs: the filters of `GET /api/runs`, checked one by one (an unknown filter or
-a bad value names itself), and keyset pagination (newest first; no OFFSET scans)."""
+a bad value names itself), and keyset pagination (no OFFSET scans): newest first, on
+(created_at, id), or with `sort` by when the run was created, its duration or its
+errors, and the id after it (`SORTS`), each read in order from an index
+(`Run.Meta.indexes`)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from django.db.models import Exists, Model, OuterRef, Q, QuerySet, TextField
+from django.db import connections
+from django.db.models import Exists, Expression, F, Func, Model, OuterRef, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
 from tools_app.audit.search import search_runs
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall
+from tools_app.models.sort_keys import DurationKey
 
 EXPORT_FILTERS = ("status", "endpoint", "tool", "user", "q", "since", "until", "tool_version",
-                  "policy", "error_type", "has_errors", "waiting_for_me", "loop_detected")
-RUN_FILTERS = (*EXPORT_FILTERS, "cursor", "limit")
+                  "policy", "error_type", "has_errors", "waiting_for_me", "loop_detected", "tryit")
+RUN_FILTERS = (*EXPORT_FILTERS, "sort", "cursor", "limit")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 MAX_QUERY = 200
+# Up to this many matching runs (counted: `filtered_runs`' `matches`), SQLite sorts them
+# itself rather than walk a sort's index past every run that does not match.
+FEW_TO_SORT = 10_000
 
 
 class FilterError(ValueError):
@@ -57,18 +67,100 @@ def apply_filters[M: Model](rows: QuerySet[M], params: Mapping[str, str],
     return rows
 
 
+@dataclass(frozen=True)
+class Sort:
+    """An order of the runs list: a key and its direction (the id, the keyset's
+    tie-break, goes the same way)."""
+
+    name: str
+    label: str
+    key: Callable[[], Any]  # the expression (its index is the same expression's)
+    descending: bool
+    # The key of a run, as the cursor keeps it (JSON) and as the query compares it.
+    value: Callable[[Run], Any]
+    parse: Callable[[Any], Any]
+    # Runs whose key is below this come after all the others (ascending durations: the
+    # runs without one, keyed -1, come last rather than first).
+    last_below: float | None = None
+
+
+def _parsed_moment(value: Any) -> datetime:
+    moment = datetime.fromisoformat(value)
+    if moment.tzinfo is None:
+        raise ValueError(value)
+    return moment
+
+
+def _parsed_number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(value)
+    return float(value)
+
+
+def _created_key() -> F:
+    return F("created_at")
+
+
+def _errors_key() -> F:
+    return F("errors_count")
+
+
+def _duration_key() -> DurationKey:
+    return DurationKey("wall_ms")
+
+
+def _duration_of(run: Run) -> float:
+    return -1.0 if run.wall_ms is None else float(run.wall_ms)
+
+
+# "-started" is the default order (newest first), whose pages keep their own cursor.
+NEWEST_FIRST = "-started"
+SORTS = {sort.name: sort for sort in (
+    Sort("-started", "Started, newest first", _created_key, True,
+         lambda r: r.created_at.isoformat(), _parsed_moment),
+    Sort("started", "Started, oldest first", _created_key, False,
+         lambda r: r.created_at.isoformat(), _parsed_moment),
+    Sort("-duration", "Duration, longest first", _duration_key, True, _duration_of,
+         _parsed_number),
+    Sort("duration", "Duration, shortest first", _duration_key, False, _duration_of,
+         _parsed_number, last_below=0.0),
+    Sort("-errors", "Errors, most first", _errors_key, True, lambda r: r.errors_count,
+         _parsed_number),
+    Sort("errors", "Errors, fewest first", _errors_key, False, lambda r: r.errors_count,
+         _parsed_number),
+)}
+
+
 def matching_runs(runs: QuerySet[Run], params: Mapping[str, str],
                   allowed: tuple[str, ...] = RUN_FILTERS) -> QuerySet[Run]:
     """`runs` (already limited to what the caller may see) that match the filters in
-    `params`, newest first; a parameter not in `allowed` is refused."""
+    `params`, newest first; a parameter not in `allowed` is refused (`sort`, `cursor`
+    and `limit` are a page's, read by `filtered_runs`)."""
     return apply_filters(runs, params, allowed, _FILTERS).order_by("-created_at", "-pk")
 
 
-def filtered_runs(runs: QuerySet[Run], params: Mapping[str, str]) -> Page:
-    """One page of the matching runs, newest first, and the cursor of the next page
-    (None on the last)."""
-    runs = matching_runs(runs, params)
+def sort_of(params: Mapping[str, str]) -> Sort:
+    """The `sort` asked for (newest first when none); a FilterError names the sorts."""
+    name = params.get("sort", NEWEST_FIRST)
+    if name not in SORTS:
+        raise FilterError("sort", f"sort must be one of {', '.join(SORTS)}, not {name[:40]!r}")
+    return SORTS[name]
+
+
+def filtered_runs(runs: QuerySet[Run], params: Mapping[str, str], *,
+                  matched: QuerySet[Run] | None = None, matches: int | None = None) -> Page:
+    """One page of the matching runs, newest first or in the `sort` asked for, and the
+    cursor of the next page (None on the last). `matched`: `matching_runs(runs, params)`
+    if the caller has it already (a search is then not looked up twice); `matches`: how
+    many runs match, if the caller counted them (`run_totals`), which lets SQLite sort
+    a few itself."""
+    visible = runs
+    runs = matching_runs(runs, params) if matched is None else matched
     limit = _limit(params.get("limit"))
+    sort = sort_of(params)
+    if sort.name != NEWEST_FIRST:
+        return _sorted_page(visible, runs, sort, params.get("cursor"), limit,
+                            in_memory=matches is not None and matches <= FEW_TO_SORT)
     if "cursor" in params:
         created, pk = _decode_cursor(params["cursor"])
         # The bound on created_at alone first: an OR of the two cases only would keep
@@ -79,6 +171,60 @@ def filtered_runs(runs: QuerySet[Run], params: Mapping[str, str]) -> Page:
     more = len(page) > limit
     page = page[:limit]
     return Page(page, _encode_cursor(page[-1]) if more else None)
+
+
+def _sorted_page(visible: QuerySet[Run], runs: QuerySet[Run], sort: Sort,
+                 cursor: str | None, limit: int, *, in_memory: bool) -> Page:
+    """A sorted page: its ids in order, then their rows as `visible` gives them (its
+    joins), without the filters again (a search would be read twice)."""
+    after = _decode_sorted_cursor(cursor, sort) if cursor is not None else None
+    found_ids = _sorted_ids(runs, sort, after, limit + 1, in_memory=in_memory)
+    found = {run.pk: run for run in visible.filter(pk__in=found_ids[:limit]).order_by()}
+    page = [found[pk] for pk in found_ids[:limit] if pk in found]
+    more = len(found_ids) > limit and bool(page)
+    return Page(page, _encode_sorted_cursor(sort, page[-1]) if more else None)
+
+
+class _Unindexed(Func):
+    """SQLite's unary plus: the same value, which no index provides (SQLite then reads
+    the filters' own indexes and sorts the matches)."""
+
+    template = "+(%(expressions)s)"
+
+
+def _sorted_ids(runs: QuerySet[Run], sort: Sort, after: tuple[Any, uuid.UUID] | None,
+                count: int, *, in_memory: bool) -> list[uuid.UUID]:
+    """Up to `count` ids of `runs` in `sort`'s order, after the run keyed `after`. Each
+    comparison is on the key and the id, with `key <= v` (or `>=`) first so the index is
+    read from the cursor on. `in_memory` (SQLite, few matches): the key and the id
+    without their index, so the filters' indexes find the matches."""
+    key: Expression = sort.key()
+    pk: Any = F("pk")
+    if in_memory and connections[runs.db].vendor == "sqlite":
+        key, pk = _Unindexed(key), _Unindexed(F("pk"))
+    runs = runs.alias(sort_key=key, sort_pk=pk)
+    below = sort.last_below
+    if below is not None and after is not None and after[0] < below:
+        # already among the runs that come last: only they remain, in their order
+        return _page_ids(runs.filter(sort_key__lt=below), sort, after, count)
+    first = runs.filter(sort_key__gte=below) if below is not None else runs
+    ids = _page_ids(first, sort, after, count)
+    if below is not None and len(ids) < count:
+        ids += _page_ids(runs.filter(sort_key__lt=below), sort, None, count - len(ids))
+    return ids
+
+
+def _page_ids(runs: QuerySet[Run], sort: Sort, after: tuple[Any, uuid.UUID] | None,
+              count: int) -> list[uuid.UUID]:
+    if after is not None:
+        value, pk = after
+        if sort.descending:
+            runs = runs.filter(Q(sort_key__lte=value), Q(sort_key__lt=value) | Q(sort_pk__lt=pk))
+        else:
+            runs = runs.filter(Q(sort_key__gte=value), Q(sort_key__gt=value) | Q(sort_pk__gt=pk))
+    order = (F("sort_key").desc(), F("sort_pk").desc()) if sort.descending else \
+        (F("sort_key").asc(), F("sort_pk").asc())
+    return list(runs.order_by(*order).values_list("pk", flat=True)[:count])
 
 
 def _status(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
@@ -191,6 +337,35 @@ def _loop_detected(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
     return runs.filter(loop_detections=0)
 
 
+def _tryit(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
+    """Try-it runs (one call of a tool from its page, and reruns of one): true only
+    them, false none of them, any both. The API lists every run unless asked; the runs
+    page hides them unless asked (web/pages/views.run_list)."""
+    if value not in TRYIT_VALUES:
+        raise FilterError("tryit", f"tryit must be one of {', '.join(TRYIT_VALUES)}, "
+                          f"not {value[:40]!r}")
+    return of_kind(runs, value)
+
+
+TRYIT_VALUES = ("any", "true", "false")
+
+
+def of_kind(runs: QuerySet[Run], tryit: str) -> QuerySet[Run]:
+    """`runs` narrowed by a checked `tryit` value (any: all of them)."""
+    if tryit == "any":
+        return runs
+    if BOOLEANS[tryit]:
+        return runs.filter(is_tryit=True)
+    # Not among the try-it runs (few: a partial index holds them), rather than a test of
+    # each run's column: a list then reads its own index, with the ids alone.
+    return runs.exclude(pk__in=tryit_ids(runs.db))
+
+
+def tryit_ids(using: str) -> QuerySet[Run, Any]:
+    """The try-it runs' ids, as a subquery read from their partial index."""
+    return Run.objects.using(using).filter(is_tryit=True).values("pk")
+
+
 def _bounded(field: str, value: str, limit: int, what: str) -> str:
     text = value.strip()
     if not text or len(text) > limit:
@@ -201,7 +376,8 @@ def _bounded(field: str, value: str, limit: int, what: str) -> str:
 _FILTERS = {"status": _status, "endpoint": _endpoint, "tool": _tool, "user": _user,
             "q": _text, "since": _since, "until": _until, "tool_version": _tool_version,
             "policy": _policy, "error_type": _error_type, "has_errors": _has_errors,
-            "waiting_for_me": _waiting_for_me, "loop_detected": _loop_detected}
+            "waiting_for_me": _waiting_for_me, "loop_detected": _loop_detected,
+            "tryit": _tryit}
 
 
 def _moment(field: str, value: str) -> datetime:
@@ -227,6 +403,25 @@ def _limit(value: str | None) -> int:
 def _encode_cursor(run: Run) -> str:
     raw = f"{run.created_at.isoformat()}|{run.pk}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _encode_sorted_cursor(sort: Sort, run: Run) -> str:
+    raw = json.dumps(["run", sort.name, sort.value(run), str(run.pk)], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_sorted_cursor(value: str, sort: Sort) -> tuple[Any, uuid.UUID]:
+    """The key and id of the last run of the previous page, from a cursor the same sort
+    made."""
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+        kind, name, key, pk = raw
+        if kind != "run" or name != sort.name or not isinstance(pk, str):
+            raise ValueError(raw)
+        return sort.parse(key), uuid.UUID(pk)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise FilterError("cursor", "cursor must be a next_cursor this API returned "
+                          "for the same sort") from None
 
 
 def _decode_cursor(value: str) -> tuple[datetime, uuid.UUID]:

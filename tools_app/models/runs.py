@@ -57,6 +57,10 @@ class Run(models.Model):
     output_tokens = models.PositiveIntegerField(default=0)
     total_tokens = models.PositiveIntegerField(default=0)
     wall_ms = models.FloatField(null=True, blank=True)
+    # A try-it run (one call of a tool from its page, or a rerun of one), set when the
+    # run is stored: the runs list hides these unless asked, by this column (a partial
+    # index holds these runs), not by its snapshot's JSON.
+    is_tryit = models.BooleanField(default=False)
     # LoopDetected events recorded (engine/loop/health.py), counted by the recorder:
     # the runs list's "loop detected" filter reads this column, not the events.
     loop_detections = models.PositiveIntegerField(default=0)
@@ -82,6 +86,13 @@ class Run(models.Model):
             # narrowing: an ordinary user's own runs, and a status.
             models.Index(fields=["created_by", "created_at", "id"], name="run_user_keyset"),
             models.Index(fields=["status", "created_at", "id"], name="run_status_keyset"),
+            # The try-it runs, newest first: few, so the runs list leaves them out by
+            # their ids (audit.run_filters) and each index it reads keeps serving it.
+            models.Index(fields=["created_at", "id"], condition=models.Q(is_tryit=True),
+                         name="run_tryit_keyset"),
+            # The runs list's sorts by duration (no duration: -1) and by errors.
+            models.Index(DurationKey("wall_ms"), F("id"), name="run_duration"),
+            models.Index(fields=["errors_count", "id"], name="run_errors"),
             # The runs list filtered on "loop detected": the few flagged runs, in order.
             models.Index(fields=["created_at", "id"], condition=models.Q(loop_detections__gt=0),
                          name="run_loop_keyset"),

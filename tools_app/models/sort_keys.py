@@ -1,6 +1,7 @@
-"""Expressions the calls list sorts by, shared by the indexes that serve them
-(`ToolCall.Meta.indexes`) and the queries (`audit.call_filters`): a database uses an
-expression index only for the very same expression, so both build it from here."""
+"""Expressions the calls and runs lists sort by, shared by the indexes that serve them
+(`ToolCall.Meta.indexes`, `Run.Meta.indexes`) and the queries (`audit.call_filters`,
+`audit.run_filters`): a database uses an expression index only for the very same
+expression, so both build it from here."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from django.db.models.functions import Coalesce
 
 
 class DurationKey(Func):
-    """A call's duration, -1 for a call without one (it never ran, or runs still): one
-    non-NULL order on both databases, which place NULL at opposite ends. The -1 is in
-    the template, not a parameter, so the query's expression is the index's."""
+    """A call's duration (with `field`, a run's), -1 without one (it never ran, or runs
+    still): one non-NULL order on both databases, which place NULL at opposite ends.
+    The -1 is in the template, not a parameter, so the query's expression is the
+    index's."""
 
     template = "COALESCE(%(expressions)s, -1)"
     output_field = FloatField()

@@ -81,7 +81,7 @@ def create_queued(**fields: Any) -> Run:
     """A new run, queued, with its first event (inside the caller's transaction)."""
     # A new run's first event is seq 1: stored with the run's row already counting it,
     # not allocated by a second statement (this is on every POST /api/runs).
-    run = Run(status=RunStatus.QUEUED, last_seq=1, **fields)
+    run = Run(status=RunStatus.QUEUED, last_seq=1, is_tryit=is_tryit(fields), **fields)
     # Every column in one precompiled INSERT (`rowsql.insert_as_saved`), not the ORM's
     # save, whose compilation is a large part of a POST /api/runs. Its database triggers
     # fire for this INSERT as for any.
@@ -92,13 +92,20 @@ def create_queued(**fields: Any) -> Run:
     return run
 
 
+def is_tryit(fields: Mapping[str, Any]) -> bool:
+    """Whether a run to be stored is a try-it run (or a rerun of one): its snapshot has
+    the "tryit" section (runs/debugger/tryit.py)."""
+    snapshot = fields.get("snapshot")
+    return isinstance(snapshot, Mapping) and isinstance(snapshot.get("tryit"), Mapping)
+
+
 def create_finished(*, status: RunStatus, origin: Mapping[str, Any], **fields: Any) -> Run:
     """A run that arrives finished (imported from a run file), inside the caller's
     transaction: its first event says where it came from (`origin`: the event's kind and
     payload), its second its terminal status."""
     if status not in TERMINAL_STATUSES:
         raise IllegalTransition("imported", status)
-    run = Run.objects.create(status=status, last_seq=2, **fields)
+    run = Run.objects.create(status=status, last_seq=2, is_tryit=is_tryit(fields), **fields)
     RunEvent.objects.bulk_create([
         RunEvent(run=run, seq=1, kind=origin["kind"], payload=origin["payload"]),
         RunEvent(run=run, seq=2, kind="run_status", payload={"status": status}),

@@ -1,0 +1,63 @@
+"""The runs list: try-it runs marked by a column (hidden by default; a partial index
+holds the few there are) and the indexes of its sorts by duration and by errors.
+
+Run.is_tryit is added without rebuilding tools_app_run on SQLite (as 0023 did: Django's
+SQLite backend rebuilds a table for a NOT NULL column, which copies every run and drops
+the table's triggers, audit.triggers): ALTER TABLE ADD COLUMN with a constant default.
+The runs already stored are marked from their snapshots' "tryit" section.
+"""
+
+from django.db import migrations, models
+
+import tools_app.models.sort_keys
+
+RUN_COLUMN_SQLITE = ('ALTER TABLE "tools_app_run" ADD COLUMN "is_tryit" bool NOT NULL '
+                     'DEFAULT 0')
+
+
+class AddRunColumn(migrations.AddField):
+    """AddField, but on SQLite an ALTER TABLE instead of a table rebuild."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor != "sqlite":
+            return super().database_forwards(app_label, schema_editor, from_state, to_state)
+        schema_editor.execute(RUN_COLUMN_SQLITE)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor != "sqlite":
+            return super().database_backwards(app_label, schema_editor, from_state, to_state)
+        schema_editor.execute('ALTER TABLE "tools_app_run" DROP COLUMN "is_tryit"')
+
+
+def mark_tryit_runs(apps, schema_editor):
+    run = apps.get_model("tools_app", "Run")
+    run.objects.using(schema_editor.connection.alias).filter(
+        snapshot__has_key="tryit").update(is_tryit=True)
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('tools_app', '0023_loop_health'),
+    ]
+
+    operations = [
+        AddRunColumn(
+            model_name='run',
+            name='is_tryit',
+            field=models.BooleanField(default=False),
+        ),
+        migrations.RunPython(mark_tryit_runs, migrations.RunPython.noop, elidable=True),
+        migrations.AddIndex(
+            model_name='run',
+            index=models.Index(condition=models.Q(('is_tryit', True)), fields=['created_at', 'id'], name='run_tryit_keyset'),
+        ),
+        migrations.AddIndex(
+            model_name='run',
+            index=models.Index(tools_app.models.sort_keys.DurationKey('wall_ms'), models.F('id'), name='run_duration'),
+        ),
+        migrations.AddIndex(
+            model_name='run',
+            index=models.Index(fields=['errors_count', 'id'], name='run_errors'),
+        ),
+    ]
