@@ -129,8 +129,13 @@ async def test_a_replaying_rerun_compared_with_its_parent(open_page: Any,
     verdict = await page.locator("#compare-verdict").inner_text()
     assert verdict == "Same tool calls, results and texts in every round."
     assert await page.locator("[data-diverges=true]").count() == 0
+    # rounds that are the same come folded: opening one loads its calls
+    assert await page.locator("tr.call").count() == 0
+    await page.click("#cmp-round-0 details.round-fold summary")
+    await page.locator("#cmp-round-0 tr.call").first.wait_for()
     calls = await page.locator("tr.call").evaluate_all("rows => rows.map(r => r.dataset.status)")
     assert calls == ["same", "same"]
+    assert "replaying rerun (as it was) of A" in await page.inner_text("#compare-relation")
     if SCREENSHOTS:
         await page.screenshot(path=screenshot_path(server, "compare-runs.png"), full_page=True)
     assert dialogs == []

@@ -170,6 +170,10 @@ def test_the_page_says_who_both_runs_are_and_how_they_relate(
     assert "none (live)" in rows["replay"][0]
     assert rows["endpoint"] == ["calc", "calc"]
     assert rows["lineage"][1].startswith("replay A replaying rerun (as it was) of")
+    # the lineage badges of the runs list and the run page, with their tooltips
+    badges = [e for e in page.elements if e.tag == "span" and "data-lineage" in e.attrs]
+    assert [(b.attrs["data-lineage"], (b.attrs["title"] or "").split(":")[0]) for b in badges] \
+        == [("replay", "A rerun answering from a recording")]
     assert rows["times"][0].startswith(f"created {a.created_at:%Y-%m-%d}")
     assert "finished" in rows["times"][1]
 

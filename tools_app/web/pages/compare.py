@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from tools_app.models import Run
+from tools_app.runs.debugger import lineage
 from tools_app.runs.debugger.compare import compare_round, compare_runs
 from tools_app.runs.store import selectors
 from tools_app.web.pages.views import AuthenticatedHttpRequest
@@ -68,7 +69,9 @@ def run_compare(request: AuthenticatedHttpRequest) -> HttpResponse:
     comparison["final_text"]["lines"] = _diff_lines(comparison["final_text"]["diff"])
     return render(request, TEMPLATE, {
         "comparison": comparison, "run_a": a, "run_b": b, "runs": (a, b),
-        "sides": (comparison["a"], comparison["b"]),
+        # each run's facts with its lineage badges, as the runs list and run page show them
+        "sides": [comparison[side] | {"badges": lineage.badges(run.snapshot)}
+                  for side, run in (("a", a), ("b", b))],
         "query": urlencode({"a": a.pk, "b": b.pk}),
         "swapped": urlencode({"a": b.pk, "b": a.pk}),
     })
