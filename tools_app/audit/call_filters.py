@@ -59,7 +59,7 @@ MAX_MS = 1e9  # about eleven days: any larger bound is a typo
 # Up to this many matching calls (counted: `filtered_calls`' `matches`), SQLite sorts
 # them itself rather than walk a sort's index past every call that does not match.
 FEW_TO_SORT = 10_000
-SORT_BUDGET = 0.05  # seconds SQLite reads a sort's index for a page before sorting itself
+SORT_BUDGET = 0.05  # seconds a sort's index is read for a page before the matches are sorted
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def filtered_calls(calls: QuerySet[ToolCall], params: Mapping[str, str],
     after = _decode_sorted_cursor(cursor, sort) if cursor is not None else None
     first_try = None
     if (sort.key is DurationKey and "tool" in params and matches is not None
-            and matches > FEW_TO_SORT and connections[calls.db].vendor == "sqlite"):
+            and matches > FEW_TO_SORT):
         # A tool's many calls by duration: SQLite would read them by their tool's index
         # and sort them all; the filter without its index makes it read the sort's
         # index instead, where a tool of more than FEW_TO_SORT calls is not rare.
@@ -195,25 +195,31 @@ def filtered_calls(calls: QuerySet[ToolCall], params: Mapping[str, str],
 
 
 class _Unindexed(Func):
-    """SQLite's unary plus: the same value, which no index provides (SQLite then reads
-    the filters' own indexes and sorts the matches)."""
+    """The same value, which no index provides, so the database reads the filters' own
+    indexes and sorts the matches: SQLite's unary plus; on PostgreSQL a no-op of the
+    value's type (text || '', a number + 0, a time + 0 seconds)."""
 
     template = "+(%(expressions)s)"
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        kind = self.output_field.get_internal_type()
+        template = ("(%(expressions)s || '')" if kind in ("CharField", "TextField") else
+                    "(%(expressions)s + interval '0 seconds')" if kind == "DateTimeField"
+                    else "(%(expressions)s + 0)")
+        return self.as_sql(compiler, connection, template=template, **extra)
 
 
 def _sorted_ids(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | None,
                 count: int, *, in_memory: bool,
                 first_try: QuerySet[ToolCall] | None = None) -> list[int]:
     """Up to `count` ids of `calls` in `sort`'s order, after the call keyed `after`.
-    SQLite reads the sort's index, for at most SORT_BUDGET seconds (matches the index
-    reaches late, such as time-outs among the shortest calls first, would be a scan of
-    nearly every call), then sorts the matches itself, found by the filters' indexes;
-    with `in_memory` (few matches, counted) it does that at once, and so when its plan
-    for the index already sorts (a user's own calls: their index, then a sort).
-    `first_try`: the same calls written so that the sort's index is read, tried first
-    within the time limit. PostgreSQL's planner weighs the two itself."""
-    if connections[calls.db].vendor != "sqlite":
-        return _ids_in_order(calls, sort, after, count, plain=False)
+    The database reads the sort's index for at most SORT_BUDGET seconds (matches the
+    index reaches late, such as time-outs among the shortest calls first, would be a
+    scan of nearly every call: neither planner can know), then sorts the matches itself,
+    found by the filters' indexes; with `in_memory` (few matches, counted) it does that
+    at once, and so when its plan already sorts (a user's own calls: their index, then
+    a sort). `first_try`: the same calls written so that the sort's index is read,
+    tried first within the time limit."""
     if in_memory:
         return _ids_in_order(calls, sort, after, count, plain=True)
     if first_try is not None:
@@ -235,13 +241,24 @@ def _sorted_ids(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | 
 
 
 def _sorts_itself(read: QuerySet[Any]) -> bool:
-    """SQLite: whether its plan for `read` sorts the rows it finds (a temporary b-tree
-    for the ORDER BY) rather than reading them in order from the sort's index."""
+    """Whether the database's plan for `read` sorts the rows it finds (SQLite: a
+    temporary b-tree for the ORDER BY; PostgreSQL: a Sort node) rather than reading them
+    in order from the sort's index. Planned, not run."""
     sql, params = read.query.sql_with_params()
     with connections[read.db].cursor() as cursor:
-        cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-        return any("TEMP B-TREE FOR" in str(row[-1]) and "ORDER BY" in str(row[-1])
-                   for row in cursor.fetchall())
+        if connections[read.db].vendor != "postgresql":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+            return any("TEMP B-TREE FOR" in str(row[-1]) and "ORDER BY" in str(row[-1])
+                       for row in cursor.fetchall())
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    nodes = [(json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]]
+    while nodes:
+        node = nodes.pop()
+        if node.get("Node Type") in ("Sort", "Incremental Sort"):
+            return True
+        nodes.extend(node.get("Plans", []))
+    return False
 
 
 def _ids_in_order(calls: QuerySet[ToolCall], sort: Sort, after: tuple[Any, int] | None,
