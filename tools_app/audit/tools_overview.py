@@ -65,7 +65,7 @@ def tools_overview(calls: QuerySet[ToolCall], *, every_call: bool,
     counts = _slot_counts(calls.db) if every_call else _counts(calls)
     registrations = {t.name: t for t in ToolRegistration.objects.order_by("name")}
     used = sorted(name for name, (n, _) in counts.items() if n)
-    durations = recent_durations(calls, used)
+    durations = recent_durations(calls, used, by_id=every_call)
     hours = last_hours(calls, used, every_call=every_call, now=now)
     rows = []
     for name in sorted(set(registrations) | set(counts)):
@@ -88,19 +88,24 @@ def _slot_counts(using: str) -> dict[str, tuple[int, int]]:
     return {name: (int(n or 0), int(errors or 0)) for name, n, errors in rows}
 
 
-def recent_durations(calls: QuerySet[ToolCall], names: list[str]) -> dict[str, list[float]]:
+def recent_durations(calls: QuerySet[ToolCall], names: list[str], *,
+                     by_id: bool = True) -> dict[str, list[float]]:
     """The durations of each named tool's latest RECENT_TIMED timed calls among `calls`:
     one statement per _PER_STATEMENT tools, each tool's part a bounded read newest
     first (UNION ALL of the ORM's own queries: SQLite takes no LIMIT inside a compound
-    query unless it is wrapped)."""
+    query unless it is wrapped). Newest by id (all the calls: the index of a tool's
+    calls by id), or, `by_id` false (a user's calls), by their runs' creation, which
+    the index of a user's calls of a tool holds beside the duration: PostgreSQL then
+    reads that index alone instead of every call's row for its id."""
     found: dict[str, list[float]] = defaultdict(list)
     connection = connections[calls.db]
+    newest = "-pk" if by_id else "-run_created_at"
     for start in range(0, len(names), _PER_STATEMENT):
         parts: list[str] = []
         params: list[Any] = []
         for name in names[start:start + _PER_STATEMENT]:
             latest = (calls.filter(tool_name=name, duration_ms__isnull=False)
-                      .order_by("-pk").values_list("tool_name", "duration_ms")[:RECENT_TIMED])
+                      .order_by(newest).values_list("tool_name", "duration_ms")[:RECENT_TIMED])
             sql, part_params = latest.query.sql_with_params()
             parts.append(f"SELECT * FROM ({sql}) AS t{len(parts)}")  # noqa: S608 (ORM SQL)
             params.extend(part_params)
