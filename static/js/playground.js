@@ -90,6 +90,10 @@
       select.appendChild(option);
     });
     select.value = names.indexOf(chosen) >= 0 ? chosen : "";
+    // The named tool is no longer offered: no longer forced either (a form naming no
+    // tool would be refused).
+    var mode = form().querySelector("select[name=tool_choice]");
+    if (mode && mode.value === "named" && !select.value) { mode.value = "auto"; }
   }
 
   function onChange(event) {

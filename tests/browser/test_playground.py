@@ -94,6 +94,7 @@ async def test_named_tool_is_a_list_of_the_ticked_tools(open_page: Any, server: 
     await tool_box(page, "calculator").uncheck()  # no longer offered: no longer named
     assert await named_options(page) == ["", "get_weather"]
     assert await named.input_value() == ""
+    assert await page.input_value("select[name=tool_choice]") == "auto"  # nor forced
 
     await named.select_option("get_weather")
     await page.fill("textarea[name=user_message]", "Weather, forced")
