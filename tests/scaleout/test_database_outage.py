@@ -22,11 +22,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from asgiref.sync import SyncToAsync
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 from django_tasks_db.models import DBTaskResult, get_date_max
 
+from tools_app.live.run_waits import close_read_connections
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolRegistration, WorkerHeartbeat
 
 from .conftest import (
@@ -99,6 +101,18 @@ def queued_and_held(run: Run) -> psycopg.Connection[Any]:
                    [task.pk])
     DBTaskResult.objects.filter(pk=task.pk).update(run_after=get_date_max())
     return holder
+
+
+@pytest.fixture(autouse=True)
+def no_dead_connection_left_behind() -> Iterator[None]:
+    """These tests terminate every connection to the test database, the ones other
+    threads of this process keep too (asgiref's thread for sync code called from async
+    tests, the API streams' read thread): closed afterwards, so that the tests after
+    these open new ones instead of meeting dead ones."""
+    yield
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+    close_read_connections()
+    connections.close_all()
 
 
 @contextlib.contextmanager
