@@ -11,22 +11,10 @@ default does the same without the copy; PostgreSQL gets Django's own ADD COLUMN.
 import django.core.validators
 from django.db import migrations, models
 
+from tools_app.migration_operations import AddColumnByAlterOnSqlite
+
 RUN_COLUMN_SQLITE = ('ALTER TABLE "tools_app_run" ADD COLUMN "loop_detections" integer '
                      'unsigned NOT NULL DEFAULT 0 CHECK ("loop_detections" >= 0)')
-
-
-class AddRunColumn(migrations.AddField):
-    """AddField, but on SQLite an ALTER TABLE instead of a table rebuild."""
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor != "sqlite":
-            return super().database_forwards(app_label, schema_editor, from_state, to_state)
-        schema_editor.execute(RUN_COLUMN_SQLITE)
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor != "sqlite":
-            return super().database_backwards(app_label, schema_editor, from_state, to_state)
-        schema_editor.execute('ALTER TABLE "tools_app_run" DROP COLUMN "loop_detections"')
 
 
 class Migration(migrations.Migration):
@@ -81,8 +69,9 @@ class Migration(migrations.Migration):
             name='loop_repeat_stop_at',
             field=models.PositiveSmallIntegerField(blank=True, default=5, help_text="The run stops (LoopDetectedError) from this many on, before the round's calls run, whatever the action above. Empty: never.", null=True, validators=[django.core.validators.MinValueValidator(2), django.core.validators.MaxValueValidator(100)], verbose_name='repeated calls: stop at'),
         ),
-        AddRunColumn(
+        AddColumnByAlterOnSqlite(
             model_name='run',
+            sqlite_sql=RUN_COLUMN_SQLITE,
             name='loop_detections',
             field=models.PositiveIntegerField(default=0),
         ),

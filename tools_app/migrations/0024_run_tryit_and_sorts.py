@@ -9,24 +9,12 @@ The runs already stored are marked from their snapshots' "tryit" section.
 
 from django.db import migrations, models
 
+from tools_app.migration_operations import AddColumnByAlterOnSqlite
+
 import tools_app.models.sort_keys
 
 RUN_COLUMN_SQLITE = ('ALTER TABLE "tools_app_run" ADD COLUMN "is_tryit" bool NOT NULL '
                      'DEFAULT 0')
-
-
-class AddRunColumn(migrations.AddField):
-    """AddField, but on SQLite an ALTER TABLE instead of a table rebuild."""
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor != "sqlite":
-            return super().database_forwards(app_label, schema_editor, from_state, to_state)
-        schema_editor.execute(RUN_COLUMN_SQLITE)
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor != "sqlite":
-            return super().database_backwards(app_label, schema_editor, from_state, to_state)
-        schema_editor.execute('ALTER TABLE "tools_app_run" DROP COLUMN "is_tryit"')
 
 
 def mark_tryit_runs(apps, schema_editor):
@@ -42,8 +30,9 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        AddRunColumn(
+        AddColumnByAlterOnSqlite(
             model_name='run',
+            sqlite_sql=RUN_COLUMN_SQLITE,
             name='is_tryit',
             field=models.BooleanField(default=False),
         ),
