@@ -4,6 +4,11 @@ made; and a run's lineage and replay modes read from its stored snapshot."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from tools_app.runs.debugger import lineage as lineage_marks
 from tools_app.runs.debugger.compare import CallRow, align_calls, lineage, relation, replay_modes
 
 
@@ -96,6 +101,28 @@ def test_lineage_and_replay_modes_come_from_the_stored_sections() -> None:
     # an id that is no run id (a replayed file's name) links nowhere
     assert lineage({"replay": {"model": "recorded", "source": "fixture.json"}})["of"] is None
     assert lineage({}) == {"kind": "run", "of": None, "text": "started directly"}
+
+
+# The kinds compare names, against the badges the runs list and the run page show.
+LINEAGE_CASES = [
+    {}, {"rerun": {"of": RUN_ID, "mode": "current"}},
+    {"rerun": {"of": RUN_ID, "replay": {"model": "recorded", "tools": "live"}}},
+    {"rerun": {"of": RUN_ID, "replay": {"model": "live", "tools": "live"}}},
+    {"rerun": {"of": RUN_ID, "fork_round": 2}, "fork": {"of": RUN_ID, "round": 2}},
+    {"rerun": {"of": RUN_ID, "fork_round": 3}, "splice": {"of": RUN_ID, "round": 2}},
+    {"rerun": {"of": RUN_ID, "fork_round": 2}, "splice": {"of": "grandparent"}},
+    {"rerun": {"of": RUN_ID}, "imported": {"from": "abc"}},
+    {"rerun": {"of": RUN_ID, "replay": {"tools": "mock"}}, "tryit": {"tool": "t"}},
+    {"imported": {"from": "abc", "imported_by": "ann"}}, {"tryit": {"tool": "calc"}},
+    {"replay": {"model": "recorded", "source": RUN_ID}},
+    {"rerun": "not a section", "tryit": ["nor this"]},
+]
+
+
+@pytest.mark.parametrize("stored", LINEAGE_CASES)
+def test_compare_names_the_kind_of_the_runs_first_lineage_badge(stored: Any) -> None:
+    badges = [badge.kind for badge in lineage_marks.badges(stored)]
+    assert lineage(stored)["kind"] == (badges[0] if badges else "run")
 
 
 def test_the_relation_of_two_runs() -> None:

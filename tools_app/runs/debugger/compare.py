@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from tools_app.engine.providers.recorded import canonical_arguments
 from tools_app.models import Round, Run, ToolCall
+from tools_app.runs.debugger import lineage as lineage_marks
 from tools_app.runs.debugger.timeline import format_ms
 
 TOTALS = (("wall_ms", "wall time (ms)"), ("rounds_count", "rounds"),
@@ -135,44 +136,40 @@ def _section(stored: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 
 
 def lineage(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """Where a run came from, by its snapshot's sections: `kind` (run, rerun, replay,
-    fork, splice, import, tryit), `of` the id of the run it came from when that run may
-    be stored here, and `text`, the same in words ("a fork at round 3"). A run made from
-    another has a `rerun` section (with `fork_round` for a fork or a splice); a splice's
-    `splice` section names the same run (a fork of a splice copies its parent's, which
-    names the grandparent)."""
-    rerun, splice = _section(stored, "rerun"), _section(stored, "splice")
-    if rerun:
-        of = _run_id(rerun.get("of"))
-        if rerun.get("fork_round") is not None:
-            if splice and splice.get("of") == rerun.get("of"):
-                return {"kind": "splice", "of": of,
-                        "text": f"a splice of a re-executed result (round "
-                                f"{splice.get('round')}, {splice.get('tool')})"}
-            return {"kind": "fork", "of": of,
-                    "text": f"a fork at round {rerun.get('fork_round')}"}
-        mode = "with the configuration of its day" if rerun.get("mode") == "current" \
-            else "as it was"
-        if _replays(_section(rerun, "replay")):
-            return {"kind": "replay", "of": of, "text": f"a replaying rerun ({mode})"}
-        return {"kind": "rerun", "of": of, "text": f"a rerun ({mode})"}
-    imported, tryit = _section(stored, "imported"), _section(stored, "tryit")
-    if imported:
-        by = imported.get("imported_by")
+    """Where a run came from: `kind` (run, or the first of its lineage badges' kinds,
+    runs/debugger/lineage.py, whose classification this reuses), `of` the id of the run
+    it came from when that run may be stored here, and `text`, the same in words ("a
+    fork at round 3")."""
+    rerun = _section(stored, "rerun")
+    made = lineage_marks.made_from_parent(stored)
+    if made is not None:
+        return {"kind": made, "of": _run_id(rerun.get("of")), "text": _made_text(made, stored)}
+    kinds = lineage_marks.kinds(stored)
+    if "import" in kinds:
+        by = _section(stored, "imported").get("imported_by")
         return {"kind": "import", "of": None,
                 "text": f"imported from a run file{f' by {by}' if by else ''}"}
-    if tryit:
-        return {"kind": "tryit", "of": None, "text": f"a try-it run of {tryit.get('tool')}"}
-    if _replays(_section(stored, "replay")):
+    if "tryit" in kinds:
+        return {"kind": "tryit", "of": None,
+                "text": f"a try-it run of {_section(stored, 'tryit').get('tool')}"}
+    if "replay" in kinds:
         return {"kind": "replay", "of": _run_id(_section(stored, "replay").get("source")),
                 "text": "a replay of a recording"}
     return {"kind": "run", "of": None, "text": "started directly"}
 
 
-def _replays(options: Mapping[str, Any]) -> bool:
-    """Whether replay options answer anything from the recording."""
-    return bool(options.get("model", "live") != "live"
-                or options.get("tools", "live") != "live")
+def _made_text(made: str, stored: Mapping[str, Any]) -> str:
+    """A run made from another in words: "a fork at round 3", "a rerun (as it was)"."""
+    rerun = _section(stored, "rerun")
+    if made == "splice":
+        splice = _section(stored, "splice")
+        return (f"a splice of a re-executed result (round {splice.get('round')}, "
+                f"{splice.get('tool')})")
+    if made == "fork":
+        return f"a fork at round {rerun.get('fork_round')}"
+    mode = ("with the configuration of its day" if rerun.get("mode") == "current"
+            else "as it was")
+    return f"a replaying rerun ({mode})" if made == "replay" else f"a rerun ({mode})"
 
 
 def _run_id(value: Any) -> str | None:
@@ -187,7 +184,7 @@ def replay_modes(stored: Mapping[str, Any]) -> dict[str, str] | None:
     """Which parts of the run answered from a recording (model, tools, on_divergence),
     or None for a run that replayed nothing."""
     modes = _section(_section(stored, "rerun"), "replay") or _section(stored, "replay")
-    if not _replays(modes):
+    if not lineage_marks.replays(modes):
         return None
     return {key: str(modes.get(key, default)) for key, default in
             (("model", "live"), ("tools", "live"), ("on_divergence", "stop"))}
