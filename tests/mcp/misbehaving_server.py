@@ -5,6 +5,10 @@ event loop: the whole server stops answering), crash (exits mid-call), garbage (
 a line that is not JSON-RPC to stdout instead of answering), fail (an isError result),
 image (a PNG of --image-bytes bytes), huge (a text of N characters), markup (text with
 HTML in it). --start-delay S sleeps before serving (a slow start).
+
+Besides tools, a resource and a prompt (what a sync lists besides tools); the prompt's
+description repeats the MISBEHAVING_MOTTO variable it was given (a server repeating a
+secret, which a sync's record must redact) and the resource's title carries markup.
 """
 
 from __future__ import annotations
@@ -110,6 +114,18 @@ def has_header(name: str, ctx: Context) -> str:
     """Whether the HTTP request carried a header (never its value)."""
     headers = ctx.headers or {}
     return "set" if headers.get(name.lower()) else "unset"
+
+
+@server.resource("notes://readme", name="readme", title="Read <b>me</b>",
+                 description="The server's notes.", mime_type="text/plain")
+def readme() -> str:
+    return "Nothing to see."
+
+
+@server.prompt(description="Greets someone. Motto: "
+               + os.environ.get("MISBEHAVING_MOTTO", "(none)"))
+def greet(who: str) -> str:
+    return f"Say hello to {who}."
 
 
 def main() -> None:

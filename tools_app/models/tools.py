@@ -96,6 +96,10 @@ class McpServer(models.Model):
         "restarted. The tool's own timeout, if shorter, applies too.")
     enabled = models.BooleanField(default=True)
     last_synced_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The last sync's record, failed or not (runs/snapshot/mcp.py): when, whether it
+    # worked and why not, the server's name and protocol, its resources and prompts,
+    # and the JSON-RPC messages of the sync's session (secrets redacted).
+    last_sync = models.JSONField(default=dict, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

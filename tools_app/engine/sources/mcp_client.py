@@ -51,15 +51,18 @@ class McpCallError(Exception):
 
 
 FaultHandler = Callable[[Exception], None]
+Recorder = Callable[[Literal["sent", "received"], Any], None]
 
 
 @asynccontextmanager
 async def open_client(config: McpServerConfig, on_fault: FaultHandler | None = None,
-                      on_end: Callable[[], None] | None = None) -> AsyncIterator[Client]:
+                      on_end: Callable[[], None] | None = None,
+                      record: Recorder | None = None) -> AsyncIterator[Client]:
     """A connected, initialised MCP client for `config` (no response cache: a sync
     must see the server's current tools). `on_fault` hears of transport faults, such
     as a stdout line that is not JSON-RPC; `on_end`, of the server's side ending (its
-    process exited, say)."""
+    process exited, say); `record`, of every message sent and received (a sync's
+    wire log: mcp_listing.WireLog)."""
     async with AsyncExitStack() as stack:
         server: Any
         if config.transport == "stdio":
@@ -75,33 +78,69 @@ async def open_client(config: McpServerConfig, on_fault: FaultHandler | None = N
             http = await stack.enter_async_context(guarded_http_client(
                 config.outbound, dict(config.headers), read_timeout=config.call_timeout))
             server = streamable_http_client(config.url, http_client=http)
-        client = Client(_watch_end(server, on_end), cache=None, client_info=CLIENT_INFO,
+        client = Client(_watch_end(server, on_end, record), cache=None, client_info=CLIENT_INFO,
                         message_handler=_fault_listener(on_fault))
         yield await stack.enter_async_context(client)
 
 
 @asynccontextmanager
-async def _watch_end(transport: Any, on_end: Callable[[], None] | None) -> AsyncIterator[Any]:
-    """`transport`, with its read stream telling `on_end` when it ends."""
+async def _watch_end(transport: Any, on_end: Callable[[], None] | None,
+                     record: Recorder | None = None) -> AsyncIterator[Any]:
+    """`transport`, with its read stream telling `on_end` when it ends, and both
+    streams telling `record` of each message."""
     async with transport as (read_stream, write_stream):
-        yield (_EndWatcher(read_stream, on_end) if on_end else read_stream), write_stream
+        if on_end or record:
+            read_stream = _EndWatcher(read_stream, on_end or _nothing, record)
+        if record:
+            write_stream = _RecordingWriter(write_stream, record)
+        yield read_stream, write_stream
+
+
+def _nothing() -> None:
+    pass
+
+
+class _RecordingWriter:
+    """A transport's write stream that tells `record` of each message it sends."""
+
+    def __init__(self, inner: Any, record: Recorder) -> None:
+        self._inner = inner
+        self._record = record
+
+    async def send(self, message: Any) -> None:
+        self._record("sent", message)
+        await self._inner.send(message)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _RecordingWriter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 class _EndWatcher:
     """A transport's read stream (the SDK's ReadStream protocol) that reports its end:
     a server that died between calls is then replaced before the next call, instead of
-    failing it."""
+    failing it. With `record`, it also tells of each message received."""
 
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+    def __init__(self, inner: Any, on_end: Callable[[], None],
+                 record: Recorder | None = None) -> None:
         self._inner = inner
         self._on_end = on_end
+        self._record = record
 
     async def receive(self) -> Any:
         try:
-            return await self._inner.receive()
+            message = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        if self._record is not None:
+            self._record("received", message)
+        return message
 
     async def aclose(self) -> None:
         await self._inner.aclose()

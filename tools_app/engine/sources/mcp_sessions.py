@@ -28,7 +28,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult, Tool
 
-from .mcp_client import McpCallError, McpServerConfig, describe, open_client
+from .mcp_client import McpCallError, McpServerConfig, Recorder, describe, open_client
+from .mcp_listing import LIST_PAGES_CAP, McpListing, WireLog, list_everything
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,6 @@ T = TypeVar("T")
 # Time a retired session gets to shut down before its owner task is cancelled (the
 # SDK's own shutdown waits are bounded well below this).
 SHUTDOWN_GRACE = 10.0
-LIST_PAGES_CAP = 100  # a server whose tools/list never ends cannot hang a sync
 
 
 RESTARTED = "the session was restarted"
@@ -82,8 +82,9 @@ class _Connection:
     """One session, owned by one task on the sessions' loop (anyio scopes and task
     groups must be left by the task that entered them)."""
 
-    def __init__(self, config: McpServerConfig) -> None:
+    def __init__(self, config: McpServerConfig, record: Recorder | None = None) -> None:
         self.config = config
+        self._record = record
         self.ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
         self.retired = False
         self.fault: str | None = None
@@ -100,8 +101,8 @@ class _Connection:
         try:
             with anyio.move_on_after(self.config.startup_timeout) as scope:
                 self._scope = scope
-                async with open_client(self.config, self._on_fault,
-                                       self._on_end) as client:
+                async with open_client(self.config, self._on_fault, self._on_end,
+                                       self._record) as client:
                     scope.deadline = math.inf  # started: from now on only retire() ends it
                     self.ready.set_result(client)
                     await self._stop.wait()
@@ -184,17 +185,18 @@ class McpSessions:
         """The server's tools, through a session of its own, closed afterwards."""
         return await self._submit(lambda cancel: self._list_tools(config, cancel))
 
-    def list_tools_blocking(self, config: McpServerConfig) -> list[Tool]:
-        """`list_tools` for synchronous callers (the admin, management commands)."""
-        future = asyncio.run_coroutine_threadsafe(self._list_tools(config, _Cancel()),
-                                                  self._start())
+    def inspect_blocking(self, config: McpServerConfig, log: WireLog) -> McpListing:
+        """Connect and list the server's tools, resources and prompts through a session
+        of its own, closed afterwards; every message of it goes into `log` (kept when
+        the listing fails, to show how far it got). For synchronous callers (a sync)."""
+        future = asyncio.run_coroutine_threadsafe(self._inspect(config, log), self._start())
         try:
             return future.result(config.startup_timeout + config.call_timeout
                                  + SHUTDOWN_GRACE)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise McpCallError(f"MCP server {config.name!r} did not list its tools in "
-                               f"time") from None
+            raise McpCallError(f"MCP server {config.name!r} did not list what it offers "
+                               f"in time") from None
 
     def session_count(self) -> int:
         """Live sessions (for tests and the curious)."""
@@ -320,6 +322,22 @@ class McpSessions:
                                f"{config.call_timeout:g} s") from None
         except MCPError as exc:
             raise McpCallError(f"MCP server {config.name!r} refused to list its tools: "
+                               f"{describe(exc)}") from exc
+        finally:
+            connection.retire()
+            await _bounded(connection.task)
+
+    async def _inspect(self, config: McpServerConfig, log: WireLog) -> McpListing:
+        connection = _Connection(config, record=log.record)
+        try:
+            client = await asyncio.shield(connection.ready)
+            with anyio.fail_after(config.call_timeout):
+                return await list_everything(client)
+        except TimeoutError:
+            raise McpCallError(f"MCP server {config.name!r} did not list what it offers "
+                               f"within {config.call_timeout:g} s") from None
+        except MCPError as exc:
+            raise McpCallError(f"MCP server {config.name!r} refused a listing: "
                                f"{describe(exc)}") from exc
         finally:
             connection.retire()

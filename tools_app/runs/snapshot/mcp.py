@@ -28,10 +28,11 @@ from tools_app.engine.sources.mcp import (
     McpToolExecutor,
     tool_definitions,
 )
+from tools_app.engine.sources.mcp_listing import McpListing, WireLog
 from tools_app.models import McpServer, ToolKind, ToolRegistration, tool_name_validator
 from tools_app.runs.snapshot.access import outbound_policy, secret_variable_problem
 from tools_app.runs.snapshot.model import ToolSnapshot
-from tools_app.runs.store.sanitize import clean_json, clean_text, max_value_bytes
+from tools_app.runs.store.sanitize import clean_json, clean_text, max_value_bytes, redact
 from tools_app.tools.registry import compute_version_hash, record_version
 
 SERVER_FIELDS = ("name", "transport", "command", "args", "env", "url", "headers",
@@ -172,21 +173,54 @@ class McpSyncError(Exception):
 
 def sync_server(server: McpServer) -> McpSyncReport:
     """Register the server's tools (created, updated, re-enabled), and disable the
-    registrations of tools it no longer has. Blocking: runs the listing on the MCP
-    sessions' loop."""
+    registrations of tools it no longer has; keep what the server offers besides
+    (resources, prompts) and the JSON-RPC log of the sync in `server.last_sync`,
+    failed or not. Blocking: runs the listing on the MCP sessions' loop."""
     if not server.enabled:
         raise McpSyncError(f"MCP server {server.name!r} is disabled")
     snapshot = {field: getattr(server, field) for field in SERVER_FIELDS}
+    log = WireLog()
+    secrets: tuple[str, ...] = ()
     try:
         config = server_config(snapshot)
-        tools = tool_definitions(MCP_SESSIONS.list_tools_blocking(config))
+        secrets = _secret_values(snapshot, config)
+        listing = MCP_SESSIONS.inspect_blocking(config, log)
+        tools = tool_definitions(listing.tools)
     except Exception as exc:  # the server's failure, said in one line
-        raise McpSyncError(str(exc)) from exc
-    return _apply(server, tools)
+        record = sync_record(None, log, error=str(exc), secrets=secrets)
+        McpServer.objects.filter(pk=server.pk).update(last_sync=record)
+        server.last_sync = record
+        raise McpSyncError(record["error"]) from exc
+    return _apply(server, tools, sync_record(listing, log, error="", secrets=secrets))
+
+
+def sync_record(listing: McpListing | None, log: WireLog, *, error: str,
+                secrets: tuple[str, ...]) -> dict[str, Any]:
+    """What `McpServer.last_sync` keeps of one sync: the server's words and the log
+    are untrusted (made storable: NULs escaped, values capped) and may repeat a
+    secret the server was given (redacted)."""
+    record: dict[str, Any] = {
+        "at": timezone.now().isoformat(), "ok": not error, "error": error,
+        "server": {}, "resources": [], "prompts": [], "log": log.as_list()}
+    if listing is not None:
+        record["server"] = {"name": listing.server_name, "version": listing.server_version,
+                            "protocol": listing.protocol_version}
+        record["resources"] = [
+            {"uri": r.uri, "name": r.name, "title": r.title or "",
+             "description": r.description or "", "mime_type": r.mime_type or ""}
+            for r in listing.resources]
+        record["prompts"] = [
+            {"name": p.name, "title": p.title or "", "description": p.description or "",
+             "arguments": [{"name": a.name, "description": a.description or "",
+                            "required": bool(a.required)} for a in p.arguments or ()]}
+            for p in listing.prompts]
+    cleaned: dict[str, Any] = clean_json(redact(record, secrets))
+    return cleaned
 
 
 @transaction.atomic
-def _apply(server: McpServer, tools: list[McpToolDefinition]) -> McpSyncReport:
+def _apply(server: McpServer, tools: list[McpToolDefinition],
+           record: dict[str, Any]) -> McpSyncReport:
     report = McpSyncReport(server.name)
     existing = {row.config.get("tool"): row for row in ToolRegistration.objects
                 .select_for_update().filter(kind=ToolKind.MCP, config__server=server.name)}
@@ -197,7 +231,10 @@ def _apply(server: McpServer, tools: list[McpToolDefinition]) -> McpSyncReport:
             row.enabled = False
             row.save(update_fields=["enabled", "updated_at"])
             report.disabled.append(row.name)
-    McpServer.objects.filter(pk=server.pk).update(last_synced_at=timezone.now())
+    record["summary"] = report.summary()
+    McpServer.objects.filter(pk=server.pk).update(last_synced_at=timezone.now(),
+                                                  last_sync=record)
+    server.last_sync = record
     return report
 
 
