@@ -19,6 +19,7 @@ from .debugging import (
 )
 from .demo import DemoKind, DemoRecord
 from .endpoints import ModelEndpoint, ProviderKind
+from .ingest import IngestedRunKey, IngestedSpan
 from .policies import (
     ArgumentsErrorMode,
     ErrorPolicy,
@@ -27,6 +28,7 @@ from .policies import (
     LoopAction,
     PolicyRevision,
 )
+from .prices import ModelPrice, PriceRevision
 from .runs import (
     FINISHED_CALL_STATES,
     IN_DOUBT_CALL_STATES,
@@ -42,6 +44,7 @@ from .runs import (
     ToolCall,
     ToolCallState,
 )
+from .suites import Suite, SuiteCase, SuiteCell, SuiteCellRun, SuiteRun, SuiteRunStatus
 from .tools import (
     McpServer,
     McpTransport,
@@ -72,13 +75,17 @@ __all__ = [
     "ErrorPolicy",
     "ExecutionErrorMode",
     "HallucinatedToolMode",
+    "IngestedRunKey",
+    "IngestedSpan",
     "LoopAction",
     "McpServer",
     "McpTransport",
     "ModelEndpoint",
+    "ModelPrice",
     "PauseResolution",
     "PlaygroundState",
     "PolicyRevision",
+    "PriceRevision",
     "ProviderKind",
     "ReexecutionState",
     "ReturnBehaviorChoice",
@@ -87,6 +94,12 @@ __all__ = [
     "RunEvent",
     "RunPause",
     "RunStatus",
+    "Suite",
+    "SuiteCase",
+    "SuiteCell",
+    "SuiteCellRun",
+    "SuiteRun",
+    "SuiteRunStatus",
     "ToolCall",
     "ToolCallSlot",
     "ToolCallState",
