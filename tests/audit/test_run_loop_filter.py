@@ -1,6 +1,7 @@
 """The runs filter loop_detected: runs in which loop health flagged a round (the count the
 recorder keeps with the LoopDetected events), in the API, the exports and the /runs/
-page; a bad value is a 400 naming the filter."""
+page; a bad value is a 400 naming the filter. A flagged run's row in /runs/ has a
+"loop detected" badge."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
 from tests.runs.support import execute
-from tests.web.support import Api, error_of, start_run
+from tests.web.support import Api, Element, Tree, error_of, start_run
 from tools_app.models import ErrorPolicy, Run, ToolRegistration
 from tools_app.web.api.tokens import create_token
 
@@ -100,3 +101,30 @@ def test_the_bad_value_is_said_on_the_page(alice_client: Client, runs: dict[str,
     response = alice_client.get("/runs/?loop_detected=maybe")
     assert "loop_detected must be true or false" in response.content.decode()
 
+
+
+def loop_badges(tree: Tree, run: Run) -> list[Element]:
+    row = tree.by_id(f"run-row-{run.pk}")
+    return [e for e in tree.elements if "loop-badge" in (e.attrs.get("class") or "")
+            and row in e.ancestors_or_self()]
+
+
+def badge_text(tree: Tree, badge: Element) -> str:
+    return "".join(text for text, element in tree.texts if element is badge)
+
+
+def test_a_flagged_runs_row_has_the_loop_badge(alice_client: Client,
+                                               runs: dict[str, Run]) -> None:
+    tree = Tree(alice_client.get("/runs/").content.decode())
+    badges = {name: loop_badges(tree, run) for name, run in runs.items()}
+    assert {name: len(found) for name, found in badges.items()} == {
+        "looping": 1, "noted": 1, "varied": 0, "queued": 0}
+    [looping] = badges["looping"]
+    assert looping.attrs["data-loop-detections"] == "5"
+    assert badge_text(tree, looping) == "loop detected"
+    assert (looping.attrs["title"] or "").startswith("Loop health flagged this run 5 times")
+    [noted] = badges["noted"]
+    assert (noted.attrs["title"] or "").startswith("Loop health flagged this run 1 time ")
+    # the row a live row polls for is the same
+    row = alice_client.get(f"/runs/{runs['looping'].pk}/row/").content.decode()
+    assert 'data-loop-detections="5"' in row
