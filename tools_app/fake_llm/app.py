@@ -2,6 +2,7 @@
 
 Routes
     POST /v1/chat/completions                        OpenAI Chat Completions
+    POST /v1/responses                               OpenAI Responses API
     POST /v1/messages                                Anthropic Messages
     POST /v1beta/models/{model}:generateContent      Gemini (also :streamGenerateContent)
     GET  /v1/models                                  OpenAI-style model list
@@ -52,13 +53,18 @@ from .replies import (
     step_reply,
 )
 from .script import (
+    MISSED_TEXT,
     AutoOptions,
     CutFault,
     FakeScript,
+    FakeStep,
     ScriptSet,
     StreamErrorFault,
+    draw,
 )
 from .wires import WireError
+
+MISSED_STEP = FakeStep(text=MISSED_TEXT)
 
 
 class FakeLLMApp:
@@ -73,6 +79,7 @@ class FakeLLMApp:
         self.requests: deque[dict[str, Any]] = deque(maxlen=record_limit)
         self.attempt_memory = attempt_memory
         self._attempts: dict[tuple[str, str, int], int] = {}
+        self._draws: dict[tuple[str, int, int, str], int] = {}
         self._seq = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -149,6 +156,9 @@ class FakeLLMApp:
             plan.error = (f"The fake script '{name}' has {len(script.steps)} steps and was "
                           f"asked for step {index + 1}: add a final text step to end the run")
             return plan
+        if step.probability < 1 and not self._plays(name, script.seed, index,
+                                                    conversation, step.probability):
+            step = step.otherwise or MISSED_STEP
         if step.faults:
             plan.attempt = self._attempt(headers, name, index, body)
             plan.fault = step.fault_for_attempt(plan.attempt)
@@ -157,6 +167,15 @@ class FakeLLMApp:
         latency_ms = step.latency_ms if step.latency_ms is not None else script.latency_ms
         plan.latency_s = latency_ms / 1000
         return plan
+
+    def _plays(self, name: str, seed: int, index: int, conversation: Conversation,
+               probability: float) -> bool:
+        """Whether a step with a probability is played this time (FakeScript.seed says
+        how the draws are made)."""
+        key = (name, seed, index, conversation.last_user_text)
+        n = self._draws.get(key, 0)
+        self._draws[key] = n + 1
+        return draw(seed, name, index, conversation.last_user_text, n) < probability
 
     def _attempt(self, headers: dict[str, str], script: str, index: int, body: bytes) -> int:
         """Which attempt at this step this request is (1 = first), for fail-then-succeed.
@@ -300,6 +319,7 @@ class FakeLLMApp:
         self.strict = self.initial_strict
         self.requests.clear()
         self._attempts.clear()
+        self._draws.clear()
         self._seq = 0
 
 

@@ -26,6 +26,7 @@ the fallback for every other model):
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -128,6 +129,10 @@ class FakeStep(_Strict):
     finish_reason: Literal["stop", "tool_calls", "length"] | None = None
     latency_ms: float | None = Field(default=None, ge=0)
     faults: tuple[Fault, ...] = ()
+    probability: float = Field(default=1.0, ge=0, le=1)
+    """How often this step is played; otherwise `otherwise` is (see `FakeScript.seed`)."""
+    otherwise: FakeStep | None = None
+    """The step played when the draw misses; by default a text reply, `MISSED_TEXT`."""
 
     @model_validator(mode="after")
     def _forever_fault_is_last(self) -> FakeStep:
@@ -153,6 +158,16 @@ class FakeStep(_Strict):
         return None
 
 
+MISSED_TEXT = "I could not work out which tool to use."
+"""What a step whose draw missed answers when it names no `otherwise` step."""
+
+
+def draw(seed: int, script: str, step: int, key: str, n: int) -> float:
+    """The n-th (0-based) number in [0, 1) of a step's sequence of draws."""
+    # Reproducible on purpose (a test's pass rate), never a secret.
+    return random.Random(f"{seed}\x1f{script}\x1f{step}\x1f{key}\x1f{n}").random()  # noqa: S311
+
+
 class AutoOptions(_Strict):
     """The built-in reply: `rounds` tool-calling rounds of `parallel` calls each."""
 
@@ -172,6 +187,11 @@ class FakeScript(_Strict):
     chunk_delay_ms: float = Field(default=0, ge=0)
     """Pause between streamed events. At 0 the whole stream is written at once (cheap)."""
     auto: AutoOptions = AutoOptions()
+    seed: int = 0
+    """Fixes the draws of steps with a probability below 1. The n-th conversation to
+    reach step k with a given last user message gets the n-th number of a sequence that
+    depends only on the seed, the script's name, k and that message: N such
+    conversations play the step the same number of times whatever their order."""
 
 
 class ScriptSet(_Strict):
