@@ -3,12 +3,10 @@ JSON tools array imported in one step."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -18,57 +16,20 @@ from django.utils.safestring import SafeString
 
 from tools_app.runs.snapshot.access import secret_variable_problem
 from tools_app.web.registry_forms import (
+    ToolImportForm,
     ToolRegistrationForm,
     json_schema_problems,
     note_person_edits,
 )
 
 from ..models import ToolRegistration
-from ..tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
-from ..tools.kinds import config_help
+from ..tools.importing import ToolImportError, import_tools
 from ..tools.registry import record_version
 
-# The form and its checks live with the API's (web/registry_forms.py): one validator.
+# The forms and their checks live with the API's and the registry pages'
+# (web/registry_forms.py): one validator.
 __all__ = ["ToolImportForm", "ToolRegistrationAdmin", "ToolRegistrationForm",
            "json_schema_problems"]
-
-
-class ToolImportForm(forms.Form):
-    """Paste or upload a JSON tools array; every tool becomes a mock or HTTP tool."""
-
-    definitions = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 14, "cols": 100}),
-        help_text="An OpenAI (Chat Completions or Responses), Anthropic or MCP tools array, "
-        "or one tool. A tool may carry its own configuration under x-agentforge-config.")
-    file = forms.FileField(required=False, help_text="Or upload the JSON file.")
-    kind = forms.ChoiceField(choices=[(k.value, k.label) for k in IMPORTABLE_KINDS])
-    config = forms.JSONField(
-        required=False, initial=dict, widget=forms.Textarea(attrs={"rows": 4, "cols": 100}),
-        help_text="The configuration of tools that carry none. " + config_help())
-
-    MAX_UPLOAD_BYTES = 2_000_000
-
-    def clean(self) -> dict[str, Any]:
-        cleaned: dict[str, Any] = super().clean() or {}
-        upload = cleaned.get("file")
-        text = cleaned.get("definitions") or ""
-        if upload is not None:
-            if upload.size > self.MAX_UPLOAD_BYTES:
-                raise ValidationError(f"The file is larger than {self.MAX_UPLOAD_BYTES} bytes.")
-            try:
-                text = upload.read().decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ValidationError("The file is not UTF-8 text.") from exc
-        if not text.strip():
-            raise ValidationError("Paste the tools JSON or upload a file.")
-        try:
-            cleaned["data"] = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValidationError(f"Not JSON: {exc}") from exc
-        config = cleaned.get("config")
-        if config is not None and not isinstance(config, dict):
-            self.add_error("config", "Give a JSON object.")
-        return cleaned
 
 
 @admin.register(ToolRegistration)

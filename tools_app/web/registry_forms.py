@@ -10,6 +10,7 @@ key, and headers or environment values that carry one are written `env:NAME`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,6 +34,7 @@ from tools_app.models import (
 from tools_app.runs.snapshot.access import secret_variable_problem
 from tools_app.runs.snapshot.mcp import mcp_config_problems
 from tools_app.runs.snapshot.parameters import default_parameter_problems
+from tools_app.tools.importing import IMPORTABLE_KINDS
 from tools_app.tools.kinds import config_help, config_problems
 from tools_app.tools.registry import (
     PERSON_FIELDS,
@@ -116,6 +118,61 @@ class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
         self.instance.version_hash = compute_version_hash(self.instance)
         registration: ToolRegistration = super().save(commit)
         return registration
+
+
+class WritableToolForm(ToolRegistrationForm):
+    """ToolRegistrationForm for the kinds a person registers by hand, HTTP and mock
+    (the registry pages): Python tools come from code and MCP tools from their server's
+    sync. The same checks; the kind limited to those two and no Python path."""
+
+    class Meta(ToolRegistrationForm.Meta):
+        fields: tuple[str, ...] = tuple(  # type: ignore[assignment]
+            f for f in ToolRegistrationForm.Meta.fields if f != "python_path")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        kind = self.fields["kind"]
+        assert isinstance(kind, forms.ChoiceField)
+        kind.choices = [(k.value, k.label) for k in IMPORTABLE_KINDS]
+
+
+class ToolImportForm(forms.Form):
+    """Paste or upload a JSON tools array; every tool becomes a mock or HTTP tool
+    (tools/importing.py: all of them or none)."""
+
+    definitions = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 14, "cols": 100}),
+        help_text="An OpenAI (Chat Completions or Responses), Anthropic or MCP tools array, "
+        "or one tool. A tool may carry its own configuration under x-agentforge-config.")
+    file = forms.FileField(required=False, help_text="Or upload the JSON file.")
+    kind = forms.ChoiceField(choices=[(k.value, k.label) for k in IMPORTABLE_KINDS])
+    config = forms.JSONField(
+        required=False, initial=dict, widget=forms.Textarea(attrs={"rows": 4, "cols": 100}),
+        help_text="The configuration of tools that carry none. " + config_help())
+
+    MAX_UPLOAD_BYTES = 2_000_000
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        upload = cleaned.get("file")
+        text = cleaned.get("definitions") or ""
+        if upload is not None:
+            if upload.size > self.MAX_UPLOAD_BYTES:
+                raise ValidationError(f"The file is larger than {self.MAX_UPLOAD_BYTES} bytes.")
+            try:
+                text = upload.read().decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValidationError("The file is not UTF-8 text.") from exc
+        if not text.strip():
+            raise ValidationError("Paste the tools JSON or upload a file.")
+        try:
+            cleaned["data"] = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValidationError(f"Not JSON: {exc}") from exc
+        config = cleaned.get("config")
+        if config is not None and not isinstance(config, dict):
+            self.add_error("config", "Give a JSON object.")
+        return cleaned
 
 
 def note_person_edits(tool: ToolRegistration, changed: Iterable[str]) -> None:

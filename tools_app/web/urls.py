@@ -1,7 +1,17 @@
 from django.urls import path, re_path
 
 from tools_app.web.api import app as api
-from tools_app.web.pages import audit, compare, fork, probes, reexecution, tryit, views, waiting
+from tools_app.web.pages import (
+    audit,
+    compare,
+    fork,
+    probes,
+    reexecution,
+    registry,
+    tryit,
+    views,
+    waiting,
+)
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -45,6 +55,19 @@ urlpatterns = [
     path("tools/<path:name>/diff/", audit.tool_diff, name="tool_diff"),
     path("tools/<path:name>/figures/", audit.tool_figures, name="tool_figures"),
     path("tools/<path:name>/", audit.tool_detail, name="tool_detail"),
+    # The registry outside the admin (web/pages/registry.py).
+    path("registry/", registry.registry_home, name="registry"),
+    path("registry/tools/new/", registry.tool_add, name="registry_tool_add"),
+    path("registry/tools/import/", registry.tools_import, name="registry_tools_import"),
+    path("registry/tools/<uuid:tool_id>/edit/", registry.tool_edit,
+         name="registry_tool_edit"),
+    path("registry/mcp/new/", registry.mcp_server_add, name="mcp_server_add"),
+    path("registry/mcp/<int:server_id>/", registry.mcp_server_detail,
+         name="mcp_server_detail"),
+    path("registry/mcp/<int:server_id>/edit/", registry.mcp_server_edit,
+         name="mcp_server_edit"),
+    path("registry/mcp/<int:server_id>/sync/", registry.mcp_server_sync,
+         name="mcp_server_sync"),
     path("endpoints/", views.endpoint_list, name="endpoint_list"),
     path("endpoints/<uuid:endpoint_id>/probe/", views.endpoint_probe, name="endpoint_probe"),
     path("endpoints/<uuid:endpoint_id>/probe/report/", probes.endpoint_probe_report,
