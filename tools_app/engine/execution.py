@@ -112,7 +112,7 @@ def to_jsonable(value: Any) -> Any:
 TOOL_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
 
 
-def _failure_text(exc: BaseException) -> str:
+def failure_text(exc: BaseException) -> str:
     detail = str(exc)
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
@@ -199,7 +199,7 @@ class FunctionToolExecutor:
         except asyncio.CancelledError:
             raise
         except TOOL_FAILURES as exc:
-            raise ToolExecutionError(_failure_text(exc), tool_name=self.name,
+            raise ToolExecutionError(failure_text(exc), tool_name=self.name,
                                      cause=exc) from exc
 
 
@@ -223,7 +223,7 @@ class CallableToolExecutor:
         except (ToolArgumentsError, ToolExecutionError, asyncio.CancelledError):
             raise
         except TOOL_FAILURES as exc:
-            raise ToolExecutionError(_failure_text(exc), tool_name=request.name,
+            raise ToolExecutionError(failure_text(exc), tool_name=request.name,
                                      cause=exc) from exc
         if isinstance(value, ToolExecutionResult):
             return value

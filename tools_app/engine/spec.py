@@ -79,6 +79,8 @@ class ToolOptions:
     timeout: float | None = None
     requires_approval: bool = False
     idempotent: bool = False
+    isolated: bool = False
+    """Run in a worker process of its own (engine/isolation): stopped at its timeout."""
 
 
 def P(name: str | None = None, description: str | None = None) -> Any:
@@ -102,6 +104,7 @@ def tool[F: Callable[..., Any]](
     timeout: float | None = None,
     requires_approval: bool = False,
     idempotent: bool = False,
+    isolated: bool = False,
 ) -> F: ...
 @typing.overload
 def tool[F: Callable[..., Any]](
@@ -115,6 +118,7 @@ def tool[F: Callable[..., Any]](
     timeout: float | None = None,
     requires_approval: bool = False,
     idempotent: bool = False,
+    isolated: bool = False,
 ) -> Callable[[F], F]: ...
 def tool[F: Callable[..., Any]](
     func: F | None = None,
@@ -127,6 +131,7 @@ def tool[F: Callable[..., Any]](
     timeout: float | None = None,
     requires_approval: bool = False,
     idempotent: bool = False,
+    isolated: bool = False,
 ) -> F | Callable[[F], F]:
     """Mark a function or method as a tool. Works as `@tool`, `@tool()` and `@tool(...)`."""
     options = ToolOptions(
@@ -138,6 +143,7 @@ def tool[F: Callable[..., Any]](
         timeout=timeout,
         requires_approval=requires_approval,
         idempotent=idempotent,
+        isolated=isolated,
     )
 
     def mark(target: F) -> F:
