@@ -10,7 +10,7 @@ from django.db import transaction
 
 from tools_app.runs.debugger.breakpoints import BreakpointError, cancel_paused, checked_breakpoints
 from tools_app.runs.snapshot.frozen import build_snapshot, run_title
-from tools_app.runs.snapshot.model import PolicySnapshot
+from tools_app.runs.snapshot.model import PolicySnapshot, ReplaySection
 from tools_app.runs.snapshot.parameters import ParameterError, check_parameters
 from tools_app.runs.snapshot.policy import PolicyOverrideError, checked_overrides
 from tools_app.runs.store.leases import cancel_now
@@ -55,13 +55,15 @@ def run_create(
     parent: Run | None = None,
     policy_overrides: dict[str, Any] | None = None,
     breakpoints: Any = None,
+    replay: ReplaySection | None = None,
 ) -> Run:
     """Freeze everything the run uses, store it queued, and enqueue it after commit.
 
     `policy_overrides` changes policy values for this run only (the playground's
     parallel switch and max rounds), validated as the admin validates a policy; fields
     a run may not override are refused. `parameters` are checked against the endpoint's
-    provider (snapshot/parameters.py); only staff may change its model.
+    provider (snapshot/parameters.py); only staff may change its model. `replay` says
+    which tools answer from a recording or a mock instead of live (a suite run's cases).
     """
     _check_request(tools, messages)
     parameters = parameters or ChatRequestParameters()
@@ -86,6 +88,7 @@ def run_create(
         snapshot.breakpoints = checked_breakpoints(breakpoints, [t.name for t in tools])
     except BreakpointError as exc:
         raise RunRequestError(str(exc), field="breakpoints") from exc
+    snapshot.replay = replay
     return queue_run(
         created_by=user if user is not None and user.is_authenticated else None,
         endpoint=endpoint, policy=policy, parent=parent,

@@ -66,6 +66,9 @@ def engine_for_snapshot(snapshot: RunSnapshot) -> RunEngine:
     # The recording, parsed once for the model and every tool that answers from it.
     recording = snapshot.replay.rounds if snapshot.replay else []
     model, secrets = _model_of(snapshot, recording)
+    # A cap counts dollars, so it needs a price: without one it does not apply (the
+    # run page says so).
+    price = snapshot.billed_price()
     service = ToolService(
         max_tool_calling_round_trips=policy.max_round_trips,
         parallel=policy.parallel,
@@ -78,6 +81,8 @@ def engine_for_snapshot(snapshot: RunSnapshot) -> RunEngine:
             else throw_on_hallucinated_tool
         ),
         loop_health=policy.loop_health(),
+        price=price,
+        cost_cap_usd=policy.cost_cap_usd if price is not None else None,
     )
     tool_secrets: list[str] = []
     for tool in snapshot.tools:
@@ -222,16 +227,16 @@ def _executor(tool: ToolSnapshot, spec: ToolSpecification, replay: ReplaySection
     """The tool's own executor (any kind), or the recording, with the live executor
     behind it only if a divergence goes on live: recorded and mock tools never build
     (so never import) the tool's code."""
-    if replay is None or replay.tools == "live":
+    mode = replay.tool_modes.get(tool.name, replay.tools) if replay is not None else "live"
+    if replay is None or mode == "live":
         built = live_executor(tool, spec)
         return built.executor, built.secrets
     live: ToolExecutor | None = None
     secrets: tuple[str, ...] = ()
-    if replay.tools == "recorded" and replay.on_divergence == "live":
+    if mode == "recorded" and replay.on_divergence == "live":
         built = live_executor(tool, spec)
         live, secrets = built.executor, built.secrets
-    recorded = RecordedToolExecutor(recording,
-                                    mode="mock" if replay.tools == "mock" else "recorded",
+    recorded = RecordedToolExecutor(recording, mode="mock" if mode == "mock" else "recorded",
                                     live=live)
     return recorded, secrets
 

@@ -1,0 +1,137 @@
+"""A suite on the fake provider: three models of different quality x repeats give the
+pass rates the seeded scripts say; each execution is an ordinary run linked to its cell."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tools_app.fake_llm import BackgroundServer
+from tools_app.models import ModelEndpoint, Run, SuiteCellRun, SuiteRunStatus
+from tools_app.suites import runner
+from tools_app.suites.files import SuiteFile, save_suite_file
+from tools_app.suites.matrix import compare_suite_runs, suite_matrix
+
+from .support import (
+    SUM_CALL,
+    WEATHER_CALL,
+    execute_inline,
+    sloppy_passes,
+    weather_case,
+)
+
+REPEAT = 5
+QUESTIONS = {"paris": "Weather in Paris?", "paris-again": "How warm is Paris now?",
+             "paris-short": "Paris?"}
+
+
+def weather_suite(name: str = "weather") -> Any:
+    return save_suite_file(SuiteFile.model_validate({
+        "name": name, "cases": [weather_case(c, q) for c, q in QUESTIONS.items()]}))
+
+
+def run_to_the_end(suite: Any, endpoints: list[str], **config: Any) -> Any:
+    suite_run = runner.suite_run_start(
+        suite=suite, config={"endpoints": endpoints, "repeat": REPEAT, **config})
+    return runner.drive(suite_run, wait=execute_inline)
+
+
+def test_pass_rates_per_case_and_endpoint_follow_the_models_quality(
+        suite_world: dict[str, ModelEndpoint]) -> None:
+    suite_run = run_to_the_end(weather_suite(), ["good", "sloppy", "bad"], concurrency=3)
+
+    assert suite_run.status == SuiteRunStatus.FINISHED
+    matrix = suite_matrix(suite_run)
+    rates = {key: (c.passed, c.evaluated) for key, c in matrix.cells.items()}
+    for case, question in QUESTIONS.items():
+        assert rates[(case, "good")] == (REPEAT, REPEAT)
+        assert rates[(case, "bad")] == (0, REPEAT)
+        assert rates[(case, "sloppy")] == (sloppy_passes(question, REPEAT), REPEAT)
+    sloppy = [matrix.cells[(case, "sloppy")] for case in QUESTIONS]
+    assert any(cell.flaky for cell in sloppy)  # the seeds give a mix: the test means it
+    assert not any(matrix.cells[(case, "good")].flaky for case in QUESTIONS)
+    assert {c.endpoint_name for c in matrix.failing()} == {"sloppy", "bad"}
+    assert not matrix.passed
+
+
+def test_every_execution_is_an_ordinary_run_linked_to_its_cell(
+        suite_world: dict[str, ModelEndpoint]) -> None:
+    suite_run = run_to_the_end(weather_suite(), ["good", "bad"])
+
+    cell_runs = SuiteCellRun.objects.filter(cell__suite_run=suite_run)
+    assert cell_runs.count() == len(QUESTIONS) * 2 * REPEAT
+    assert Run.objects.count() == cell_runs.count()
+    assert set(Run.objects.values_list("status", flat=True)) == {"succeeded"}
+    bad = cell_runs.filter(cell__endpoint_name="bad").first()
+    assert bad is not None
+    assert bad.passed is False
+    reasons = [f["reason"] for f in bad.failures]
+    assert any('"Lima" is not equal to "Paris"' in r for r in reasons), reasons
+    good = cell_runs.filter(cell__endpoint_name="good").first()
+    assert good is not None
+    assert (good.passed, good.failures) == (True, [])
+    assert good.run.tool_calls.get().tool_name == "get_weather"
+
+
+def test_concurrency_bounds_the_runs_started_at_once(
+        suite_world: dict[str, ModelEndpoint]) -> None:
+    suite_run = runner.suite_run_start(suite=weather_suite(),
+                                       config={"endpoints": ["good"], "repeat": 4,
+                                               "concurrency": 2})
+    batches: list[int] = []
+
+    def record_then_execute(run: Any, started: list[Run]) -> None:
+        batches.append(len(started))
+        execute_inline(run, started)
+
+    runner.drive(suite_run, wait=record_then_execute)
+
+    assert batches == [2] * 6  # 3 cases x 4 repeats, two at a time
+    assert suite_matrix(suite_run).passed
+
+
+def test_a_regression_in_one_endpoints_model_shows_when_two_suite_runs_are_compared(
+        suite_world: dict[str, ModelEndpoint], fake_models: BackgroundServer) -> None:
+    suite = weather_suite()
+    before = run_to_the_end(suite, ["good", "sloppy"])
+    ModelEndpoint.objects.filter(name="good").update(model="bad")  # its script got worse
+    httpx.post(f"{fake_models.url}/_fake/reset").raise_for_status()  # the same draws again
+    after = run_to_the_end(suite, ["good", "sloppy"])
+
+    comparison = compare_suite_runs(before, after)
+
+    assert {(c.case_name, c.endpoint_name, c.before, c.after)
+            for c in comparison.regressed} == {(case, "good", 1.0, 0.0) for case in QUESTIONS}
+    assert comparison.fixed == []
+
+
+def test_tools_are_live_or_mocked_per_tool(suite_world: dict[str, ModelEndpoint],
+                                           fake_models: BackgroundServer) -> None:
+    # calculator is not idempotent: mocked by default; get_weather is: live.
+    httpx.put(f"{fake_models.url}/_fake/scripts/good", json={"steps": [
+        {"tool_calls": [WEATHER_CALL, SUM_CALL]}, {"text": "{last_results}"}]}).raise_for_status()
+    suite = save_suite_file(SuiteFile.model_validate({"name": "modes", "cases": [{
+        "name": "both", "messages": [{"role": "user", "content": "Weather and a sum"}],
+        "tools": ["get_weather", "calculator"],
+        "assertions": [{"kind": "final_text_contains", "text": "mock result"},
+                       {"kind": "final_text_contains", "text": "Paris"}]}]}))
+
+    suite_run = run_to_the_end(suite, ["good"])
+    assert suite_matrix(suite_run).passed
+    live = run_to_the_end(suite, ["good"], tools="live")
+    assert suite_matrix(live).cells[("both", "good")].passed == 0  # 2+3 computed for real
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"endpoints": ["nope"]}, "no endpoint named 'nope'"),
+    ({"endpoints": []}, "endpoints"),
+    ({"endpoints": ["good"], "repeat": 0}, "repeat"),
+    ({"endpoints": ["good"], "tools": "recorded"}, "recorded tools need the run"),
+])
+def test_a_configuration_it_cannot_use_is_refused_before_anything_runs(
+        suite_world: dict[str, ModelEndpoint], config: dict[str, Any], message: str) -> None:
+    with pytest.raises(runner.SuiteConfigError, match=message):
+        runner.suite_run_start(suite=weather_suite(), config=config)
+    assert not Run.objects.exists()

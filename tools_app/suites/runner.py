@@ -1,0 +1,312 @@
+"""A suite run: every case on every endpoint, each cell repeated, each execution an
+ordinary run started through `runs.services.run_create` and linked to its cell.
+
+`suite_run_start` checks the request and stores the suite run and its cells; `advance`
+evaluates the runs that finished (`evaluation`) and starts more, never more than the
+run's concurrency at once, and finishes the suite run once every cell is evaluated.
+`drive` repeats `advance` until then (the `run_suite` command, and the
+`drive_suite_run` task a page or the API enqueues), waiting between steps with `wait`:
+by default until one of its runs ends (the task backend's workers execute them).
+
+Tools are live, recorded (answered from the recording of the run the case was saved
+from) or mocked, per tool: the case's choice, else the tool's own default (read-only or
+idempotent tools live, others mocked); `tools` in the configuration overrides both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tools_app.engine.conversation import ConversationError, parse_conversation
+from tools_app.models import (
+    TERMINAL_STATUSES,
+    ErrorPolicy,
+    ModelEndpoint,
+    Run,
+    Suite,
+    SuiteCase,
+    SuiteCell,
+    SuiteCellRun,
+    SuiteRun,
+    SuiteRunStatus,
+    ToolKind,
+    ToolRegistration,
+)
+from tools_app.runs.debugger.run_files import recording_of
+from tools_app.runs.services import RunRequestError, run_create
+from tools_app.runs.snapshot.model import ReplaySection, ToolsMode
+from tools_app.runs.store.selectors import default_policy
+
+from .assertions import load_assertions
+from .evaluation import verdict_of
+
+POLL_SECONDS = 0.25
+"""How often the default wait looks for a finished run."""
+
+
+class SuiteConfigError(ValueError):
+    """A suite run that cannot start as asked; `field` names the setting at fault."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class SuiteRunConfig(BaseModel):
+    """What a suite run was asked: stored on it (`SuiteRun.config`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    endpoints: list[str] = Field(min_length=1)
+    """Endpoint names."""
+    repeat: int = Field(default=1, ge=1, le=100)
+    tools: ToolsMode | None = None
+    """One mode for every tool, overriding the cases' and the defaults."""
+    concurrency: int = Field(default=4, ge=1, le=64)
+    min_pass_rate: float = Field(default=1.0, ge=0, le=1)
+
+
+def default_tool_mode(tool: ToolRegistration) -> ToolsMode:
+    """Read-only tools run live, destructive ones are mocked: an MCP tool's hints say
+    which, any other tool's idempotency flag; mock tools are harmless, so live."""
+    hints = tool.config.get("annotations") if isinstance(tool.config, dict) else None
+    if isinstance(hints, dict):
+        if hints.get("readOnlyHint") is True:
+            return "live"
+        if hints.get("destructiveHint") is True:
+            return "mock"
+    if tool.kind == ToolKind.MOCK or tool.idempotent:
+        return "live"
+    return "mock"
+
+
+def tool_modes_for(case: SuiteCase, tools: Sequence[ToolRegistration],
+                   override: ToolsMode | None) -> dict[str, ToolsMode]:
+    modes: dict[str, ToolsMode] = {}
+    for tool in tools:
+        modes[tool.name] = override or case.tool_modes.get(tool.name) or default_tool_mode(tool)
+    return modes
+
+
+# -- starting ----------------------------------------------------------------------------
+
+
+def suite_run_start(*, suite: Suite, config: SuiteRunConfig | dict[str, Any],
+                    user: Any = None) -> SuiteRun:
+    """Check the suite and the configuration, then store the suite run and its cells.
+    Nothing runs yet: `advance` (through `drive` or the task) starts the runs."""
+    config = _checked_config(config)
+    cases = list(suite.cases.all())
+    if not cases:
+        raise SuiteConfigError(f"the suite {suite.name!r} has no cases", field="cases")
+    endpoints = _endpoints(config.endpoints)
+    for case in cases:
+        _check_case(case, config)
+    if _policy() is None:
+        raise SuiteConfigError("there is no default error policy for the suite's runs")
+    with transaction.atomic():
+        suite_run = SuiteRun.objects.create(
+            suite=suite, config=config.model_dump(mode="json"),
+            created_by=user if getattr(user, "is_authenticated", False) else None)
+        SuiteCell.objects.bulk_create(
+            SuiteCell(suite_run=suite_run, case=case, case_name=case.name, endpoint=endpoint,
+                      endpoint_name=endpoint.name, repeat=config.repeat,
+                      assertions=case.assertions)
+            for case in cases for endpoint in endpoints)
+    return suite_run
+
+
+def _checked_config(config: SuiteRunConfig | dict[str, Any]) -> SuiteRunConfig:
+    if isinstance(config, SuiteRunConfig):
+        return config
+    try:
+        return SuiteRunConfig.model_validate(config)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise SuiteConfigError(f"{field}: {first['msg']}", field=field) from exc
+
+
+def _endpoints(names: list[str]) -> list[ModelEndpoint]:
+    found = {e.name: e for e in ModelEndpoint.objects.filter(name__in=names)}
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SuiteConfigError(f"no endpoint named {', '.join(map(repr, missing))}",
+                               field="endpoints")
+    return [found[n] for n in dict.fromkeys(names)]
+
+
+def _check_case(case: SuiteCase, config: SuiteRunConfig) -> None:
+    where = f"case {case.name!r}"
+    try:
+        parse_conversation(case.messages)
+    except ConversationError as exc:
+        raise SuiteConfigError(f"{where}: {exc}", field="messages") from exc
+    try:
+        load_assertions(case.assertions)
+    except ValidationError as exc:
+        raise SuiteConfigError(f"{where}: its assertions are not valid: {exc}",
+                               field="assertions") from exc
+    tools = _case_tools(case)
+    modes = tool_modes_for(case, tools, config.tools)
+    if "recorded" in modes.values() and case.source_run_id is None:
+        raise SuiteConfigError(f"{where}: recorded tools need the run the case was saved "
+                               "from, and it has none (use live or mock)", field="tools")
+
+
+def _case_tools(case: SuiteCase) -> list[ToolRegistration]:
+    found = {t.name: t for t in ToolRegistration.objects.filter(name__in=case.tools)}
+    missing = [n for n in case.tools if n not in found]
+    if missing:
+        raise SuiteConfigError(f"case {case.name!r}: no registered tool named "
+                               f"{', '.join(map(repr, missing))}", field="tools")
+    disabled = [n for n in case.tools if not found[n].enabled]
+    if disabled:
+        raise SuiteConfigError(f"case {case.name!r}: disabled tools {', '.join(disabled)}",
+                               field="tools")
+    return [found[n] for n in case.tools]
+
+
+def _policy() -> ErrorPolicy | None:
+    return default_policy() or ErrorPolicy.objects.order_by("pk").first()
+
+
+# -- advancing ---------------------------------------------------------------------------
+
+
+def advance(suite_run: SuiteRun) -> list[Run]:
+    """Evaluate the finished runs, start the due ones; the runs started now."""
+    evaluate_finished(suite_run)
+    started = start_due_runs(suite_run)
+    _finish_if_done(suite_run)
+    return started
+
+
+def evaluate_finished(suite_run: SuiteRun) -> int:
+    pending = SuiteCellRun.objects.filter(
+        cell__suite_run=suite_run, passed__isnull=True,
+        run__status__in=TERMINAL_STATUSES).select_related("cell", "run")
+    count = 0
+    for cell_run in pending:
+        count += _evaluate(cell_run)
+    return count
+
+
+def _evaluate(cell_run: SuiteCellRun) -> int:
+    verdict = verdict_of(cell_run.run, load_assertions(cell_run.cell.assertions))
+    with transaction.atomic():
+        claimed = SuiteCellRun.objects.filter(pk=cell_run.pk, passed__isnull=True).update(
+            passed=verdict.passed, failures=verdict.failures, evaluated_at=timezone.now())
+        if not claimed:  # another driver evaluated it first
+            return 0
+        SuiteCell.objects.filter(pk=cell_run.cell_id).update(
+            evaluated=F("evaluated") + 1, passed=F("passed") + int(verdict.passed))
+    return 1
+
+
+def start_due_runs(suite_run: SuiteRun) -> list[Run]:
+    if not suite_run.is_active:
+        return []
+    config = SuiteRunConfig.model_validate(suite_run.config)
+    in_flight = SuiteCellRun.objects.filter(cell__suite_run=suite_run,
+                                            passed__isnull=True).count()
+    room = config.concurrency - in_flight
+    started: list[Run] = []
+    for cell, repetition in _due(suite_run)[:max(room, 0)]:
+        try:
+            started.append(_start_one(suite_run, cell, repetition, config))
+        except (SuiteConfigError, RunRequestError) as exc:
+            _fail(suite_run, f"{cell.case_name} on {cell.endpoint_name}: {exc}")
+            break
+    return started
+
+
+def _due(suite_run: SuiteRun) -> list[tuple[SuiteCell, int]]:
+    """The runs still to start, by repetition first so that every cell fills evenly."""
+    cells = list(suite_run.cells.select_related("case", "endpoint").order_by("pk"))
+    started = {c.pk: c.cell_runs.count() for c in cells}
+    most = max((c.repeat for c in cells), default=0)
+    return [(cell, rep) for rep in range(most) for cell in cells
+            if started[cell.pk] <= rep < cell.repeat]
+
+
+def _start_one(suite_run: SuiteRun, cell: SuiteCell, repetition: int,
+               config: SuiteRunConfig) -> Run:
+    case, endpoint = cell.case, cell.endpoint
+    if case is None or endpoint is None:
+        raise SuiteConfigError("its case or endpoint was deleted during the suite run")
+    tools = _case_tools(case)
+    policy = _policy()
+    if policy is None:
+        raise SuiteConfigError("there is no default error policy")
+    with transaction.atomic():
+        run = run_create(user=suite_run.created_by, endpoint=endpoint, tools=tools,
+                         policy=policy, messages=parse_conversation(case.messages),
+                         replay=_replay_for(case, tool_modes_for(case, tools, config.tools)))
+        SuiteCellRun.objects.create(cell=cell, run=run, repetition=repetition + 1)
+    return run
+
+
+def _replay_for(case: SuiteCase, modes: dict[str, ToolsMode]) -> ReplaySection | None:
+    """Live model, tools per mode; None (an ordinary live run) when every tool is live."""
+    if all(mode == "live" for mode in modes.values()):
+        return None
+    recorded = "recorded" in modes.values() and case.source_run is not None
+    return ReplaySection(model="live", tools="live", on_divergence="stop",
+                         source=str(case.source_run_id) if case.source_run_id else None,
+                         rounds=recording_of(case.source_run) if recorded and case.source_run
+                         else [], tool_modes=modes)
+
+
+def _finish_if_done(suite_run: SuiteRun) -> None:
+    if not suite_run.is_active:
+        return
+    if suite_run.cells.filter(evaluated__lt=F("repeat")).exists():
+        return
+    SuiteRun.objects.filter(pk=suite_run.pk, status=SuiteRunStatus.RUNNING).update(
+        status=SuiteRunStatus.FINISHED, finished_at=timezone.now())
+    suite_run.refresh_from_db()
+
+
+def _fail(suite_run: SuiteRun, message: str) -> None:
+    SuiteRun.objects.filter(pk=suite_run.pk).update(
+        status=SuiteRunStatus.FAILED, error_message=message, finished_at=timezone.now())
+    suite_run.refresh_from_db()
+
+
+# -- driving -----------------------------------------------------------------------------
+
+Wait = Callable[[SuiteRun, list[Run]], None]
+
+
+def wait_for_a_finished_run(suite_run: SuiteRun, started: list[Run],
+                            timeout: float = 600.0) -> None:
+    """Until one of the suite run's runs in flight has ended (the workers run them)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not SuiteCellRun.objects.filter(cell__suite_run=suite_run,
+                                           passed__isnull=True).exclude(
+                run__status__in=TERMINAL_STATUSES).exists():
+            return
+        if SuiteCellRun.objects.filter(cell__suite_run=suite_run, passed__isnull=True,
+                                       run__status__in=TERMINAL_STATUSES).exists():
+            return
+        time.sleep(POLL_SECONDS)
+
+
+def drive(suite_run: SuiteRun, *, wait: Wait | None = None) -> SuiteRun:
+    """Advance the suite run until it has ended; returns it refreshed."""
+    wait = wait or wait_for_a_finished_run
+    while True:
+        started = advance(suite_run)
+        suite_run.refresh_from_db()
+        if not suite_run.is_active:
+            return suite_run
+        wait(suite_run, started)

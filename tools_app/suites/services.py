@@ -1,0 +1,120 @@
+"""Writes on suites and cases, keyword-only and atomic: a suite created, a case saved
+from a run ("Save as a test case": its conversation and its calls, the calls as editable
+expectations) or edited, with errors that name the field at fault (`CaseError`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import IntegrityError, transaction
+from pydantic import ValidationError
+
+from tools_app.engine.conversation import to_openai_messages
+from tools_app.models import Run, Suite, SuiteCase, ToolCall
+from tools_app.runs.snapshot.model import snapshot_of
+
+from .assertions import (
+    ArgumentsMatch,
+    Assertion,
+    CallSequence,
+    Equals,
+    NoError,
+    NoToolCalled,
+    dump_assertions,
+)
+from .files import CaseFile, describe_errors
+
+User = AbstractBaseUser | AnonymousUser | None
+
+
+class CaseError(ValueError):
+    """A case or suite that cannot be saved as given; `field` names the part at fault."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def suite_create(*, name: str, description: str = "", user: User = None) -> Suite:
+    name = name.strip()
+    if not name:
+        raise CaseError("A suite needs a name", field="name")
+    if len(name) > 100:
+        raise CaseError("A suite's name has at most 100 characters", field="name")
+    if Suite.objects.filter(name=name).exists():
+        raise CaseError(f"A suite named {name!r} already exists", field="name")
+    owner: Any = user if user is not None and user.is_authenticated else None
+    return Suite.objects.create(name=name, description=description, created_by=owner)
+
+
+def expectations_of(run: Run) -> list[Assertion]:
+    """A run's calls as assertions: the same calls in the same order, each call's
+    arguments as they were, and no error if the run had none."""
+    calls = list(ToolCall.objects.filter(run=run).select_related("round").order_by(
+        "round__index", "call_index"))
+    if not calls:
+        expected: list[Assertion] = [NoToolCalled()]
+    else:
+        expected = [CallSequence(tools=tuple(c.tool_name for c in calls), match="exact")]
+        expected += [ArgumentsMatch(tool=c.tool_name, pointer="", check=Equals(value=c.arguments))
+                     for c in calls if c.arguments is not None]
+    if run.status == "succeeded" and not run.errors_count:
+        expected.append(NoError())
+    return expected
+
+
+def case_from_run(run: Run, *, name: str) -> CaseFile:
+    snapshot = snapshot_of(run)
+    return CaseFile(name=name, messages=to_openai_messages(snapshot.chat_messages()),
+                    tools=snapshot.tool_names(), assertions=expectations_of(run))
+
+
+def case_save_from_run(*, run: Run, suite: Suite, name: str) -> SuiteCase:
+    name = name.strip() or (run.title or "case")[:100]
+    try:
+        draft = case_from_run(run, name=name)
+    except ValidationError as exc:
+        raise CaseError(f"This run cannot become a case: {exc.errors()[0]['msg']}") from exc
+    return _store(suite, draft, source_run=run)
+
+
+def case_create(*, suite: Suite, data: dict[str, Any]) -> SuiteCase:
+    return _store(suite, _checked(data))
+
+
+def case_update(*, case: SuiteCase, data: dict[str, Any]) -> SuiteCase:
+    """Replace a case's name, messages, tools, tool modes and assertions."""
+    checked = _checked(data)
+    case.name, case.messages, case.tools = checked.name, checked.messages, checked.tools
+    case.tool_modes = checked.tool_modes
+    case.assertions = dump_assertions(checked.assertions)
+    try:
+        with transaction.atomic():
+            case.save()
+    except IntegrityError as exc:
+        raise CaseError(f"The suite already has a case named {checked.name!r}",
+                        field="name") from exc
+    return case
+
+
+def _checked(data: dict[str, Any]) -> CaseFile:
+    try:
+        return CaseFile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        raise CaseError(describe_errors(exc, {}).removeprefix("field "),
+                        field=str(first["loc"][0]) if first["loc"] else None) from exc
+
+
+def _store(suite: Suite, case: CaseFile, *, source_run: Run | None = None) -> SuiteCase:
+    position = suite.cases.count()
+    try:
+        with transaction.atomic():
+            return SuiteCase.objects.create(
+                suite=suite, name=case.name, position=position, messages=case.messages,
+                tools=case.tools, tool_modes=case.tool_modes,
+                assertions=dump_assertions(case.assertions), source_run=source_run)
+    except IntegrityError as exc:
+        raise CaseError(f"The suite {suite.name!r} already has a case named {case.name!r}",
+                        field="name") from exc
