@@ -331,6 +331,16 @@ if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", AGENTFORGE_PROBE_RATE):
     raise ImproperlyConfigured(
         f"AGENTFORGE_PROBE_RATE={AGENTFORGE_PROBE_RATE!r}: give a rate like 10/h or 3/m")
 
+# OTLP in (POST /v1/traces, tools_app/ingest): a request's body at most this many bytes
+# (and as many once gunzipped), and each user at most AGENTFORGE_OTLP_RATE requests
+# (django-ratelimit's "N/s|m|h|d"; past it, 429 with Retry-After).
+AGENTFORGE_OTLP_MAX_BYTES = envint("AGENTFORGE_OTLP_MAX_BYTES", 8 * 1024 * 1024,
+                                   minimum=1024)
+AGENTFORGE_OTLP_RATE = envstr("AGENTFORGE_OTLP_RATE", "1200/m")
+if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", AGENTFORGE_OTLP_RATE):
+    raise ImproperlyConfigured(
+        f"AGENTFORGE_OTLP_RATE={AGENTFORGE_OTLP_RATE!r}: give a rate like 1200/m or 50/s")
+
 # The environment variables an endpoint may read a credential from (its API key, env:
 # headers, an env: proxy), as shell-style patterns: an endpoint edited in the admin must
 # not be able to send any other variable of the server (DATABASE_URL, SECRET_KEY) to

@@ -1,6 +1,7 @@
 from django.urls import path, re_path
 
 from tools_app.web.api import app as api
+from tools_app.web.api import otlp
 from tools_app.web.pages import (
     audit,
     compare,
@@ -72,6 +73,8 @@ urlpatterns = [
     path("endpoints/<uuid:endpoint_id>/probe/", views.endpoint_probe, name="endpoint_probe"),
     path("endpoints/<uuid:endpoint_id>/probe/report/", probes.endpoint_probe_report,
          name="endpoint_probe_report"),
+    # OTLP/HTTP traces in (tools_app/ingest), where OTLP exporters send them.
+    path("v1/traces", otlp.receive_traces, name="otlp_traces"),
     # The JSON API (django-ninja): its routes, /api/openapi.json, /api/docs, JSON 404s.
     *api.urlpatterns,
 ]

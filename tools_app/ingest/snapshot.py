@@ -1,0 +1,105 @@
+"""The snapshot of a run received over OTLP: what the trace says about its model, tools
+and first messages, marked imported (`imported.via` "OTLP", `imported.otlp` the source:
+service, SDK, conventions, scopes, and which round and call rows stand for which spans).
+
+A tool that is registered here under the trace's tool name is frozen as registered, so
+a person may execute one of its calls again against it; any other tool is frozen from
+the trace's definition (or its name alone) and never runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from tools_app.engine import (
+    AiMessage,
+    ChatMessage,
+    SystemMessage,
+    ToolExecutionRequest,
+    ToolExecutionResultMessage,
+    UserMessage,
+)
+from tools_app.ingest.assemble import RunPlan
+from tools_app.ingest.messages import Message
+from tools_app.models import ToolRegistration
+from tools_app.runs.snapshot.frozen import dump_messages, tools_section
+from tools_app.runs.snapshot.model import (
+    EndpointSnapshot,
+    ImportedSection,
+    PolicySnapshot,
+    RunSnapshot,
+    ToolSnapshot,
+)
+from tools_app.runs.store.sanitize import clean_json
+
+VIA = "OTLP"
+
+
+def build(plan: RunPlan, *, username: str | None,
+          layout: list[list[Any]]) -> dict[str, Any]:
+    """The stored snapshot for the run `plan` describes. `layout`: each round's key and
+    its calls' keys, in the rows' order (how the next batch finds its rows again)."""
+    model = next((r.facts.model for r in plan.rounds if r.facts and r.facts.model), "")
+    service = plan.source.get("service") or "unknown service"
+    snapshot = RunSnapshot(
+        endpoint=_every_field(EndpointSnapshot(name=f"OpenTelemetry: {service}",
+                                               model=model or "")),
+        tools=_tools(plan), policy=_every_field(PolicySnapshot()), parameters={},
+        messages=dump_messages(_chat_messages(plan.first_messages)),
+        imported=ImportedSection.model_validate(clean_json({
+            "from": ", ".join(plan.source.get("trace_ids", [])[:3]),
+            "imported_by": username, "via": VIA,
+            "otlp": plan.source | {"layout": layout}})))
+    return snapshot.stored()
+
+
+def layout_of(stored: Any) -> list[list[Any]]:
+    """The layout a stored snapshot recorded (empty for a run with no rows yet)."""
+    imported = stored.get("imported") if isinstance(stored, dict) else None
+    otlp = imported.get("otlp") if isinstance(imported, dict) else None
+    layout = otlp.get("layout") if isinstance(otlp, dict) else None
+    return layout if isinstance(layout, list) else []
+
+
+def _tools(plan: RunPlan) -> list[ToolSnapshot]:
+    registered = {t.name: t for t in ToolRegistration.objects.filter(name__in=list(plan.tools))}
+    out: list[ToolSnapshot] = []
+    for name, definition in plan.tools.items():
+        if name in registered:
+            out += tools_section([registered[name]])
+        else:
+            out.append(_every_field(ToolSnapshot.model_validate(clean_json({
+                "name": name, "description": definition.get("description", ""),
+                "json_schema": definition.get("parameters") or {}, "kind": "mock",
+                "config": {}}))))
+    return out
+
+
+def _every_field[S: BaseModel](section: S) -> S:
+    """The section with its defaults set too: a stored snapshot keeps only the fields
+    set, and run files need every field of these sections."""
+    return type(section).model_validate(section.model_dump())
+
+
+def _chat_messages(messages: list[Message]) -> list[ChatMessage]:
+    """The first request's messages as the run's conversation (the roles the engine
+    knows; text the span did not carry stays empty)."""
+    out: list[ChatMessage] = []
+    names = {c.call_id: c.name for m in messages for c in m.calls}
+    for message in messages:
+        text = message.text or ""
+        if message.role in ("system", "developer"):
+            out.append(SystemMessage(text=text))
+        elif message.role in ("user", "human"):
+            out.append(UserMessage(text=text))
+        elif message.role in ("assistant", "ai", "model"):
+            out.append(AiMessage(text=message.text, tool_execution_requests=tuple(
+                ToolExecutionRequest(id=c.call_id, name=c.name, arguments=c.arguments or "")
+                for c in message.calls)))
+        elif message.role == "tool" and message.tool_call_id:
+            out.append(ToolExecutionResultMessage(
+                id=message.tool_call_id, tool_name=names.get(message.tool_call_id, ""),
+                text=text))
+    return out
