@@ -31,7 +31,7 @@ from tools_app.fake_llm import BackgroundServer
 
 from .support import recorded, set_script
 
-PROVIDERS = ["openai", "anthropic", "gemini"]
+PROVIDERS = ["openai", "openai_responses", "anthropic", "gemini"]
 API_KEY = "sk-e2e-canary-secret-42"
 # No real waiting in tests: backoff is tiny; Retry-After values come from the scripts.
 FAST_RETRY = RetryPolicy(max_retries=2, initial_delay=0.001, max_delay=0.001)
@@ -164,6 +164,8 @@ async def test_retry_after_from_the_server_drives_the_retries(
         ("anthropic", {"kind": "stream_error", "after_events": 5,
                        "error_type": "overloaded_error", "message": "Overloaded"}),
         ("gemini", {"kind": "stream_error", "after_events": 0, "status": 503}),
+        ("openai_responses", {"kind": "stream_error", "after_events": 6}),
+        ("openai_responses", {"kind": "cut", "after_bytes": 1500}),
         ("openai", {"kind": "cut", "after_bytes": 400}),
         ("anthropic", {"kind": "cut", "after_bytes": 700}),
         ("gemini", {"kind": "cut", "after_bytes": 60}),
@@ -225,6 +227,8 @@ def _results_sent(provider: str, body: dict[str, Any]) -> list[str]:
     """The tool results a provider request carries, in order, with ids paired."""
     if provider == "openai":
         return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+    if provider == "openai_responses":
+        return [i["output"] for i in body["input"] if i.get("type") == "function_call_output"]
     if provider == "anthropic":
         blocks = body["messages"][-1]["content"]
         return [_anthropic_text(b["content"]) for b in blocks if b["type"] == "tool_result"]

@@ -208,6 +208,24 @@ def _openai_adapters() -> tuple[TypeAdapter[Any], TypeAdapter[Any]]:
 
 
 @functools.cache
+def _responses_adapters() -> tuple[TypeAdapter[Any], TypeAdapter[Any]]:
+    from openai.types.responses.response_create_params import (
+        ResponseCreateParamsNonStreaming,
+        ResponseCreateParamsStreaming,
+    )
+
+    return (strict_adapter(ResponseCreateParamsNonStreaming),
+            strict_adapter(ResponseCreateParamsStreaming))
+
+
+def validate_responses_body(body: dict[str, Any]) -> None:
+    """A POST /v1/responses body, against the openai SDK's ResponseCreateParams."""
+    non_streaming, streaming = _responses_adapters()
+    adapter = streaming if body.get("stream") else non_streaming
+    _materialize(adapter.validate_python(body))
+
+
+@functools.cache
 def _anthropic_adapters() -> tuple[TypeAdapter[Any], TypeAdapter[Any]]:
     from anthropic.types.message_create_params import (
         MessageCreateParamsNonStreaming,

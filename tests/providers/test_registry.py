@@ -17,7 +17,8 @@ from tools_app.engine.providers.openai import OpenAIChatModel, OpenAICompatibleC
 
 
 def test_the_known_kinds() -> None:
-    assert provider_kinds() == ["anthropic", "gemini", "openai", "openai_compatible", "scripted"]
+    assert provider_kinds() == ["anthropic", "gemini", "openai", "openai_compatible",
+                                "openai_responses", "scripted"]
 
 
 @pytest.mark.parametrize(("kind", "cls", "url"), [

@@ -1,9 +1,10 @@
-"""A fake LLM provider: OpenAI, Anthropic and Gemini wire formats, scriptable replies
+"""A fake LLM provider: OpenAI (Chat Completions and Responses), Anthropic and Gemini
+wire formats, scriptable replies
 and faults, and a request log. Framework-free (a plain ASGI app served by uvicorn).
 
     python -m tools_app.fake_llm --port 8765 --script my-script.json
 
-Base URLs: OpenAI http://HOST:PORT/v1, Anthropic http://HOST:PORT, Gemini
+Base URLs: OpenAI (both APIs) http://HOST:PORT/v1, Anthropic http://HOST:PORT, Gemini
 http://HOST:PORT/v1beta. The script format is documented in `script.py`, the routes
 (including the /_fake/ control endpoints) in `app.py`, the no-script behaviour in
 `auto.py`.

@@ -38,6 +38,10 @@ class Conversation:
     tool_results: list[str] = field(default_factory=list)
     """Results sent after the last assistant message, in order (empty if none)."""
     prompt_chars: int = 0
+    encrypted_reasoning: bool = False
+    """The Responses API's `include` asked for reasoning.encrypted_content."""
+    last_was_assistant: bool = False
+    """While reading Responses input items: the previous item was the assistant's."""
 
 
 @dataclass(slots=True)

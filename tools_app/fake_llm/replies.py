@@ -29,7 +29,7 @@ from .script import (
     StatusFault,
     StreamErrorFault,
 )
-from .wires import ANTHROPIC, GEMINI, OPENAI, StreamItem, Wire, encode_item
+from .wires import ANTHROPIC, GEMINI, OPENAI, OPENAI_RESPONSES, StreamItem, Wire, encode_item
 from .wires.base import dumps
 
 Scope = dict[str, Any]
@@ -84,6 +84,8 @@ class Plan:
 def provider_route(path: str, query: bytes) -> Route | None:
     if path in ("/v1/chat/completions", "/chat/completions"):
         return Route(OPENAI)
+    if path in ("/v1/responses", "/responses"):
+        return Route(OPENAI_RESPONSES)
     if path in ("/v1/messages", "/messages"):
         return Route(ANTHROPIC)
     match = _GEMINI_PATH.match(path)

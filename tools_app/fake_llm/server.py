@@ -45,7 +45,8 @@ def _config(app: FakeLLMApp, host: str, port: int, log_level: str) -> uvicorn.Co
 def base_urls(host: str, port: int) -> dict[str, str]:
     """What users paste into their provider settings."""
     root = f"http://{host}:{port}"
-    return {"openai": f"{root}/v1", "anthropic": root, "gemini": f"{root}/v1beta"}
+    return {"openai": f"{root}/v1", "openai_responses": f"{root}/v1", "anthropic": root,
+            "gemini": f"{root}/v1beta"}
 
 
 def banner(host: str, port: int) -> str:

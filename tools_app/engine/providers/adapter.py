@@ -40,6 +40,19 @@ _NO_PARAMETERS = ChatRequestParameters()
 """A model without default parameters: a request's own are used as they are (what
 override_with would return, without the copy)."""
 
+RESPONSES_ITEM_TYPES = frozenset({
+    "message", "reasoning", "function_call", "function_call_output", "file_search_call",
+    "web_search_call", "computer_call", "computer_call_output", "program", "program_output",
+    "tool_search_call", "tool_search_output", "additional_tools", "compaction",
+    "image_generation_call", "code_interpreter_call", "local_shell_call",
+    "local_shell_call_output", "shell_call", "shell_call_output", "apply_patch_call",
+    "apply_patch_call_output", "mcp_call", "mcp_list_tools", "mcp_approval_request",
+    "mcp_approval_response", "custom_tool_call", "custom_tool_call_output",
+})
+"""The output item types of OpenAI's Responses API (the openai SDK's ResponseOutputItem):
+an AiMessage whose provider_blocks are these came from that API, so the other adapters
+never send them back as their own blocks."""
+
 
 class WireChatModel(ABC):
     """A ChatModel that talks to one HTTP API. Subclasses implement the translation.

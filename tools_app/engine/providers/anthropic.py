@@ -54,6 +54,7 @@ from ..messages import (
 )
 from ..spec import ToolSpecification
 from .adapter import (
+    RESPONSES_ITEM_TYPES,
     JsonObject,
     WireChatModel,
     arguments_object,
@@ -223,8 +224,10 @@ def assistant_blocks(message: AiMessage) -> list[JsonObject]:
 
 
 def _from_anthropic(message: AiMessage) -> bool:
+    """Blocks with a type, and not the output items of OpenAI's Responses API."""
     return bool(message.provider_blocks) and all(
-        isinstance(b.get("type"), str) for b in message.provider_blocks)
+        isinstance(b.get("type"), str) for b in message.provider_blocks) and not all(
+        b.get("type") in RESPONSES_ITEM_TYPES for b in message.provider_blocks)
 
 
 def _tool_use_block(request: ToolExecutionRequest,

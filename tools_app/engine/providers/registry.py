@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the adapters' modules stay unimported until a model is buil
 PROVIDERS: dict[str, str] = {
     "openai": "tools_app.engine.providers.openai.OpenAIChatModel",
     "openai_compatible": "tools_app.engine.providers.openai.OpenAICompatibleChatModel",
+    "openai_responses": "tools_app.engine.providers.openai_responses.OpenAIResponsesModel",
     "anthropic": "tools_app.engine.providers.anthropic.AnthropicChatModel",
     "gemini": "tools_app.engine.providers.gemini.GeminiChatModel",
     "scripted": "tools_app.engine.providers.scripted.ScriptedChatModel",

@@ -30,6 +30,8 @@ class CustomKeys:
     keys: frozenset[str]
     nested: Mapping[str, frozenset[str]] = field(default_factory=dict)
     temperature_max: float = 2.0
+    stop_sequences: bool = True
+    """Whether the provider's API has stop sequences (the Responses API has none)."""
 
     def names(self) -> list[str]:
         return sorted(self.keys | self.nested.keys())
@@ -43,6 +45,15 @@ _OPENAI_KEYS = frozenset({
 OPENAI = CustomKeys(_OPENAI_KEYS)
 # vLLM, Ollama and llama.cpp servers take their samplers' settings too.
 OPENAI_COMPATIBLE = CustomKeys(_OPENAI_KEYS | {"top_k", "min_p", "repetition_penalty"})
+# The Responses API: `store` (false unless set), `include`, `previous_response_id` and
+# `truncation` are the endpoint's options; `reasoning` and `text` are merged objects.
+OPENAI_RESPONSES = CustomKeys(
+    frozenset({"temperature", "top_p", "metadata", "user", "safety_identifier", "store",
+               "include", "previous_response_id", "truncation", "service_tier",
+               "prompt_cache_key", "max_tool_calls", "top_logprobs"}),
+    nested={"reasoning": frozenset({"effort", "summary"}),
+            "text": frozenset({"format", "verbosity"})},
+    stop_sequences=False)
 ANTHROPIC = CustomKeys(frozenset({"temperature", "top_p", "top_k", "stop_sequences",
                                   "metadata", "thinking", "output_config"}),
                        temperature_max=1.0)
@@ -53,11 +64,12 @@ GEMINI = CustomKeys(frozenset({"safetySettings"}), nested={"generationConfig": f
 })})
 # The scripted model sends nothing: it takes what any provider would (a script may stand
 # in for one), and a fork that moves to a real endpoint is checked against that one.
-SCRIPTED = CustomKeys(OPENAI_COMPATIBLE.keys | ANTHROPIC.keys | GEMINI.keys,
-                      nested=GEMINI.nested)
+SCRIPTED = CustomKeys(OPENAI_COMPATIBLE.keys | OPENAI_RESPONSES.keys | ANTHROPIC.keys
+                      | GEMINI.keys, nested={**GEMINI.nested, **OPENAI_RESPONSES.nested})
 
 CUSTOM_KEYS: dict[str, CustomKeys] = {
-    "openai": OPENAI, "openai_compatible": OPENAI_COMPATIBLE, "anthropic": ANTHROPIC,
+    "openai": OPENAI, "openai_compatible": OPENAI_COMPATIBLE,
+    "openai_responses": OPENAI_RESPONSES, "anthropic": ANTHROPIC,
     "gemini": GEMINI, "scripted": SCRIPTED,
 }
 NOTHING = CustomKeys(frozenset())
@@ -70,6 +82,7 @@ _REASONS = {
     "contents": "the conversation is the run's", "system": "the conversation is the run's",
     "systemInstruction": "the conversation is the run's",
     "prompt": "the conversation is the run's",
+    "instructions": "the conversation's system messages are the instructions",
     "tools": "the tools are the run's", "tool_choice": "use parameters.tool_choice",
     "toolConfig": "use parameters.tool_choice", "functions": "the tools are the run's",
     "function_call": "use parameters.tool_choice",
@@ -109,6 +122,8 @@ def request_problems(kind: str, parameters: ChatRequestParameters) -> dict[str, 
     tokens = parameters.max_output_tokens
     if tokens is not None and not 1 <= tokens <= MAX_OUTPUT_TOKENS:
         problems["max_output_tokens"] = f"must be from 1 to {MAX_OUTPUT_TOKENS:,}"
+    if parameters.stop_sequences and not keys.stop_sequences:
+        problems["stop_sequences"] = f"{kind} endpoints have no stop sequences"
     for name, value in (("temperature", parameters.temperature), ("top_p", parameters.top_p)):
         if value is not None and (problem := _range_problem(name, value, keys)):
             problems[name] = problem
