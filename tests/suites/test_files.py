@@ -93,7 +93,7 @@ def test_a_bad_file_is_refused_naming_the_case_and_the_field(text: str, message:
 
 
 def test_a_missing_file_says_so(tmp_path: Path) -> None:
-    with pytest.raises(SuiteFileError, match="cannot read the suite file .*nope.json"):
+    with pytest.raises(SuiteFileError, match=r"cannot read the suite file .*nope\.json"):
         load_suite_file(tmp_path / "nope.json")
 
 
