@@ -30,7 +30,7 @@ def model_scripts() -> dict[str, Any]:
     return {"scripts": {"good": script(1.0), "sloppy": script(SLOPPY), "bad": script(0.0)}}
 
 
-WEATHER_ASSERTIONS = [
+WEATHER_ASSERTIONS: list[dict[str, Any]] = [
     {"kind": "call_sequence", "tools": ["get_weather"], "match": "exact"},
     {"kind": "arguments_match", "tool": "get_weather", "pointer": "/city",
      "check": {"kind": "equals", "value": "Paris"}},
