@@ -14,6 +14,7 @@ that is not one is "[redacted]"); the server's words are rendered escaped.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -23,6 +24,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
 from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_http_methods, require_POST
 
 from tools_app.models import McpServer, ToolKind, ToolRegistration
@@ -66,8 +68,8 @@ def _can(request: AuthenticatedHttpRequest) -> dict[str, bool]:
 @require_http_methods(["GET"])
 @login_required
 def registry_home(request: AuthenticatedHttpRequest) -> HttpResponse:
-    servers = [(server, _server_tools(server).filter(enabled=True).count())
-               for server in McpServer.objects.all()]
+    servers = [(server, _server_tools(server).filter(enabled=True).count(),
+                _synced_at(server.last_sync or {})) for server in McpServer.objects.all()]
     return render(request, "tools_app/registry/home.html",
                   {"servers": servers, **_can(request)})
 
@@ -213,6 +215,7 @@ def mcp_server_detail(request: AuthenticatedHttpRequest, server_id: int) -> Http
     return render(request, "tools_app/registry/mcp_detail.html", {
         "server": server, "env": public_config(server.env),
         "headers": public_config(server.headers), "tools": tools, "last": last,
+        "last_at": _synced_at(last),
         "log": [_log_line(number, entry)
                 for number, entry in enumerate(last.get("log", []), start=1)],
         **_can(request)})
@@ -236,6 +239,11 @@ def mcp_server_sync(request: AuthenticatedHttpRequest, server_id: int) -> HttpRe
 
 def _server_tools(server: McpServer) -> models.QuerySet[ToolRegistration]:
     return ToolRegistration.objects.filter(kind=ToolKind.MCP, config__server=server.name)
+
+
+def _synced_at(last: dict[str, Any]) -> datetime | None:
+    at = last.get("at")
+    return parse_datetime(at) if isinstance(at, str) else None
 
 
 def _log_line(number: int, entry: dict[str, Any]) -> dict[str, Any]:
