@@ -8,6 +8,7 @@ from .errors import (
     AgentForgeError,
     ApprovalPending,
     Approver,
+    CostCapExceededError,
     HallucinatedToolError,
     LoopDetectedError,
     MaxRoundTripsExceededError,
@@ -61,6 +62,7 @@ from .messages import (
     ToolExecutionResultMessage,
     UserMessage,
 )
+from .pricing import CostCap, TokenPrice, call_shares, round_cost, run_cost
 from .providers.base import ChatModel
 from .providers.scripted import FunctionChatModel, ScriptedCall, ScriptedChatModel, ScriptStep
 from .spec import (
@@ -86,6 +88,8 @@ __all__ = [
     "ChatRequest",
     "ChatRequestParameters",
     "ChatResponse",
+    "CostCap",
+    "CostCapExceededError",
     "EngineEvent",
     "FinishReason",
     "FunctionChatModel",
@@ -111,6 +115,7 @@ __all__ = [
     "ScriptedCall",
     "ScriptedChatModel",
     "SystemMessage",
+    "TokenPrice",
     "TokenUsage",
     "ToolApprovalPending",
     "ToolArgumentsError",
@@ -135,10 +140,13 @@ __all__ = [
     "ToolUnknownOutcomeError",
     "UserMessage",
     "arguments_as_map",
+    "call_shares",
     "emit",
     "execution_error_to_model",
     "result_text",
     "rethrow_arguments_error",
+    "round_cost",
+    "run_cost",
     "should_return_immediately",
     "tell_model_available_tools",
     "throw_on_hallucinated_tool",

@@ -13,6 +13,7 @@
     ├── ToolLoopError                   the loop itself stopped
     │   ├── MaxRoundTripsExceededError  more tool-calling round trips than allowed
     │   ├── LoopDetectedError           the model went round in circles (loop/health.py)
+    │   ├── CostCapExceededError        the next model call would pass the run's cost cap
     │   └── RunPaused                   paused where it can resume (a breakpoint)
     │       └── ToolApprovalPending     calls of a round await a decision
     ├── ApprovalPending                 an approver's "not decided yet" (pauses the loop)
@@ -31,6 +32,7 @@ from __future__ import annotations
 import string
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 # The base of the tree lives apart, so modules the messages depend on (spec, through
@@ -142,6 +144,22 @@ class LoopDetectedError(ToolLoopError):
     def __init__(self, message: str, *, detector: str, count: int, round_index: int) -> None:
         super().__init__(message)
         self.detector, self.count, self.round_index = detector, count, round_index
+
+
+class CostCapExceededError(ToolLoopError):
+    """The run stopped before a model call: what it spent (`spent_usd`), plus the least
+    the call could cost, would pass its cost cap (`limit_usd`; pricing.CostCap).
+    `round_index` is the round whose model call was not made (0-based)."""
+
+    def __init__(self, *, spent_usd: Decimal, limit_usd: Decimal, next_minimum_usd: Decimal,
+                 round_index: int) -> None:
+        least = (f" and the next model call would cost at least ${next_minimum_usd}"
+                 if next_minimum_usd else "")
+        super().__init__(
+            f"The run stopped before round {round_index + 1}'s model call: it has spent "
+            f"${spent_usd}{least}, past its cost cap of ${limit_usd} (cost_cap_usd)")
+        self.spent_usd, self.limit_usd = spent_usd, limit_usd
+        self.next_minimum_usd, self.round_index = next_minimum_usd, round_index
 
 
 class RunPaused(ToolLoopError):

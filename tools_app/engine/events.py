@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -119,6 +120,10 @@ class ModelResponseReceived(_Event):
     latency_ms: float
     first_token_ms: float | None = None
     usage: TokenUsage | None = None
+    # Dollars the call cost at the run's price (pricing.py), and that price's
+    # revision; None: no price.
+    cost: Decimal | None = None
+    price_revision: int | None = None
 
 
 class ToolCallProposed(_Event):
@@ -126,6 +131,8 @@ class ToolCallProposed(_Event):
     call_index: int
     request: ToolExecutionRequest
     known_tool: bool
+    # The call's share of its round's cost (pricing.call_shares); None: no price.
+    cost: Decimal | None = None
 
 
 class ToolCallStarted(_Event):

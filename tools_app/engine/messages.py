@@ -81,9 +81,13 @@ class FinishReason(StrEnum):
 
 
 class TokenUsage(_Frozen):
+    """What a provider reported. `cached_input_tokens` is the part of `input_tokens` read
+    from the provider's prompt cache (priced apart: pricing.py)."""
+
     input_tokens: int | None = None
     output_tokens: int | None = None
     total_tokens: int | None = None
+    cached_input_tokens: int | None = None
 
     def __add__(self, other: TokenUsage | None) -> TokenUsage:
         if other is None:
@@ -92,6 +96,7 @@ class TokenUsage(_Frozen):
             input_tokens=_add(self.input_tokens, other.input_tokens),
             output_tokens=_add(self.output_tokens, other.output_tokens),
             total_tokens=_add(self.total_tokens, other.total_tokens),
+            cached_input_tokens=_add(self.cached_input_tokens, other.cached_input_tokens),
         )
 
 

@@ -20,9 +20,11 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Any
 
 from ..errors import (
+    CostCapExceededError,
     MaxRoundTripsExceededError,
     ReplayDivergence,
     RunPaused,
@@ -65,6 +67,7 @@ from ..messages import (
     ToolExecutionRequest,
     ToolExecutionResultMessage,
 )
+from ..pricing import call_shares, round_cost
 from ..providers.base import ChatModel
 from ..spec import ReturnBehavior
 from .callbacks import maybe_await
@@ -131,6 +134,12 @@ class ChatRun:
                            if health is not None and health.active else None)
         # Call id -> the loop-health note appended to its result, for the current round.
         self._notes: dict[str, str] = {}
+        # Dollars spent by the run's model calls so far (a resumed run's stored rounds
+        # too), the last call's input tokens (the cost cap's estimate of the next) and
+        # the current round's cost, shared among its calls.
+        self.spent = Decimal(0)
+        self.last_input_tokens = 0
+        self._round_cost: Decimal | None = None
 
     async def _emit(self, event: Any) -> None:
         # The loop's own events carry their round already, and provider events take it
@@ -183,6 +192,9 @@ class ChatRun:
             round_trips = resume.round_trips_done
             pending = resume.pending_response
             self.intermediate.extend(resume.intermediate_responses)
+            self.spent, self.last_input_tokens = resume.cost_spent, resume.last_input_tokens
+            if pending is not None:  # its cost is in cost_spent already; its calls share it
+                self._round_cost = round_cost(pending.usage, self.service.price)
         limit = self.service.max_tool_calling_round_trips
         while True:
             response = pending if pending is not None else await self._call_model()
@@ -235,7 +247,26 @@ class ChatRun:
         """A call's result text with the loop-health note for it, if it has one."""
         return with_note(text, self._notes.get(request.id))
 
+    def _check_cost_cap(self) -> None:
+        """Stop before a model call that would take the run past its cost cap."""
+        cap = self.service.cost_cap
+        if cap is not None and cap.would_exceed(self.spent, self.last_input_tokens):
+            raise CostCapExceededError(
+                spent_usd=self.spent, limit_usd=cap.limit_usd,
+                next_minimum_usd=cap.next_call_minimum(self.last_input_tokens),
+                round_index=self.round_index)
+
+    def _count_cost(self, response: ChatResponse) -> Decimal | None:
+        """The model call's cost, counted in what the run spent."""
+        cost = self._round_cost = round_cost(response.usage, self.service.price)
+        if cost is not None:
+            self.spent += cost
+        if response.usage is not None and response.usage.input_tokens is not None:
+            self.last_input_tokens = response.usage.input_tokens
+        return cost
+
     async def _call_model(self) -> ChatResponse:
+        self._check_cost_cap()
         # The hook may raise RunPaused: nothing of this round has happened.
         self.messages.extend(await messages_before_model_call(
             self.service.before_model_call, self.round_index, self.messages))
@@ -262,11 +293,15 @@ class ChatRun:
             (self._first_token - started) * 1000 if self._first_token is not None else None
         )
         self.usage = response.usage + self.usage if response.usage else self.usage
+        cost = self._count_cost(response)
         if self.observed:
+            price = self.service.price
             await self._emit(
                 ModelResponseReceived(round_index=self.round_index, response=response,
                                       latency_ms=latency_ms,
-                                      first_token_ms=first_token_ms, usage=response.usage)
+                                      first_token_ms=first_token_ms, usage=response.usage,
+                                      cost=cost,
+                                      price_revision=price.revision if price else None)
             )
         return response
 
@@ -302,6 +337,7 @@ class ChatRun:
         # The calls' tasks see the round (`events.current_round`), a resumed round too,
         # whose model call (which binds it otherwise) was not made again.
         bind_round(self.round_index)
+        shares = call_shares(self._round_cost, len(requests))
         for index, request in enumerate(requests):
             if self.observed:
                 await self._emit(
@@ -310,6 +346,7 @@ class ChatRun:
                         call_index=index,
                         request=request,
                         known_tool=request.name in self.service.registered_tools,
+                        cost=shares[index],
                     )
                 )
         done = dict(resume.completed_results) if resume else {}

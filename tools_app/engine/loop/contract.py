@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Protocol
 
 from ..errors import (
@@ -22,6 +23,7 @@ from ..messages import (
     TokenUsage,
     ToolExecutionResultMessage,
 )
+from ..pricing import CostCap, TokenPrice
 from ..spec import ReturnBehavior, ToolSpecification
 from .gates import (
     CallGate,
@@ -55,6 +57,8 @@ class LoopSettings(Protocol):
     call_gate: CallGate | None
     before_model_call: ModelCallHook | None
     loop_health: LoopHealth | None
+    price: TokenPrice | None
+    cost_cap: CostCap | None
 
     @property
     def tool_specifications(self) -> list[ToolSpecification]: ...
@@ -87,6 +91,8 @@ class ResumeState:
     holds the calls of that round that did finish (never re-executed), and
     `unknown_outcome_ids` the calls that were in flight on a non-idempotent tool: they
     are not re-executed and become ToolUnknownOutcomeError for the execution handler.
+    `cost_spent` is what the stored rounds cost and `last_input_tokens` the input tokens
+    of the last stored model call (the cost cap goes on from them).
     """
 
     round_index: int
@@ -95,6 +101,8 @@ class ResumeState:
     completed_results: Mapping[str, ToolExecutionResultMessage] = field(default_factory=dict)
     unknown_outcome_ids: frozenset[str] = frozenset()
     intermediate_responses: tuple[ChatResponse, ...] = ()
+    cost_spent: Decimal = Decimal(0)
+    last_input_tokens: int = 0
 
 
 def should_return_immediately(behaviors: Sequence[ReturnBehavior]) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, cast
 
 from ..errors import (
@@ -22,6 +23,7 @@ from ..errors import (
 from ..events import Observer
 from ..execution import CallableToolExecutor, FunctionToolExecutor, ToolExecutor
 from ..messages import ChatMessage, ChatRequestParameters
+from ..pricing import CostCap, TokenPrice
 from ..providers.base import ChatModel
 from ..spec import (
     ReturnBehavior,
@@ -58,6 +60,8 @@ class ToolService:
         call_gate: CallGate | None = None,
         before_model_call: ModelCallHook | None = None,
         loop_health: LoopHealth | None = None,
+        price: TokenPrice | None = None,
+        cost_cap_usd: Decimal | None = None,
     ) -> None:
         if max_tool_calling_round_trips < 1:
             raise ValueError("max_tool_calling_round_trips must be at least 1")
@@ -83,6 +87,14 @@ class ToolService:
         self.loop_health = loop_health
         """Repeated calls, ping-pong and no progress (health.py): flagged, told to the
         model or stopping the run per its rules. None: not checked."""
+        self.price = price
+        """What the model's tokens cost (pricing.py): each round's cost is reported with
+        its response, each call's share with its proposal. None: no price."""
+        if cost_cap_usd is not None and price is None:
+            raise ValueError("a cost cap needs a price to count the cost")
+        self.cost_cap = (CostCap(cost_cap_usd, price)
+                         if cost_cap_usd is not None and price is not None else None)
+        """Stops the run before a model call that would pass it (pricing.CostCap)."""
 
     # -- registration ------------------------------------------------------------------
 

@@ -299,7 +299,8 @@ def map_stop_reason(reason: str | None, has_tool_calls: bool) -> FinishReason:
 
 
 def map_usage(usage: JsonObject) -> TokenUsage | None:
-    """input_tokens counts the whole prompt, cached parts included (as OpenAI's does)."""
+    """input_tokens counts the whole prompt, cached parts included (as OpenAI's does);
+    cached_input_tokens the cache reads among them."""
     if not usage:
         return None
     counts = [as_int(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens",
@@ -308,7 +309,8 @@ def map_usage(usage: JsonObject) -> TokenUsage | None:
     input_tokens = sum(known) if known else None
     output_tokens = as_int(usage.get("output_tokens"))
     total = None if input_tokens is None or output_tokens is None else input_tokens + output_tokens
-    return TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=total)
+    return TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=total,
+                      cached_input_tokens=counts[2])
 
 
 # -- streaming ---------------------------------------------------------------------------

@@ -279,7 +279,8 @@ def map_usage(usage: JsonObject) -> TokenUsage | None:
     output = None if candidates is None and thoughts is None else (candidates or 0) + (
         thoughts or 0)
     return TokenUsage(input_tokens=as_int(usage.get("promptTokenCount")), output_tokens=output,
-                      total_tokens=as_int(usage.get("totalTokenCount")))
+                      total_tokens=as_int(usage.get("totalTokenCount")),
+                      cached_input_tokens=as_int(usage.get("cachedContentTokenCount")))
 
 
 def _text(parts: Sequence[JsonObject], *, thought: bool) -> str | None:

@@ -267,9 +267,11 @@ def map_finish_reason(reason: str | None, has_tool_calls: bool) -> FinishReason:
 def map_usage(usage: JsonObject) -> TokenUsage | None:
     if not usage:
         return None
+    details = as_dict(usage.get("prompt_tokens_details"))
     return TokenUsage(input_tokens=as_int(usage.get("prompt_tokens")),
                       output_tokens=as_int(usage.get("completion_tokens")),
-                      total_tokens=as_int(usage.get("total_tokens")))
+                      total_tokens=as_int(usage.get("total_tokens")),
+                      cached_input_tokens=as_int(details.get("cached_tokens")))
 
 
 def _message_text(message: JsonObject) -> str | None:
