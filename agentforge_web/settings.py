@@ -341,6 +341,16 @@ if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", AGENTFORGE_OTLP_RATE):
     raise ImproperlyConfigured(
         f"AGENTFORGE_OTLP_RATE={AGENTFORGE_OTLP_RATE!r}: give a rate like 1200/m or 50/s")
 
+# Isolated Python tools (a tool's "isolated" option; tools_app/engine/isolation): calls
+# that run at once in worker processes of their own (more wait for one), each worker's
+# address-space limit in MB (0: none), and the only environment variables a worker gets,
+# by exact name (never the server's secrets: add a name only if the tools need it).
+AGENTFORGE_ISOLATED_TOOL_WORKERS = envint("AGENTFORGE_ISOLATED_TOOL_WORKERS", 2, minimum=1)
+AGENTFORGE_ISOLATED_TOOL_MEMORY_MB = envint("AGENTFORGE_ISOLATED_TOOL_MEMORY_MB", 512,
+                                            minimum=0)
+AGENTFORGE_ISOLATED_TOOL_ENV = envlist("AGENTFORGE_ISOLATED_TOOL_ENV",
+                                       ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"])
+
 # The environment variables an endpoint may read a credential from (its API key, env:
 # headers, an env: proxy), as shell-style patterns: an endpoint edited in the admin must
 # not be able to send any other variable of the server (DATABASE_URL, SECRET_KEY) to

@@ -87,3 +87,9 @@ def hoards_memory() -> str:
 def exits() -> str:
     """Ends its process at once with exit code 3."""
     os._exit(3)
+
+
+@tool(isolated=True, timeout=5)
+def sandboxed_sum(numbers: list[int]) -> int:
+    """The sum of the numbers, declared isolated in code."""
+    return sum(numbers)

@@ -6,10 +6,10 @@ a shut-down pool leaves no process or thread behind."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -33,17 +33,10 @@ from tools_app.engine.isolation import (
 from tools_app.engine.loop.invocation import invoke_tool, traceback_of
 
 from . import isolated_tools
+from .process_support import child_pids
 
 SETTINGS = IsolationSettings(workers=2, memory_mb=256)
 ONE_WORKER = IsolationSettings(workers=1, memory_mb=256)
-
-
-def child_pids() -> set[int]:
-    """This process's child processes, as psutil's children() finds them."""
-    found: set[int] = set()
-    for task in Path("/proc/self/task").iterdir():
-        found.update(int(pid) for pid in (task / "children").read_text().split())
-    return found
 
 
 @pytest.fixture(autouse=True)
@@ -108,6 +101,17 @@ async def test_calls_reuse_the_worker_process() -> None:
     second = await run_isolated(isolated_tools.process_id, settings=ONE_WORKER)
     assert first.text == second.text != str(os.getpid())
     assert isolated_pool(ONE_WORKER).worker_pids() == [int(first.text)]
+
+
+async def test_prestarted_workers_serve_the_first_calls() -> None:
+    pool = isolated_pool(SETTINGS)
+    concurrent.futures.wait(pool.prestart())
+    started = set(pool.worker_pids())
+    assert len(started) == SETTINGS.workers
+    assert pool.prestart() == []  # already running: nothing more starts
+    first = await run_isolated(isolated_tools.process_id)
+    assert int(first.text) in started
+    assert set(pool.worker_pids()) == started
 
 
 async def test_a_worker_sees_only_the_allowed_environment(

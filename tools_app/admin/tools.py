@@ -66,9 +66,9 @@ class ToolRegistrationAdmin(admin.ModelAdmin[ToolRegistration]):
         return TemplateResponse(request, "admin/tools_app/toolregistration/import.html",
                                 context)
     list_display = ("name", "kind", "enabled", "return_behavior", "timeout_seconds",
-                    "requires_approval", "idempotent", "short_hash", "updated_at")
+                    "requires_approval", "idempotent", "isolated", "short_hash", "updated_at")
     list_filter = ("kind", "enabled", "return_behavior", "requires_approval", "idempotent",
-                   "strict")
+                   "isolated", "strict")
     search_fields = ("name", "description", "python_path")
     readonly_fields = ("version_hash", "versions_link", "created_at", "updated_at")
 

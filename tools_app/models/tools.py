@@ -176,6 +176,11 @@ class ToolRegistration(models.Model):
     idempotent = models.BooleanField(
         default=False, help_text="Safe to run again if a worker died while it ran."
     )
+    isolated = models.BooleanField(
+        default=False,
+        help_text="Python tools: run each call in a separate worker process, stopped when "
+        "its timeout passes, with a memory limit and only the allowed environment variables "
+        "(AGENTFORGE_ISOLATED_TOOL_*).")
     enabled = models.BooleanField(default=True)
     # The fields a person set in the admin (of PERSON_FIELDS): sync leaves them as set.
     edited_fields = models.JSONField(default=list, blank=True, editable=False)

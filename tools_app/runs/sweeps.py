@@ -14,6 +14,7 @@ from django.db import close_old_connections
 from django.db.models import Q
 from django.utils import timezone
 
+from tools_app.engine.isolation import shutdown_isolated_pools
 from tools_app.models import Run
 from tools_app.runs.debugger.approvals import expire_waiting_runs
 from tools_app.runs.debugger.reexecution import recover_reexecutions
@@ -167,6 +168,7 @@ def hand_back_at_exit() -> None:
         return
     finally:
         close_at_exit()
+        shutdown_isolated_pools()  # isolated tools' worker processes and threads
     if released:
         logger.warning("server stopping: handed back %d run(s) in progress; they resume "
                        "at the next start", len(released))

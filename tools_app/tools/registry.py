@@ -28,12 +28,13 @@ from ..models import ToolKind, ToolRegistration, ToolVersion
 DEFINITION_FIELDS = (
     "name", "description", "json_schema", "kind", "python_path", "config",
     "return_behavior", "strict", "timeout_seconds", "requires_approval", "idempotent",
+    "isolated",
 )
 
 
 # What a person may set on a Python tool in the admin and sync then keeps: the code
 # gives their first values, and follows its own changes only where no one set them.
-PERSON_FIELDS = ("timeout_seconds", "requires_approval", "idempotent", "enabled")
+PERSON_FIELDS = ("timeout_seconds", "requires_approval", "idempotent", "isolated", "enabled")
 
 
 # Config keys whose values are never kept in a version's definition (a version is shown
@@ -66,7 +67,7 @@ class SyncReport:
 
 
 def tool_definition(tool: ToolRegistration) -> dict[str, Any]:
-    return {
+    definition = {
         "name": tool.name,
         "description": tool.description,
         "schema": tool.json_schema,
@@ -79,6 +80,10 @@ def tool_definition(tool: ToolRegistration) -> dict[str, Any]:
         "requires_approval": tool.requires_approval,
         "idempotent": tool.idempotent,
     }
+    # Only when set: the hashes of the definitions from before the option stay theirs.
+    if tool.isolated:
+        definition["isolated"] = True
+    return definition
 
 
 def compute_version_hash(tool: ToolRegistration) -> str:
@@ -162,6 +167,7 @@ def registration_for(module_name: str, function: Callable[..., Any]) -> ToolRegi
         timeout_seconds=options.timeout,
         requires_approval=options.requires_approval,
         idempotent=options.idempotent,
+        isolated=options.isolated,
         enabled=True,
     )
     registration.version_hash = compute_version_hash(registration)

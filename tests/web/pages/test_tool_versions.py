@@ -53,7 +53,8 @@ def test_sync_keeps_one_version_per_definition(demo_tools: dict[str, ToolRegistr
     assert weather.versions.get().definition == version_definition(weather)
     assert set(weather.versions.get().definition) == {
         "name", "description", "json_schema", "kind", "python_path", "config",
-        "return_behavior", "strict", "timeout_seconds", "requires_approval", "idempotent"}
+        "return_behavior", "strict", "timeout_seconds", "requires_approval", "idempotent",
+        "isolated"}
     sync_tools([MODULE])  # unchanged: nothing new
     assert ToolVersion.objects.filter(registration=weather).count() == 1
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import subprocess
@@ -216,6 +217,20 @@ class IsolatedToolPool:
         if outcome is None:  # woken by the shutdown, not abandoned by this caller
             raise PoolClosed("the isolated tools' worker pool was shut down during the call")
         return outcome
+
+    def prestart(self) -> list[concurrent.futures.Future[None]]:
+        """Start the workers in the background if none runs yet, so a first call does
+        not wait for an interpreter to start (its tool's timeout counts that wait)."""
+        with self._lock:
+            if self._workers or self._closed:
+                return []
+        return [self._threads.submit(self._start_quietly)
+                for _ in range(self.settings.workers)]
+
+    def _start_quietly(self) -> None:
+        # One that cannot start now: the next call starts one, or says why it cannot.
+        with contextlib.suppress(OSError, PoolClosed):
+            self._worker_of_this_thread()
 
     def worker_pids(self) -> list[int]:
         with self._lock:

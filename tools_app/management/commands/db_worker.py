@@ -25,6 +25,7 @@ from django_tasks_db.management.commands import db_worker
 from django_tasks_db.models import DBTaskResult
 from django_tasks_db.utils import exclusive_transaction, is_locked_database_exception
 
+from tools_app.engine.isolation import shutdown_isolated_pools
 from tools_app.runs.loops import task_backend
 from tools_app.runs.loops.process import freeze_startup_objects, preload_for_runs
 from tools_app.runs.loops.provider_clients import close_at_exit
@@ -424,3 +425,4 @@ class Command(db_worker.Command):
             db_worker.Worker = original  # type: ignore[misc]
             stop.set()
             close_at_exit()  # the shared loop's provider HTTP clients
+            shutdown_isolated_pools()  # isolated tools' worker processes and threads

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from pydantic import BaseModel, ValidationError
 
@@ -27,6 +28,11 @@ from tools_app.engine import (
     SchemaValidatingExecutor,
     ToolExecutor,
     ToolSpecification,
+)
+from tools_app.engine.isolation import (
+    IsolatedFunctionExecutor,
+    IsolationSettings,
+    isolated_pool,
 )
 from tools_app.engine.outbound import OutboundPolicy
 from tools_app.engine.providers.http.clients import SharedHttpClients
@@ -93,8 +99,20 @@ def tool_config[C: BaseModel](tool: ToolSnapshot, model: type[C]) -> C:
         ) from exc
 
 
+def isolation_settings() -> IsolationSettings:
+    """The isolated tools' worker pool as the AGENTFORGE_ISOLATED_TOOL_* settings say."""
+    return IsolationSettings(workers=settings.AGENTFORGE_ISOLATED_TOOL_WORKERS,
+                             memory_mb=settings.AGENTFORGE_ISOLATED_TOOL_MEMORY_MB,
+                             env_allow=tuple(settings.AGENTFORGE_ISOLATED_TOOL_ENV))
+
+
 def _python(tool: ToolSnapshot, context: ToolContext) -> BuiltExecutor:
-    return BuiltExecutor(FunctionToolExecutor(import_tool_function(tool.python_path)))
+    func = import_tool_function(tool.python_path)
+    if tool.isolated:
+        isolation = isolation_settings()
+        isolated_pool(isolation).prestart()  # the workers start while the model thinks
+        return BuiltExecutor(IsolatedFunctionExecutor(func, settings=isolation))
+    return BuiltExecutor(FunctionToolExecutor(func))
 
 
 def _mock(tool: ToolSnapshot, context: ToolContext) -> BuiltExecutor:

@@ -26,7 +26,7 @@ ENDPOINT_FIELDS = ("name", "kind", "base_url", "model", "default_parameters", "a
                    "stream", "extra_headers", "proxy_url", "script", "timeout_seconds")
 TOOL_FIELDS = ("name", "description", "json_schema", "kind", "python_path", "config",
                "return_behavior", "strict", "timeout_seconds", "requires_approval",
-               "idempotent", "version_hash")
+               "idempotent", "isolated", "version_hash")
 POLICY_FIELDS = ("name", "arguments_error", "arguments_error_template", "execution_error",
                  "execution_error_template", "hallucinated_tool", "max_round_trips",
                  "default_tool_timeout", "parallel", "max_concurrency", "provider_max_retries",

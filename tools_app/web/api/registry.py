@@ -194,6 +194,7 @@ def tool_json(tool: ToolRegistration) -> dict[str, Any]:
         "python_path": tool.python_path or None, "return_behavior": tool.return_behavior,
         "strict": tool.strict, "timeout_seconds": tool.timeout_seconds,
         "requires_approval": tool.requires_approval, "idempotent": tool.idempotent,
+        "isolated": tool.isolated,
         "enabled": tool.enabled, "version_hash": tool.version_hash,
         "url": f"/tools/{tool.name}/", "created_at": _when(tool.created_at),
         "updated_at": _when(tool.updated_at),

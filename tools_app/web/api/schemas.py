@@ -183,6 +183,8 @@ with warnings.catch_warnings():
                                               description="null: the policy's default timeout")
         requires_approval: bool | None = None
         idempotent: bool | None = None
+        isolated: bool | None = Field(default=None, description="Python tools only: run "
+                                      "each call in a separate worker process")
         enabled: bool | None = None
 
     class ToolBody(ToolPatchBody):
