@@ -21,6 +21,7 @@ from tools_app.engine.providers.http.retry import RetryPolicy
 from tools_app.fake_llm import BackgroundServer
 from tools_app.fake_llm.wires.anthropic import check_request as anthropic_check
 from tools_app.fake_llm.wires.openai import check_request as openai_check
+from tools_app.fake_llm.wires.responses_check import check_request as responses_check
 
 from .support import anthropic_body, gemini_body, openai_body, recorded, set_script, sse_json
 
@@ -297,7 +298,7 @@ def test_a_server_started_lenient_stays_lenient_after_reset() -> None:
     assert response.status_code == 200
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
+@pytest.mark.parametrize("provider", ["openai", "openai_responses", "anthropic", "gemini"])
 async def test_the_engine_sees_a_non_retryable_provider_error(
     fake: httpx.Client, shared_server: BackgroundServer, provider: str,
 ) -> None:
@@ -317,7 +318,7 @@ async def test_the_engine_sees_a_non_retryable_provider_error(
     assert [r["outcome"] for r in recorded(fake)] == ["rejected"]
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
+@pytest.mark.parametrize("provider", ["openai", "openai_responses", "anthropic", "gemini"])
 async def test_the_adapters_pair_calls_and_results_as_strict_mode_wants(
     fake: httpx.Client, shared_server: BackgroundServer, provider: str,
 ) -> None:
@@ -352,6 +353,12 @@ def _recorded_requests(provider: str) -> list[tuple[str, dict[str, Any]]]:
 @pytest.mark.parametrize(("name", "body"), _recorded_requests("openai"))
 def test_recorded_openai_requests_pass_the_strict_check(name: str, body: dict[str, Any]) -> None:
     openai_check(body)
+
+
+@pytest.mark.parametrize(("name", "body"), _recorded_requests("openai-responses"))
+def test_recorded_responses_api_requests_pass_the_strict_check(
+        name: str, body: dict[str, Any]) -> None:
+    responses_check(body)
 
 
 @pytest.mark.parametrize(("name", "body"), _recorded_requests("anthropic"))

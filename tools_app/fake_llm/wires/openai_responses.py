@@ -105,7 +105,9 @@ class OpenAIResponsesWire:
 
 
 def _stem() -> str:
-    return random_id("", 46).encode().hex()[:46]
+    """48 hex characters: with the 4 of an item's place, 52 (real ids have 50, so a
+    recorded real id is never taken for one of these)."""
+    return random_id("", 48).encode().hex()[:48]
 
 
 def item_id(prefix: str, stem: str, index: int) -> str:

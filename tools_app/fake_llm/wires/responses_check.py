@@ -126,9 +126,9 @@ def required_reasoning(call_item_id: str) -> str | None:
     """The reasoning item a function_call item this server issued must come back with:
     both share the response's id stem (see openai_responses.item_id)."""
     body = call_item_id.removeprefix("fc_")
-    if len(body) != 50 or body == call_item_id or any(c not in _HEX for c in body):
+    if len(body) != 52 or body == call_item_id or any(c not in _HEX for c in body):
         return None
-    return f"rs_{body[:46]}0000"
+    return f"rs_{body[:48]}0000"
 
 
 def _check_call_reasoning(item: dict[str, Any], reasoning_ids: set[str]) -> None:
