@@ -92,11 +92,10 @@ def describe_errors(exc: ValidationError, data: dict[str, Any]) -> str:
     lines = []
     for error in exc.errors(include_url=False, include_input=False):
         loc = list(error["loc"])
-        where = ".".join(str(p) for p in loc) or "the file"
         if len(loc) >= 2 and loc[0] == "cases" and isinstance(loc[1], int):
             where = f"{_case_label(data, loc[1])}, field {_path(loc[2:]) or '(the case)'}"
         else:
-            where = f"field {where}"
+            where = f"field {_path(loc) or 'the file'}"
         lines.append(f"{where}: {error['msg']}")
     return "; ".join(lines)
 

@@ -35,7 +35,7 @@ from pydantic_core import ErrorDetails
 from tools_app.audit.run_filters import FilterError
 from tools_app.runs.debugger.approvals import DecisionError
 from tools_app.runs.debugger.reexecution import ReexecutionError
-from tools_app.web.api import approvals, calls, reexecution, registry, runs, tryit
+from tools_app.web.api import approvals, calls, reexecution, registry, runs, suites, tryit
 from tools_app.web.api.base import ApiError, BearerToken
 from tools_app.web.api.bodies import JsonObjectParser, json_path, refusal, too_large
 from tools_app.web.api.schemas import Body
@@ -106,6 +106,8 @@ api.add_router("tools", registry.tools_router)
 api.add_router("endpoints", registry.endpoints_router)
 api.add_router("mcp-servers", registry.mcp_router)
 api.add_router("policies", registry.policies_router)
+api.add_router("suites", suites.router)
+api.add_router("suite-runs", suites.runs_router)
 
 
 # -- every error in the API's shape --------------------------------------------------------
