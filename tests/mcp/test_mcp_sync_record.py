@@ -12,6 +12,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from tools_app.engine.sources.mcp_listing import LOG_MESSAGES_CAP, WireLog
 from tools_app.models import McpServer, ToolRegistration
 from tools_app.runs.snapshot.mcp import McpSyncError, sync_server
 
@@ -60,6 +61,7 @@ def test_a_sync_from_the_page_shows_the_tools_and_the_json_rpc_log(
     assert "The server offers none." in page  # its resources and prompts
 
 
+@pytest.mark.both
 def test_resources_and_prompts_are_listed_and_a_repeated_secret_redacted(
         monkeypatch: pytest.MonkeyPatch, alice_client: Client) -> None:
     monkeypatch.setenv("MCP_MOTTO_TOKEN", MOTTO)
@@ -104,3 +106,15 @@ def test_a_failed_sync_is_kept_with_its_reason(alice_client: Client) -> None:
         response.text
     assert 'id="sync-error"' in response.text
     assert not ToolRegistration.objects.filter(config__server="gone").exists()
+
+
+def test_a_log_keeps_its_first_messages_and_counts_the_rest() -> None:
+    log = WireLog()
+    for _ in range(LOG_MESSAGES_CAP + 3):
+        log.record("received", ValueError("not JSON-RPC <b>"))
+
+    kept = log.as_list()
+
+    assert len(kept) == LOG_MESSAGES_CAP + 1
+    assert kept[0] == {"direction": "received", "fault": "ValueError: not JSON-RPC <b>"}
+    assert kept[-1]["fault"] == "3 more messages not kept"

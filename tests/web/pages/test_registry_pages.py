@@ -117,6 +117,7 @@ def test_the_nav_and_the_tools_index_link_the_registry_for_staff(
 
 # -- HTTP and mock tools -----------------------------------------------------------------
 
+@pytest.mark.both
 def test_staff_add_a_mock_tool(alice_client: Client) -> None:
     response = alice_client.post(reverse("registry_tool_add"), tool_post())
 
@@ -310,6 +311,7 @@ def test_editing_a_server_keeps_a_value_it_did_not_show(alice_client: Client) ->
     assert server.env == {"TZ": "Europe/Oslo", "SERVICE_TOKEN": "kept-1234"}
 
 
+@pytest.mark.both
 def test_a_servers_page_escapes_what_the_server_said(alice_client: Client) -> None:
     server = McpServer.objects.create(name="clock", command="uvx", last_sync={
         "at": "2026-12-06T02:00:00+00:00", "ok": True, "error": "",
