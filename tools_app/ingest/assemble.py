@@ -132,14 +132,33 @@ def _place_tool_spans(rounds: list[RoundPlan], tools: list[SpanRecord]) -> None:
         proposed.setdefault(call.call_id, call)
     for span in tools:
         facts = conv.tool_facts(span)
-        call = proposed.get(facts.call_id or "")
-        if call is None or call.span_id:
-            call = CallPlan(key=facts.call_id if facts.call_id and call is None
-                            else f"span:{span.span_id}",
-                            call_id=facts.call_id or "", tool_name=facts.name or "")
-            _round_for(rounds, span).calls.append(call)
-            proposed.setdefault(call.call_id, call) if call.call_id else None
-        _fill_from_tool_span(call, span, facts)
+        _fill_from_tool_span(_call_for(span, facts, rounds, proposed), span, facts)
+
+
+def _call_for(span: SpanRecord, facts: ToolFacts, rounds: list[RoundPlan],
+              proposed: dict[str, CallPlan]) -> CallPlan:
+    """The call a tool span executed: the one proposed with its id, else (no id) one of
+    its round's proposed calls of that tool, else a call of its own in its round."""
+    found = proposed.get(facts.call_id) if facts.call_id else None
+    if found is not None and not found.span_id:
+        return found
+    round_ = _round_for(rounds, span)
+    found = None if facts.call_id else _unmatched(round_, facts.name)
+    if found is not None:
+        return found
+    key = facts.call_id if facts.call_id and facts.call_id not in proposed \
+        else f"span:{span.span_id}"
+    call = CallPlan(key=key, call_id=facts.call_id or "", tool_name=facts.name or "")
+    round_.calls.append(call)
+    if call.call_id:
+        proposed.setdefault(call.call_id, call)
+    return call
+
+
+def _unmatched(round_: RoundPlan, name: str | None) -> CallPlan | None:
+    """The round's first proposed call of the tool that no tool span has filled yet
+    (for a tool span without a call id)."""
+    return next((c for c in round_.calls if not c.span_id and c.tool_name == name), None)
 
 
 def _round_for(rounds: list[RoundPlan], span: SpanRecord) -> RoundPlan:

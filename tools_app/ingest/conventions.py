@@ -43,6 +43,8 @@ def role_of(span: SpanRecord) -> str:
         return TOOL
     if operation in AGENT_OPERATIONS:
         return AGENT
+    if any(key.startswith("gen_ai.completion.") for key in attrs):
+        return ROUND  # the older attribute form, written without an operation name
     return OTHER
 
 

@@ -85,7 +85,7 @@ def _parts_message(data: dict[str, Any]) -> Message:
 def system_instructions(parts: Any) -> list[Message]:
     if not isinstance(parts, list):
         return []
-    texts = [p.get("content") for p in parts
+    texts = [str(p["content"]) for p in parts
              if isinstance(p, dict) and isinstance(p.get("content"), str)]
     return [Message(role="system", text="".join(texts))] if texts else []
 
@@ -104,7 +104,7 @@ def tool_definitions(attrs: dict[str, Any]) -> list[dict[str, Any]]:
 def _definition(item: Any) -> dict[str, Any] | None:
     if not isinstance(item, dict):
         return None
-    function = item.get("function") if isinstance(item.get("function"), dict) else item
+    function: dict[str, Any] = _mapping(item.get("function")) or item
     name = function.get("name")
     if not isinstance(name, str) or not name:
         return None
@@ -181,7 +181,7 @@ def _event_calls(body: dict[str, Any]) -> list[ProposedCall]:
     for call in calls if isinstance(calls, list) else []:
         if not isinstance(call, dict):
             continue
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        function = _mapping(call.get("function")) or {}
         out.append(ProposedCall(str(call.get("id") or ""), str(function.get("name") or ""),
                                 as_text(function.get("arguments"))))
     return out
@@ -198,6 +198,10 @@ def grouped(flat: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
             if match:
                 groups[int(match.group(1))][match.group(2)] = value
     return [groups[index] for index in sorted(groups)]
+
+
+def _mapping(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
 
 
 def parse_json(value: Any) -> Any:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from tools_app.ingest import assemble, rows
@@ -40,7 +40,7 @@ class Received:
     runs: list[str]
 
 
-def receive(records: list[SpanRecord], user: AbstractBaseUser,
+def receive(records: list[SpanRecord], user: User,
             refusal: Refusal) -> Received:
     """Store the spans for `user` and rebuild the runs they belong to."""
     unique = list({(r.trace_id, r.span_id): r for r in records}.values())
@@ -74,7 +74,7 @@ def _known(records: list[SpanRecord]) -> dict[tuple[str, str], Any]:
     return {(trace, span): owner for trace, span, owner in found}
 
 
-def _runs_for(records: list[SpanRecord], user: AbstractBaseUser) -> dict[str, Any]:
+def _runs_for(records: list[SpanRecord], user: User) -> dict[str, Any]:
     """Trace id -> the id of its run: the one its trace or conversation already has,
     else a new one."""
     by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
@@ -105,7 +105,7 @@ def _conversation(spans: Iterable[SpanRecord]) -> str:
     return next((c for c in map(conv.conversation_id, spans) if c), "")
 
 
-def _new_run(user: AbstractBaseUser) -> Run:
+def _new_run(user: User) -> Run:
     """A run being received: running, with no worker (filled in by `_rebuild`)."""
     username = user.get_username()
     run = create_queued(created_by=user, title="OpenTelemetry trace", snapshot=snapshots.build(
@@ -114,7 +114,7 @@ def _new_run(user: AbstractBaseUser) -> Run:
     return run
 
 
-def _rebuild(run_id: str, user: AbstractBaseUser) -> None:
+def _rebuild(run_id: str, user: User) -> None:
     run = Run.objects.select_for_update().get(pk=run_id)
     spans = [SpanRecord.from_stored(trace, span, data) for trace, span, data in
              IngestedSpan.objects.filter(run_id=run_id).values_list("trace_id", "span_id",

@@ -43,8 +43,8 @@ def sync(run: Run, plan: RunPlan, old_layout: Layout) -> tuple[Layout, set[int]]
     wanted_rounds = {r.key for r in plan.rounds}
     wanted_calls = {c.key for r in plan.rounds for c in r.calls}
     gone = [r for key, r in rounds.items() if key not in wanted_rounds]
+    gone_ids = {r.pk for r in gone}  # their calls go with them
     _delete(gone, rounds)
-    gone_ids = {r.pk for r in gone}  # their calls went with them
     calls = {k: c for k, c in calls.items() if c.round_id not in gone_ids}
     _delete([c for key, c in calls.items() if key not in wanted_calls], calls)
     touched = _park_moved(plan, rounds, calls, placed)
@@ -71,10 +71,11 @@ def _call_key_at(layout: Layout, index: int, call_index: int) -> str | None:
 
 
 def _delete(rows: list[Any], by_key: dict[Any, Any]) -> None:
+    doomed = {id(row) for row in rows}
+    for key in [k for k, row in by_key.items() if id(row) in doomed]:
+        del by_key[key]
     for row in rows:
         row.delete()
-    for key in [k for k, row in by_key.items() if row in rows]:
-        del by_key[key]
 
 
 def _park_moved(plan: RunPlan, rounds: dict[Any, Round], calls: dict[Any, ToolCall],

@@ -115,8 +115,8 @@ def encode_response(*, rejected: int, message: str, media: str) -> tuple[bytes, 
 
 def encode_message(message: Message, media: str) -> bytes:
     if media == PROTOBUF:
-        return message.SerializeToString()
-    return json_format.MessageToJson(message, indent=None).encode()
+        return bytes(message.SerializeToString())
+    return str(json_format.MessageToJson(message, indent=None)).encode()
 
 
 def error_body(status: int, message: str, media: str) -> bytes:

@@ -11,6 +11,7 @@ with Retry-After past the user's rate. Refusals carry a google.rpc.Status.
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -26,7 +27,7 @@ from tools_app.web.api.tokens import user_for_token
 def receive_traces(request: HttpRequest) -> HttpResponse:
     media = wire.JSON
     try:
-        _authenticate(request)
+        user = _authenticate(request)
         media = wire.media_type(request.headers.get("Content-Type", ""))
         _throttle(request)
         body = _body(request)
@@ -37,18 +38,19 @@ def receive_traces(request: HttpRequest) -> HttpResponse:
     refusal = spans.Refusal()
     records = spans.records(export, refusal)
     if records:
-        receive.receive(records, request.user, refusal)  # type: ignore[arg-type]
+        receive.receive(records, user, refusal)
     content, content_type = wire.encode_response(rejected=refusal.count,
                                                  message=refusal.reason, media=media)
     return HttpResponse(content, content_type=content_type)
 
 
-def _authenticate(request: HttpRequest) -> None:
+def _authenticate(request: HttpRequest) -> User:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     user = user_for_token(token.strip()) if scheme.lower() == "bearer" and token else None
     if user is None or not user.is_active:
         raise OtlpError(401, "send an API token: Authorization: Bearer <token>")
     request.user = user
+    return user
 
 
 def _throttle(request: HttpRequest) -> None:

@@ -1,0 +1,212 @@
+"""POST /v1/traces as the OTLP/HTTP specification has it: protobuf and JSON bodies,
+gzip, the answer in the request's encoding with partial success for refused spans, and
+the refusals (401, 400, 413, 415, 429 with Retry-After). Spans sent in any order, in
+pieces or twice make the same run, each span stored once."""
+
+from __future__ import annotations
+
+import gzip
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+from django.test import Client
+from opentelemetry.trace import Tracer
+from opentelemetry.trace.span import format_trace_id
+
+from tests.ingest.support import (
+    JSON,
+    PROTOBUF,
+    answer,
+    assistant,
+    call_part,
+    chat_span,
+    otlp_json,
+    post,
+    protobuf,
+    spans_of,
+    text,
+    tool_span,
+)
+from tools_app.models import IngestedSpan, Run, RunEvent
+from tools_app.web.api.tokens import create_token
+
+pytestmark = pytest.mark.django_db
+
+
+def weather_agent(tracer: Tracer, *, tool_error: str | None = None) -> None:
+    with tracer.start_as_current_span("invoke_agent weather") as agent:
+        agent.set_attributes({"gen_ai.operation.name": "invoke_agent",
+                              "gen_ai.agent.name": "weather"})
+        chat_span(tracer, inputs=[{"role": "user", "parts": [text("Weather in Paris?")]}],
+                  output=assistant(text("Checking."),
+                                   call_part("call_1", "get_weather", {"city": "Paris"})),
+                  **{"gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 5})
+        tool_span(tracer, "get_weather", "call_1", {"city": "Paris"}, {"temp": 21},
+                  error=tool_error)
+        chat_span(tracer, inputs=[{"role": "tool", "parts": [
+            {"type": "tool_call_response", "id": "call_1", "response": {"temp": 21}}]}],
+            output=assistant(text("It is 21 degrees."), finish="stop"))
+
+
+@pytest.fixture
+def token(bob: AbstractUser) -> str:
+    return create_token(bob, "exporter")[1]
+
+
+def run_of(user: AbstractUser) -> Run:
+    [run] = Run.objects.filter(created_by=user)
+    return run
+
+
+def rows(run: Run) -> list[Any]:
+    return [(r.status, r.finish_reason, r.ai_text, r.input_tokens,
+             [(c.call_id, c.tool_name, c.arguments, c.state, c.result_text, c.is_error,
+               c.error_message) for c in r.tool_calls.order_by("call_index")])
+            for r in run.rounds.order_by("index")]
+
+
+EXPECTED = [
+    ("responded", "tool_execution", "Checking.", 12,
+     [("call_1", "get_weather", {"city": "Paris"}, "succeeded", '{"temp": 21}', False, "")]),
+    ("responded", "stop", "It is 21 degrees.", None, []),
+]
+
+
+def test_protobuf_and_json_gzip_bodies_make_the_same_run(
+        client: Client, token: str, bob: AbstractUser, charlie: AbstractUser) -> None:
+    by_protobuf = post(client, token, protobuf(spans_of(weather_agent)))
+    by_json = post(client, create_token(charlie, "json")[1], otlp_json(spans_of(weather_agent)),
+                   JSON, gzipped=True)
+
+    assert (by_protobuf.status_code, by_protobuf["Content-Type"]) == (200, PROTOBUF)
+    assert (by_json.status_code, by_json["Content-Type"]) == (200, JSON)
+    assert not answer(by_protobuf).HasField("partial_success")
+    assert rows(run_of(bob)) == rows(run_of(charlie)) == EXPECTED
+    assert (run_of(bob).title, run_of(bob).status) == ("weather", "succeeded")
+
+
+def test_a_span_sent_twice_is_stored_once(client: Client, token: str,
+                                          bob: AbstractUser) -> None:
+    body = protobuf(spans_of(weather_agent))
+    post(client, token, body)
+    again = post(client, token, body)
+
+    assert again.status_code == 200
+    assert not answer(again).HasField("partial_success")
+    assert IngestedSpan.objects.count() == 4
+    assert rows(run_of(bob)) == EXPECTED
+
+
+def test_spans_in_reverse_order_and_one_by_one_fill_their_places(
+        client: Client, token: str, bob: AbstractUser) -> None:
+    chat1, tool, chat2, agent = spans_of(weather_agent)
+    for span in (agent, chat2, tool):
+        post(client, token, protobuf([span]))
+    # The call's proposing round has not come yet: it waits in a round standing for it.
+    assert [r[0] for r in rows(run_of(bob))] == ["missing", "responded"]
+
+    post(client, token, protobuf([chat1]))
+
+    assert rows(run_of(bob)) == EXPECTED
+    kinds = RunEvent.objects.filter(run=run_of(bob)).values_list("kind", flat=True)
+    assert list(kinds).count("spans_received") >= 4
+
+
+def test_a_failed_tool_span_is_an_execution_error(client: Client, token: str,
+                                                  bob: AbstractUser) -> None:
+    post(client, token, protobuf(spans_of(lambda t: weather_agent(t, tool_error="no city"))))
+
+    [call] = run_of(bob).tool_calls.all()
+    assert (call.state, call.is_error, call.error_type, call.error_message, call.result_text) \
+        == ("execution_error", True, "ValueError", "no city", None)
+
+
+def test_spans_without_valid_ids_are_refused_as_a_partial_success(
+        client: Client, token: str, bob: AbstractUser) -> None:
+    spans = spans_of(weather_agent)
+    body = encode_with_a_zero_span_id(spans)
+
+    response = post(client, token, body)
+
+    assert response.status_code == 200
+    partial = answer(response).partial_success
+    assert (partial.rejected_spans, partial.error_message) == (
+        1, "a span has no valid span_id (8 bytes, not all zero)")
+    assert IngestedSpan.objects.count() == 3
+
+
+def encode_with_a_zero_span_id(spans: Any) -> bytes:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    request = encode_spans(spans)
+    request.resource_spans[0].scope_spans[0].spans[0].span_id = bytes(8)
+    return request.SerializeToString()
+
+
+def test_without_a_valid_token_nothing_is_stored(client: Client, bob: AbstractUser) -> None:
+    body = protobuf(spans_of(weather_agent))
+    assert post(client, None, body).status_code == 401
+    assert post(client, "afw_not-a-token", body).status_code == 401
+    assert IngestedSpan.objects.count() == 0
+
+
+@pytest.mark.parametrize(("content_type", "headers", "status"), [
+    ("text/plain", {}, 415),
+    (PROTOBUF, {"Content-Encoding": "br"}, 415),
+])
+def test_what_the_receiver_does_not_speak_is_415(client: Client, token: str,
+                                                 content_type: str, headers: dict[str, str],
+                                                 status: int) -> None:
+    response = post(client, token, protobuf(spans_of(weather_agent)), content_type, **headers)
+    assert response.status_code == status
+
+
+@pytest.mark.parametrize(("body", "content_type", "gzipped"), [
+    (b"\xff\xff\xff not protobuf", PROTOBUF, False),
+    (b'{"resourceSpans": [', JSON, False),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}', JSON, False),
+    (gzip.compress(b"x" * 1000)[:20], PROTOBUF, None),
+])
+def test_a_body_that_does_not_decode_is_400(client: Client, token: str, body: bytes,
+                                            content_type: str, gzipped: bool | None) -> None:
+    headers = {"Content-Encoding": "gzip"} if gzipped is None else {}
+    response = post(client, token, body, content_type, gzipped=bool(gzipped), **headers)
+    assert response.status_code == 400
+    assert IngestedSpan.objects.count() == 0
+
+
+def test_a_body_past_the_limit_is_413_compressed_or_not(client: Client, token: str,
+                                                        settings: Any) -> None:
+    settings.AGENTFORGE_OTLP_MAX_BYTES = 2048
+    assert post(client, token, b"\0" * 4096).status_code == 413
+    # Small on the wire, past the limit once inflated.
+    assert post(client, token, b"\0" * 100_000, gzipped=True).status_code == 413
+
+
+def test_past_the_rate_the_answer_is_429_with_retry_after(client: Client, token: str,
+                                                          settings: Any) -> None:
+    settings.AGENTFORGE_OTLP_RATE = "1/m"
+    body = protobuf(spans_of(weather_agent))
+    assert post(client, token, body).status_code == 200
+
+    refused = post(client, token, body, JSON)
+
+    assert refused.status_code == 429
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    assert refused["Content-Type"] == JSON
+
+
+def test_a_conversation_id_joins_traces_into_one_run(client: Client, token: str,
+                                                     bob: AbstractUser) -> None:
+    def turn(tracer: Tracer, words: str) -> None:
+        chat_span(tracer, output=assistant(text(words), finish="stop"),
+                  **{"gen_ai.conversation.id": "conversation-7"})
+
+    first, second = spans_of(lambda t: turn(t, "one")), spans_of(lambda t: turn(t, "two"))
+    assert format_trace_id(first[0].context.trace_id) != format_trace_id(
+        second[0].context.trace_id)
+    post(client, token, protobuf(first))
+    post(client, token, protobuf(second))
+
+    assert [r[2] for r in rows(run_of(bob))] == ["one", "two"]
