@@ -15,6 +15,7 @@ class ProviderKind(models.TextChoices):
     ANTHROPIC = "anthropic", "Anthropic Messages"
     GEMINI = "gemini", "Google Gemini"
     OPENAI_COMPATIBLE = "openai_compatible", "OpenAI-compatible (Ollama, vLLM, ...)"
+    OPENAI_RESPONSES = "openai_responses", "OpenAI Responses API"
     SCRIPTED = "scripted", "Offline scripted model"
 
 

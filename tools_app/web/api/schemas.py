@@ -197,8 +197,8 @@ with warnings.catch_warnings():
 
 class EndpointPatchBody(Body):
     name: str | None = None
-    kind: str | None = Field(default=None, description="openai, anthropic, gemini, "
-                             "openai_compatible or scripted")
+    kind: str | None = Field(default=None, description="openai, openai_responses, "
+                             "anthropic, gemini, openai_compatible or scripted")
     model: str | None = None
     base_url: str | None = None
     stream: bool | None = None
@@ -214,8 +214,8 @@ class EndpointPatchBody(Body):
 
 class EndpointBody(EndpointPatchBody):
     name: str = Field(min_length=1)
-    kind: str = Field(min_length=1, description="openai, anthropic, gemini, "
-                      "openai_compatible or scripted")
+    kind: str = Field(min_length=1, description="openai, openai_responses, anthropic, "
+                      "gemini, openai_compatible or scripted")
 
 
 class McpServerPatchBody(Body):
