@@ -59,6 +59,9 @@ def test_a_sync_from_the_page_shows_the_tools_and_the_json_rpc_log(
     assert '<span class="badge dir-sent">sent</span> <code>tools/list</code>' in log
     assert f'<code>answer to #{listed["id"]}</code>' in log
     assert "The server offers none." in page  # its resources and prompts
+    tool_page = alice_client.get(reverse("tool_detail", args=["clock_get_current_time"]))
+    assert (f'<a href="{reverse("mcp_server_detail", args=[server.pk])}" '
+            'id="tool-mcp-server">clock</a>') in tool_page.text
 
 
 @pytest.mark.both

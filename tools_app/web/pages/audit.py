@@ -38,7 +38,7 @@ from tools_app.audit.selectors import (
 )
 from tools_app.audit.tool_stats import tool_stats
 from tools_app.audit.tools_overview import RECENT_TIMED, tools_overview
-from tools_app.models import RunStatus, ToolCall, ToolRegistration
+from tools_app.models import McpServer, RunStatus, ToolCall, ToolKind, ToolRegistration
 from tools_app.runs.store import selectors
 from tools_app.web.export import calls_export_response
 from tools_app.web.pages.charts import calls_chart, sparkline
@@ -220,7 +220,16 @@ def tool_page_context(request: AuthenticatedHttpRequest, name: str) -> dict[str,
                    .order_by("-pk")],
         "versions": versions_of(registration) if registration else [],
         "percentiles": list(stats.percentiles.items()),
+        "mcp_server": _mcp_server_of(registration),
     }
+
+
+def _mcp_server_of(registration: ToolRegistration | None) -> McpServer | None:
+    """The server an MCP tool comes from (its registry page is linked), if it exists."""
+    if registration is None or registration.kind != ToolKind.MCP:
+        return None
+    name = (registration.config or {}).get("server")
+    return McpServer.objects.filter(name=name).first() if isinstance(name, str) else None
 
 
 @require_GET
