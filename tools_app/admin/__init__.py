@@ -16,6 +16,7 @@ from django.contrib import admin
 # Each module registers its models' admin when imported.
 from . import (
     mcp,  # noqa: F401
+    prices,  # noqa: F401
     workers,  # noqa: F401
 )
 from .endpoints import ModelEndpointAdmin, ModelEndpointForm, script_problems

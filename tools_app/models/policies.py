@@ -3,6 +3,8 @@ round in circles) and their revisions."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -76,6 +78,13 @@ class ErrorPolicy(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(86400)],
         help_text="A run still going this long after a worker took it up fails as "
         "RunTimeout (time waiting for a person is not counted). Empty: no deadline.",
+    )
+    cost_cap_usd = models.DecimalField(
+        "cost cap (dollars)", max_digits=12, decimal_places=4, null=True, blank=True,
+        validators=[MinValueValidator(Decimal("0.0001"))],
+        help_text="A run stops (CostCapExceededError) before a model call once what it "
+        "spent, plus the least that call can cost, would pass this. Needs a price for the "
+        "run's model (Model prices). Empty: no cap.",
     )
     # Loop health (engine/loop/health.py): per detector, from `*_at` on the round is
     # flagged with `*_action`, from `*_stop_at` on the run stops.

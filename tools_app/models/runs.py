@@ -56,6 +56,9 @@ class Run(models.Model):
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
     total_tokens = models.PositiveIntegerField(default=0)
+    # Dollars, the sum of its rounds' costs (kept by the recorder); None: the run has no
+    # price (its snapshot's "price" section), shown as "no price", never $0.
+    cost_usd = models.DecimalField(max_digits=18, decimal_places=8, null=True, blank=True)
     wall_ms = models.FloatField(null=True, blank=True)
     # A try-it run (one call of a tool from its page, or a rerun of one), set when the
     # run is stored: the runs list hides these unless asked, by this column (a partial
@@ -132,6 +135,16 @@ class Round(models.Model):
     finish_reason = models.CharField(max_length=32, blank=True)
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Dollars the model call cost (engine/pricing.py) at the price revision the run
+    # froze; None: no price, or no usage reported.
+    cost_usd = models.DecimalField(max_digits=18, decimal_places=8, null=True, blank=True)
+    # The price revision it was priced with (its values are in the run's snapshot too).
+    # No constraint and no index: a round written while its endpoint (and so its prices)
+    # is being deleted must still commit, and nothing looks rounds up by revision.
+    price_revision = models.ForeignKey(
+        "tools_app.PriceRevision", null=True, blank=True, on_delete=models.DO_NOTHING,
+        db_constraint=False, db_index=False, related_name="+")
     latency_ms = models.FloatField(null=True, blank=True)
     first_token_ms = models.FloatField(null=True, blank=True)
     attempts = models.JSONField(default=list, blank=True)
@@ -203,6 +216,9 @@ class ToolCall(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True)
+    # Its share of its round's cost (engine/pricing.call_shares: equal parts, the
+    # remainder on the first call); None: no price.
+    cost_usd = models.DecimalField(max_digits=18, decimal_places=8, null=True, blank=True)
     # The run's created_at and created_by_id, copied by database triggers
     # (audit.triggers): the calls list's since / until, an ordinary user's calls and
     # a tool page's chart read them without a join.

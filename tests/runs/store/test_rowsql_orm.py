@@ -5,6 +5,7 @@ process configured it, and `rowsql_orm`) and checks the same results and rows.""
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
 from types import ModuleType
 from typing import Any
 
@@ -220,3 +221,21 @@ def test_insert_as_saved_is_a_save(impl: ModuleType, run: Run) -> None:
     assert (stored.title, stored.snapshot, stored.last_seq, stored.created_at) == (
         "copy", run.snapshot, 1, copy.created_at)
     assert connection.vendor in ("sqlite", "postgresql")
+
+
+def test_dollars_are_set_and_added_exactly(impl: ModuleType, new_run: Callable[[], Run]) -> None:
+    # The recorder's cost columns: a round's cost and price revision set, a run's cost
+    # added to (Decimal, as the engine prices it), by update and by update_many.
+    first, second = new_run(), new_run()
+    Run.objects.filter(pk__in=[first.pk, second.pk]).update(cost_usd=Decimal("0.1"))
+    impl.update(Run, {"id": first.pk}, {"cost_usd": Add(Decimal("0.00000003"))})
+    impl.update_many(Run, ("id",), [{"id": run.pk, "cost_usd": Add(Decimal("0.2"))}
+                                    for run in (first, second)])
+    assert Run.objects.get(pk=first.pk).cost_usd == Decimal("0.30000003")
+    assert Run.objects.get(pk=second.pk).cost_usd == Decimal("0.3")
+    [round_id] = impl.insert(Round, [{"run": first.pk, "index": 0,
+                                      "cost_usd": Decimal("0.12345678")}], returning="id")
+    impl.update_many(Round, ("id",), [{"id": round_id, "cost_usd": Decimal("0.5"),
+                                       "cached_input_tokens": 7}])
+    stored = Round.objects.get(pk=round_id)
+    assert (stored.cost_usd, stored.cached_input_tokens) == (Decimal("0.5"), 7)

@@ -66,6 +66,9 @@ def engine_for_snapshot(snapshot: RunSnapshot) -> RunEngine:
     # The recording, parsed once for the model and every tool that answers from it.
     recording = snapshot.replay.rounds if snapshot.replay else []
     model, secrets = _model_of(snapshot, recording)
+    # A cap counts dollars, so it needs a price: without one it does not apply (the
+    # run page says so).
+    price = snapshot.billed_price()
     service = ToolService(
         max_tool_calling_round_trips=policy.max_round_trips,
         parallel=policy.parallel,
@@ -78,6 +81,8 @@ def engine_for_snapshot(snapshot: RunSnapshot) -> RunEngine:
             else throw_on_hallucinated_tool
         ),
         loop_health=policy.loop_health(),
+        price=price,
+        cost_cap_usd=policy.cost_cap_usd if price is not None else None,
     )
     tool_secrets: list[str] = []
     for tool in snapshot.tools:

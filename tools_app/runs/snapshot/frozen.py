@@ -11,11 +11,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from tools_app.engine import ChatMessage, ChatRequestParameters, UserMessage
-from tools_app.models import ErrorPolicy, ModelEndpoint, ToolKind, ToolRegistration
+from tools_app.models import (
+    ErrorPolicy,
+    ModelEndpoint,
+    PriceRevision,
+    ToolKind,
+    ToolRegistration,
+)
 from tools_app.runs.snapshot.mcp import server_snapshot
 from tools_app.runs.snapshot.model import (
     EndpointSnapshot,
     PolicySnapshot,
+    PriceSnapshot,
     RunSnapshot,
     ToolSnapshot,
     dump_messages_json,
@@ -50,6 +57,7 @@ def build_snapshot(
         policy=policy_section(policy),
         messages=dump_messages(messages),
         parameters=parameters_section(parameters),
+        price=price_section(endpoint, parameters.model_name),
     )
 
 
@@ -67,8 +75,31 @@ def tools_section(tools: Sequence[ToolRegistration]) -> list[ToolSnapshot]:
 
 
 def policy_section(policy: ErrorPolicy) -> PolicySnapshot:
-    return PolicySnapshot.model_validate(
-        _escaped({"id": policy.pk} | _fields(policy, POLICY_FIELDS)))
+    # (The cost cap is not among POLICY_FIELDS, which run files must hold: a file
+    # written before it existed imports. JSON holds the decimal as its exact text.)
+    cap = policy.cost_cap_usd
+    values = _fields(policy, POLICY_FIELDS) | {"cost_cap_usd": None if cap is None else str(cap)}
+    return PolicySnapshot.model_validate(_escaped({"id": policy.pk} | values))
+
+
+def price_section(endpoint: ModelEndpoint, model_name: str | None = None
+                  ) -> PriceSnapshot | None:
+    """The price revision in force now for the model the run calls (its `model_name`
+    parameter, else the endpoint's model): the endpoint's price for that model, else
+    its price for "its model" (blank). None: no price (an unsaved endpoint, a try-it's,
+    has none)."""
+    if endpoint.pk is None or endpoint._state.adding:
+        return None
+    model = model_name or endpoint.model
+    revision = (PriceRevision.objects.filter(price__endpoint_id=endpoint.pk,
+                                             price__model__in={model, ""})
+                .order_by("-price__model", "-id").select_related("price").first())
+    if revision is None:
+        return None
+    return PriceSnapshot(revision=revision.pk, model=revision.price.model or model,
+                         input_per_million=revision.input_per_million,
+                         cached_input_per_million=revision.cached_input_per_million,
+                         output_per_million=revision.output_per_million)
 
 
 def parameters_section(parameters: ChatRequestParameters) -> dict[str, Any]:

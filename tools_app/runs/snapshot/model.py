@@ -14,11 +14,18 @@ loses nothing when it is copied into a rerun.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from tools_app.engine import ChatMessage, ChatRequestParameters, LoopHealth, LoopRule
+from tools_app.engine import (
+    ChatMessage,
+    ChatRequestParameters,
+    LoopHealth,
+    LoopRule,
+    TokenPrice,
+)
 from tools_app.engine.providers.recorded import RecordedRound
 from tools_app.models import Run
 
@@ -100,6 +107,8 @@ class PolicySnapshot(Section):
     # The run's deadline in seconds of a worker driving it (runs/worker/runner.py);
     # None: none.
     run_timeout_seconds: float | None = None
+    # The most the run may spend, in dollars (engine/pricing.CostCap); None: no cap.
+    cost_cap_usd: Decimal | None = None
     # Loop health (engine/loop/health.py), per detector: flag from `*_at` on with
     # `*_action`, stop from `*_stop_at` on (None: never). A snapshot frozen before these
     # existed takes the policy's defaults, so a resumed or rerun old run is checked too.
@@ -125,6 +134,22 @@ class PolicySnapshot(Section):
 LOOP_FIELD_PREFIXES = {"repeated_call": "repeat", "ping_pong": "ping_pong",
                        "no_progress": "no_progress"}
 """A detector's name in the engine -> its fields' prefix in a policy (loop_<prefix>_at)."""
+
+
+class PriceSnapshot(Section):
+    """The price revision in force when the run was started (models/prices.py): every
+    round of the run is priced with it, and records `revision`."""
+
+    revision: int
+    model: str = ""
+    input_per_million: Decimal
+    cached_input_per_million: Decimal | None = None
+    output_per_million: Decimal
+
+    def token_price(self) -> TokenPrice:
+        return TokenPrice(input_per_million=self.input_per_million,
+                          cached_input_per_million=self.cached_input_per_million,
+                          output_per_million=self.output_per_million, revision=self.revision)
 
 
 ModelMode = Literal["recorded", "live"]
@@ -220,7 +245,7 @@ class RerunSection(Section):
     replay: dict[str, str] | None = None
 
 
-OPTIONAL_SECTIONS = ("replay", "fork", "splice", "tryit", "imported", "rerun")
+OPTIONAL_SECTIONS = ("replay", "fork", "splice", "tryit", "imported", "rerun", "price")
 
 
 class RunSnapshot(BaseModel):
@@ -241,6 +266,7 @@ class RunSnapshot(BaseModel):
     tryit: TryItSection | None = None
     imported: ImportedSection | None = None
     rerun: RerunSection | None = None
+    price: PriceSnapshot | None = None
     breakpoints: list[dict[str, Any]] = Field(default_factory=list)
     policy_changed: list[str] = Field(default_factory=list)
 
@@ -288,6 +314,13 @@ class RunSnapshot(BaseModel):
 
     def idempotent_tools(self) -> frozenset[str]:
         return frozenset(tool.name for tool in self.tools if tool.idempotent)
+
+    def billed_price(self) -> TokenPrice | None:
+        """The price its model calls are charged at: none for a run whose model answers
+        from a recording (a replay calls no provider)."""
+        if self.price is None or (self.replay is not None and self.replay.model == "recorded"):
+            return None
+        return self.price.token_price()
 
 
 _CACHE_KEY = "_loaded_snapshot"

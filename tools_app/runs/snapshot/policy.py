@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import string
 from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -29,7 +30,7 @@ OVERRIDABLE_FIELDS = frozenset({
     "arguments_error", "arguments_error_template", "execution_error",
     "execution_error_template", "hallucinated_tool", "max_round_trips",
     "default_tool_timeout", "parallel", "max_concurrency", "provider_max_retries",
-    *LOOP_COUNT_FIELDS, *LOOP_ACTION_FIELDS,
+    "cost_cap_usd", *LOOP_COUNT_FIELDS, *LOOP_ACTION_FIELDS,
 })
 """A run may change these for itself; never the policy's name, id or default flag
 (the run page would show a policy the run did not use)."""
@@ -107,6 +108,8 @@ def checked_overrides(policy: Mapping[str, Any], overrides: Mapping[str, Any]) -
     problems = _type_problems(given)
     if problems:
         raise PolicyOverrideError(problems)
+    if "cost_cap_usd" in given:  # dollars, exactly as written ("0.1", not 0.1000000000000000055)
+        given["cost_cap_usd"] = _decimal(given["cost_cap_usd"])
     values = {name: policy[name] for name in OVERRIDABLE_FIELDS if name in policy} | given
     candidate = ErrorPolicy(name="override check", **values)
     try:
@@ -131,10 +134,21 @@ def checked_overrides(policy: Mapping[str, Any], overrides: Mapping[str, Any]) -
 _TYPES: dict[str, tuple[type, ...]] = {
     "parallel": (bool,), "max_round_trips": (int,), "max_concurrency": (int,),
     "provider_max_retries": (int,), "default_tool_timeout": (int, float),
+    "cost_cap_usd": (int, float, str),
     "arguments_error": (str,), "execution_error": (str,), "hallucinated_tool": (str,),
     "arguments_error_template": (str,), "execution_error_template": (str,),
     **dict.fromkeys(LOOP_COUNT_FIELDS, (int,)), **dict.fromkeys(LOOP_ACTION_FIELDS, (str,)),
 }
+
+
+def _decimal(value: int | float | str) -> Decimal | str:
+    """A number as the decimal it reads as; text that is no number stays text, for the
+    field's own check to refuse."""
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation:
+        return str(value)
+    return number if number.is_finite() else str(value)
 
 
 def _type_problems(given: Mapping[str, Any]) -> dict[str, str]:

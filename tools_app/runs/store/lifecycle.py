@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import Q
@@ -81,7 +82,11 @@ def create_queued(**fields: Any) -> Run:
     """A new run, queued, with its first event (inside the caller's transaction)."""
     # A new run's first event is seq 1: stored with the run's row already counting it,
     # not allocated by a second statement (this is on every POST /api/runs).
-    run = Run(status=RunStatus.QUEUED, last_seq=1, is_tryit=is_tryit(fields), **fields)
+    # A priced run's cost starts at $0 and its rounds add to it (worker/event_rows.py);
+    # an unpriced one's stays None ("no price").
+    cost = Decimal(0) if is_priced(fields) else None
+    run = Run(status=RunStatus.QUEUED, last_seq=1, is_tryit=is_tryit(fields), cost_usd=cost,
+              **fields)
     # Every column in one precompiled INSERT (`rowsql.insert_as_saved`), not the ORM's
     # save, whose compilation is a large part of a POST /api/runs. Its database triggers
     # fire for this INSERT as for any.
@@ -97,6 +102,16 @@ def is_tryit(fields: Mapping[str, Any]) -> bool:
     the "tryit" section (runs/debugger/tryit.py)."""
     snapshot = fields.get("snapshot")
     return isinstance(snapshot, Mapping) and isinstance(snapshot.get("tryit"), Mapping)
+
+
+def is_priced(fields: Mapping[str, Any]) -> bool:
+    """Whether a run to be stored is charged for its model calls: its snapshot has a
+    price and its model is not a recording (RunSnapshot.billed_price)."""
+    snapshot = fields.get("snapshot")
+    if not isinstance(snapshot, Mapping) or not isinstance(snapshot.get("price"), Mapping):
+        return False
+    replay = snapshot.get("replay")
+    return not (isinstance(replay, Mapping) and replay.get("model") == "recorded")
 
 
 def create_finished(*, status: RunStatus, origin: Mapping[str, Any], **fields: Any) -> Run:

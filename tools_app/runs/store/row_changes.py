@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from tools_app.models import Round, ToolCall
@@ -45,7 +46,7 @@ class RowChanges:
     call_updates: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
     call_tools: dict[tuple[int, str], str] = field(default_factory=dict)
     call_starts: Counter[tuple[int, str]] = field(default_factory=Counter)
-    run_counters: Counter[str] = field(default_factory=Counter)
+    run_counters: Counter[str] = field(default_factory=Counter)  # values: ints, Decimal dollars
     rounds_count: int | None = None
     new_rounds: dict[int, int] = field(default_factory=dict)  # written by this batch
 
@@ -79,7 +80,7 @@ class RowChanges:
         if started:
             self.call_starts[(round_index, call_id)] += 1
 
-    def count(self, **deltas: int) -> None:
+    def count(self, **deltas: int | Decimal) -> None:
         self.run_counters.update(deltas)
 
     # -- writing -------------------------------------------------------------------------

@@ -73,6 +73,11 @@ def on_response(changes: RowChanges, event: ModelResponseReceived,
         "finish_reason": fit_column(Round, "finish_reason", response.finish_reason),
         "input_tokens": usage.input_tokens if usage else None,
         "output_tokens": usage.output_tokens if usage else None,
+        "cached_input_tokens": usage.cached_input_tokens if usage else None,
+        # Priced by the engine from these tokens (engine/pricing.py), with the run's
+        # frozen price revision.
+        "cost_usd": event.cost,
+        "price_revision": event.price_revision if event.cost is not None else None,
         "latency_ms": event.latency_ms,
         "first_token_ms": event.first_token_ms,
         "finished_at": _dt(event.at),
@@ -81,6 +86,8 @@ def on_response(changes: RowChanges, event: ModelResponseReceived,
         changes.count(input_tokens=usage.input_tokens or 0,
                       output_tokens=usage.output_tokens or 0,
                       total_tokens=usage.total_tokens or 0)
+    if event.cost:
+        changes.count(cost_usd=event.cost)
 
 
 def on_proposed(changes: RowChanges, event: ToolCallProposed, payload: dict[str, Any]) -> None:
@@ -92,6 +99,7 @@ def on_proposed(changes: RowChanges, event: ToolCallProposed, payload: dict[str,
         "tool_name": fit_column(ToolCall, "tool_name", request.name),
         "arguments_raw": clean_text(request.arguments),
         "arguments": clean_json(_parsed_or_none(request)),
+        "cost_usd": event.cost,
     })
 
 

@@ -5,6 +5,8 @@ from: finished rounds become messages; the first unfinished one becomes the resu
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from decimal import Decimal
 
 from tools_app.engine import (
     ChatMessage,
@@ -13,9 +15,10 @@ from tools_app.engine import (
     ToolExecutionRequest,
     ToolExecutionResultMessage,
     UserMessage,
+    run_cost,
 )
 from tools_app.models import FINISHED_CALL_STATES, IN_DOUBT_CALL_STATES, Round, Run, ToolCall
-from tools_app.runs.snapshot.model import snapshot_of
+from tools_app.runs.snapshot.model import RunSnapshot, snapshot_of
 from tools_app.runs.store import rowsql
 from tools_app.runs.worker.breakpoint_hooks import added_messages
 
@@ -32,6 +35,19 @@ def load_history(run: Run, *, has_rounds: bool | None = None,
         # Every run's first claim: no rounds, found without the ORM's query and prefetch.
         return messages, None
     rounds = list(Round.objects.filter(run=run).order_by("index").prefetch_related("tool_calls"))
+    messages, resume = _rebuilt(run, snapshot, messages, rounds)
+    return messages, _with_cost(resume, rounds)
+
+
+def _with_cost(resume: ResumeState, rounds: Sequence[Round]) -> ResumeState:
+    """The resume state with what the stored rounds cost: the cost cap goes on from it."""
+    inputs = [r.input_tokens for r in rounds if r.input_tokens is not None]
+    return replace(resume, cost_spent=run_cost(r.cost_usd for r in rounds) or Decimal(0),
+                   last_input_tokens=inputs[-1] if inputs else 0)
+
+
+def _rebuilt(run: Run, snapshot: RunSnapshot, messages: list[ChatMessage],
+             rounds: list[Round]) -> tuple[list[ChatMessage], ResumeState]:
     idempotent = snapshot.idempotent_tools()
     added = added_messages(str(run.pk)) if snapshot.breakpoints else {}
     round_trips = 0
