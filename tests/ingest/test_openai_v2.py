@@ -60,9 +60,13 @@ def tracing(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tra
     current conventions)."""
     monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+    # The exporter configured as the README says, by its environment variables.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.url)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                       f"Authorization=Bearer%20{receiver.token}")
     provider = TracerProvider(resource=Resource.create({"service.name": "calculator-agent"}))
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(
-        endpoint=receiver.url, headers=receiver.headers, compression=Compression.Gzip)))
+        compression=Compression.Gzip)))
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     yield provider

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from tools_app.ingest import assemble, rows
 from tools_app.ingest import conventions as conv
@@ -40,9 +40,28 @@ class Received:
     runs: list[str]
 
 
-def receive(records: list[SpanRecord], user: User,
-            refusal: Refusal) -> Received:
-    """Store the spans for `user` and rebuild the runs they belong to."""
+ATTEMPTS = 3
+
+
+def receive(records: list[SpanRecord], user: User, refusal: Refusal) -> Received:
+    """Store the spans for `user` and rebuild the runs they belong to. Two requests
+    that start the same trace's run at once: the later one's unique key fails, and it
+    is done again, finding the run the first one made."""
+    for attempt in range(ATTEMPTS):
+        refused = Refusal()
+        try:
+            received = _receive(records, user, refused)
+        except IntegrityError:
+            if attempt == ATTEMPTS - 1:
+                raise
+            continue
+        refusal.count += refused.count
+        refusal.reason = refusal.reason or refused.reason
+        return received
+    raise AssertionError("unreachable")
+
+
+def _receive(records: list[SpanRecord], user: User, refusal: Refusal) -> Received:
     unique = list({(r.trace_id, r.span_id): r for r in records}.values())
     with transaction.atomic():
         known = _known(unique)
