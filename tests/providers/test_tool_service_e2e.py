@@ -18,6 +18,11 @@ from tools_app.engine.providers.adapter import WireChatModel
 from tools_app.engine.providers.anthropic import AnthropicChatModel
 from tools_app.engine.providers.gemini import GeminiChatModel
 from tools_app.engine.providers.openai import OpenAIChatModel
+from tools_app.engine.providers.openai_responses import OpenAIResponsesModel
+from tools_app.fake_llm.conversation import Conversation, Reply, ReplyCall
+from tools_app.fake_llm.wires import OPENAI_RESPONSES, WireError
+from tools_app.fake_llm.wires.base import dumps
+from tools_app.fake_llm.wires.responses_check import check_request
 
 from .support import (
     json_response,
@@ -25,6 +30,7 @@ from .support import (
     validate_anthropic_body,
     validate_gemini_body,
     validate_openai_body,
+    validate_responses_body,
 )
 from .wire import (
     anthropic_message,
@@ -103,6 +109,36 @@ def _gemini_reply(turn: int, stream: bool) -> httpx.Response:
         200, gemini_response(**kwargs))
 
 
+def _responses_reply(turn: int, stream: bool) -> httpx.Response:
+    """The fake provider's Responses wire: a reasoning item, the text, the calls."""
+    step = SCRIPT[turn]
+    calls = [ReplyCall(n, json.dumps(a), i)
+             for i, (n, a) in zip(_ids("call", turn), step["calls"], strict=True)]
+    reply = Reply(text=step["text"], calls=calls, input_tokens=10, output_tokens=5,
+                  finish="tool_calls" if calls else "stop")
+    conversation = Conversation(model="test-model")
+    if not stream:
+        return json_response(200, OPENAI_RESPONSES.json_body(reply, conversation))
+    items = OPENAI_RESPONSES.stream_items(reply, conversation, 7)
+    return sse_response("".join(f"event: {n}\ndata: {dumps(d)}\n\n" for n, d in items))
+
+
+def _responses_rounds(body: dict[str, Any]) -> int:
+    """Assistant turns: runs of function_call items and assistant messages."""
+    kinds = ["ai" if i.get("type") == "function_call" or i.get("role") == "assistant"
+             else "other" for i in body["input"]]
+    return sum(1 for a, b in itertools.pairwise(["other", *kinds]) if (a, b) == ("other", "ai"))
+
+
+def _responses_paired(body: dict[str, Any]) -> bool:
+    """What the real API checks: every output has its call, every call its output."""
+    try:
+        check_request(body)
+    except WireError:
+        return False
+    return True
+
+
 def _openai_paired(body: dict[str, Any]) -> bool:
     """Like the real API: each tool message answers a call of the assistant before it."""
     messages = body["messages"]
@@ -152,6 +188,11 @@ PROVIDERS = [
                  lambda b: sum(m["role"] == "assistant" for m in b["messages"]),
                  lambda b: [m["content"] for m in b["messages"] if m["role"] == "tool"],
                  _openai_reply, _openai_paired),
+    FakeProvider("openai_responses", OpenAIResponsesModel, validate_responses_body,
+                 _responses_rounds,
+                 lambda b: [i["output"] for i in b["input"]
+                            if i.get("type") == "function_call_output"],
+                 _responses_reply, _responses_paired),
     FakeProvider("anthropic", AnthropicChatModel, validate_anthropic_body,
                  lambda b: sum(m["role"] == "assistant" for m in b["messages"]),
                  _anthropic_results, _anthropic_reply, _anthropic_paired),
