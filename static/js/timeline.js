@@ -56,7 +56,11 @@
   document.addEventListener("htmx:wsOpen", function (evt) {
     failures = 0;
     showState("live");
-    evt.detail.socketWrapper.send(JSON.stringify({ type: "resume", after: lastSeq() }));
+    // With the mark of the list of runs made from this one that the page shows: the
+    // server sends the list again if it has changed since (live/lineage.py).
+    var slot = document.getElementById("run-lineage-slot");
+    var lineage = slot ? slot.dataset.mark || "" : "";
+    evt.detail.socketWrapper.send(JSON.stringify({ type: "resume", after: lastSeq(), lineage: lineage }));
   });
 
   // The ws extension reconnects after abnormal closes (1006, 1011-1013: a server that

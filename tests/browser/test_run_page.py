@@ -174,3 +174,37 @@ async def test_lineage_is_followed_from_the_parent_the_child_and_the_runs_list(
         if kinds:
             assert await cell.locator("[data-lineage]").first.is_visible()
     assert dialogs == []
+
+
+async def test_a_parents_open_page_lists_a_rerun_made_elsewhere_without_a_reload(
+        open_page: Any, server: Server) -> None:
+    """The parent's page is open (finished: its socket listens for the runs made from
+    it); a rerun is made in another window; it appears in the parent's list, and its
+    status follows it there."""
+    watcher = await open_page(user="bob")
+    parent = await weather_run(watcher)
+    assert await watcher.locator("#run-children").count() == 0
+    await watcher.wait_for_selector("#timeline[data-socket=live]")
+    await watcher.evaluate("window.__samePage = true")  # gone if the page reloads
+
+    other = await open_page(user="bob")
+    await other.goto(f"/runs/{parent}/")
+    await other.click("#rerun-action summary")
+    await other.click("#rerun-form button[value=as_it_was]")
+    await other.wait_for_url(lambda url: RUN_URL.search(url) is not None
+                             and parent not in url)
+    match = RUN_URL.search(other.url)
+    assert match
+    child = match.group(1)
+
+    item = watcher.locator(f'#run-children li:has(a[href="/runs/{child}/"])')
+    await item.wait_for()
+    assert await item.get_attribute("data-child-kind") == "rerun"
+    await watcher.wait_for_selector(
+        f'#run-children li[data-status="succeeded"]:has(a[href="/runs/{child}/"])')
+    assert "Rerun · as it was · succeeded · " in await item.inner_text()
+    assert await watcher.evaluate("window.__samePage") is True
+    if SCREENSHOTS:
+        lineage = await box(watcher, "#run-lineage")
+        await watcher.screenshot(path=screenshot_path(server, "lineage-live.png"), clip={
+            "x": 0, "y": 0, "width": 1400, "height": lineage["y"] + lineage["height"] + 12})

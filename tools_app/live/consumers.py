@@ -8,9 +8,10 @@ streaming fragment), so a dropped notification or a reconnect never leaves a gap
 Bursts coalesce: a notification for a seq already sent costs nothing, and viewers of one
 run share one reading and rendering of each batch.
 
-Streamed pieces go where the page has their target (`PageStreams`): a batch read after
-the round was answered removes its stream, and pieces still queued behind that batch
-would then have nothing to go into.
+Streamed pieces go where the page has their target (`fragments.PageStreams`): a batch
+read after the round was answered removes its stream, and pieces still queued behind
+that batch would then have nothing to go into. The page's list of the runs made from
+this one is sent again when it changes (`lineage`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from tools_app.runs.store.db import drop_broken_connections
 from tools_app.runs.store.selectors import event_marks_after, run_get_for_user
 
 from ..models import Run
-from .fragments import render_batch, render_fragment
+from .fragments import PageStreams, render_batch, render_fragment
+from .lineage import MARK_MAX, lineage_update
 from .notify import group_name
 from .watching import mark_watched
 
@@ -110,6 +112,9 @@ def session_group(session_key: str) -> str:
     """The channel-layer group of one login session's sockets. The key is a credential:
     only a hash of it travels to the channel layer."""
     return "session." + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+
+
+_lineage_update = _kept_connection(lineage_update)
 
 
 BATCH = 500  # events per message at most (a long history arrives in several)
@@ -222,40 +227,6 @@ def _finished(key: tuple[str, int], task: asyncio.Task[Batch]) -> None:
         _remember(key[0], batch)
 
 
-class PageStreams:
-    """Which streamed pieces one viewer's page has a target for.
-
-    A round's stream (#round-N-stream) is on the page while the round waits for its
-    answer, empty when drawn; each batch that renders a round whole says whether it has
-    one now. A round no batch of this socket rendered is one the page was served with
-    (a round's start is notified before its pieces): pieces come only while it waits, so
-    its stream is there. A tool call's later pieces need the block its first one made.
-    """
-
-    def __init__(self) -> None:
-        self.streaming: dict[int, bool] = {}  # round -> has a stream, as a batch left it
-        self.calls: dict[int, set[int]] = {}  # round -> calls whose block its stream has
-
-    def rendered(self, streams: Mapping[int, bool]) -> None:
-        for index, streaming in streams.items():
-            self.streaming[index] = streaming
-            self.calls.pop(index, None)  # a new, empty stream (or none)
-
-    def admits(self, fragment: Mapping[str, Any]) -> bool:
-        """Whether the page has the target of this piece (recorded as sent if so)."""
-        index = fragment.get("round_index")
-        if not isinstance(index, int) or not self.streaming.get(index, True):
-            return False
-        if fragment.get("kind") != "partial_tool_call":
-            return True
-        calls = self.calls.setdefault(index, set())
-        call = int(fragment.get("index", 0))
-        if fragment.get("name"):
-            calls.add(call)  # its piece makes the call's block
-            return True
-        return call in calls
-
-
 class RunConsumer(AsyncWebsocketConsumer):
     run: Run | None = None
     sent_seq: int | None = None
@@ -263,6 +234,7 @@ class RunConsumer(AsyncWebsocketConsumer):
     session_group_name = ""
     user_group_name = ""
     poller: asyncio.Future[None] | None = None
+    lineage_mark: str | None = None  # the page's list of children (live/lineage.py)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -364,15 +336,19 @@ class RunConsumer(AsyncWebsocketConsumer):
         try:
             message = json.loads(text_data or "")
             after = int(message["after"]) if message.get("type") == "resume" else None
+            mark = message.get("lineage")  # the page's list of children (optional)
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
             after = None  # OverflowError: "after": Infinity
-        if after is None or not 0 <= after <= MAX_SEQ:
+        if (after is None or not 0 <= after <= MAX_SEQ
+                or not isinstance(mark, str | None) or len(mark or "") > MARK_MAX):
             await self.close(code=CLOSE_BAD_MESSAGE)
             return
-        self.sent_seq = after
+        self.sent_seq, self.lineage_mark = after, mark
         # Events committed before we subscribed brought us no notification: only a read
-        # begun after that is sure to hold them.
+        # begun after that is sure to hold them. So for children made since the page was
+        # served.
         await self.flush(Freshness(read_since=self.subscribed_at))
+        await self.refresh_lineage()
         self.poller = asyncio.ensure_future(self.poll())
 
     async def dispatch(self, message: dict[str, Any]) -> None:
@@ -409,6 +385,20 @@ class RunConsumer(AsyncWebsocketConsumer):
         # holds it, and so does any batch that reaches its seq.
         await self.flush(Freshness(read_since=time.monotonic(),
                                    covering=seq if isinstance(seq, int) else None))
+
+    async def run_children(self, message: dict[str, Any]) -> None:
+        """A run made from this one was committed (notify.broadcast_run_children)."""
+        await self.refresh_lineage()
+
+    async def refresh_lineage(self) -> None:
+        """Send the run's lineage section again if its list of children changed."""
+        if self.run is None or self.sent_seq is None:
+            return
+        async with self.flushing:
+            self.lineage_mark, html = await _lineage_update(
+                self.run, self.scope["user"], self.lineage_mark)
+            if html:
+                await self.send(text_data=html)
 
     async def flush(self, fresh: Freshness) -> None:
         """Send everything after the last seq sent, in batches, until caught up.
@@ -462,6 +452,7 @@ class RunConsumer(AsyncWebsocketConsumer):
             await self._renew_mark()
             try:
                 await self.flush(Freshness(read_since=time.monotonic()))
+                await self.refresh_lineage()  # a child's status moved on, a lost notice
             except Exception:  # a database hiccup: the next round tries again
                 logger.warning("live poll of run %s failed", self.run and self.run.pk,
                                exc_info=True)

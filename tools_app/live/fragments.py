@@ -17,7 +17,7 @@ round waits for its answer: a batch says which rounds it left with one
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from django.template.loader import render_to_string
@@ -98,3 +98,37 @@ def render_fragment(fragment: dict[str, Any]) -> str:
     else:
         return ""
     return render_to_string("tools_app/_stream.html", context)
+
+
+class PageStreams:
+    """Which streamed pieces one viewer's page has a target for.
+
+    A round's stream (#round-N-stream) is on the page while the round waits for its
+    answer, empty when drawn; each batch that renders a round whole says whether it has
+    one now. A round no batch of this socket rendered is one the page was served with
+    (a round's start is notified before its pieces): pieces come only while it waits, so
+    its stream is there. A tool call's later pieces need the block its first one made.
+    """
+
+    def __init__(self) -> None:
+        self.streaming: dict[int, bool] = {}  # round -> has a stream, as a batch left it
+        self.calls: dict[int, set[int]] = {}  # round -> calls whose block its stream has
+
+    def rendered(self, streams: Mapping[int, bool]) -> None:
+        for index, streaming in streams.items():
+            self.streaming[index] = streaming
+            self.calls.pop(index, None)  # a new, empty stream (or none)
+
+    def admits(self, fragment: Mapping[str, Any]) -> bool:
+        """Whether the page has the target of this piece (recorded as sent if so)."""
+        index = fragment.get("round_index")
+        if not isinstance(index, int) or not self.streaming.get(index, True):
+            return False
+        if fragment.get("kind") != "partial_tool_call":
+            return True
+        calls = self.calls.setdefault(index, set())
+        call = int(fragment.get("index", 0))
+        if fragment.get("name"):
+            calls.add(call)  # its piece makes the call's block
+            return True
+        return call in calls

@@ -1,6 +1,7 @@
 """Broadcasting to live viewers over the channel layer: the group of each run and of
-each login session, and the receiver that relays the runs layer's
-`run_event_committed` to the run's group (connected in ToolsAppConfig.ready)."""
+each login session, and the receivers that relay the runs layer's
+`run_event_committed` and `run_children_changed` to the run's group (connected in
+ToolsAppConfig.ready)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.dispatch import receiver
 
 from tools_app.runs.loops.task_backend import on_server_loop
-from tools_app.runs.store.eventlog import run_event_committed
+from tools_app.runs.store.eventlog import run_children_changed, run_event_committed
 
 from .watching import anyone_watches
 
@@ -29,6 +30,13 @@ async def broadcast_run_event(sender: Any, run_id: str, message: dict[str, Any],
     # the time, and each announcement cost two Redis commands before it found nobody.
     if await anyone_watches(run_id):
         await send_to_group(group_name(run_id), {"type": "run.event", **message})
+
+
+@receiver(run_children_changed, dispatch_uid="agentforge-broadcast-run-children")
+async def broadcast_run_children(sender: Any, run_id: str, **kwargs: Any) -> None:
+    """A run made from `run_id` was committed: its viewers read its children again."""
+    if await anyone_watches(run_id):
+        await send_to_group(group_name(run_id), {"type": "run.children"})
 
 
 async def send_to_group(group: str, message: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from django_tasks_db import DatabaseBackend
 from tools_app.models import Run, RunStatus
 from tools_app.runs.loops.provider_clients import close_if_the_loop_ends
 from tools_app.runs.store.db import pipelined
+from tools_app.runs.store.eventlog import notify_child_after_commit
 from tools_app.runs.store.lifecycle import create_queued
 from tools_app.runs.worker import runner
 
@@ -39,6 +40,8 @@ def queue_run(**fields: Any) -> Run:
     with transaction.atomic(), pipelined():
         run = create_queued(**fields)
         enqueue_run_at_commit(str(run.pk))
+        if run.parent_id is not None:  # the parent's page lists it
+            notify_child_after_commit(str(run.parent_id))
     return run
 
 

@@ -137,6 +137,22 @@ def test_the_parent_lists_its_children_with_their_mode_status_and_time(
                                                   "succeeded"]
 
 
+def test_the_mark_of_the_children_changes_with_what_their_list_says(original: Run) -> None:
+    """The run page's live socket sends the list again only when its mark changed."""
+    def mark() -> str:
+        return lineage.run_lineage(original, Run.objects.all()).children_mark()
+
+    none = mark()
+    child = run_rerun(run=original, user=None, mode="as_it_was")
+    one = mark()
+    assert one != none
+    assert mark() == one  # read again, nothing new
+    Run.objects.filter(pk=child.pk).update(status="succeeded")
+    assert mark() not in (none, one)  # its status moved on
+    assert lineage.run_lineage(original, Run.objects.exclude(pk=child.pk)
+                               ).children_mark() == none  # a viewer who may not see it
+
+
 def test_a_child_of_another_day_shows_its_date_and_a_child_s_errors_show(
     original: Run,
 ) -> None:

@@ -313,16 +313,21 @@ def test_the_run_page_is_404_for_another_users_run(
     assert alice_client.get(f"/runs/{bobs_run.pk}/").status_code == 200
 
 
-def test_a_live_run_page_opens_the_socket_and_a_finished_one_does_not(
+def test_a_run_page_opens_the_socket_a_finished_one_too_for_its_children(
     bob_client: Client, bobs_run: Run,
 ) -> None:
-    timeline = Tree(bob_client.get(f"/runs/{bobs_run.pk}/").content.decode()).by_id("timeline")
+    tree = Tree(bob_client.get(f"/runs/{bobs_run.pk}/").content.decode())
+    timeline = tree.by_id("timeline")
     assert timeline.attrs.get("ws-connect") == f"/ws/runs/{bobs_run.pk}/"
     assert timeline.attrs.get("hx-ext") == "ws"
     assert timeline.attrs.get("data-initial-seq") == "1"
+    assert "live-state" in tree.ids()
+    # A finished run's page still listens: the runs made from it arrive live
+    # (tests/live/test_lineage_live.py); it shows no connection banner.
     Run.objects.filter(pk=bobs_run.pk).update(status="succeeded")
-    timeline = Tree(bob_client.get(f"/runs/{bobs_run.pk}/").content.decode()).by_id("timeline")
-    assert "ws-connect" not in timeline.attrs
+    tree = Tree(bob_client.get(f"/runs/{bobs_run.pk}/").content.decode())
+    assert tree.by_id("timeline").attrs.get("ws-connect") == f"/ws/runs/{bobs_run.pk}/"
+    assert "live-state" not in tree.ids()
 
 
 def test_cancelling_a_queued_run(bob_client: Client, bobs_run: Run) -> None:

@@ -18,6 +18,7 @@ tool's), so those two marks add to a rerun's own.
 from __future__ import annotations
 
 import datetime
+import hashlib
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -173,14 +174,25 @@ class Lineage(NamedTuple):
     children: list[Child]
     more_children: int  # made from this run but not listed (beyond CHILDREN_SHOWN)
 
+    def children_mark(self) -> str:
+        return children_mark(self.children, self.more_children)
+
 
 def run_lineage(run: Run, visible: QuerySet[Run]) -> Lineage:
     """Where `run` came from and the runs made from it that are in `visible` (the runs
     the viewer may see): one query for the parent, one for the children's sections."""
-    return Lineage(_origin(run), *_children(run, visible))
+    return Lineage(origin_of(run), *children_of(run, visible))
 
 
-def _origin(run: Run) -> Origin | None:
+def children_mark(children: list[Child], more: int) -> str:
+    """A digest of what the list of a run's children says (each line, how many more):
+    the run page keeps it, and its live socket sends the list again when it differs
+    (live/fragments.py `lineage_update`)."""
+    lines = [f"{child.pk}\t{child.text}" for child in children] + [str(more)]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def origin_of(run: Run) -> Origin | None:
     data = run.snapshot if isinstance(run.snapshot, Mapping) else {}
     made = made_from_parent(data)
     if made is None:
@@ -204,7 +216,10 @@ CHILD_SECTIONS = {"rerun": F("snapshot__rerun"), "splice_of": F("snapshot__splic
                   "imported": F("snapshot__imported"), "tryit": F("snapshot__tryit__tool")}
 
 
-def _children(run: Run, visible: QuerySet[Run]) -> tuple[list[Child], int]:
+def children_of(run: Run, visible: QuerySet[Run]) -> tuple[list[Child], int]:
+    """The runs made from `run` that are in `visible`, newest first (at most
+    CHILDREN_SHOWN), and how many more there are: one query (two past CHILDREN_SHOWN).
+    Of `run` it reads only the primary key, title and creation time."""
     made_from = visible.filter(parent=run)
     rows = list(made_from.order_by("-created_at", "-pk").values(
         "pk", "title", "status", "errors_count", "created_at", **CHILD_SECTIONS,

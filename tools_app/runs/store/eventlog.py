@@ -36,6 +36,12 @@ event is committed, or for a streaming fragment that is never stored. Receivers 
 async and must not raise."""
 
 
+run_children_changed = Signal()
+"""Sent (with `run_id`, of the parent) once a run made from it (a rerun, a fork, a
+splice) is committed, so that the parent's viewers read its list of children again.
+Receivers must be async and must not raise."""
+
+
 class LeaseLost(Exception):
     """This worker no longer holds the run's lease: it must stop writing and leave."""
 
@@ -157,5 +163,20 @@ def notify_after_commit(run_id: str, seq: int) -> None:
             async_to_sync(notify)(run_id, {"seq": seq})
         except Exception:  # a broken channel layer must never fail a cancel or a reap
             logger.warning("could not notify viewers of run %s", run_id, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def notify_child_after_commit(parent_id: str) -> None:
+    """A run made from `parent_id` reaches the parent's live viewers (its list of
+    children) once committed. Best effort: their sockets also read the list at every
+    poll."""
+
+    def send() -> None:
+        try:
+            async_to_sync(run_children_changed.asend)(sender=Run, run_id=parent_id)
+        except Exception:  # a broken channel layer must never fail a rerun
+            logger.warning("could not notify viewers of run %s of a new child", parent_id,
+                           exc_info=True)
 
     transaction.on_commit(send)
