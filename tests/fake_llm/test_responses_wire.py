@@ -213,6 +213,10 @@ CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather",
 REFUSED: dict[str, tuple[dict[str, Any], int, str, str | None]] = {
     "unknown field": (body(messages=[]), 400, "Unknown parameter: 'messages'.", "messages"),
     "no model": ({"input": [USER]}, 400, "Missing required parameter: 'model'.", "model"),
+    "too few output tokens": (body(max_output_tokens=10), 400,
+                              "Invalid 'max_output_tokens': integer below minimum value. "
+                              "Expected a value >= 16, but got 10 instead.",
+                              "max_output_tokens"),
     "unknown item type": (body(input=[USER, {"type": "tool_result", "call_id": "x"}]), 400,
                           "Invalid value: 'tool_result'. Supported values are: 'message', ",
                           "input[1]"),

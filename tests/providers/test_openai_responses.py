@@ -146,11 +146,14 @@ async def test_store_include_and_previous_response_id_are_endpoint_options() -> 
 
 def test_starting_a_run_refuses_what_the_responses_api_does_not_have() -> None:
     problems = request_problems("openai_responses", ChatRequestParameters(
-        stop_sequences=("STOP",), custom={"instructions": "x", "seed": 1,
-                                          "reasoning": {"effort": "high", "budget": 3}}))
+        stop_sequences=("STOP",), max_output_tokens=15,
+        custom={"instructions": "x", "seed": 1, "reasoning": {"effort": "high", "budget": 3}}))
+    at_least = request_problems("openai_responses", ChatRequestParameters(max_output_tokens=16))
 
-    assert set(problems) == {"stop_sequences", "custom.instructions", "custom.seed",
-                             "custom.reasoning.budget"}
+    assert set(problems) == {"stop_sequences", "max_output_tokens", "custom.instructions",
+                             "custom.seed", "custom.reasoning.budget"}
+    assert problems["max_output_tokens"] == "must be from 16 to 1,000,000"
+    assert at_least == {}
     assert "system messages are the instructions" in problems["custom.instructions"]
 
 

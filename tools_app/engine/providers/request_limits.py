@@ -32,6 +32,8 @@ class CustomKeys:
     temperature_max: float = 2.0
     stop_sequences: bool = True
     """Whether the provider's API has stop sequences (the Responses API has none)."""
+    min_output_tokens: int = 1
+    """The fewest output tokens the API lets a request ask for (the Responses API: 16)."""
 
     def names(self) -> list[str]:
         return sorted(self.keys | self.nested.keys())
@@ -53,7 +55,7 @@ OPENAI_RESPONSES = CustomKeys(
                "prompt_cache_key", "max_tool_calls", "top_logprobs"}),
     nested={"reasoning": frozenset({"effort", "summary"}),
             "text": frozenset({"format", "verbosity"})},
-    stop_sequences=False)
+    stop_sequences=False, min_output_tokens=16)
 ANTHROPIC = CustomKeys(frozenset({"temperature", "top_p", "top_k", "stop_sequences",
                                   "metadata", "thinking", "output_config"}),
                        temperature_max=1.0)
@@ -120,8 +122,9 @@ def request_problems(kind: str, parameters: ChatRequestParameters) -> dict[str, 
     keys = custom_keys_for(kind)
     problems: dict[str, str] = {}
     tokens = parameters.max_output_tokens
-    if tokens is not None and not 1 <= tokens <= MAX_OUTPUT_TOKENS:
-        problems["max_output_tokens"] = f"must be from 1 to {MAX_OUTPUT_TOKENS:,}"
+    if tokens is not None and not keys.min_output_tokens <= tokens <= MAX_OUTPUT_TOKENS:
+        problems["max_output_tokens"] = (f"must be from {keys.min_output_tokens} to "
+                                         f"{MAX_OUTPUT_TOKENS:,}")
     if parameters.stop_sequences and not keys.stop_sequences:
         problems["stop_sequences"] = f"{kind} endpoints have no stop sequences"
     for name, value in (("temperature", parameters.temperature), ("top_p", parameters.top_p)):

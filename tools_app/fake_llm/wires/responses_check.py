@@ -1,5 +1,6 @@
 """Strict mode for POST /v1/responses: what the real Responses API refuses, with its
-messages (as reported by its users' recorded errors): unknown body fields, input items of
+messages (as reported by its users' recorded errors): unknown body fields, fewer than 16
+max_output_tokens, input items of
 an unknown type or missing a required field, a function_call_output whose call was never
 made, a function_call left without its output, and the reasoning rules that apply when
 items are not stored (`store: false`): a reasoning item is sent back with its
@@ -46,6 +47,11 @@ def check_request(body: dict[str, Any]) -> None:
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise WireError("Missing required parameter: 'model'.", param="model",
                         code="missing_required_parameter")
+    tokens = body.get("max_output_tokens")
+    if isinstance(tokens, int) and tokens < 16:
+        raise WireError("Invalid 'max_output_tokens': integer below minimum value. Expected a "
+                        f"value >= 16, but got {tokens} instead.", param="max_output_tokens",
+                        code="integer_below_min_value")
     _check_tools(body.get("tools"))
     items = body.get("input")
     if isinstance(items, list):
