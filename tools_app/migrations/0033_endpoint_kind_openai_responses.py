@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tools_app', '0031_tool_isolated'),
+        ('tools_app', '0032_model_prices'),
     ]
 
     operations = [
