@@ -3,6 +3,7 @@ against actual), and reads as a sentence."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -167,7 +168,24 @@ def test_a_bad_assertion_is_refused_with_why(raw: dict[str, Any], problem: str) 
         load_assertions([raw])
 
 
+@pytest.mark.parametrize(("cost", "passes", "reason"), [
+    (Decimal("0.0042"), True, ""),
+    (Decimal("0.0051"), False, "expected a cost of at most $0.005, the run cost $0.0051"),
+    (None, False, "the run has no cost: its model has no price"),
+])
+def test_cost_at_most(cost: Decimal | None, passes: bool, reason: str) -> None:
+    [assertion] = load_assertions([{"kind": "cost_at_most", "dollars": "0.005"}])
+
+    verdict = assertion.evaluate(RunRecord(status="succeeded", cost_usd=cost))
+
+    assert assertion.sentence() == "The run costs at most $0.005."
+    assert verdict.passed is passes
+    assert reason in verdict.reason
+    assert bool(verdict.reason) is not passes
+
+
 def test_assertions_round_trip_through_json() -> None:
-    assertions = load_assertions([raw for raw, _, _ in CASES])
+    assertions = load_assertions([raw for raw, _, _ in CASES]
+                                 + [{"kind": "cost_at_most", "dollars": "0.25"}])
 
     assert load_assertions(dump_assertions(assertions)) == assertions

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.prices_support import set_price
 from tools_app.fake_llm import BackgroundServer
 from tools_app.models import ModelEndpoint, Run, SuiteCellRun, SuiteRunStatus
 from tools_app.suites import runner
@@ -135,3 +136,25 @@ def test_a_configuration_it_cannot_use_is_refused_before_anything_runs(
     with pytest.raises(runner.SuiteConfigError, match=message):
         runner.suite_run_start(suite=weather_suite(), config=config)
     assert not Run.objects.exists()
+
+
+def test_a_case_can_bound_what_a_run_costs(suite_world: dict[str, ModelEndpoint]) -> None:
+    set_price(suite_world["good"], input_per_million="1000", output_per_million="1000")
+    suite = save_suite_file(SuiteFile.model_validate({"name": "cost", "cases": [
+        weather_case("cheap", "Weather in Paris?") | {"assertions": [
+            {"kind": "cost_at_most", "dollars": "1"}]},
+        weather_case("dear", "Weather in Paris?!") | {"assertions": [
+            {"kind": "cost_at_most", "dollars": "0.000001"}]}]}))
+
+    suite_run = run_to_the_end(suite, ["good", "bad"])
+
+    cells = suite_matrix(suite_run).cells
+    assert (cells[("cheap", "good")].passed, cells[("dear", "good")].passed) == (REPEAT, 0)
+    assert cells[("cheap", "good")].mean_cost_usd is not None
+    assert cells[("cheap", "good")].mean_cost_usd > 0
+    assert cells[("cheap", "bad")].passed == 0  # no price: no cost to bound
+    dear = SuiteCellRun.objects.filter(cell__case_name="dear", cell__endpoint_name="good")
+    reason = dear.first().failures[0]["reason"]  # type: ignore[union-attr]
+    assert reason.startswith("expected a cost of at most $0.000001, the run cost $")
+    run_cost = dear.first().run.cost_usd  # type: ignore[union-attr]
+    assert reason.endswith(f"${run_cost}")

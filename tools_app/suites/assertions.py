@@ -14,7 +14,8 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from decimal import Decimal
+from typing import Annotated, Any, Literal, get_args
 
 import jsonschema
 from jsonpointer import JsonPointer, JsonPointerException
@@ -46,6 +47,8 @@ class RunRecord:
     final_text: str | None = None
     error_type: str = ""
     error_message: str = ""
+    cost_usd: Decimal | None = None
+    """What the run cost in dollars; None when its model has no price."""
 
     def names(self) -> list[str]:
         return [c.name for c in self.calls]
@@ -390,12 +393,34 @@ class NoError(_Assertion):
         return "expected no error; got " + "; ".join(f"{kind} in {where}" for where, kind in found)
 
 
+class CostAtMost(_Assertion):
+    """The run cost at most `dollars` (its rounds priced with the endpoint's model price)."""
+
+    kind: Literal["cost_at_most"] = "cost_at_most"
+    dollars: Decimal = Field(ge=0)
+
+    def sentence(self) -> str:
+        return f"The run costs at most ${self.dollars}."
+
+    def problem(self, record: RunRecord) -> str | None:
+        if record.cost_usd is None:
+            return (f"expected a cost of at most ${self.dollars}; the run has no cost: its "
+                    "model has no price (Model prices in the admin)")
+        if record.cost_usd <= self.dollars:
+            return None
+        return f"expected a cost of at most ${self.dollars}, the run cost ${record.cost_usd}"
+
+
 Assertion = Annotated[
     ToolCalled | ToolNotCalled | NoToolCalled | CallSequence | ArgumentsMatch
-    | RoundsAtMost | FinalTextContains | FinalTextMatches | NoError,
+    | RoundsAtMost | FinalTextContains | FinalTextMatches | NoError | CostAtMost,
     Field(discriminator="kind"),
 ]
 ASSERTIONS: TypeAdapter[list[Assertion]] = TypeAdapter(list[Assertion])
+KINDS = frozenset(member.model_fields["kind"].default
+                  for union in (Assertion, ArgumentCheck)
+                  for member in get_args(get_args(union)[0]))
+"""Every assertion's and argument check's `kind` (the unions' tags)."""
 
 
 def load_assertions(raw: Any) -> list[Assertion]:

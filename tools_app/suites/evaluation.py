@@ -28,7 +28,7 @@ def run_record(run: Run) -> RunRecord:
                           round_index=c.round.index if c.round is not None else 0,
                           error_type=c.error_type) for c in calls],
         rounds=run.rounds_count, final_text=run.final_text, error_type=run.error_type,
-        error_message=run.error_message)
+        error_message=run.error_message, cost_usd=run.cost_usd)
 
 
 def _arguments(call: ToolCall) -> Any:

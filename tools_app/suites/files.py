@@ -18,7 +18,7 @@ from tools_app.engine.conversation import ConversationError, parse_conversation
 from tools_app.models import Suite, SuiteCase
 from tools_app.runs.snapshot.model import ToolsMode
 
-from .assertions import Assertion, dump_assertions, load_assertions
+from .assertions import KINDS, Assertion, dump_assertions, load_assertions
 
 FileFormat = Literal["yaml", "json"]
 
@@ -109,18 +109,14 @@ def _case_label(data: dict[str, Any], index: int) -> str:
 
 
 def _path(loc: list[Any]) -> str:
-    # The union's tag (an assertion's kind) is a step pydantic adds: leave it out.
-    parts = [p for p in loc if not (isinstance(p, str) and p in _TAGS)]
+    # The union's tag (an assertion's or a check's kind, right after the list index or
+    # "check") is a step pydantic adds: leave it out.
+    parts = [p for i, p in enumerate(loc)
+             if not (p in KINDS and i and (isinstance(loc[i - 1], int) or loc[i - 1] == "check"))]
     text = ""
     for part in parts:
         text += f"[{part}]" if isinstance(part, int) else ("." if text else "") + str(part)
     return text
-
-
-_TAGS = frozenset({"tool_called", "tool_not_called", "no_tool_called", "call_sequence",
-                   "arguments_match", "rounds_at_most", "final_text_contains",
-                   "final_text_matches", "no_error", "equals", "regex", "one_of", "range",
-                   "schema"})
 
 
 def suite_file_data(suite_file: SuiteFile) -> dict[str, Any]:

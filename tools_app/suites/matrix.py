@@ -6,6 +6,7 @@ run_suite prints), and two suite runs compared (`compare_suite_runs`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from django.db.models import Avg, Q
 
@@ -24,6 +25,7 @@ class MatrixCell:
     passed: int
     mean_tokens: float | None
     mean_latency_ms: float | None
+    mean_cost_usd: Decimal | None
     min_pass_rate: float
 
     @property
@@ -69,7 +71,8 @@ def suite_matrix(suite_run: SuiteRun) -> SuiteMatrix:
     evaluated = Q(cell_runs__passed__isnull=False)
     cells = suite_run.cells.annotate(
         mean_tokens=Avg("cell_runs__run__total_tokens", filter=evaluated),
-        mean_latency=Avg("cell_runs__run__wall_ms", filter=evaluated)).order_by("pk")
+        mean_latency=Avg("cell_runs__run__wall_ms", filter=evaluated),
+        mean_cost=Avg("cell_runs__run__cost_usd", filter=evaluated)).order_by("pk")
     matrix = SuiteMatrix(suite_run=suite_run, config=config, case_names=[],
                          endpoint_names=[])
     for cell in cells:
@@ -86,7 +89,8 @@ def _matrix_cell(cell: SuiteCell, bar: float) -> MatrixCell:
     return MatrixCell(pk=cell.pk, case_name=cell.case_name, endpoint_name=cell.endpoint_name,
                       repeat=cell.repeat, evaluated=cell.evaluated, passed=cell.passed,
                       mean_tokens=getattr(cell, "mean_tokens", None),
-                      mean_latency_ms=getattr(cell, "mean_latency", None), min_pass_rate=bar)
+                      mean_latency_ms=getattr(cell, "mean_latency", None),
+                      mean_cost_usd=getattr(cell, "mean_cost", None), min_pass_rate=bar)
 
 
 def cell_runs(cell: SuiteCell) -> list[SuiteCellRun]:

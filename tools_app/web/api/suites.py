@@ -137,7 +137,9 @@ def matrix_json(matrix: SuiteMatrix) -> dict[str, Any]:
         "cells": [{"case": c.case_name, "endpoint": c.endpoint_name, "repeat": c.repeat,
                    "evaluated": c.evaluated, "passed": c.passed, "pass_rate": c.pass_rate,
                    "flaky": c.flaky, "meets_bar": c.meets_bar,
-                   "mean_tokens": c.mean_tokens, "mean_latency_ms": c.mean_latency_ms}
+                   "mean_tokens": c.mean_tokens, "mean_latency_ms": c.mean_latency_ms,
+                   "mean_cost_usd": str(c.mean_cost_usd) if c.mean_cost_usd is not None
+                   else None}
                   for c in matrix.cells.values()],
     }
 
