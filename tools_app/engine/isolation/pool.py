@@ -5,8 +5,9 @@ the threaded server is forked), given only the allowed environment variables, so
 server's secrets are not in its environment, not even in its initial one. It limits its
 own address space (`child.limit_memory`) and serves one call at a time.
 
-A pool's calls run on threads of its own, one per worker: a thread sends a call and
-waits for the reply, the worker's end, or a wake-up. Abandoning a call (its timeout
+A pool's calls run on threads of its own, as many as workers: a thread takes an idle
+worker (or starts one), sends the call and waits for the reply, the worker's end, or a
+wake-up. Abandoning a call (its timeout
 passed, its run was cancelled) wakes that thread, which stops the worker (SIGTERM,
 then SIGKILL after `terminate_grace`) and starts a new one at its next call. A worker
 that dies (os._exit, a signal, the out-of-memory killer) is reported by its exit code
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import json
 import os
 import subprocess
@@ -192,15 +192,15 @@ class _Job:
 
 
 class IsolatedToolPool:
-    """Worker processes for isolated calls, at most `settings.workers`, each owned by
-    one of the pool's threads."""
+    """Worker processes for isolated calls, at most `settings.workers`: a call takes an
+    idle one (or starts one) on one of the pool's threads and gives it back after."""
 
     def __init__(self, settings: IsolationSettings) -> None:
         self.settings = settings
         self._threads = concurrent.futures.ThreadPoolExecutor(
             settings.workers, thread_name_prefix="agentforge-isolated")
-        self._local = threading.local()
         self._workers: set[WorkerProcess] = set()
+        self._idle: list[WorkerProcess] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -218,27 +218,26 @@ class IsolatedToolPool:
             raise PoolClosed("the isolated tools' worker pool was shut down during the call")
         return outcome
 
-    def prestart(self) -> list[concurrent.futures.Future[None]]:
-        """Start the workers in the background if none runs yet, so a first call does
-        not wait for an interpreter to start (its tool's timeout counts that wait)."""
+    def prestart(self) -> None:
+        """Start the workers if none runs yet, so a first call does not wait for an
+        interpreter to start (its tool's timeout counts that wait). Starting is quick:
+        the interpreters boot on their own meanwhile."""
         with self._lock:
             if self._workers or self._closed:
-                return []
-        return [self._threads.submit(self._start_quietly)
-                for _ in range(self.settings.workers)]
-
-    def _start_quietly(self) -> None:
-        # One that cannot start now: the next call starts one, or says why it cannot.
-        with contextlib.suppress(OSError, PoolClosed):
-            self._worker_of_this_thread()
+                return
+            for _ in range(self.settings.workers):
+                worker = WorkerProcess(self.settings)
+                self._workers.add(worker)
+                self._idle.append(worker)
 
     def worker_pids(self) -> list[int]:
         with self._lock:
             return [worker.pid for worker in self._workers]
 
     def _run(self, job: _Job) -> CallOutcome | None:
-        worker = self._worker_of_this_thread()
+        worker = self._checkout()
         if not job.start_on(worker):
+            self._checkin(worker)
             return None
         outcome: CallOutcome | None = None
         try:
@@ -248,21 +247,35 @@ class IsolatedToolPool:
                 worker.clear_wake()
         if outcome is None or _ends_worker(outcome):
             self._retire(worker)
+        else:
+            self._checkin(worker)
         return outcome
 
-    def _worker_of_this_thread(self) -> WorkerProcess:
-        worker: WorkerProcess | None = getattr(self._local, "worker", None)
-        if worker is not None and worker.usable():
-            return worker
-        if worker is not None:
-            self._retire(worker)
+    def _checkout(self) -> WorkerProcess:
+        """An idle worker, or a new one (the threads keep their number in bounds)."""
+        gone: list[WorkerProcess] = []
+        try:
+            with self._lock:
+                if self._closed:
+                    raise PoolClosed("the isolated tools' worker pool was shut down")
+                while self._idle:
+                    worker = self._idle.pop()
+                    if worker.usable():
+                        return worker
+                    gone.append(worker)  # ended while idle (killed from outside)
+                worker = WorkerProcess(self.settings)
+                self._workers.add(worker)
+                return worker
+        finally:
+            for worker in gone:
+                self._retire(worker)
+
+    def _checkin(self, worker: WorkerProcess) -> None:
         with self._lock:
-            if self._closed:
-                raise PoolClosed("the isolated tools' worker pool was shut down")
-            worker = WorkerProcess(self.settings)
-            self._workers.add(worker)
-        self._local.worker = worker
-        return worker
+            if not self._closed and worker.usable():
+                self._idle.append(worker)
+                return
+        self._retire(worker)
 
     def _retire(self, worker: WorkerProcess) -> None:
         worker.stop()
@@ -281,6 +294,7 @@ class IsolatedToolPool:
             worker.stop()
         with self._lock:
             self._workers.clear()
+            self._idle.clear()
 
 
 def _ends_worker(outcome: CallOutcome) -> bool:
