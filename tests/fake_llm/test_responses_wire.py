@@ -81,6 +81,34 @@ def test_a_json_reply_is_an_sdk_response(fake: httpx.Client,
     assert reasoning.encrypted_content
 
 
+REPLIES: dict[str, dict[str, Any]] = {
+    "text": {"steps": [{"text": "Hello there."}]},
+    "one call": {"steps": [{"tool_calls": [{"name": "get_time", "arguments": {"zone": "UTC"}}]}]},
+    "cut off": {"steps": [{"text": "The weather in", "finish_reason": "length"}]},
+    "no script": {"steps": []},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("reply", sorted(REPLIES))
+def test_every_kind_of_reply_parses_as_the_sdk_types(fake: httpx.Client, reply: str,
+                                                     stream: bool) -> None:
+    set_script(fake, REPLIES[reply])
+
+    answer = fake.post(PATH, json=body(stream=stream))
+
+    if stream:
+        events = [EVENTS.validate_python(json.loads(d)) for _, d in sse_events(answer.text)]
+        final = events[-1].response
+        assert events[-1].type == ("response.incomplete" if reply == "cut off"
+                                   else "response.completed")
+    else:
+        final = Response.model_validate(answer.json())
+    assert final.status == ("incomplete" if reply == "cut off" else "completed")
+    assert final.output[0].type == "reasoning"
+    assert final.usage is not None
+
+
 def test_every_streamed_event_is_an_sdk_event(fake: httpx.Client) -> None:
     set_script(fake, PARALLEL)
 
