@@ -104,6 +104,8 @@ def test_the_sync_action_registers_the_tools_and_shows_their_hints(
     page = alice_client.get(reverse("admin:tools_app_mcpserver_change", args=[server.pk]))
     text = page.content.decode()
     assert "get_current_time</a>: read-only, not destructive, idempotent, not open-world" in text
+    registry = reverse("mcp_server_detail", args=[server.pk])
+    assert f'ok · <a href="{registry}">resources, prompts and JSON-RPC log</a>' in text
 
 
 def test_a_failed_sync_says_why(alice_client: Client) -> None:
@@ -114,6 +116,8 @@ def test_a_failed_sync_says_why(alice_client: Client) -> None:
                                  follow=True)
     [message] = messages_of(response)
     assert message.startswith("ghost: sync failed: MCP server 'ghost' could not be started")
+    page = alice_client.get(reverse("admin:tools_app_mcpserver_change", args=[server.pk]))
+    assert "failed: MCP server &#x27;ghost&#x27; could not be started" in page.text
 
 
 @pytest.mark.parametrize("page", ["changelist", "add"])

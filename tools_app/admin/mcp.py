@@ -26,14 +26,15 @@ class McpServerAdmin(admin.ModelAdmin[McpServer]):
     list_display = ("name", "transport", "target", "enabled", "tool_count", "last_synced_at")
     list_filter = ("transport", "enabled")
     search_fields = ("name", "command", "url")
-    readonly_fields = ("synced_tools", "last_synced_at", "created_at", "updated_at")
+    readonly_fields = ("synced_tools", "last_synced_at", "last_sync_report", "created_at",
+                       "updated_at")
     actions = ("sync_tools",)
     fieldsets = (
         (None, {"fields": ("name", "transport", "enabled", "tool_prefix")}),
         ("stdio", {"fields": ("command", "args", "env")}),
         ("Streamable HTTP", {"fields": ("url", "headers")}),
         ("Timeouts", {"fields": ("startup_timeout", "call_timeout")}),
-        ("Tools", {"fields": ("synced_tools", "last_synced_at")}),
+        ("Tools", {"fields": ("synced_tools", "last_synced_at", "last_sync_report")}),
         ("Dates", {"fields": ("created_at", "updated_at")}),
     )
 
@@ -59,6 +60,18 @@ class McpServerAdmin(admin.ModelAdmin[McpServer]):
             return format_html("{}", "None yet: select the server and run \"Sync tools\".")
         return format_html("<ul>{}</ul>", format_html_join(
             "", '<li><a href="{}">{}</a>{}: {}</li>', rows))
+
+    @admin.display(description="last sync")
+    def last_sync_report(self, obj: McpServer) -> SafeString | str:
+        """Whether the last sync worked (its reason if not), and the registry page that
+        shows what it listed and its JSON-RPC log."""
+        if obj._state.adding:
+            return "-"
+        last = obj.last_sync or {}
+        outcome = ("never" if not last else "ok" if last.get("ok")
+                   else f"failed: {last.get('error', '')}")
+        return format_html('{} · <a href="{}">resources, prompts and JSON-RPC log</a>',
+                           outcome, reverse("mcp_server_detail", args=[obj.pk]))
 
     # The change permission, not just view: a sync starts the server's configured command
     # (stdio) or connects to its URL, and rewrites its tool registrations.
