@@ -93,3 +93,11 @@ def exits() -> str:
 def sandboxed_sum(numbers: list[int]) -> int:
     """The sum of the numbers, declared isolated in code."""
     return sum(numbers)
+
+
+@tool
+def spins_after_saying(path: str) -> str:
+    """Writes its process id to `path`, then never returns."""
+    Path(path).write_text(str(os.getpid()))
+    while True:
+        pass

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def child_pids() -> set[int]:
     """The ids of this process's child processes, from every thread's children list."""

@@ -95,6 +95,17 @@ async def test_arguments_errors_are_the_same_as_in_process() -> None:
         str(in_process.value), in_process.value.errors)
 
 
+async def test_a_tool_that_cannot_be_sent_is_a_tool_error_and_the_pool_goes_on() -> None:
+    def local_tool(a: int) -> int:  # not importable by module path: cannot be pickled
+        return a
+
+    with pytest.raises(ToolExecutionError, match="pickle"):
+        await run_isolated(local_tool, '{"a": 1}', settings=ONE_WORKER)
+    assert (await run_isolated(isolated_tools.add, '{"a": 1, "b": 1}',
+                               settings=ONE_WORKER)).text == "2"
+    assert len(isolated_pool(ONE_WORKER).worker_pids()) == 1
+
+
 async def test_calls_reuse_the_worker_process() -> None:
     first = await run_isolated(isolated_tools.process_id, settings=ONE_WORKER)
     second = await run_isolated(isolated_tools.process_id, settings=ONE_WORKER)
@@ -104,10 +115,12 @@ async def test_calls_reuse_the_worker_process() -> None:
 
 async def test_prestarted_workers_serve_the_first_calls() -> None:
     pool = isolated_pool(SETTINGS)
-    pool.prestart()
+    starting = pool.prestart()
+    assert starting is not None
+    starting.result()
     started = set(pool.worker_pids())
     assert len(started) == SETTINGS.workers
-    pool.prestart()  # already running: nothing more starts
+    assert pool.prestart() is None  # already running: nothing more starts
     first = await run_isolated(isolated_tools.process_id)
     assert int(first.text) in started
     assert set(pool.worker_pids()) == started

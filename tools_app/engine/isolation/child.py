@@ -14,7 +14,9 @@ exception object, which may not unpickle in the parent):
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import inspect
+import os
 import resource
 import signal
 import sys
@@ -26,6 +28,8 @@ from ..base_errors import ToolArgumentsError
 from ..execution import TOOL_FAILURES, failure_text, result_text, to_jsonable
 
 Reply = tuple[Any, ...]
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def limit_memory(limit_bytes: int) -> None:
@@ -71,9 +75,22 @@ def serve(requests: Connection, replies: Connection) -> None:
             return
 
 
+def die_with(parent_pid: int) -> None:
+    """Be killed when the server process ends, even mid-call (a server killed with
+    SIGKILL closes no pipe in time for a tool that never reads one). Linux only
+    (PR_SET_PDEATHSIG, which follows the thread that started this process: the pool's
+    threads live as long as the pool); elsewhere a worker ends at its next read."""
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the server ended before the line above
+        os._exit(1)
+
+
 def main(argv: list[str]) -> None:
-    requests_fd, replies_fd, limit_bytes = (int(value) for value in argv)
+    requests_fd, replies_fd, limit_bytes, parent_pid = (int(value) for value in argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server's Ctrl-C is the server's
+    die_with(parent_pid)
     limit_memory(limit_bytes)
     serve(Connection(requests_fd, writable=False), Connection(replies_fd, readable=False))
 

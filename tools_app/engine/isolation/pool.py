@@ -90,7 +90,8 @@ class WorkerProcess:
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", BOOTSTRAP, json.dumps(sys.path), str(to_child_read),
-                 str(from_child_write), str(settings.memory_mb * MEGABYTE)],
+                 str(from_child_write), str(settings.memory_mb * MEGABYTE),
+                 str(os.getpid())],
                 pass_fds=(to_child_read, from_child_write), stdin=subprocess.DEVNULL,
                 env=allowed_environment(settings.env_allow))
         except BaseException:
@@ -218,14 +219,18 @@ class IsolatedToolPool:
             raise PoolClosed("the isolated tools' worker pool was shut down during the call")
         return outcome
 
-    def prestart(self) -> None:
+    def prestart(self) -> concurrent.futures.Future[None] | None:
         """Start the workers if none runs yet, so a first call does not wait for an
-        interpreter to start (its tool's timeout counts that wait). Starting is quick:
-        the interpreters boot on their own meanwhile."""
+        interpreter to start (its tool's timeout counts that wait). On one of the pool's
+        threads, which outlive their workers (`child.die_with`)."""
         with self._lock:
             if self._workers or self._closed:
-                return
-            for _ in range(self.settings.workers):
+                return None
+        return self._threads.submit(self._start_idle_workers)
+
+    def _start_idle_workers(self) -> None:
+        with self._lock:
+            while not self._closed and len(self._workers) < self.settings.workers:
                 worker = WorkerProcess(self.settings)
                 self._workers.add(worker)
                 self._idle.append(worker)
@@ -241,14 +246,15 @@ class IsolatedToolPool:
             return None
         outcome: CallOutcome | None = None
         try:
+            # Raises what pickling the call raises: nothing was sent, the worker is fine.
             outcome = worker.call(job.request)
         finally:
-            if job.finish() and outcome is not None:
-                worker.clear_wake()
-        if outcome is None or _ends_worker(outcome):
-            self._retire(worker)
-        else:
-            self._checkin(worker)
+            if job.finish() and not worker.stopped:
+                worker.clear_wake()  # the caller gave up after the worker answered
+            if worker.stopped or (outcome is not None and _ends_worker(outcome)):
+                self._retire(worker)
+            else:
+                self._checkin(worker)
         return outcome
 
     def _checkout(self) -> WorkerProcess:
