@@ -16,12 +16,14 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.db import connections
 from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
+from tools_app.audit.costs import tool_costs
 from tools_app.models import ToolCall, ToolCallSlot, ToolRegistration
 from tools_app.models.sort_keys import moment_key
 
@@ -46,6 +48,7 @@ class ToolRow:
     p95_ms: float | None = None
     timed: int = 0  # how many durations the percentile is over
     hours: list[Hour] = field(default_factory=list)
+    cost_usd: Decimal | None = None  # its priced calls' shares; None: none is priced
 
     @property
     def error_rate(self) -> float | None:
@@ -67,12 +70,14 @@ def tools_overview(calls: QuerySet[ToolCall], *, every_call: bool,
     used = sorted(name for name, (n, _) in counts.items() if n)
     durations = recent_durations(calls, used, by_id=every_call)
     hours = last_hours(calls, used, every_call=every_call, now=now)
+    costs = tool_costs(calls)
     rows = []
     for name in sorted(set(registrations) | set(counts)):
         timed = sorted(durations.get(name, []))
         n, errors = counts.get(name, (0, 0))
         rows.append(ToolRow(name, registrations.get(name), n, errors,
-                            percentile(timed, 0.95), len(timed), hours.get(name, [])))
+                            percentile(timed, 0.95), len(timed), hours.get(name, []),
+                            costs.get(name)))
     return rows
 
 

@@ -29,6 +29,35 @@ def _per_million(verbose_name: str, *, null: bool = False, help_text: str = PER_
         validators=[MinValueValidator(Decimal(0))], help_text=help_text)
 
 
+NO_PRICE = "no price"
+
+
+def format_usd(value: Decimal | None) -> str:
+    """"$0.0026", "$1.50", "$0.00"; "no price" for None. Cents at least, then as many
+    digits as the amount has (up to the stored 8)."""
+    if value is None:
+        return NO_PRICE
+    exact = value.normalize()
+    exponent = exact.as_tuple().exponent
+    places = -exponent if isinstance(exponent, int) else 0
+    shown = exact if places > 2 else value.quantize(Decimal("0.01"))
+    sign = "-" if shown < 0 else ""
+    return f"{sign}${abs(shown):f}"
+
+
+def format_delta_usd(value: Decimal | None) -> str:
+    """A difference of two costs: "+$0.0010", "-$0.50", "$0.00"; "no price" for None."""
+    if value is None or value == 0:
+        return format_usd(value)
+    return ("+" if value > 0 else "") + format_usd(value)
+
+
+def export_usd(value: Decimal | None) -> str | None:
+    """A cost in an export: its exact decimal text, or None (an empty CSV cell, JSON
+    null) when unpriced."""
+    return None if value is None else f"{value:f}"
+
+
 class ModelPrice(models.Model):
     """The current price of one model on one endpoint (an empty model: the endpoint's own
     model, whatever it is set to)."""

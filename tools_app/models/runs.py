@@ -262,6 +262,9 @@ class ToolCall(models.Model):
                          name="toolcall_run_erring"),
             models.Index(fields=["run", "error_type"], condition=~models.Q(error_type=""),
                          name="toolcall_run_error_type"),
+            # Each tool's cost (the tools index, a tool's page): its priced calls only.
+            models.Index(fields=["tool_name", "cost_usd"],
+                         condition=models.Q(cost_usd__isnull=False), name="toolcall_tool_cost"),
         ]
 
     def __str__(self) -> str:

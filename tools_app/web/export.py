@@ -20,13 +20,14 @@ from django.http import StreamingHttpResponse
 from tools_app.audit.call_filters import CALL_EXPORT_FILTERS, STATE_NAMES, matching_calls
 from tools_app.audit.run_filters import EXPORT_FILTERS, matching_runs
 from tools_app.audit.selectors import call_rows
-from tools_app.runs.snapshot.model import listed
+from tools_app.models.prices import export_usd
+from tools_app.runs.snapshot.model import listed, price_revision
 
 from ..models import Run, ToolCall
 
 COLUMNS = ("id", "created_at", "status", "title", "endpoint", "model", "tools", "started_by",
-           "rounds", "tool_calls", "errors", "total_tokens", "wall_ms", "error_type",
-           "error_message", "final_text")
+           "rounds", "tool_calls", "errors", "total_tokens", "cost_usd", "price_revision",
+           "wall_ms", "error_type", "error_message", "final_text")
 CHUNK = 500
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -42,8 +43,8 @@ def export_response(runs: QuerySet[Run], params: Mapping[str, str],
 
 CALL_COLUMNS = ("id", "run_id", "run_title", "run_status", "endpoint", "started_by", "round",
                 "call_index", "call_id", "tool", "state", "stored_state", "handled_by",
-                "is_error", "stopped_run", "duration_ms", "started_at", "finished_at",
-                "error_type", "error_message", "arguments", "result_text")
+                "is_error", "stopped_run", "duration_ms", "cost_usd", "started_at",
+                "finished_at", "error_type", "error_message", "arguments", "result_text")
 
 
 def calls_export_response(calls: QuerySet[ToolCall], params: Mapping[str, str],
@@ -80,6 +81,7 @@ def _call_row(call: ToolCall) -> dict[str, Any]:
         "tool": call.tool_name, "state": STATE_NAMES.get(call.state, call.state),
         "stored_state": call.state, "handled_by": call.handled_by, "is_error": call.is_error,
         "stopped_run": call.stopped_run, "duration_ms": call.duration_ms,
+        "cost_usd": export_usd(call.cost_usd),  # its share of its round's cost
         "started_at": call.started_at.isoformat() if call.started_at else None,
         "finished_at": call.finished_at.isoformat() if call.finished_at else None,
         "error_type": call.error_type, "error_message": call.error_message,
@@ -95,8 +97,9 @@ def _row(run: Run) -> dict[str, Any]:
         "tools": frozen.tools,
         "started_by": run.created_by.get_username() if run.created_by else None,
         "rounds": run.rounds_count, "tool_calls": run.tool_calls_count,
-        "errors": run.errors_count, "total_tokens": run.total_tokens, "wall_ms": run.wall_ms,
-        "error_type": run.error_type, "error_message": run.error_message,
+        "errors": run.errors_count, "total_tokens": run.total_tokens,
+        "cost_usd": export_usd(run.cost_usd), "price_revision": price_revision(run.snapshot),
+        "wall_ms": run.wall_ms, "error_type": run.error_type, "error_message": run.error_message,
         "final_text": run.final_text,
     }
 

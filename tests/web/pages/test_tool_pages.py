@@ -209,12 +209,12 @@ def test_the_pages_are_a_fixed_number_of_queries(
         audit_world._call(world["a"], world["a"].rounds.get(), 10 + n, audit_world.Call(
             f"x{n}", "get_weather", "execution_error", float(n), n, error=f"error {n}"))
     # session, user, then the index's counts (kept per tool), registrations, the latest
-    # durations, the last day's counts, the navigation's waiting count
-    with django_assert_max_num_queries(7):
+    # durations, the last day's counts, the tools' costs, the navigation's waiting count
+    with django_assert_max_num_queries(8):
         assert alice_client.get("/tools/").status_code == 200
     # session, user, registration, exists, 9 statistics, recent calls, versions, the
-    # navigation's waiting count
-    with django_assert_max_num_queries(16):
+    # cost, the navigation's waiting count
+    with django_assert_max_num_queries(17):
         assert alice_client.get("/tools/get_weather/").status_code == 200
 
 

@@ -21,17 +21,19 @@ import uuid
 from collections import Counter, defaultdict, deque
 from collections.abc import Collection, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 from tools_app.engine.providers.recorded import canonical_arguments
 from tools_app.models import Round, Run, ToolCall
+from tools_app.models.prices import format_delta_usd, format_usd
 from tools_app.runs.debugger import lineage as lineage_marks
 from tools_app.runs.debugger.timeline import format_ms
 
 TOTALS = (("wall_ms", "wall time (ms)"), ("rounds_count", "rounds"),
           ("tool_calls_count", "tool calls"), ("errors_count", "errors"),
           ("input_tokens", "input tokens"), ("output_tokens", "output tokens"),
-          ("total_tokens", "total tokens"))
+          ("total_tokens", "total tokens"), ("cost_usd", "cost ($)"))
 CALL_STATUSES = ("same", "results_differ", "arguments_differ", "only_a", "only_b")
 
 
@@ -62,6 +64,7 @@ class RoundRow(NamedTuple):
     input_tokens: int | None
     output_tokens: int | None
     ai_text: str | None
+    cost_usd: Decimal | None
 
 
 class _Side(NamedTuple):
@@ -319,6 +322,8 @@ def _round(index: int, a: _Side | None, b: _Side | None, pairs: list[Pair],
             "latency": _delta("latency (ms)", round_a.latency_ms if round_a else None,
                               round_b.latency_ms if round_b else None),
             "tokens": _delta("tokens", _tokens(round_a), _tokens(round_b)),
+            "cost": _delta("cost ($)", round_a.cost_usd if round_a else None,
+                           round_b.cost_usd if round_b else None),
             "counts": {status: counts[status] for status in CALL_STATUSES if counts[status]},
             "calls_count": len(pairs), "detailed": detailed,
             "calls": [_call_pair(*pair) for pair in pairs] if detailed else []}
@@ -337,9 +342,14 @@ def _tokens(round_: RoundRow | None) -> int | None:
     return (round_.input_tokens or 0) + (round_.output_tokens or 0)
 
 
-def _delta(label: str, a: float | None, b: float | None) -> dict[str, Any]:
-    """Both values and B - A, with the display strings (durations as people read them)."""
+def _delta(label: str, a: Any, b: Any) -> dict[str, Any]:
+    """Both values and B - A, with the display strings (durations as people read them,
+    dollars as "$0.0026" or "no price": a delta with an unpriced side is none)."""
     delta = b - a if a is not None and b is not None else None
+    if "($)" in label:
+        return {"name": label.replace(" ($)", ""), "a": a, "b": b, "delta": delta,
+                "a_text": format_usd(a), "b_text": format_usd(b),
+                "delta_text": "-" if delta is None else format_delta_usd(delta)}
     shown = format_ms if "(ms)" in label else _count
     sign = "+" if delta is not None and delta > 0 else ("-" if delta and delta < 0 else "")
     return {"name": label.replace(" (ms)", ""), "a": a, "b": b,

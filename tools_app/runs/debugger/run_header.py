@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from decimal import Decimal
 from functools import partial
 from typing import Any
 
@@ -25,6 +26,7 @@ from tools_app.models import (
     ToolCall,
     ToolCallState,
 )
+from tools_app.models.prices import format_usd
 from tools_app.runs.debugger import lineage
 from tools_app.runs.debugger.timeline import pretty_json, unexecuted_requests
 from tools_app.runs.snapshot.model import snapshot_of
@@ -75,7 +77,7 @@ SETTING_LABELS = (("parallel", "Parallel calls"), ("max_concurrency", "At most a
                   ("arguments_error", "Arguments errors"), ("execution_error", "Tool errors"),
                   ("hallucinated_tool", "Unknown tools"),
                   ("provider_max_retries", "Provider retries"),
-                  ("run_timeout_seconds", "Run deadline"))
+                  ("run_timeout_seconds", "Run deadline"), ("cost_cap_usd", "Cost cap"))
 # The error modes in the admin's words (its choices' labels, without "(default)"), so
 # the header says "Arguments errors: stop the run" as the policy form does.
 MODE_CHOICES = {"arguments_error": ArgumentsErrorMode, "execution_error": ExecutionErrorMode,
@@ -96,7 +98,23 @@ def header_view(run: Run, owner: str | None = None) -> dict[str, Any]:
     return {"owner": owner, "settings": effective_settings(run), "counts": counts,
             "status_note": lineage.status_note(run.status, counts["errors"]),
             "badges": lineage.badges(run.snapshot),
-            "stopped_by": _stopping_call(run), "divergences": replay_divergences(run)}
+            "stopped_by": _stopping_call(run), "divergences": replay_divergences(run),
+            "price": price_view(run)}
+
+
+def price_view(run: Run) -> dict[str, Any] | None:
+    """The price revision the run's rounds were priced with (frozen at its start), or
+    None: the run has no price (or answered from a recording, which costs nothing)."""
+    snapshot = snapshot_of(run)
+    price = snapshot.price
+    if price is None or snapshot.billed_price() is None:
+        return None
+    return {"revision": price.revision, "model": price.model,
+            "input": format_usd(price.input_per_million),
+            "cached_input": format_usd(price.cached_input_per_million
+                                       if price.cached_input_per_million is not None
+                                       else price.input_per_million),
+            "output": format_usd(price.output_per_million)}
 
 
 RUN_COLUMNS = prepared.concrete_names(Run)
@@ -136,6 +154,8 @@ def _setting_text(name: str, value: Any) -> str:
         return "no limit"
     if name in ("default_tool_timeout", "run_timeout_seconds"):
         return f"{value} s"
+    if name == "cost_cap_usd":
+        return format_usd(Decimal(value))
     if name in MODE_CHOICES and value in MODE_CHOICES[name].values:
         label = str(MODE_CHOICES[name](value).label).removesuffix(" (default)")
         return label[:1].lower() + label[1:]

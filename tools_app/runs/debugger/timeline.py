@@ -267,12 +267,13 @@ def _approval_state(run: Run) -> Any:
 
 # A round's own values, then what only the page shows: its wire bodies and stream.
 RECORD_ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_token_ms",
-                       "input_tokens", "output_tokens", "attempts", "thinking", "ai_text")
+                       "input_tokens", "output_tokens", "cached_input_tokens", "cost_usd",
+                       "price_revision_id", "attempts", "thinking", "ai_text")
 ROUND_FIELDS = (*RECORD_ROUND_FIELDS, "request_json", "response_json", "raw_stream")
 CALL_FIELDS = ("call_id", "tool_name", "state", "duration_ms", "attempts", "arguments",
                "arguments_raw", "error_details", "result_text", "result_json", "is_error",
                "error_type", "error_message", "handled_by", "stopped_run", "traceback",
-               "started_at", "finished_at")
+               "started_at", "finished_at", "cost_usd")
 
 
 def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]], finished: bool,

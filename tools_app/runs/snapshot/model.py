@@ -354,5 +354,13 @@ def listed(stored: Any) -> Listed:
                   [str(t.get("name") or "") for t in tools if isinstance(t, Mapping)])
 
 
+def price_revision(stored: Any) -> int | None:
+    """The price revision a stored snapshot froze (its "price" section), read without
+    loading the model; None: the run has no price."""
+    price = stored.get("price") if isinstance(stored, Mapping) else None
+    revision = price.get("revision") if isinstance(price, Mapping) else None
+    return revision if isinstance(revision, int) else None
+
+
 def dump_messages_json(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return _messages_adapter.dump_python(messages, mode="json")  # type: ignore[no-any-return]

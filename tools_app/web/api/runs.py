@@ -26,6 +26,7 @@ from tools_app.audit.run_filters import EXPORT_FILTERS, RUN_FILTERS, filtered_ru
 from tools_app.engine import ChatMessage, ChatRequestParameters
 from tools_app.engine.conversation import ConversationError, parse_conversation
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
+from tools_app.models.prices import export_usd
 from tools_app.runs import services
 from tools_app.runs.debugger import (
     compare,
@@ -34,7 +35,13 @@ from tools_app.runs.debugger import (
     run_files,
     timeline,
 )
-from tools_app.runs.snapshot.model import RerunSection, Section, listed, snapshot_of
+from tools_app.runs.snapshot.model import (
+    RerunSection,
+    Section,
+    listed,
+    price_revision,
+    snapshot_of,
+)
 from tools_app.runs.store import prepared, selectors
 from tools_app.web.api import event_stream
 from tools_app.web.api.approvals import pause_json
@@ -351,6 +358,8 @@ def _run_summary(run: Run) -> dict[str, Any]:
         "tools": frozen.tools,
         "rounds": run.rounds_count, "tool_calls": run.tool_calls_count,
         "errors": run.errors_count, "total_tokens": run.total_tokens, "wall_ms": run.wall_ms,
+        # Dollars as exact decimal text; null: no price (never "0").
+        "cost_usd": export_usd(run.cost_usd), "price_revision": price_revision(run.snapshot),
         "created_at": run.created_at.isoformat(),
         # Queued -> started is the wait for a worker; started -> finished is wall_ms.
         # An imported run was created by its import and ran when the original did.
@@ -364,11 +373,15 @@ def _round_json(view: dict[str, Any], run_id: str) -> dict[str, Any]:
     return {
         "index": view["index"], "status": view["status"], "text": view["ai_text"],
         "finish_reason": view["finish_reason"], "latency_ms": view["latency_ms"],
+        "input_tokens": view["input_tokens"], "output_tokens": view["output_tokens"],
+        "cached_input_tokens": view["cached_input_tokens"],
+        "cost_usd": export_usd(view["cost_usd"]), "price_revision": view["price_revision_id"],
         "tool_calls": [{
             "id": c["call_id"], "name": c["tool_name"], "arguments": c["arguments_raw"],
             "state": c["state"], "result": c["result_text"], "is_error": c["is_error"],
             "error_type": c["error_type"] or None, "error_message": c["error_message"] or None,
             "handled_by": c["handled_by"] or None, "duration_ms": c["duration_ms"],
+            "cost_usd": export_usd(c.get("cost_usd")),
             "awaiting_decision": c["awaiting_decision"], "decision": _decision_json(c),
             "breakpoint_edit": _breakpoint_edit_json(c),
             "row_id": c["pk"], "reexecutions": [reexecution_json(e, run_id)

@@ -25,6 +25,7 @@ from tools_app.audit.call_filters import (
     sort_of,
 )
 from tools_app.audit.call_totals import CallTotals, call_totals, slot_count
+from tools_app.audit.costs import calls_cost
 from tools_app.audit.run_filters import FilterError
 from tools_app.audit.selectors import (
     DiffError,
@@ -221,6 +222,7 @@ def tool_page_context(request: AuthenticatedHttpRequest, name: str) -> dict[str,
         "versions": versions_of(registration) if registration else [],
         "percentiles": list(stats.percentiles.items()),
         "mcp_server": _mcp_server_of(registration),
+        "cost": calls_cost(calls),
     }
 
 

@@ -9,11 +9,14 @@ from functools import lru_cache
 from django import template
 from django.urls import get_script_prefix, get_urlconf, reverse
 
+from tools_app.models.prices import format_delta_usd, format_usd
 from tools_app.runs.debugger.lineage import Badge, badges
 from tools_app.runs.debugger.timeline import format_ms
 
 register = template.Library()
 register.filter("ms", format_ms)
+register.filter("usd", format_usd)  # dollars, or "no price"
+register.filter("usd_delta", format_delta_usd)
 
 
 @register.filter
