@@ -245,6 +245,17 @@ REFUSED: dict[str, tuple[dict[str, Any], int, str, str | None]] = {
                               "Invalid 'max_output_tokens': integer below minimum value. "
                               "Expected a value >= 16, but got 10 instead.",
                               "max_output_tokens"),
+    "strict by default": (body(tools=[{"type": "function", "name": "get_weather",
+                                       "parameters": WEATHER_SCHEMA}]), 400,
+                          "Invalid schema for function 'get_weather': In context=(), "
+                          "'additionalProperties' is required to be supplied and to be false.",
+                          "tools[0].parameters"),
+    "strict without every key required": (
+        body(tools=[{"type": "function", "name": "get_weather", "strict": True, "parameters": {
+            **WEATHER_SCHEMA, "additionalProperties": False, "required": [],
+        }}]), 400, "Invalid schema for function 'get_weather': In context=(), 'required' is "
+        "required to be supplied and to be an array including every key in properties. "
+        "Missing 'city'.", "tools[0].parameters"),
     "unknown item type": (body(input=[USER, {"type": "tool_result", "call_id": "x"}]), 400,
                           "Invalid value: 'tool_result'. Supported values are: 'message', ",
                           "input[1]"),

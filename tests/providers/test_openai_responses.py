@@ -21,6 +21,7 @@ from tools_app.engine import (
     ToolChoice,
     ToolExecutionRequest,
     ToolExecutionResultMessage,
+    ToolSpecification,
     UserMessage,
 )
 from tools_app.engine.events import PartialText, PartialToolCall
@@ -101,6 +102,15 @@ async def test_it_writes_instructions_items_tools_and_parameters() -> None:
         "tool_choice": "required", "parallel_tool_calls": False,
         "temperature": 0.3, "top_p": 0.8, "max_output_tokens": 512,
     }
+
+
+async def test_a_tool_not_marked_strict_is_sent_as_not_strict() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    loose = ToolSpecification(name="lookup", description="Look up.", parameters=schema)
+
+    body = await body_for(ChatRequestParameters(tools=(loose, WEATHER)))
+
+    assert [t["strict"] for t in body["tools"]] == [False, True]
 
 
 @pytest.mark.parametrize(("choice", "wire"), [

@@ -3,7 +3,8 @@
 Request: system messages become `instructions`; the rest of the conversation is `input`
 items: user and assistant messages, `function_call` items (one per tool call, carrying
 its `call_id`) and `function_call_output` items (a result by `call_id`); tools are
-`{"type": "function", "name", "description", "parameters", "strict"}`; tool_choice
+`{"type": "function", "name", "description", "parameters", "strict"}` (strict false
+unless the tool is strict: the API's default is true); tool_choice
 auto/required/none or `{"type": "function", "name"}`; parallel_tool_calls;
 `max_output_tokens`. `store` is false unless the endpoint's `custom` sets it: nothing is
 kept at OpenAI, so the whole conversation is sent every round. The Responses API has no
@@ -279,8 +280,10 @@ def _map_parameters(parameters: ChatRequestParameters) -> JsonObject:
 
 
 def map_tool(spec: ToolSpecification) -> JsonObject:
+    """`strict` is always sent: the Responses API makes a tool strict when it is left out
+    (or null), and refuses a schema that strict mode cannot take."""
     return {"type": "function", "name": spec.name, "description": spec.description,
-            "parameters": spec.parameters, "strict": spec.strict}
+            "parameters": spec.parameters, "strict": bool(spec.strict)}
 
 
 def map_tool_choice(choice: ToolChoice) -> str | JsonObject:

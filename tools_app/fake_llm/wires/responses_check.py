@@ -1,6 +1,7 @@
 """Strict mode for POST /v1/responses: what the real Responses API refuses, with its
 messages (as reported by its users' recorded errors): unknown body fields, fewer than 16
-max_output_tokens, input items of
+max_output_tokens, a strict tool (the default) whose schema strict mode cannot take,
+input items of
 an unknown type or missing a required field, a function_call_output whose call was never
 made, a function_call left without its output, and the reasoning rules that apply when
 items are not stored (`store: false`): a reasoning item is sent back with its
@@ -60,9 +61,32 @@ def check_request(body: dict[str, Any]) -> None:
 
 def _check_tools(tools: Any) -> None:
     for index, tool in enumerate(tools if isinstance(tools, list) else ()):
-        if isinstance(tool, dict) and tool.get("type") == "function" and not tool.get("name"):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            continue
+        if not tool.get("name"):
             raise WireError(f"Missing required parameter: 'tools[{index}].name'.",
                             param=f"tools[{index}].name", code="missing_required_parameter")
+        if tool.get("strict") is not False:  # strict unless said otherwise
+            _check_strict_schema(index, tool)
+
+
+def _check_strict_schema(index: int, tool: dict[str, Any]) -> None:
+    """What strict mode requires of the schema's top level (nested objects alike)."""
+    schema = tool.get("parameters")
+    if not isinstance(schema, dict):
+        return
+    where = f"Invalid schema for function '{tool['name']}': In context=()"
+    param = f"tools[{index}].parameters"
+    if schema.get("additionalProperties") is not False:
+        raise WireError(f"{where}, 'additionalProperties' is required to be supplied and to "
+                        "be false.", param=param, code="invalid_function_parameters")
+    properties = schema.get("properties")
+    missing = [k for k in properties if k not in (schema.get("required") or ())] \
+        if isinstance(properties, dict) else []
+    if missing:
+        raise WireError(f"{where}, 'required' is required to be supplied and to be an array "
+                        f"including every key in properties. Missing '{missing[0]}'.",
+                        param=param, code="invalid_function_parameters")
 
 
 def _check_items(items: list[Any], *, stored: bool) -> None:
