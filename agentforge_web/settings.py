@@ -341,6 +341,11 @@ if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", AGENTFORGE_OTLP_RATE):
     raise ImproperlyConfigured(
         f"AGENTFORGE_OTLP_RATE={AGENTFORGE_OTLP_RATE!r}: give a rate like 1200/m or 50/s")
 
+# The recording proxy (/proxy/<endpoint>/..., tools_app/proxy): a proxied request's body
+# at most this many bytes; a response larger than that is passed on but not recorded.
+AGENTFORGE_PROXY_MAX_BYTES = envint("AGENTFORGE_PROXY_MAX_BYTES", 8 * 1024 * 1024,
+                                    minimum=1024)
+
 # Isolated Python tools (a tool's "isolated" option; tools_app/engine/isolation): calls
 # that run at once in worker processes of their own (more wait for one), each worker's
 # address-space limit in MB (0: none), and the only environment variables a worker gets,

@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 
 from tools_app.web.api import app as api
-from tools_app.web.api import otlp
+from tools_app.web.api import otlp, proxy
 from tools_app.web.pages import (
     audit,
     compare,
@@ -89,6 +89,10 @@ urlpatterns = [
          name="endpoint_probe_report"),
     # OTLP/HTTP traces in (tools_app/ingest), where OTLP exporters send them.
     path("v1/traces", otlp.receive_traces, name="otlp_traces"),
+    # The recording proxy (tools_app/proxy): OpenAI and Anthropic clients' base URLs.
+    path("proxy/<str:endpoint>/v1/chat/completions", proxy.chat_completions,
+         name="proxy_chat_completions"),
+    path("proxy/<str:endpoint>/v1/messages", proxy.messages, name="proxy_messages"),
     # The JSON API (django-ninja): its routes, /api/openapi.json, /api/docs, JSON 404s.
     *api.urlpatterns,
 ]

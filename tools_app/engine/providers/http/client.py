@@ -116,6 +116,11 @@ class ProviderHttpClient:
     def url(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
 
+    def request_headers(self, *, stream: bool) -> httpx.Headers:
+        """A copy of the headers every request carries (credentials included): the
+        recording proxy forwards a client's body with them."""
+        return (self._stream_headers if stream else self._json_headers).copy()
+
     def _parsed_url(self, url: str) -> httpx.URL:
         parsed = self._urls.get(url)
         if parsed is None:

@@ -1,0 +1,84 @@
+"""The recording proxy end to end: the product's own ASGI handler served by uvicorn in
+this process (so the test reads the runs it made; an async view and a streamed answer
+need an ASGI server), the fake provider behind registered endpoints, and bob's token."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import uvicorn
+from django.contrib.auth.models import AbstractUser
+
+from agentforge_web.handler import OneHopASGIHandler
+from tools_app.fake_llm import BackgroundServer, FakeLLMApp
+from tools_app.models import ModelEndpoint
+from tools_app.proxy.recording import RECORDER
+from tools_app.web.api.tokens import create_token
+
+START_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Proxy:
+    url: str  # the product's root
+    token: str
+    user: AbstractUser
+    fake: BackgroundServer
+
+    def openai_base(self, endpoint: str = "fake-openai") -> str:
+        return f"{self.url}/proxy/{endpoint}/v1"
+
+    def anthropic_base(self, endpoint: str = "fake-anthropic") -> str:
+        return f"{self.url}/proxy/{endpoint}"
+
+    @staticmethod
+    def recorded() -> None:
+        """Wait until every exchange so far is recorded."""
+        RECORDER.drain()
+
+
+@pytest.fixture
+def fake_server() -> Iterator[BackgroundServer]:
+    with BackgroundServer(FakeLLMApp()) as server:
+        yield server
+
+
+@pytest.fixture
+def product_server(transactional_db: None) -> Iterator[str]:
+    config = uvicorn.Config(OneHopASGIHandler(), host="127.0.0.1", port=0,
+                            log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="product-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT
+    while not server.started:
+        assert thread.is_alive(), "the server stopped as it started"
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    RECORDER.drain()
+    server.should_exit = True
+    thread.join(START_TIMEOUT)
+
+
+@pytest.fixture
+def proxy(product_server: str, fake_server: BackgroundServer, bob: AbstractUser,
+          monkeypatch: pytest.MonkeyPatch) -> Proxy:
+    monkeypatch.setenv("FAKE_PROVIDER_API_KEY", "sk-endpoint-secret-0123456789")
+    urls = fake_server.base_urls()
+    for name, kind in (("fake-openai", "openai"), ("fake-anthropic", "anthropic")):
+        ModelEndpoint.objects.create(name=name, kind=kind, base_url=urls[kind],
+                                     model="fake-model", api_key_env="FAKE_PROVIDER_API_KEY")
+    _, token = create_token(bob, "proxy client")
+    return Proxy(url=product_server, token=token, user=bob, fake=fake_server)
+
+
+def fake_requests(server: BackgroundServer) -> list[dict[str, Any]]:
+    """What the fake provider received (its request log)."""
+    return list(server.app.requests)

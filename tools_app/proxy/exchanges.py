@@ -1,0 +1,97 @@
+"""One proxied exchange as it happened (`Exchange`), and its response assembled for the
+record (`outcome`): a JSON body parsed by the provider's adapter, a streamed body folded
+by the adapter's own stream parser (`read_stream`, the one runs use) from the bytes the
+client was sent, a provider's error read from its body.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from django.contrib.auth.models import User
+
+from tools_app.engine import ChatResponse
+from tools_app.engine.errors import ProviderError
+from tools_app.engine.providers.http.client import EventStream
+from tools_app.engine.providers.http.wire_errors import ErrorDetails
+from tools_app.proxy.dialects import Dialect
+from tools_app.proxy.upstream import Target
+
+
+@dataclass
+class Exchange:
+    user: User
+    target: Target
+    dialect: Dialect
+    request_body: bytes
+    run_header: str
+    started_ns: int
+    finished_ns: int = 0
+    status: int = 0
+    content_type: str = ""
+    response_body: bytes = b""
+    response_cut: bool = False
+    """The response was larger than the record keeps: its content is not recorded."""
+    failure: str = ""
+    """Why no response came (the provider unreachable, the client gone mid-stream)."""
+    client_secret: str = ""
+    """The client's token: redacted from the record like the endpoint's key."""
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(s for s in (*self.target.secrets, self.client_secret) if s)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    response: ChatResponse | None = None
+    error_type: str = ""
+    error_message: str = ""
+
+
+async def outcome(exchange: Exchange) -> Outcome:
+    """What the provider answered, as the record holds it."""
+    if exchange.failure:
+        return Outcome(error_type="proxy_error", error_message=exchange.failure)
+    if exchange.status >= 400:
+        return _provider_error(exchange)
+    if exchange.response_cut:
+        return Outcome()
+    adapter = exchange.target.adapter
+    try:
+        if "text/event-stream" in exchange.content_type:
+            body = await adapter.read_stream(_replayed_stream(exchange))
+        else:
+            body = json.loads(exchange.response_body)
+            if not isinstance(body, dict):
+                raise adapter.invalid("the body is not a JSON object", body)
+        return Outcome(response=adapter.parse_response(body, None))
+    except ProviderError as error:
+        return Outcome(error_type=error.error_type or "invalid_response",
+                       error_message=str(error))
+    except ValueError as error:
+        return Outcome(error_type="invalid_response",
+                       error_message=f"the response is not JSON: {error}")
+
+
+def _provider_error(exchange: Exchange) -> Outcome:
+    try:
+        body: Any = json.loads(exchange.response_body)
+    except ValueError:
+        body = None
+    details = ErrorDetails.from_body(body)
+    text = exchange.response_body.decode("utf-8", "replace")
+    return Outcome(error_type=details.error_type or f"http_{exchange.status}",
+                   error_message=f"HTTP {exchange.status}: "
+                                 f"{details.describe() if details.message else text}")
+
+
+def _replayed_stream(exchange: Exchange) -> EventStream:
+    """The bytes the client was sent, as the event stream the adapter reads."""
+    http = exchange.target.adapter.http
+    response = httpx.Response(exchange.status, content=exchange.response_body,
+                              headers={"content-type": exchange.content_type})
+    return EventStream(http.provider, response, http.redactor, http.timeouts, attempt=1)

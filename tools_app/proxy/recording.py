@@ -1,0 +1,233 @@
+"""Exchanges recorded as runs, off the request's path.
+
+Each exchange becomes spans in the OpenTelemetry GenAI conventions: a `chat` span (the
+round: the request's messages, system text and tools, the answer, tokens, finish
+reason; failed with the provider's error) and, for each tool result the request carries
+back to a call an earlier round proposed, an `execute_tool` span (the call's result,
+failed when the client marked it so, timed from the answer that proposed it to this
+request). `tools_app.ingest.receive` builds the run from them as it does from received
+traces (one run builder), live viewers included. Values are redacted of the endpoint's
+secrets and the client's token before anything is stored.
+
+One recorder thread per process takes exchanges in the order they ended, so a
+conversation's next request finds the previous one recorded; `drain()` waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import queue
+import threading
+from typing import Any
+
+from django.db import close_old_connections
+
+from tools_app.engine import ChatResponse, FinishReason
+from tools_app.ingest import receive
+from tools_app.ingest.messages import Message, ProposedCall
+from tools_app.ingest.spans import STATUS_ERROR, Refusal, SpanRecord
+from tools_app.models import IngestedSpan
+from tools_app.proxy import conversations
+from tools_app.proxy.dialects import ProxiedRequest
+from tools_app.proxy.exchanges import Exchange, Outcome, outcome
+from tools_app.runs.store.sanitize import redact
+
+logger = logging.getLogger(__name__)
+
+SCOPE = "agentforge.proxy"
+SDK = "AgentForge recording proxy"
+RAW_FINISH = {FinishReason.STOP: "stop", FinishReason.TOOL_EXECUTION: "tool_calls",
+              FinishReason.LENGTH: "length", FinishReason.CONTENT_FILTER: "content_filter"}
+
+
+def record_now(exchange: Exchange, loop: asyncio.AbstractEventLoop) -> None:
+    """Record one exchange (on the recorder's thread, or a test's)."""
+    try:
+        request = exchange.dialect.read(json.loads(exchange.request_body))
+    except ValueError:
+        return  # the view refused it before it was sent
+    result = loop.run_until_complete(outcome(exchange))
+    user = exchange.user
+    trace, prefix = conversations.trace_for(user.pk, exchange.run_header, request.messages)
+    round_span = _round_span(exchange, request, result, trace)
+    spans = [round_span, *_tool_spans(exchange, request, trace)]
+    received = receive.receive(spans, user, Refusal())
+    conversations.continued(user.pk, prefix)
+    if received.runs and result.response is not None:
+        conversations.remember(user.pk, received.runs[0], request.messages,
+                               _answer(result.response))
+
+
+# -- spans ----------------------------------------------------------------------------------
+
+
+def _round_span(exchange: Exchange, request: ProxiedRequest, result: Outcome,
+                trace: str) -> SpanRecord:
+    response = result.response
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": exchange.target.kind,
+        "gen_ai.request.model": request.model,
+        "gen_ai.input.messages": json.dumps([_parts(m) for m in request.messages]),
+    }
+    if request.system is not None:
+        attributes["gen_ai.system_instructions"] = json.dumps(
+            [{"type": "text", "content": request.system}])
+    if request.tools:
+        attributes["gen_ai.tool.definitions"] = json.dumps(request.tools)
+    if response is not None:
+        attributes |= _response_attributes(response)
+    if result.error_type:
+        attributes["error.type"] = result.error_type
+    return _span(exchange, trace, _span_id(trace, f"round:{exchange.started_ns}"), "",
+                 f"chat {request.model}".strip(), exchange.started_ns, exchange.finished_ns,
+                 attributes, result.error_message)
+
+
+def _response_attributes(response: ChatResponse) -> dict[str, Any]:
+    answer = _answer(response)
+    finish = RAW_FINISH.get(response.finish_reason) if response.finish_reason else None
+    out: dict[str, Any] = {"gen_ai.output.messages": json.dumps(
+        [_parts(answer) | ({"finish_reason": finish} if finish else {})])}
+    if response.model_name:
+        out["gen_ai.response.model"] = response.model_name
+    if response.response_id:
+        out["gen_ai.response.id"] = response.response_id
+    if finish:
+        out["gen_ai.response.finish_reasons"] = [finish]
+    usage = response.usage
+    if usage is not None and usage.input_tokens is not None:
+        out["gen_ai.usage.input_tokens"] = usage.input_tokens
+    if usage is not None and usage.output_tokens is not None:
+        out["gen_ai.usage.output_tokens"] = usage.output_tokens
+    return out
+
+
+def _tool_spans(exchange: Exchange, request: ProxiedRequest, trace: str) -> list[SpanRecord]:
+    """A span per tool result the request carries for a call an earlier round of this
+    run proposed (sent again in later requests, it is the same span: stored once)."""
+    results = [m for m in request.messages if m.role == "tool" and m.tool_call_id]
+    proposals = _proposals(trace) if results else {}
+    names = {c.call_id: c for m in request.messages for c in m.calls}
+    spans = []
+    for message in results:
+        call_id = message.tool_call_id or ""
+        if call_id not in proposals:
+            continue
+        round_id, answered_ns = proposals[call_id]
+        call = names.get(call_id) or ProposedCall(call_id, "")
+        failed = call_id in request.failed_results
+        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name,
+                      "gen_ai.tool.call.id": call_id,
+                      "gen_ai.tool.call.result": message.text or ""}
+        if call.arguments is not None:
+            attributes["gen_ai.tool.call.arguments"] = call.arguments
+        if failed:
+            attributes["error.type"] = "tool_error"
+        spans.append(_span(exchange, trace, _span_id(trace, f"tool:{call_id}"), round_id,
+                           f"execute_tool {call.name}".strip(), answered_ns,
+                           exchange.started_ns, attributes,
+                           (message.text or "the client marked the result as an error")
+                           if failed else ""))
+    return spans
+
+
+def _proposals(trace: str) -> dict[str, tuple[str, int]]:
+    """Call id -> (the span id of the round that proposed it, when that round ended),
+    for the calls the stored rounds of this trace proposed."""
+    out: dict[str, tuple[str, int]] = {}
+    for span_id, data in IngestedSpan.objects.filter(trace_id=trace).values_list(
+            "span_id", "data"):
+        attributes = data.get("attributes") or {} if isinstance(data, dict) else {}
+        if attributes.get("gen_ai.operation.name") != "chat":
+            continue
+        try:
+            answers = json.loads(attributes.get("gen_ai.output.messages") or "[]")
+        except ValueError:
+            continue
+        for part in (p for a in answers if isinstance(a, dict) for p in a.get("parts") or []):
+            if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("id"):
+                out[str(part["id"])] = (span_id, int(data.get("end_ns") or 0))
+    return out
+
+
+def _span(exchange: Exchange, trace: str, span_id: str, parent: str, name: str,
+          start_ns: int, end_ns: int, attributes: dict[str, Any], error: str) -> SpanRecord:
+    return SpanRecord(
+        trace_id=trace, span_id=span_id, parent_id=parent, name=name,
+        start_ns=start_ns, end_ns=max(end_ns, start_ns),
+        status_code=STATUS_ERROR if error else 0,
+        status_message=redact(error, exchange.secrets),
+        attributes=redact(attributes, exchange.secrets),
+        resource={"service.name": f"proxy: {exchange.target.endpoint_name}",
+                  "telemetry.sdk.name": SDK},
+        scope=SCOPE)
+
+
+def _span_id(trace: str, what: str) -> str:
+    return hashlib.sha256(f"{trace}\x00{what}".encode()).hexdigest()[:16]
+
+
+def _answer(response: ChatResponse) -> Message:
+    message = response.ai_message
+    return Message(role="assistant", text=message.text, thinking=message.thinking,
+                   calls=[ProposedCall(r.id or "", r.name, r.arguments)
+                          for r in message.tool_execution_requests])
+
+
+def _parts(message: Message) -> dict[str, Any]:
+    """A message in the GenAI conventions' parts form."""
+    parts: list[dict[str, Any]] = []
+    if message.thinking:
+        parts.append({"type": "reasoning", "content": message.thinking})
+    if message.role == "tool":
+        parts.append({"type": "tool_call_response", "id": message.tool_call_id,
+                      "response": message.text or ""})
+    elif message.text:
+        parts.append({"type": "text", "content": message.text})
+    parts += [{"type": "tool_call", "id": c.call_id, "name": c.name,
+               "arguments": c.arguments} for c in message.calls]
+    return {"role": message.role, "parts": parts}
+
+
+# -- the recorder thread ----------------------------------------------------------------
+
+
+class Recorder:
+    """Records exchanges in the order they are handed over, on one thread of its own."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Exchange] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, exchange: Exchange) -> None:
+        self._queue.put(exchange)
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="proxy-recorder",
+                                                    daemon=True)
+                    self._thread.start()
+
+    def drain(self) -> None:
+        """Wait until every exchange handed over so far is recorded."""
+        self._queue.join()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        while True:
+            exchange = self._queue.get()
+            try:
+                close_old_connections()
+                record_now(exchange, loop)
+            except Exception:
+                logger.exception("recording a proxied exchange failed (endpoint %s)",
+                                 exchange.target.endpoint_name)
+            finally:
+                self._queue.task_done()
+
+
+RECORDER = Recorder()
