@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -50,6 +51,10 @@ class PlaygroundForm(forms.Form):
                                   help_text="Run one round's calls concurrently.")
     max_round_trips = forms.IntegerField(min_value=1, max_value=1000, required=False,
                                          help_text="Empty: the policy's value.")
+    cost_cap_usd = forms.DecimalField(
+        min_value=Decimal("0.0001"), max_digits=12, decimal_places=4, required=False,
+        help_text="Dollars: the run stops before a model call that would pass it (it needs "
+        "a price for the model). Empty: the policy's cap.")
     # Breakpoints (runs.debugger.breakpoints): where the run pauses for a person.
     break_before_round = forms.IntegerField(min_value=1, max_value=10_000, required=False)
     break_before_tool = forms.CharField(required=False, max_length=200)
@@ -152,4 +157,5 @@ class PlaygroundForm(forms.Form):
             "input_mode": data["input_mode"], "conversation_json": data["conversation_json"],
             "tool_choice": data["tool_choice"], "tool_choice_name": data["tool_choice_name"],
             "parallel": data["parallel"], "max_round_trips": data["max_round_trips"],
+            "cost_cap_usd": None if data["cost_cap_usd"] is None else str(data["cost_cap_usd"]),
         }  # not the breakpoints: a forgotten one would pause the next run by surprise

@@ -122,7 +122,9 @@ def _start_from_form(request: AuthenticatedHttpRequest, form: PlaygroundForm) ->
             messages=_messages_of(data),
             parameters=ChatRequestParameters(tool_choice=choice if data["tools"] else None),
             policy_overrides={"parallel": data["parallel"],
-                              "max_round_trips": data["max_round_trips"]},
+                              "max_round_trips": data["max_round_trips"],
+                              "cost_cap_usd": (None if data["cost_cap_usd"] is None
+                                               else str(data["cost_cap_usd"]))},
             breakpoints=form.breakpoints(),
         )
     except services.RunRequestError as exc:
