@@ -19,6 +19,8 @@ from tools_app.runs.snapshot.engine import engine_for_snapshot
 from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.tools.registry import compute_version_hash, sync_tools
 
+pytestmark = pytest.mark.both
+
 # Only the spinning tool needs its timeout; the others are stopped by their own doing
 # (the timeout bounds them should that break).
 RUNAWAYS = {
