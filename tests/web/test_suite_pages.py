@@ -68,7 +68,7 @@ def test_a_run_saved_as_a_test_case_gets_its_conversation_and_calls_as_expectati
         {"kind": "no_error", "error_type": ""}]
     edit = bob_client.get(response["Location"]).content.decode()
     assert "The model makes exactly these calls, in this order: get_weather." in edit
-    assert "In a call of get_weather, the arguments is equal to {&quot;city&quot;: " in edit
+    assert "In a call of get_weather, the arguments are equal to {&quot;city&quot;: " in edit
     # A second save goes into the same suite, chosen by name.
     bob_client.post(f"/runs/{run.pk}/save-case/", {"suite": "weather", "case": "again"})
     assert Suite.objects.get().cases.count() == 2

@@ -292,9 +292,9 @@ class ArgumentsMatch(_Assertion):
         return pointer
 
     def sentence(self) -> str:
-        where = f"{self.pointer}" if self.pointer else "the arguments"
+        where = f"{self.pointer} is" if self.pointer else "the arguments are"
         which = "every call" if self.calls == "all" else "a call"
-        return f"In {which} of {self.tool}, {where} is {self.check.words()}."
+        return f"In {which} of {self.tool}, {where} {self.check.words()}."
 
     def problem(self, record: RunRecord) -> str | None:
         calls = [c for c in record.calls if c.name == self.tool]
