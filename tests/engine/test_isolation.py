@@ -18,6 +18,7 @@ from tools_app.engine import (
     ToolArgumentsError,
     ToolExecutionError,
     ToolExecutionRequest,
+    ToolService,
     ToolSpecification,
     ToolTimeoutError,
 )
@@ -33,6 +34,7 @@ from tools_app.engine.loop.invocation import invoke_tool, traceback_of
 
 from . import isolated_tools
 from .process_support import child_pids
+from .support import call, calls, final, scripted, user
 
 SETTINGS = IsolationSettings(workers=2, memory_mb=256)
 ONE_WORKER = IsolationSettings(workers=1, memory_mb=256)
@@ -193,3 +195,19 @@ async def test_a_shut_down_pool_leaves_no_process_or_thread_behind() -> None:
         await spinning
     assert child_pids() == processes_before
     assert set(threading.enumerate()) == threads_before
+
+
+async def test_the_service_runs_a_tool_declared_isolated_in_its_pool() -> None:
+    service = ToolService(isolation=ONE_WORKER).tools(isolated_tools)
+    assert isinstance(service.registered_tools["sandboxed_sum"].executor,
+                      IsolatedFunctionExecutor)
+    assert type(service.registered_tools["add"].executor) is FunctionToolExecutor
+    model = scripted(calls(call("sandboxed_sum", {"numbers": [1, 2, 3]}),
+                           call("process_id")), final("done"))
+
+    result = await service.chat(model, [user()])
+
+    [summed, pid] = [execution.result_text for execution in result.tool_executions]
+    assert summed == "6"
+    assert pid == str(os.getpid())  # process_id is not declared isolated
+    assert len(isolated_pool(ONE_WORKER).worker_pids()) == 1

@@ -22,6 +22,7 @@ from ..errors import (
 )
 from ..events import Observer
 from ..execution import CallableToolExecutor, FunctionToolExecutor, ToolExecutor
+from ..isolation import IsolatedFunctionExecutor, IsolationSettings
 from ..messages import ChatMessage, ChatRequestParameters
 from ..pricing import CostCap, TokenPrice
 from ..providers.base import ChatModel
@@ -62,12 +63,15 @@ class ToolService:
         loop_health: LoopHealth | None = None,
         price: TokenPrice | None = None,
         cost_cap_usd: Decimal | None = None,
+        isolation: IsolationSettings | None = None,
     ) -> None:
         if max_tool_calling_round_trips < 1:
             raise ValueError("max_tool_calling_round_trips must be at least 1")
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
         self._tools: dict[str, RegisteredTool] = {}
+        # The worker pool of the @tool(isolated=True) functions registered here.
+        self.isolation = isolation or IsolationSettings()
         self.max_tool_calling_round_trips = max_tool_calling_round_trips
         self.parallel = parallel
         self.max_concurrency = max_concurrency
@@ -142,7 +146,8 @@ class ToolService:
             func = _resolve_function(target, executor_or_method)
             options = tool_options(func) or ToolOptions()
             spec = tool_specification_from(func)
-            executor = FunctionToolExecutor(func)
+            executor = (IsolatedFunctionExecutor(func, settings=self.isolation)
+                        if options.isolated else FunctionToolExecutor(func))
         self.register(
             RegisteredTool(
                 specification=spec,
