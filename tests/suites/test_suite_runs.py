@@ -9,11 +9,22 @@ import httpx
 import pytest
 
 from tests.prices_support import set_price
+from tests.runs.support import execute, start
 from tools_app.fake_llm import BackgroundServer
-from tools_app.models import ModelEndpoint, Run, SuiteCellRun, SuiteRunStatus
+from tools_app.models import (
+    ErrorPolicy,
+    ModelEndpoint,
+    Run,
+    Suite,
+    SuiteCellRun,
+    SuiteRunStatus,
+    ToolCall,
+    ToolRegistration,
+)
 from tools_app.suites import runner
 from tools_app.suites.files import SuiteFile, save_suite_file
 from tools_app.suites.matrix import compare_suite_runs, suite_matrix
+from tools_app.suites.services import case_save_from_run
 
 from .support import (
     SUM_CALL,
@@ -158,3 +169,37 @@ def test_a_case_can_bound_what_a_run_costs(suite_world: dict[str, ModelEndpoint]
     assert reason.startswith("expected a cost of at most $0.000001, the run cost $")
     run_cost = dear.first().run.cost_usd  # type: ignore[union-attr]
     assert reason.endswith(f"${run_cost}")
+
+
+def test_recorded_tools_answer_from_the_run_the_case_was_saved_from(
+        suite_world: dict[str, ModelEndpoint]) -> None:
+    source = start(suite_world["good"], [ToolRegistration.objects.get(name="get_weather")],
+                   ErrorPolicy.objects.get(), "Weather in Paris?")
+    assert execute(source) == "succeeded"
+    ToolCall.objects.filter(run=source).update(result_text="recorded: sunny")
+    suite = Suite.objects.create(name="recorded")
+    case = case_save_from_run(run=source, suite=suite, name="paris")
+    case.assertions = [*case.assertions,
+                       {"kind": "final_text_contains", "text": "Done: recorded: sunny"}]
+    case.save()
+
+    recorded = run_to_the_end(suite, ["good"], tools="recorded")
+    live = run_to_the_end(suite, ["good"], tools="live")
+
+    assert suite_matrix(recorded).cells[("paris", "good")].passed == REPEAT
+    assert suite_matrix(live).cells[("paris", "good")].passed == 0  # the tool really ran
+    first = SuiteCellRun.objects.filter(cell__suite_run=live).first()
+    assert first is not None
+    [failure] = first.failures
+    assert failure["sentence"] == 'The final answer contains "Done: recorded: sunny".'
+
+
+def test_a_tool_that_needs_approval_must_not_run_live(
+        suite_world: dict[str, ModelEndpoint]) -> None:
+    ToolRegistration.objects.filter(name="get_weather").update(requires_approval=True)
+
+    with pytest.raises(runner.SuiteConfigError, match="get_weather need a person's approval"):
+        runner.suite_run_start(suite=weather_suite(), config={"endpoints": ["good"]})
+    mocked = runner.suite_run_start(suite=weather_suite("mocked"),
+                                    config={"endpoints": ["good"], "tools": "mock"})
+    assert mocked.cells.count() == len(QUESTIONS)

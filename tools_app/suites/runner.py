@@ -156,6 +156,11 @@ def _check_case(case: SuiteCase, config: SuiteRunConfig) -> None:
                                field="assertions") from exc
     tools = _case_tools(case)
     modes = tool_modes_for(case, tools, config.tools)
+    waiting = [t.name for t in tools if t.requires_approval and modes[t.name] == "live"]
+    if waiting:
+        raise SuiteConfigError(f"{where}: {', '.join(waiting)} need a person's approval, "
+                               "which a suite run cannot wait for: mock or record them",
+                               field="tools")
     if "recorded" in modes.values() and case.source_run_id is None:
         raise SuiteConfigError(f"{where}: recorded tools need the run the case was saved "
                                "from, and it has none (use live or mock)", field="tools")
