@@ -131,6 +131,27 @@ async def test_staff_add_the_time_server_and_sync_it(server: Server, open_page: 
     assert dialogs == []
 
 
+async def test_a_servers_resources_and_prompts_are_shown_as_text(server: Server,
+                                                                open_page: Any) -> None:
+    """The tests' misbehaving server (synced by the world's mcp step) offers a resource
+    whose title carries markup and a prompt with an argument."""
+    server.world("mcp")
+    page = await open_page(user="bob")
+    dialogs = no_dialogs(page)
+    await page.goto("/registry/")
+    await page.click("#mcp-servers tr[data-server=bad] a")
+    resource = page.locator("#server-resources tbody tr").first
+    cells = await resource.locator("td").all_inner_texts()
+    assert cells == ["notes://readme", "Read <b>me</b>", "The server's notes.", "text/plain"]
+    assert await page.locator("#server-resources b").count() == 0
+    prompt = page.locator("#server-prompts tbody tr").first
+    assert await prompt.locator("td").nth(2).inner_text() == "who (required)"
+    assert await page.locator("#server-tools tr[data-tool=bad_echo]").count() == 1
+    assert await page.locator("#sync-form").count() == 0  # bob may look, not sync
+    await shot(page, server, "registry-mcp-resources.png")
+    assert dialogs == []
+
+
 async def test_staff_import_a_tools_json_file(server: Server, open_page: Any,
                                               tmp_path: Path) -> None:
     page = await open_page(user="alice")
