@@ -141,8 +141,8 @@ class WorkerProcess:
         os.read(self._wake_read, 1)
 
     def stop(self) -> None:
-        """End the worker: an idle one exits when its request pipe closes; a busy one
-        gets SIGTERM, then SIGKILL after the grace."""
+        """End the worker: its request pipe closed (which alone ends an idle one), then
+        SIGTERM, and SIGKILL if it is still there after the grace."""
         with self._lock:
             if self.stopped:
                 return
