@@ -73,6 +73,7 @@ EXPECTED = [
 ]
 
 
+@pytest.mark.both
 def test_protobuf_and_json_gzip_bodies_make_the_same_run(
         client: Client, token: str, bob: AbstractUser, charlie: AbstractUser) -> None:
     by_protobuf = post(client, token, protobuf(spans_of(weather_agent)))
@@ -86,6 +87,7 @@ def test_protobuf_and_json_gzip_bodies_make_the_same_run(
     assert (run_of(bob).title, run_of(bob).status) == ("weather", "succeeded")
 
 
+@pytest.mark.both
 def test_a_span_sent_twice_is_stored_once(client: Client, token: str,
                                           bob: AbstractUser) -> None:
     body = protobuf(spans_of(weather_agent))
@@ -98,6 +100,7 @@ def test_a_span_sent_twice_is_stored_once(client: Client, token: str,
     assert rows(run_of(bob)) == EXPECTED
 
 
+@pytest.mark.both
 def test_spans_in_reverse_order_and_one_by_one_fill_their_places(
         client: Client, token: str, bob: AbstractUser) -> None:
     chat1, tool, chat2, agent = spans_of(weather_agent)
@@ -197,6 +200,7 @@ def test_past_the_rate_the_answer_is_429_with_retry_after(client: Client, token:
     assert refused["Content-Type"] == JSON
 
 
+@pytest.mark.both
 def test_a_conversation_id_joins_traces_into_one_run(client: Client, token: str,
                                                      bob: AbstractUser) -> None:
     def turn(tracer: Tracer, words: str) -> None:

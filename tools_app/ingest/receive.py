@@ -13,6 +13,7 @@ the trace's root span arrives; spans arriving later still fill in its rounds.
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,14 +21,16 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from tools_app.ingest import assemble, rows
 from tools_app.ingest import conventions as conv
 from tools_app.ingest import snapshot as snapshots
 from tools_app.ingest.spans import Refusal, SpanRecord
-from tools_app.models import IngestedRunKey, IngestedSpan, Run, RunStatus, ToolCall
-from tools_app.runs.store.eventlog import append_events, notify_after_commit
-from tools_app.runs.store.lifecycle import create_queued, move_locked
+from tools_app.models import IngestedRunKey, IngestedSpan, Run, RunStatus
+from tools_app.runs.store import rowsql
+from tools_app.runs.store.eventlog import append_events, notify_after_commit, run_key
+from tools_app.runs.store.lifecycle import create_received, move_locked
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
 
 RECEIVED_EVENT = "spans_received"
@@ -74,15 +77,20 @@ def _receive(records: list[SpanRecord], user: User, refusal: Refusal) -> Receive
                 refusal.add("a span with this trace and span id was sent by another user")
             else:
                 duplicates += 1
-        runs = _runs_for(fresh, user)
-        IngestedSpan.objects.bulk_create(
-            [IngestedSpan(run_id=runs[r.trace_id], trace_id=r.trace_id, span_id=r.span_id,
-                          start_ns=r.start_ns, data=clean_json(r.stored())) for r in fresh],
-            ignore_conflicts=True)
-        touched = sorted({str(runs[r.trace_id]) for r in fresh})
-        for run_id in touched:
-            _rebuild(run_id, user)
-    return Received(stored=len(fresh), duplicates=duplicates, runs=touched)
+        runs, made = _runs_for(fresh, user)
+        by_run: dict[str, list[SpanRecord]] = defaultdict(list)
+        for record in fresh:
+            by_run[runs[record.trace_id]].append(record)
+        _store(fresh, runs)
+        work = _Work(user)
+        for run_id, spans in sorted(by_run.items()):
+            if run_id in made:
+                work.create(run_id, spans)  # it has no spans but these
+            else:
+                work.rebuild(run_id)
+        work.new_rows.flush()
+        work.end_runs()
+    return Received(stored=len(fresh), duplicates=duplicates, runs=sorted(by_run))
 
 
 def _known(records: list[SpanRecord]) -> dict[tuple[str, str], Any]:
@@ -93,78 +101,116 @@ def _known(records: list[SpanRecord]) -> dict[tuple[str, str], Any]:
     return {(trace, span): owner for trace, span, owner in found}
 
 
-def _runs_for(records: list[SpanRecord], user: User) -> dict[str, Any]:
-    """Trace id -> the id of its run: the one its trace or conversation already has,
-    else a new one."""
+def _store(records: list[SpanRecord], runs: dict[str, str]) -> None:
+    rowsql.insert(IngestedSpan, [
+        {"run": runs[r.trace_id], "trace_id": r.trace_id, "span_id": r.span_id,
+         "start_ns": r.start_ns, "data": clean_json(r.stored()),
+         "received_at": timezone.now()} for r in records],
+        conflict=("trace_id", "span_id"))
+
+
+def _runs_for(records: list[SpanRecord], user: User) -> tuple[dict[str, str], set[str]]:
+    """Trace id -> the id of its run (the one its trace or conversation already has,
+    else a new id, for a run made in this request), and the new ids."""
     by_trace: dict[str, list[SpanRecord]] = defaultdict(list)
     for record in records:
         by_trace[record.trace_id].append(record)
     keys = {f"trace:{t}" for t in by_trace} | {f"conversation:{c}" for c in
                                                 (_conversation(s) for s in by_trace.values())
                                                 if c}
-    known = dict(IngestedRunKey.objects.filter(owner=user, key__in=keys)
-                 .values_list("key", "run_id"))
-    runs: dict[str, Any] = {}
+    known = {key: run_key(run_id) for key, run_id in IngestedRunKey.objects.filter(
+        owner=user, key__in=keys).values_list("key", "run_id")}
+    runs: dict[str, str] = {}
+    made: set[str] = set()
+    new_keys: list[dict[str, Any]] = []
     for trace, spans in by_trace.items():
         conversation = _conversation(spans)
         trace_key, conversation_key = f"trace:{trace}", f"conversation:{conversation}"
         run_id = known.get(trace_key) or (known.get(conversation_key) if conversation else None)
         if run_id is None:
-            run_id = _new_run(user).pk
+            run_id = uuid.uuid4().hex
+            made.add(run_id)
         for key in (trace_key, conversation_key) if conversation else (trace_key,):
             if key not in known:
-                IngestedRunKey.objects.create(owner=user, key=fit_column(
-                    IngestedRunKey, "key", key), run_id=run_id)
+                new_keys.append({"owner": user.pk, "run": run_id,
+                                 "key": fit_column(IngestedRunKey, "key", key)})
                 known[key] = run_id
         runs[trace] = run_id
-    return runs
+    rowsql.insert(IngestedRunKey, new_keys)
+    return runs, made
 
 
 def _conversation(spans: Iterable[SpanRecord]) -> str:
     return next((c for c in map(conv.conversation_id, spans) if c), "")
 
 
-def _new_run(user: User) -> Run:
-    """A run being received: running, with no worker (filled in by `_rebuild`)."""
-    username = user.get_username()
-    run = create_queued(created_by=user, title="OpenTelemetry trace", snapshot=snapshots.build(
-        assemble.plan([]), username=username, layout=[]))
-    move_locked(run, RunStatus.RUNNING, {"received": snapshots.VIA}, notify=False)
-    return run
+class _Work:
+    """What a request does to its runs: made or rebuilt, their new rows in one batch,
+    then the ends of those whose root span came."""
+
+    def __init__(self, user: User) -> None:
+        self.user = user
+        self.username = user.get_username()
+        self.registered = snapshots.Registered()
+        self.new_rows = rows.NewRows()
+        self.ending: list[tuple[Run, assemble.RunPlan]] = []
+
+    def create(self, run_id: str, spans: list[SpanRecord]) -> None:
+        plan = assemble.plan(spans)
+        layout, touched = rows.sync(run_id, plan, [], self.new_rows)
+        ended = _has_root(spans)
+        status = (RunStatus.FAILED if plan.failed else RunStatus.SUCCEEDED) if ended \
+            else RunStatus.RUNNING
+        run = create_received(
+            id=uuid.UUID(run_id), status=status, events=_events(touched),
+            created_by=self.user, snapshot=self._snapshot(plan, layout),
+            **_run_fields(plan) | ({"finished_at": plan.finished_at} if ended else {}))
+        notify_after_commit(str(run.pk), run.last_seq)
+
+    def rebuild(self, run_id: str) -> None:
+        run = Run.objects.select_for_update().get(pk=run_id)
+        spans = [SpanRecord.from_stored(trace, span, data) for trace, span, data in
+                 IngestedSpan.objects.filter(run_id=run_id).values_list(
+                     "trace_id", "span_id", "data")]
+        plan = assemble.plan(spans)
+        layout, touched = rows.sync(run_id, plan, snapshots.layout_of(run.snapshot),
+                                    self.new_rows)
+        seq, _ = append_events(run_id, None, _events(touched) or [(RECEIVED_EVENT, {})],
+                               run_changes={"snapshot": self._snapshot(plan, layout),
+                                            **_run_fields(plan)})
+        notify_after_commit(str(run.pk), seq)
+        if run.status == RunStatus.RUNNING and _has_root(spans):
+            self.ending.append((run, plan))
+
+    def end_runs(self) -> None:
+        for run, plan in self.ending:
+            run.refresh_from_db()
+            status = RunStatus.FAILED if plan.failed else RunStatus.SUCCEEDED
+            error = {"error_type": plan.error_type, "message": plan.error_message} \
+                if plan.failed else {}
+            move_locked(run, status, error, finished_at=plan.finished_at)
+
+    def _snapshot(self, plan: assemble.RunPlan, layout: rows.Layout) -> dict[str, Any]:
+        return snapshots.build(plan, username=self.username, layout=layout,
+                               registered=self.registered)
 
 
-def _rebuild(run_id: str, user: User) -> None:
-    run = Run.objects.select_for_update().get(pk=run_id)
-    spans = [SpanRecord.from_stored(trace, span, data) for trace, span, data in
-             IngestedSpan.objects.filter(run_id=run_id).values_list("trace_id", "span_id",
-                                                                     "data")]
-    plan = assemble.plan(spans)
-    layout, touched = rows.sync(run, plan, snapshots.layout_of(run.snapshot))
-    stored = snapshots.build(plan, username=user.get_username(), layout=layout)
-    Run.objects.filter(pk=run.pk).update(snapshot=stored, **_run_fields(run, plan))
-    events = [(RECEIVED_EVENT, {"round_index": index}) for index in sorted(touched)]
-    seq, _ = append_events(str(run.pk), None, events or [(RECEIVED_EVENT, {})])
-    notify_after_commit(str(run.pk), seq)
-    if run.status == RunStatus.RUNNING and _has_root(spans):
-        run.refresh_from_db()
-        status = RunStatus.FAILED if plan.failed else RunStatus.SUCCEEDED
-        error = {"error_type": plan.error_type, "message": plan.error_message} \
-            if plan.failed else {}
-        move_locked(run, status, error, finished_at=plan.finished_at)
+def _events(touched: set[int]) -> list[tuple[str, dict[str, Any]]]:
+    return [(RECEIVED_EVENT, {"round_index": index}) for index in sorted(touched)]
 
 
-def _run_fields(run: Run, plan: assemble.RunPlan) -> dict[str, Any]:
-    calls = ToolCall.objects.filter(run=run)
-    round_rows = [r for r in plan.rounds if r.facts]
-    input_tokens = sum(r.facts.input_tokens or 0 for r in round_rows if r.facts)
-    output_tokens = sum(r.facts.output_tokens or 0 for r in round_rows if r.facts)
+def _run_fields(plan: assemble.RunPlan) -> dict[str, Any]:
+    calls = [c for r in plan.rounds for c in r.calls]
+    facts = [r.facts for r in plan.rounds if r.facts]
+    input_tokens = sum(f.input_tokens or 0 for f in facts)
+    output_tokens = sum(f.output_tokens or 0 for f in facts)
     return {
         "title": fit_column(Run, "title", plan.title),
         "final_text": clean_text(plan.final_text),
         "error_type": fit_column(Run, "error_type", plan.error_type),
         "error_message": clean_text(plan.error_message),
-        "rounds_count": len(plan.rounds), "tool_calls_count": calls.count(),
-        "errors_count": calls.filter(is_error=True).count(),
+        "rounds_count": len(plan.rounds), "tool_calls_count": len(calls),
+        "errors_count": sum(c.is_error for c in calls),
         "input_tokens": input_tokens, "output_tokens": output_tokens,
         "total_tokens": input_tokens + output_tokens,
         "started_at": plan.started_at, "wall_ms": plan.wall_ms,

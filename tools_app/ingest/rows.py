@@ -22,21 +22,76 @@ from tools_app.engine import (
 from tools_app.ingest.assemble import CallPlan, RoundPlan, RunPlan, moment
 from tools_app.ingest.conventions import RoundFacts
 from tools_app.ingest.messages import Message
-from tools_app.models import Round, Run, ToolCall
+from tools_app.models import Round, ToolCall
+from tools_app.runs.store import rowsql
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
 
 OFFSET = 1_000_000  # indexes parked out of the way while rows change places
 Layout = list[list[Any]]
 
 
-def sync(run: Run, plan: RunPlan, old_layout: Layout) -> tuple[Layout, set[int]]:
-    """Write the plan's rounds and calls; returns the new layout and the indexes of the
-    rounds that changed (what live viewers re-render)."""
-    rounds = {_key_at(old_layout, r.index): r
-              for r in Round.objects.filter(run=run) if r.index < len(old_layout)}
+class NewRows:
+    """Rounds and calls to insert, for all the runs of a request: two INSERTs in all
+    (`flush`), the calls pointing at their rounds once these have ids."""
+
+    def __init__(self) -> None:
+        self.rounds: list[dict[str, Any]] = []
+        self.round_keys: list[tuple[str, Any]] = []  # (run id, round key), per round
+        self.calls: list[tuple[str, Any, dict[str, Any]]] = []  # run id, round key, fields
+        self.existing: dict[tuple[str, Any], int] = {}  # rounds already stored
+
+    def flush(self) -> None:
+        ids = rowsql.insert(Round, self.rounds, returning="id")
+        round_ids = self.existing | dict(zip(self.round_keys, ids, strict=True))
+        rowsql.insert(ToolCall, [fields | {"run": run_id, "round": round_ids[run_id, key]}
+                                 for run_id, key, fields in self.calls])
+        self.rounds, self.round_keys, self.calls = [], [], []
+
+
+def sync(run_id: str, plan: RunPlan, old_layout: Layout,
+         new_rows: NewRows) -> tuple[Layout, set[int]]:
+    """Bring the run's rows in line with the plan (the new ones into `new_rows`);
+    returns the new layout and the indexes of the rounds that changed (what live
+    viewers re-render)."""
+    rounds: dict[Any, Round] = {}
     calls: dict[Any, ToolCall] = {}
+    touched: set[int] = set()
+    if old_layout:  # a new run has no rows yet
+        touched = _keep(run_id, plan, old_layout, rounds, calls)
+    for index, round_plan in enumerate(plan.rounds):
+        fields = round_fields(round_plan) | {"index": index}
+        row = rounds.get(round_plan.key)
+        if row is None:
+            new_rows.rounds.append(fields | {"run": run_id})
+            new_rows.round_keys.append((run_id, round_plan.key))
+            touched.add(index)
+        else:
+            new_rows.existing[run_id, round_plan.key] = row.pk
+            if _save_changes(row, fields):
+                touched.add(index)
+        for call_index, call_plan in enumerate(round_plan.calls):
+            fields = call_fields(call_plan) | {"call_index": call_index}
+            call = calls.get(call_plan.key)
+            if call is not None and row is None:
+                call.delete()  # it moves into a round made now: made again there
+                call = None
+            if call is None:
+                new_rows.calls.append((run_id, round_plan.key, fields))
+                touched.add(index)
+            elif _save_changes(call, fields | {"round": row}):
+                touched.add(index)
+    layout = [[r.key, [c.key for c in r.calls]] for r in plan.rounds]
+    return layout, touched
+
+
+def _keep(run_id: str, plan: RunPlan, old_layout: Layout, rounds: dict[Any, Round],
+          calls: dict[Any, ToolCall]) -> set[int]:
+    """The rows the plan keeps, by key, into `rounds` and `calls`; the others removed,
+    the kept ones that change places parked. Returns the rounds that moved."""
+    rounds |= {_key_at(old_layout, r.index): r
+               for r in Round.objects.filter(run_id=run_id) if r.index < len(old_layout)}
     placed: dict[int, tuple[str | None, int]] = {}  # call pk -> (its round's key, index)
-    for call in ToolCall.objects.filter(run=run).select_related("round"):
+    for call in ToolCall.objects.filter(run_id=run_id).select_related("round"):
         if call.round.index < len(old_layout):
             calls[_call_key_at(old_layout, call.round.index, call.call_index)] = call
             placed[call.pk] = (_key_at(old_layout, call.round.index), call.call_index)
@@ -45,18 +100,10 @@ def sync(run: Run, plan: RunPlan, old_layout: Layout) -> tuple[Layout, set[int]]
     gone = [r for key, r in rounds.items() if key not in wanted_rounds]
     gone_ids = {r.pk for r in gone}  # their calls go with them
     _delete(gone, rounds)
-    calls = {k: c for k, c in calls.items() if c.round_id not in gone_ids}
+    for key in [k for k, c in calls.items() if c.round_id in gone_ids]:
+        del calls[key]
     _delete([c for key, c in calls.items() if key not in wanted_calls], calls)
-    touched = _park_moved(plan, rounds, calls, placed)
-    for index, round_plan in enumerate(plan.rounds):
-        row = rounds.get(round_plan.key)
-        if _write_round(run, row, index, round_plan, rounds):
-            touched.add(index)
-        for call_index, call_plan in enumerate(round_plan.calls):
-            if _write_call(run, rounds[round_plan.key], call_index, call_plan, calls):
-                touched.add(index)
-    layout = [[r.key, [c.key for c in r.calls]] for r in plan.rounds]
-    return layout, touched
+    return _park_moved(plan, rounds, calls, placed)
 
 
 def _key_at(layout: Layout, index: int) -> str | None:
@@ -95,25 +142,6 @@ def _park_moved(plan: RunPlan, rounds: dict[Any, Round], calls: dict[Any, ToolCa
                 call.call_index = -1  # written again below
                 touched.add(index)
     return touched
-
-
-def _write_round(run: Run, row: Round | None, index: int, plan: RoundPlan,
-                 rounds: dict[Any, Round]) -> bool:
-    fields = round_fields(plan) | {"index": index}
-    if row is None:
-        rounds[plan.key] = Round.objects.create(run=run, **fields)
-        return True
-    return _save_changes(row, fields)
-
-
-def _write_call(run: Run, round_: Round, call_index: int, plan: CallPlan,
-                calls: dict[Any, ToolCall]) -> bool:
-    fields = call_fields(plan) | {"call_index": call_index, "round": round_}
-    row = calls.get(plan.key)
-    if row is None:
-        calls[plan.key] = ToolCall.objects.create(run=run, **fields)
-        return True
-    return _save_changes(row, fields)
 
 
 def _save_changes(row: Round | ToolCall, fields: dict[str, Any]) -> bool:

@@ -9,6 +9,7 @@ the trace's definition (or its name alone) and never runs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
@@ -21,6 +22,7 @@ from tools_app.engine import (
     ToolExecutionResultMessage,
     UserMessage,
 )
+from tools_app.ingest import assemble
 from tools_app.ingest.assemble import RunPlan
 from tools_app.ingest.messages import Message
 from tools_app.models import ToolRegistration
@@ -37,8 +39,28 @@ from tools_app.runs.store.sanitize import clean_json
 VIA = "OTLP"
 
 
-def build(plan: RunPlan, *, username: str | None,
-          layout: list[list[Any]]) -> dict[str, Any]:
+class Registered:
+    """The tools registered here by name, each name read once per request."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, ToolRegistration | None] = {}
+
+    def of(self, names: Iterable[str]) -> dict[str, ToolRegistration]:
+        missing = sorted(set(names) - self._found.keys())
+        if missing:
+            self._found |= dict.fromkeys(missing)
+            self._found |= {t.name: t for t in
+                            ToolRegistration.objects.filter(name__in=missing)}
+        return {name: tool for name in names if (tool := self._found.get(name)) is not None}
+
+
+def placeholder(username: str | None) -> dict[str, Any]:
+    """A new run's snapshot until its spans are read (in the same transaction)."""
+    return build(assemble.plan([]), username=username, layout=[], registered=Registered())
+
+
+def build(plan: RunPlan, *, username: str | None, layout: list[list[Any]],
+          registered: Registered) -> dict[str, Any]:
     """The stored snapshot for the run `plan` describes. `layout`: each round's key and
     its calls' keys, in the rows' order (how the next batch finds its rows again)."""
     model = next((r.facts.model for r in plan.rounds if r.facts and r.facts.model), "")
@@ -46,7 +68,7 @@ def build(plan: RunPlan, *, username: str | None,
     snapshot = RunSnapshot(
         endpoint=_every_field(EndpointSnapshot(name=f"OpenTelemetry: {service}",
                                                model=model or "")),
-        tools=_tools(plan), policy=_every_field(PolicySnapshot()), parameters={},
+        tools=_tools(plan, registered), policy=_every_field(PolicySnapshot()), parameters={},
         messages=dump_messages(_chat_messages(plan.first_messages)),
         imported=ImportedSection.model_validate(clean_json({
             "from": ", ".join(plan.source.get("trace_ids", [])[:3]),
@@ -63,8 +85,8 @@ def layout_of(stored: Any) -> list[list[Any]]:
     return layout if isinstance(layout, list) else []
 
 
-def _tools(plan: RunPlan) -> list[ToolSnapshot]:
-    registered = {t.name: t for t in ToolRegistration.objects.filter(name__in=list(plan.tools))}
+def _tools(plan: RunPlan, tools: Registered) -> list[ToolSnapshot]:
+    registered = tools.of(plan.tools)
     out: list[ToolSnapshot] = []
     for name, definition in plan.tools.items():
         if name in registered:

@@ -14,6 +14,9 @@ event). Moves made for a run by someone other than its worker (a cancel, the rea
 hand-back) bump the lease token first, which fences the worker out: whatever it still
 tries to write is refused (`LeaseLost`). An illegal move raises `IllegalTransition` and
 changes nothing.
+
+A run whose steps arrive from outside (OTLP spans, tools_app/ingest) is created running
+with no worker and no lease (`create_received`) and ends by a move like any other.
 """
 
 from __future__ import annotations
@@ -125,6 +128,29 @@ def create_finished(*, status: RunStatus, origin: Mapping[str, Any], **fields: A
         RunEvent(run=run, seq=1, kind=origin["kind"], payload=origin["payload"]),
         RunEvent(run=run, seq=2, kind="run_status", payload={"status": status}),
     ])
+    return run
+
+
+def create_received(*, status: RunStatus, events: Sequence[tuple[str, dict[str, Any]]] = (),
+                    **fields: Any) -> Run:
+    """A run whose steps arrive from outside (OTLP spans, tools_app/ingest), inside the
+    caller's transaction: running with no worker and no lease (so nothing claims or
+    reaps it), its first event saying so, then `events`; or, when all of it came at
+    once, already ended (`status` terminal: its end is the last event). One received
+    later ends by `move_locked`; a person may cancel it before."""
+    if status != RUNNING and status not in TERMINAL_STATUSES:
+        raise IllegalTransition("received", status)
+    kinds = [("run_status", {"status": RUNNING, "received": True}), *events]
+    if status != RUNNING:
+        kinds.append(("run_status", {"status": status}))
+        fields.setdefault("finished_at", timezone.now())
+    run = Run(status=status, last_seq=len(kinds), is_tryit=is_tryit(fields), **fields)
+    rowsql.insert_as_saved(run)
+    now = timezone.now()
+    rowsql.insert(RunEvent, [{"run": run.pk, "seq": seq, "kind": kind, "payload": payload,
+                              "created_at": now}
+                             for seq, (kind, payload) in enumerate(kinds, start=1)],
+                  fill_defaults=False)
     return run
 
 
