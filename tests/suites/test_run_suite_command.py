@@ -18,6 +18,8 @@ from tools_app.suites.files import SuiteFile, dump_suite_file
 
 from .support import execute_inline, sloppy_passes, weather_case
 
+pytestmark = pytest.mark.both
+
 QUESTION = "Weather in Paris?"
 
 

@@ -34,6 +34,8 @@ from .support import (
     weather_case,
 )
 
+pytestmark = pytest.mark.both
+
 REPEAT = 5
 QUESTIONS = {"paris": "Weather in Paris?", "paris-again": "How warm is Paris now?",
              "paris-short": "Paris?"}
