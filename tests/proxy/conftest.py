@@ -21,6 +21,7 @@ from tools_app.proxy.recording import RECORDER
 from tools_app.web.api.tokens import create_token
 
 START_TIMEOUT = 10.0
+ENDPOINT_KEY = "sk-endpoint-secret-0123456789"
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def product_server(transactional_db: None) -> Iterator[str]:
 @pytest.fixture
 def proxy(product_server: str, fake_server: BackgroundServer, bob: AbstractUser,
           monkeypatch: pytest.MonkeyPatch) -> Proxy:
-    monkeypatch.setenv("FAKE_PROVIDER_API_KEY", "sk-endpoint-secret-0123456789")
+    monkeypatch.setenv("FAKE_PROVIDER_API_KEY", ENDPOINT_KEY)
     urls = fake_server.base_urls()
     for name, kind in (("fake-openai", "openai"), ("fake-anthropic", "anthropic")):
         ModelEndpoint.objects.create(name=name, kind=kind, base_url=urls[kind],

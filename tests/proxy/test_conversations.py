@@ -1,0 +1,93 @@
+"""Which run a request joins: the X-AgentForge-Run header names it; without it, a request
+continues the run whose earlier exchange is its prefix, once; a run is its token's user's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+from django.contrib.auth.models import AbstractUser
+
+from tests.proxy.conftest import Proxy
+from tests.proxy.support import openai_loop
+from tools_app.models import Round, Run
+from tools_app.web.api.tokens import create_token
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _client(proxy: Proxy, token: str | None = None) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.openai_base(), api_key=token or proxy.token,
+                         max_retries=0)
+
+
+def _chat(client: openai.OpenAI, messages: list[Any], **headers: str) -> str:
+    """One plain request (no tools); the answer's text."""
+    completion = client.chat.completions.create(model="fake-model", messages=messages,
+                                                extra_headers=headers or None)
+    return completion.choices[0].message.content or ""
+
+
+def test_requests_naming_the_same_run_are_its_rounds(proxy: Proxy) -> None:
+    client = _client(proxy)
+    _chat(client, [{"role": "user", "content": "first"}], **{"X-AgentForge-Run": "nightly"})
+    _chat(client, [{"role": "user", "content": "unrelated"}],
+          **{"X-AgentForge-Run": "nightly"})
+    _chat(client, [{"role": "user", "content": "first"}], **{"X-AgentForge-Run": "other"})
+    proxy.recorded()
+
+    runs = list(Run.objects.filter(created_by=proxy.user).order_by("created_at"))
+    assert [r.rounds_count for r in runs] == [2, 1]
+
+
+def test_a_tool_loop_with_the_header_is_one_run(proxy: Proxy) -> None:
+    openai_loop(_client(proxy), "Weather in Lima?", stream=True,
+                headers={"X-AgentForge-Run": "lima"})
+    proxy.recorded()
+
+    run = Run.objects.get(created_by=proxy.user)
+    assert run.rounds_count == 2
+    assert run.tool_calls_count == 1
+
+
+def test_a_request_continues_the_run_its_prefix_came_from(proxy: Proxy) -> None:
+    client = _client(proxy)
+    first = [{"role": "user", "content": "hello"}]
+    answer = _chat(client, first)
+    later = [*first, {"role": "assistant", "content": answer},
+             {"role": "user", "content": "and then?"}]
+    _chat(client, later)
+    _chat(client, [{"role": "user", "content": "a new conversation"}])
+    proxy.recorded()
+
+    runs = list(Run.objects.filter(created_by=proxy.user).order_by("created_at"))
+    assert [r.rounds_count for r in runs] == [2, 1]
+    second = Round.objects.get(run=runs[0], index=1)
+    assert second.request_json["messages"][-1]["content"] == "and then?"
+
+
+def test_two_conversations_that_begin_alike_are_two_runs(proxy: Proxy) -> None:
+    client = _client(proxy)
+    for _ in range(2):
+        first = [{"role": "user", "content": "same start"}]
+        answer = _chat(client, first)
+        _chat(client, [*first, {"role": "assistant", "content": answer},
+                       {"role": "user", "content": "go on"}])
+    proxy.recorded()
+
+    runs = Run.objects.filter(created_by=proxy.user)
+    assert sorted(r.rounds_count for r in runs) == [2, 2]
+
+
+def test_another_users_prefix_starts_a_run_of_their_own(
+        proxy: Proxy, charlie: AbstractUser) -> None:
+    _, charlies_token = create_token(charlie, "charlie's client")
+    first = [{"role": "user", "content": "shared words"}]
+    answer = _chat(_client(proxy), first)
+    _chat(_client(proxy, charlies_token), [*first, {"role": "assistant", "content": answer},
+                                           {"role": "user", "content": "mine"}])
+    proxy.recorded()
+
+    assert Run.objects.get(created_by=proxy.user).rounds_count == 1
+    assert Run.objects.get(created_by=charlie).rounds_count == 1
