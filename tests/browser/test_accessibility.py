@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from .axe import described, violations
-from .support import start_run, wait_status
+from .support import Server, start_run, wait_status
 from .tool_forms import control, run_and_wait
 from .world import APPROVAL_ENDPOINT, FORK_ENDPOINT, LOOP_ENDPOINT
 
@@ -116,5 +116,36 @@ async def test_the_pages_a_user_works_in_have_no_moderate_or_worse_violation(
     await scanned(page, "a run waiting for a decision", reports)
     await page.get_by_role("button", name="Cancel run").click()
     assert await wait_status(page, "cancelled") == "cancelled"
+
+    assert not reports, "axe-core found violations:\n" + "\n".join(reports)
+
+
+async def test_the_staff_pages_have_no_violation(open_page: Any, server: Server) -> None:
+    """The registry outside the admin (its forms empty and refused, an MCP server's
+    page), the endpoints page, and the login page."""
+    server.world("mcp")  # the browser world's MCP servers, synced: listed, with a page
+    page = await open_page(user="alice")
+    reports: list[str] = []
+    for path, name in (("/registry/", "the registry"),
+                       ("/registry/tools/new/", "adding a tool"),
+                       ("/registry/tools/import/", "importing tools"),
+                       ("/registry/mcp/new/", "adding an MCP server"),
+                       ("/endpoints/", "the endpoints")):
+        await page.goto(path)
+        await scanned(page, name, reports)
+    await page.goto("/registry/tools/new/")
+    await page.click("#tool-form button[type=submit]")  # every required field empty
+    await page.wait_for_selector("#form-problems")
+    await scanned(page, "adding a tool, refused", reports)
+    await page.goto("/registry/")
+    await page.click('tr[data-server="time"] a')
+    await page.wait_for_url("**/registry/mcp/*/")
+    await scanned(page, "an MCP server", reports)
+    await page.goto("/tools/")  # as staff: the registry's links
+    await scanned(page, "the tools index of staff", reports)
+
+    anonymous = await open_page()
+    await anonymous.goto("/accounts/login/")
+    await scanned(anonymous, "the login page", reports)
 
     assert not reports, "axe-core found violations:\n" + "\n".join(reports)
