@@ -37,14 +37,20 @@ BODY_SCHEMAS = {
     ("/api/endpoints/{endpoint}", "patch"): "EndpointPatchBody",
     ("/api/mcp-servers", "post"): "McpServerBody",
     ("/api/mcp-servers/{server}", "patch"): "McpServerPatchBody",
+    ("/api/suites", "post"): "SuiteBody",
+    ("/api/suites/{name}/cases", "post"): "CaseBody",
+    ("/api/suites/{name}/runs", "post"): "SuiteRunBody",
 }
 # The required fields of each body, so that the one field too many is the first problem.
 REQUIRED = {"StartRunBody": {"endpoint": "e", "messages": [{"role": "user"}]},
             "ForkBody": {"round": 1}, "DecisionBody": {"call_id": "c", "decision": "approve"},
             "ExecuteBody": {"arguments": {}}, "ToolBody": {"name": "t", "kind": "mock"},
-            "EndpointBody": {"name": "e", "kind": "scripted"}, "McpServerBody": {"name": "m"}}
+            "EndpointBody": {"name": "e", "kind": "scripted"}, "McpServerBody": {"name": "m"},
+            "SuiteBody": {"name": "s"}, "CaseBody": {"name": "c", "messages": [{"role": "user"}]},
+            "SuiteRunBody": {"endpoints": ["e"]}}
 SAMPLES = {"run_id": MISSING_RUN, "call_id": "1", "number": "1", "name": "get_weather",
-           "fmt": "csv", "tool": "get_weather", "endpoint": "scripted", "server": "time"}
+           "fmt": "csv", "tool": "get_weather", "endpoint": "scripted", "server": "time",
+           "suite_run_id": MISSING_RUN}
 
 
 @pytest.fixture
