@@ -4,6 +4,7 @@ need an ASGI server), the fake provider behind registered endpoints, and bob's t
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -49,12 +50,13 @@ def fake_server() -> Iterator[BackgroundServer]:
         yield server
 
 
-@pytest.fixture
-def product_server(transactional_db: None) -> Iterator[str]:
-    config = uvicorn.Config(OneHopASGIHandler(), host="127.0.0.1", port=0,
-                            log_level="warning", lifespan="off")
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """`app` (ASGI) served by uvicorn on a free loopback port in a thread; its root URL."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                            lifespan="off")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="product-server", daemon=True)
+    thread = threading.Thread(target=server.run, name="asgi-test-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT
     while not server.started:
@@ -62,10 +64,18 @@ def product_server(transactional_db: None) -> Iterator[str]:
         assert time.monotonic() < deadline, "the server did not start"
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    RECORDER.drain()
-    server.should_exit = True
-    thread.join(START_TIMEOUT)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(START_TIMEOUT)
+
+
+@pytest.fixture
+def product_server(transactional_db: None) -> Iterator[str]:
+    with serving(OneHopASGIHandler()) as url:
+        yield url
+        RECORDER.drain()
 
 
 @pytest.fixture

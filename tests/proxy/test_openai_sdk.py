@@ -40,6 +40,9 @@ def test_a_tool_loop_becomes_one_run_with_completed_calls(proxy: Proxy, stream: 
     assert call.result_text == sent[0]
     assert call.state == "succeeded"
     assert not call.is_error
+    # The call took from the answer that proposed it to the request that carried it back.
+    assert call.started_at == rounds[0].finished_at
+    assert call.finished_at == rounds[1].started_at
     assert call.duration_ms is not None
     assert call.duration_ms >= 0
     assert run.final_text == rounds[1].ai_text

@@ -1,0 +1,92 @@
+"""How the proxy forwards: a stream reaches the client chunk by chunk as the provider
+sends it (never buffered), and only where the outbound policy lets runs connect."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.proxy.conftest import Proxy, serving
+from tools_app.models import ModelEndpoint, Round, Run, RunStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+GATE_TIMEOUT = 30.0
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    chunk = {"id": "chatcmpl-gated", "object": "chat.completion.chunk", "model": "gated",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+
+class GatedStream:
+    """A provider that sends the first chunk of its stream, then waits until the test
+    has read that chunk through the proxy before it sends the rest."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.opened_by_the_test = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "more_body": True,
+                    "body": _chunk({"role": "assistant", "content": "Hel"})})
+        self.opened_by_the_test = await asyncio.to_thread(self.gate.wait, GATE_TIMEOUT)
+        await send({"type": "http.response.body", "more_body": False,
+                    "body": _chunk({"content": "lo"}, "stop") + b"data: [DONE]\n\n"})
+
+
+@pytest.fixture
+def gated() -> Iterator[tuple[GatedStream, str]]:
+    app = GatedStream()
+    with serving(app) as url:
+        yield app, url
+
+
+def test_a_stream_reaches_the_client_as_it_arrives(
+        proxy: Proxy, gated: tuple[GatedStream, str]) -> None:
+    app, url = gated
+    ModelEndpoint.objects.create(name="gated", kind="openai", base_url=f"{url}/v1",
+                                 model="gated")
+    body = {"model": "gated", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.stream("POST", f"{proxy.openai_base('gated')}/chat/completions", json=body,
+                      headers={"Authorization": f"Bearer {proxy.token}"},
+                      timeout=GATE_TIMEOUT * 2) as response:
+        lines = response.iter_lines()
+        first = next(line for line in lines if line.startswith("data:"))
+        app.gate.set()  # the provider sends the rest only now
+        rest = [line for line in lines if line.startswith("data:")]
+    proxy.recorded()
+
+    assert '"content": "Hel"' in first
+    assert app.opened_by_the_test
+    assert rest[-1] == "data: [DONE]"
+    assert Round.objects.get(run__created_by=proxy.user).ai_text == "Hello"
+
+
+def test_an_endpoint_the_outbound_policy_refuses_is_not_called(proxy: Proxy) -> None:
+    ModelEndpoint.objects.create(name="private", kind="openai",
+                                 base_url="http://10.255.255.1:9/v1", model="m")
+    response = httpx.post(f"{proxy.openai_base('private')}/chat/completions",
+                          json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+                          headers={"Authorization": f"Bearer {proxy.token}"})
+    proxy.recorded()
+
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_unreachable"
+    assert "private" in response.json()["error"]["message"]
+    run = Run.objects.get(created_by=proxy.user)
+    assert run.status == RunStatus.FAILED
+    assert "refused to connect" in run.error_message
