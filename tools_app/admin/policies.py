@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -59,7 +60,13 @@ class ErrorPolicyForm(forms.ModelForm[ErrorPolicy]):
 
 
 def policy_values(policy: ErrorPolicy) -> dict[str, Any]:
-    return {name: getattr(policy, name) for name in POLICY_FIELDS}
+    """The policy's values as a revision records them (JSON: the cost cap's decimal as
+    its text)."""
+    return {name: _json_value(getattr(policy, name)) for name in POLICY_FIELDS}
+
+
+def _json_value(value: Any) -> Any:
+    return f"{value.normalize():f}" if isinstance(value, Decimal) else value
 
 
 def policy_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, list[Any]]:
@@ -83,7 +90,7 @@ class ErrorPolicyAdmin(admin.ModelAdmin[ErrorPolicy]):
     list_display = ("name", "is_default", "arguments_error", "execution_error",
                     "hallucinated_tool", "max_round_trips", "default_tool_timeout", "parallel",
                     "max_concurrency", "provider_max_retries", "run_timeout_seconds",
-                    "updated_at")
+                    "cost_cap_usd", "updated_at")
     list_filter = ("is_default", "arguments_error", "execution_error", "hallucinated_tool",
                    "parallel")
     search_fields = ("name",)

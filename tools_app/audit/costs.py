@@ -31,3 +31,12 @@ def tool_costs(calls: QuerySet[ToolCall]) -> dict[str, Decimal]:
     rows = (calls.order_by().filter(cost_usd__isnull=False).values("tool_name")
             .annotate(cost=Sum("cost_usd")).values_list("tool_name", "cost"))
     return {name: cost for name, cost in rows}
+
+
+def endpoint_costs(runs: QuerySet[Run]) -> dict[str, tuple[Decimal | None, int]]:
+    """Each endpoint's (by id as text) summed run cost over `runs` (None when none of
+    its runs is priced) and its number of priced runs: one grouped read."""
+    rows = (runs.order_by().filter(endpoint__isnull=False).values("endpoint")
+            .annotate(cost=Sum("cost_usd"), priced=Count("cost_usd"))
+            .values_list("endpoint", "cost", "priced"))
+    return {str(endpoint): (cost, priced) for endpoint, cost, priced in rows}

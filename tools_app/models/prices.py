@@ -86,7 +86,7 @@ class ModelPrice(models.Model):
 
     def values(self) -> dict[str, str | None]:
         """What a revision records, as JSON (decimals as strings: exact)."""
-        return {name: None if getattr(self, name) is None else str(getattr(self, name))
+        return {name: _text(getattr(self, name))
                 for name in ("endpoint_id", "model", *PRICE_FIELDS)}
 
     def record_revision(self, before: dict[str, str | None] | None,
@@ -103,6 +103,14 @@ class ModelPrice(models.Model):
         return PriceRevision.objects.create(
             price=self, changed_by=changed_by, changes=changes,
             **{name: getattr(self, name) for name in PRICE_FIELDS})
+
+
+def _text(value: Any) -> str | None:
+    """A value as a revision records it: a decimal as its shortest exact text ("2.5"
+    whether read back as 2.500000 or typed as 2.5), so an unchanged price is no change."""
+    if value is None:
+        return None
+    return f"{value.normalize():f}" if isinstance(value, Decimal) else str(value)
 
 
 class PriceRevision(models.Model):

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 from django_ratelimit.core import is_ratelimited
 
+from tools_app.audit.costs import endpoint_costs
 from tools_app.audit.run_filters import (
     NEWEST_FIRST,
     SORTS,
@@ -57,6 +58,7 @@ from tools_app.runs.debugger import (
     run_header,
     timeline,
 )
+from tools_app.runs.snapshot.frozen import price_section
 from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.runs.store import selectors
 from tools_app.runs.tasks import enqueue_probe
@@ -475,8 +477,13 @@ def endpoint_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 
 def _endpoint_list_page(request: AuthenticatedHttpRequest, status: int = 200) -> HttpResponse:
+    endpoints = list(selectors.endpoints_for_playground())
+    # What each endpoint's runs cost, over the runs this user may see (staff: all).
+    costs = endpoint_costs(selectors.run_list_for_user(request.user))
     return render(request, "tools_app/endpoint_list.html",
-                  {"probes": probe_views(selectors.endpoints_for_playground()),
+                  {"probes": [view | {"cost": costs.get(str(view["endpoint"].pk), (None, 0)),
+                                      "price": price_section(view["endpoint"])}
+                              for view in probe_views(endpoints)],
                    "may_probe": may_probe(request.user)}, status=status)
 
 
