@@ -147,7 +147,7 @@ async def test_the_sdk_stream_helper_and_the_adapter_assemble_the_same_calls(
         calls_of(final.output)
     assert ours.ai_message.text == final.output_text == "Checking both."
     assert [b["id"] for b in ours.ai_message.provider_blocks] == [
-        getattr(i, "id", None) for i in final.output]
+        *(getattr(i, "id", None) for i in final.output), final.id]
 
 
 def test_the_sdk_streams_from_the_server_itself(fake: httpx.Client,
@@ -231,6 +231,38 @@ def test_calls_sent_back_without_their_ids_need_no_reasoning(fake: httpx.Client)
     reply = fake.post(PATH, json=body(input=[USER, *calls, *outputs(output)]))
 
     assert reply.status_code == 200, reply.text
+
+
+# -- stored responses continued ------------------------------------------------------------
+
+
+def test_a_stored_response_is_continued_with_only_the_new_items(fake: httpx.Client) -> None:
+    set_script(fake, PARALLEL)
+    first = fake.post(PATH, json=body(store=True, include=[])).json()
+
+    reply = fake.post(PATH, json=body(store=True, include=[], previous_response_id=first["id"],
+                                      input=outputs(first["output"])))
+
+    assert first["store"] is True
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["output"][-1]["content"][0]["text"] == "Done: ok\nok"
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["unstored", "unknown"])
+def test_a_response_that_was_not_stored_cannot_be_continued(fake: httpx.Client,
+                                                            store: bool) -> None:
+    set_script(fake, PARALLEL)
+    first = fake.post(PATH, json=body(store=store)).json()
+    previous = first["id"] if not store else "resp_never_made"
+
+    reply = fake.post(PATH, json=body(previous_response_id=previous,
+                                      input=outputs(first["output"])))
+
+    assert reply.status_code == 400
+    assert reply.json()["error"] == {
+        "message": f"Previous response with id '{previous}' not found.",
+        "type": "invalid_request_error", "param": "previous_response_id",
+        "code": "previous_response_not_found"}
 
 
 # -- what strict mode refuses ------------------------------------------------------------

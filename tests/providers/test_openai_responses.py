@@ -17,6 +17,7 @@ from tools_app.engine import (
     FinishReason,
     NamedToolChoice,
     ProviderError,
+    SystemMessage,
     TokenUsage,
     ToolChoice,
     ToolExecutionRequest,
@@ -154,6 +155,37 @@ async def test_store_include_and_previous_response_id_are_endpoint_options() -> 
     assert chosen["include"] == []
 
 
+async def test_chained_requests_continue_the_previous_response_with_the_new_items() -> None:
+    replay = Replay([fake_response(Reply(text="Checking.", calls=CALLS, finish="tool_calls")),
+                     fake_response(Reply(text="Done."))], validate_responses_body)
+    model = model_with(replay)
+    chained = ChatRequestParameters(custom={"store": True, "previous_response_id": "auto"})
+    system = SystemMessage(text="Be brief.")
+    first = await model.chat(ChatRequest(messages=(system, UserMessage(text="Paris, Rome?")),
+                                         parameters=chained))
+    results = tuple(ToolExecutionResultMessage(id=r.id, tool_name=r.name, text="sunny")
+                    for r in first.ai_message.tool_execution_requests)
+
+    await model.chat(ChatRequest(messages=(system, UserMessage(text="Paris, Rome?"),
+                                           first.ai_message, *results), parameters=chained))
+
+    opening, follow_up = replay.bodies
+    assert "previous_response_id" not in opening
+    assert opening["input"] == [{"role": "user", "content": "Paris, Rome?"}]
+    assert (follow_up["previous_response_id"], follow_up["store"]) == (first.response_id, True)
+    assert follow_up["instructions"] == "Be brief."  # not carried over by the API
+    assert follow_up["input"] == [
+        {"type": "function_call_output", "call_id": "call_p", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "call_r", "output": "sunny"}]
+
+
+async def test_auto_chaining_without_store_sends_the_whole_conversation() -> None:
+    body = await body_for(ChatRequestParameters(custom={"previous_response_id": "auto"}))
+
+    assert "previous_response_id" not in body
+    assert len(body["input"]) == 8
+
+
 def test_starting_a_run_refuses_what_the_responses_api_does_not_have() -> None:
     problems = request_problems("openai_responses", ChatRequestParameters(
         stop_sequences=("STOP",), max_output_tokens=15,
@@ -164,6 +196,13 @@ def test_starting_a_run_refuses_what_the_responses_api_does_not_have() -> None:
                              "custom.seed", "custom.reasoning.budget"}
     assert problems["max_output_tokens"] == "must be from 16 to 1,000,000"
     assert at_least == {}
+    unstored = request_problems("openai_responses", ChatRequestParameters(
+        custom={"previous_response_id": "auto"}))
+    stored = request_problems("openai_responses", ChatRequestParameters(
+        custom={"previous_response_id": "auto", "store": True}))
+    assert unstored == {"custom.previous_response_id": '"auto" needs custom.store true (only '
+                                                       "a stored response can be continued)"}
+    assert stored == {}
     assert "system messages are the instructions" in problems["custom.instructions"]
 
 
@@ -189,7 +228,8 @@ async def test_reasoning_items_go_back_in_their_place_with_the_calls() -> None:
     assert sent[1] == {"type": "reasoning", "id": received[0]["id"],
                        "summary": received[0]["summary"],
                        "encrypted_content": received[0]["encrypted_content"]}
-    assert [i["id"] for i in sent[2:5]] == [i["id"] for i in received[1:]]
+    assert [i["id"] for i in sent[2:5]] == [i["id"] for i in received[1:4]]
+    assert received[4] == {"type": "response", "id": first.response_id}
     assert [(i["call_id"], i["arguments"]) for i in sent[3:5]] == [
         ("call_p", '{"city":"Paris"}'), ("call_r", '{"city":"Rome"}')]
 
@@ -262,7 +302,7 @@ async def test_it_reads_parallel_calls_text_reasoning_and_usage(stream: bool) ->
                                                         '{"city":"Rome"}')]
     assert (message.text, message.thinking) == ("Checking both.", "Deciding what to answer.")
     assert [b["type"] for b in message.provider_blocks] == [
-        "reasoning", "message", "function_call", "function_call"]
+        "reasoning", "message", "function_call", "function_call", "response"]
     assert response.finish_reason is FinishReason.TOOL_EXECUTION
     assert response.usage == TokenUsage(input_tokens=30, output_tokens=12, total_tokens=42)
     assert response.response_id

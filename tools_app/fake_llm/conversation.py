@@ -42,6 +42,9 @@ class Conversation:
     """The Responses API's `include` asked for reasoning.encrypted_content."""
     last_was_assistant: bool = False
     """While reading Responses input items: the previous item was the assistant's."""
+    stored_input: list[Any] | None = None
+    """The Responses API with store on: the whole input (what a previous response held,
+    then the request's items), kept with the reply for a later previous_response_id."""
 
 
 @dataclass(slots=True)

@@ -6,6 +6,7 @@ come back, and the run page's timeline showing it like any other provider's."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,12 +36,14 @@ def fake_server() -> Iterator[BackgroundServer]:
         yield server
 
 
-def registered_endpoint(server: BackgroundServer, *, stream: bool) -> ModelEndpoint:
+def registered_endpoint(server: BackgroundServer, *, stream: bool,
+                        custom: dict[str, Any] | None = None) -> ModelEndpoint:
+    defaults = {"max_output_tokens": 2048,
+                "custom": {"reasoning": {"effort": "low"}, **(custom or {})}}
     form = ModelEndpointForm(data={
         "name": f"responses-{stream}", "kind": "openai_responses", "model": "gpt-5-mini",
         "base_url": server.base_urls()["openai_responses"], "stream": stream,
-        "default_parameters": '{"max_output_tokens": 2048, "custom": {"reasoning": '
-                              '{"effort": "low"}}}',
+        "default_parameters": json.dumps(defaults),
         "extra_headers": "{}", "script": "[]", "timeout_seconds": "30"})
     assert form.is_valid(), form.errors
     return form.save()
@@ -70,17 +73,17 @@ def test_a_run_with_parallel_calls_and_reasoning_items_completes(
         ("get_weather", {"city": "Paris"}, "succeeded"),
         ("get_weather", {"city": "Lima"}, "succeeded")]
     assert first.thinking == "Deciding what to answer."
-    assert run.final_text.startswith("Done: ")
+    assert (run.final_text or "").startswith("Done: ")
     sent = [r["body"] for r in provider_requests(fake_server)]
     assert [r["outcome"] for r in provider_requests(fake_server)] == ["reply", "reply"]
     assert all(b["stream"] is stream and b["store"] is False for b in sent)
     assert sent[0]["include"] == ["reasoning.encrypted_content"]
     assert sent[0]["reasoning"] == {"effort": "low"}
     returned = [i for i in sent[1]["input"] if i.get("type") == "reasoning"]
-    assert [i["id"] for i in returned] == [first.response["ai_message"]["provider_blocks"][0]
-                                           ["id"]]
+    received = (first.response or {})["ai_message"]["provider_blocks"]
+    assert [i["id"] for i in returned] == [received[0]["id"]]
     assert returned[0]["encrypted_content"]
-    assert second.response["ai_message"]["text"] == run.final_text
+    assert (second.response or {})["ai_message"]["text"] == run.final_text
 
     browser = Client()
     browser.force_login(owner)
@@ -91,6 +94,25 @@ def test_a_run_with_parallel_calls_and_reasoning_items_completes(
     assert "Lima" in page
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_chained_run_sends_only_what_came_after_the_stored_response(
+    fake_server: BackgroundServer, tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+    stream: bool,
+) -> None:
+    endpoint = registered_endpoint(fake_server, stream=stream, custom={
+        "store": True, "previous_response_id": "auto"})
+    run = start(endpoint, [tools["get_weather"]], policy, text="Weather in Paris and Lima?")
+
+    assert execute(run) == "succeeded", (run.error_type, run.error_message)
+
+    first, _ = rounds(run)
+    opening, follow_up = [r["body"] for r in provider_requests(fake_server)]
+    assert "previous_response_id" not in opening
+    assert follow_up["previous_response_id"] == (first.response or {})["response_id"]
+    assert [i["type"] for i in follow_up["input"]] == ["function_call_output"] * 2
+    assert (run.final_text or "").startswith("Done: ")
+
+
 def test_the_registry_form_refuses_what_the_responses_api_does_not_take(
         db: None) -> None:
     form = ModelEndpointForm(data={
@@ -99,6 +121,6 @@ def test_the_registry_form_refuses_what_the_responses_api_does_not_take(
         "extra_headers": "{}", "script": "[]", "timeout_seconds": "30"})
 
     assert not form.is_valid()
-    errors = " ".join(form.errors["default_parameters"])
+    errors = " ".join(map(str, form.errors["default_parameters"]))
     assert "stop_sequences: openai_responses endpoints have no stop sequences" in errors
     assert "custom.seed: not allowed for openai_responses endpoints" in errors

@@ -47,11 +47,12 @@ RESPONSES_ITEM_TYPES = frozenset({
     "image_generation_call", "code_interpreter_call", "local_shell_call",
     "local_shell_call_output", "shell_call", "shell_call_output", "apply_patch_call",
     "apply_patch_call_output", "mcp_call", "mcp_list_tools", "mcp_approval_request",
-    "mcp_approval_response", "custom_tool_call", "custom_tool_call_output",
+    "mcp_approval_response", "custom_tool_call", "custom_tool_call_output", "response",
 })
-"""The output item types of OpenAI's Responses API (the openai SDK's ResponseOutputItem):
-an AiMessage whose provider_blocks are these came from that API, so the other adapters
-never send them back as their own blocks."""
+"""The output item types of OpenAI's Responses API (the openai SDK's ResponseOutputItem),
+and "response", the block that keeps the id of the response they came in: an AiMessage
+whose provider_blocks are these came from that API, so the other adapters never send them
+back as their own blocks."""
 
 
 class WireChatModel(ABC):

@@ -18,8 +18,12 @@ back with its `encrypted_content`, so reasoning models (o-series, gpt-5 and late
 are asked for it (`include: ["reasoning.encrypted_content"]`; other models refuse that
 include, and `custom.include` overrides the choice). A reasoning item that came without
 it is left out, together with the ids of the items after it, which the API would
-otherwise look up. `previous_response_id` (with `store: true`) is an endpoint option in
-`custom`, sent as given.
+otherwise look up.
+
+`previous_response_id` is an endpoint option in `custom` (with `store: true`): a response
+id is sent as given; "auto" chains the requests, each continuing the previous response
+(whose id the AiMessage keeps as a `{"type": "response", "id"}` block) and sending only
+the messages after it, as the API documents for stored conversations.
 
 Response: `function_call` items become ToolExecutionRequests (id = `call_id`); the
 `output_text` parts of message items are the text; reasoning summaries the thinking.
@@ -75,6 +79,8 @@ from .adapter import (
 )
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
+CHAIN = "auto"
+"""`custom.previous_response_id` that chains each request to the previous response."""
 # Models that reason (and so accept the encrypted-reasoning include); gpt-5-chat does not.
 _REASONING_MODEL = re.compile(r"^(o\d|gpt-5(?!(\.\d+)?-chat)|gpt-[6-9]|codex)", re.IGNORECASE)
 _INCOMPLETE = {"max_output_tokens": FinishReason.LENGTH,
@@ -105,10 +111,17 @@ class OpenAIResponsesModel(WireChatModel):
         model: str,
         stream: bool,
     ) -> JsonObject:
-        custom = parameters.custom or {}
+        custom = dict(parameters.custom or {})
         store = custom.get("store") is True
+        previous = None
+        if custom.get("previous_response_id") == CHAIN:
+            del custom["previous_response_id"]
+            if store:
+                messages, previous = _after_last_response(messages)
         body: JsonObject = {"model": model, "input": self._input(messages, store=store),
                             "stream": stream, "store": False}
+        if previous:
+            body["previous_response_id"] = previous
         instructions = "\n\n".join(m.text for m in messages if isinstance(m, SystemMessage))
         if instructions:
             body["instructions"] = instructions
@@ -154,9 +167,11 @@ class OpenAIResponsesModel(WireChatModel):
         if finish is FinishReason.LENGTH and requests:
             raise self.truncated_tool_call([r.name for r in requests],
                                            "status incomplete: max_output_tokens", request_id)
+        response_id = as_str(body.get("id"))
+        blocks = (*items, {"type": "response", "id": response_id}) if response_id else items
         return ChatResponse(
             ai_message=AiMessage(text=output_text(items), tool_execution_requests=requests,
-                                 thinking=reasoning_text(items), provider_blocks=items),
+                                 thinking=reasoning_text(items), provider_blocks=blocks),
             finish_reason=finish,
             usage=map_usage(as_dict(body.get("usage"))),
             model_name=as_str(body.get("model")),
@@ -174,6 +189,26 @@ def _stream_failure(stream: EventStream, data: JsonObject) -> ProviderError:
 
 
 # -- request -----------------------------------------------------------------------------
+
+
+def _after_last_response(messages: Sequence[ChatMessage],
+                         ) -> tuple[Sequence[ChatMessage], str | None]:
+    """The messages after the last answer the API stored, and that answer's response id
+    (all the messages and None when no answer came from this API). System messages stay:
+    the API does not carry instructions over."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AiMessage) and (response_id := _response_id(message)):
+            system = [m for m in messages[:index] if isinstance(m, SystemMessage)]
+            return [*system, *messages[index + 1:]], response_id
+    return messages, None
+
+
+def _response_id(message: AiMessage) -> str | None:
+    if not from_responses(message):
+        return None
+    return next((as_str(b.get("id")) for b in message.provider_blocks
+                 if b.get("type") == "response"), None)
 
 
 def _map_plain_message(message: ChatMessage) -> JsonObject:
@@ -206,6 +241,8 @@ def assistant_items(message: AiMessage, *, store: bool) -> list[JsonObject]:
                 items.append(_function_call_item(request, item, keep_ids))
         elif kind == "message":
             items.append(_message_item(item, keep_ids))
+        elif kind == "response":
+            continue  # the response's id, kept for chaining; not an item
         else:
             items.append(dict(item))
     if not received and message.text:

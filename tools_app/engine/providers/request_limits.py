@@ -130,7 +130,17 @@ def request_problems(kind: str, parameters: ChatRequestParameters) -> dict[str, 
     for name, value in (("temperature", parameters.temperature), ("top_p", parameters.top_p)):
         if value is not None and (problem := _range_problem(name, value, keys)):
             problems[name] = problem
-    return problems | _custom_problems(kind, parameters.custom or {}, keys)
+    return problems | _custom_problems(kind, parameters.custom or {}, keys) | _chain_problems(
+        kind, parameters.custom or {})
+
+
+def _chain_problems(kind: str, custom: Mapping[str, Any]) -> dict[str, str]:
+    """The Responses API continues only a stored response."""
+    chained = custom.get("previous_response_id") == "auto"
+    if kind != "openai_responses" or not chained or custom.get("store") is True:
+        return {}
+    return {"custom.previous_response_id": '"auto" needs custom.store true (only a stored '
+                                           "response can be continued)"}
 
 
 def _custom_problems(kind: str, custom: Mapping[str, Any],

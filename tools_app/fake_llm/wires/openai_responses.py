@@ -9,14 +9,20 @@ response.completed (or response.incomplete at the token limit), each event named
 numbered (`sequence_number`).
 
 Every output item of one response shares the response's id stem (as real ids appear
-to), which lets this stateless server tell which reasoning item a function_call item it
-issued needs back: strict mode refuses a follow-up that names the call's id without it,
-with the real API's message.
+to), which lets this server tell which reasoning item a function_call item it issued
+needs back without remembering it: strict mode refuses a follow-up that names the call's
+id without it, with the real API's message.
+
+Stored responses (`store` true, the API's default) are remembered, the most recent
+RESPONSES_KEPT of them, so `previous_response_id` continues one: its input and output
+come before the request's items (an unknown or unstored id: the real 400).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
+from threading import Lock
 from typing import Any
 
 from ..conversation import Conversation, Reply, ReplyCall, ToolDecl, text_of
@@ -30,6 +36,7 @@ _ERROR_TYPES = {
     429: ("requests", "rate_limit_exceeded"),
 }
 _THOUGHT = "Deciding what to answer."
+RESPONSES_KEPT = 4096
 
 
 class OpenAIResponsesWire:
@@ -37,7 +44,12 @@ class OpenAIResponsesWire:
     stream_content_type = "text/event-stream; charset=utf-8"
     event_separator = "\n\n"
 
+    def __init__(self) -> None:
+        self._stored: OrderedDict[str, list[Any]] = OrderedDict()
+        self._lock = Lock()
+
     def parse(self, body: dict[str, Any], path_model: str | None, stream: bool) -> Conversation:
+        body = self.continued(body)
         model, items = body.get("model"), body.get("input")
         if not isinstance(model, str) or not model:
             raise WireError("Missing required parameter: 'model'.", param="model",
@@ -52,6 +64,9 @@ class OpenAIResponsesWire:
             and "reasoning.encrypted_content" in include,
         )
         _tool_choice(body.get("tool_choice"), conversation)
+        if body.get("store") is not False:
+            conversation.stored_input = list(items) if isinstance(items, list) else [
+                {"role": "user", "content": items}]
         conversation.prompt_chars += len(text_of(body.get("instructions")))
         if isinstance(items, str):
             items = [{"role": "user", "content": items}]
@@ -60,7 +75,30 @@ class OpenAIResponsesWire:
         return conversation
 
     def check(self, body: dict[str, Any]) -> None:
-        check_request(body)
+        check_request(self.continued(body))
+
+    def continued(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body with the stored response it continues before its own input items."""
+        previous = body.get("previous_response_id")
+        if previous is None:
+            return body
+        with self._lock:
+            history = self._stored.get(previous) if isinstance(previous, str) else None
+        if history is None:
+            raise WireError(f"Previous response with id '{previous}' not found.",
+                            param="previous_response_id", code="previous_response_not_found")
+        items = body.get("input")
+        own = items if isinstance(items, list) else [] if items is None else [
+            {"role": "user", "content": items}]
+        return {**body, "input": [*history, *own]}
+
+    def _remember(self, response: dict[str, Any], conversation: Conversation) -> None:
+        if conversation.stored_input is None or response["status"] == "in_progress":
+            return
+        with self._lock:
+            self._stored[response["id"]] = [*conversation.stored_input, *response["output"]]
+            while len(self._stored) > RESPONSES_KEPT:
+                self._stored.popitem(last=False)
 
     def refusal_body(self, error: WireError) -> Any:
         return {"error": {"message": str(error), "type": "invalid_request_error",
@@ -68,7 +106,9 @@ class OpenAIResponsesWire:
 
     def json_body(self, reply: Reply, conversation: Conversation) -> Any:
         stem = _stem()
-        return _response(reply, conversation, stem, _output(reply, conversation, stem))
+        response = _response(reply, conversation, stem, _output(reply, conversation, stem))
+        self._remember(response, conversation)
+        return response
 
     def stream_items(self, reply: Reply, conversation: Conversation,
                      chunk_size: int) -> list[StreamItem]:
@@ -81,6 +121,7 @@ class OpenAIResponsesWire:
         for index, item in enumerate(output):
             events += _item_events(index, item, chunk_size)
         final = _response(reply, conversation, stem, output)
+        self._remember(final, conversation)
         ending = "response.incomplete" if final["status"] == "incomplete" else \
             "response.completed"
         events.append({"type": ending, "response": final})
@@ -157,7 +198,8 @@ def _response(reply: Reply, conversation: Conversation, stem: str,
         "instructions": None, "max_output_tokens": None, "model": conversation.model,
         "output": output, "parallel_tool_calls": conversation.parallel_allowed,
         "previous_response_id": None, "reasoning": {"effort": "medium", "summary": None},
-        "store": False, "temperature": 1.0, "text": {"format": {"type": "text"}},
+        "store": conversation.stored_input is not None, "temperature": 1.0,
+        "text": {"format": {"type": "text"}},
         "tool_choice": _choice_back(conversation),
         "tools": [{"type": "function", "name": t.name, "parameters": t.schema,
                    "strict": False, "description": None} for t in conversation.tools],
