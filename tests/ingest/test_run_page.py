@@ -12,6 +12,8 @@ from tests.ingest.support import assistant, call_part, chat_span, post, protobuf
 from tests.ingest.support import tool_span as traced_tool
 from tools_app.live.fragments import render_updates
 from tools_app.models import Run
+from tools_app.runs.debugger.compare import lineage
+from tools_app.runs.debugger.lineage import badges
 from tools_app.runs.store.selectors import event_marks_after
 from tools_app.web.api.tokens import create_token
 
@@ -36,6 +38,9 @@ def test_the_page_names_the_source_and_escapes_the_spans_text(
     page = bob_client.get(f"/runs/{run.pk}/").content.decode()
 
     assert "Received over OpenTelemetry (OTLP) from shop-agent" in page
+    assert "Max rounds" not in page  # no policy the trace does not say
+    assert [b.title for b in badges(run.snapshot)] == ["Received over OpenTelemetry (OTLP)"]
+    assert lineage(run.snapshot)["text"] == "received over OpenTelemetry (OTLP)"
     assert HOSTILE not in page
     assert "<img src=x" not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page

@@ -151,7 +151,9 @@ def lineage(stored: Mapping[str, Any]) -> dict[str, Any]:
     if "import" in kinds:
         by = _section(stored, "imported").get("imported_by")
         return {"kind": "import", "of": None,
-                "text": f"imported from a run file{f' by {by}' if by else ''}"}
+                "text": "received over OpenTelemetry (OTLP)"
+                if _section(stored, "imported").get("otlp")
+                else f"imported from a run file{f' by {by}' if by else ''}"}
     if "tryit" in kinds:
         return {"kind": "tryit", "of": None,
                 "text": f"a try-it run of {_section(stored, 'tryit').get('tool')}"}

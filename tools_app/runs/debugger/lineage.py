@@ -108,8 +108,9 @@ def _badge_title(kind: str, data: Mapping[str, Any], *, inherited: bool) -> str:
     if kind == "splice":
         return "Another run's conversation with a re-executed result spliced in"
     if kind == "import":
-        return ("A rerun of a run imported from a run file" if inherited
-                else "Imported from a run file")
+        otlp = (_section(data, "imported") or {}).get("otlp")
+        source = "received over OpenTelemetry (OTLP)" if otlp else "imported from a run file"
+        return f"A rerun of a run {source}" if inherited else source[0].upper() + source[1:]
     return ("A rerun of a try-it run (one call of a tool)" if inherited
             else "A try-it run: one call of a tool from its page")
 

@@ -141,6 +141,8 @@ def _run_row(username: str, run_id: Any) -> QuerySet[Run, Any]:
 
 def effective_settings(run: Run) -> list[dict[str, Any]]:
     snapshot = snapshot_of(run)
+    if snapshot.imported is not None and (snapshot.imported.model_extra or {}).get("otlp"):
+        return []  # received over OTLP: its code's settings, which no span says
     policy = snapshot.policy.model_dump(exclude_unset=True)
     changed = set(snapshot.policy_changed)
     return [{"label": label, "value": _setting_text(name, policy[name]),
