@@ -14,6 +14,7 @@ from tests.prices_support import set_price
 from tests.runs.support import calls, events, execute, rounds, start
 from tools_app.engine import run_cost
 from tools_app.models import ErrorPolicy, Round, Run, RunStatus, ToolRegistration
+from tools_app.runs.debugger.fork import ForkConfig, run_fork
 from tools_app.runs.services import RunRequestError
 from tools_app.runs.snapshot.model import snapshot_of
 
@@ -159,3 +160,22 @@ def test_a_bad_per_run_cap_is_refused_with_its_reason(
         start(make_endpoint(SCRIPT), [demo_tools["get_weather"]], policy,
               policy_overrides={"cost_cap_usd": value})
     assert problem in refused.value.problems["cost_cap_usd"]
+
+
+def test_a_fork_onto_another_endpoint_is_priced_as_that_endpoint(
+    make_endpoint: Any, demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
+) -> None:
+    endpoint, other = make_endpoint(SCRIPT), make_endpoint(SCRIPT, name="other")
+    first = set_price(endpoint, input_per_million="1000", output_per_million="3000")
+    theirs = set_price(other, input_per_million="5", output_per_million="5")
+    run = start(endpoint, [demo_tools["get_weather"]], policy)
+    execute(run)
+    set_price(endpoint, input_per_million="2000", output_per_million="3000")
+
+    same = run_fork(run=run, user=None, round_number=1)
+    moved = run_fork(run=run, user=None, round_number=1, config=ForkConfig(endpoint=other))
+
+    assert snapshot_of(same).price.revision == first.pk  # type: ignore[union-attr]
+    assert snapshot_of(moved).price.revision == theirs.pk  # type: ignore[union-attr]
+    execute(moved)
+    assert {r.price_revision_id for r in rounds(moved)} == {theirs.pk}

@@ -49,6 +49,7 @@ from tools_app.runs.snapshot.frozen import (
     endpoint_section,
     parameters_section,
     policy_section,
+    price_section,
     run_title,
     tools_section,
 )
@@ -336,6 +337,10 @@ def _config_changes(run: Run, config: ForkConfig) -> dict[str, Any]:
         endpoint = endpoint_section(config.endpoint)
         if endpoint.model_dump() != old.endpoint.model_dump():
             sections["endpoint"] = endpoint
+            # Priced as that endpoint's model is now (a run on it started now would be).
+            model_name = (config.parameters.model_name if config.parameters is not None
+                          else old.parameters.get("model_name"))
+            sections["price"] = price_section(config.endpoint, model_name)
             words.append(f"endpoint: {old.endpoint.name} → {config.endpoint.name}")
     if config.tools is not None:
         sections["tools"] = _tools(config.tools)
