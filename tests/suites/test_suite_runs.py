@@ -205,3 +205,26 @@ def test_a_tool_that_needs_approval_must_not_run_live(
     mocked = runner.suite_run_start(suite=weather_suite("mocked"),
                                     config={"endpoints": ["good"], "tools": "mock"})
     assert mocked.cells.count() == len(QUESTIONS)
+
+
+def test_the_default_wait_returns_once_one_of_its_runs_has_ended(
+        suite_world: dict[str, ModelEndpoint], monkeypatch: pytest.MonkeyPatch) -> None:
+    suite_run = runner.suite_run_start(suite=weather_suite(),
+                                       config={"endpoints": ["good"], "concurrency": 2})
+    first, second = runner.advance(suite_run)
+    pauses: list[float] = []
+
+    def a_worker_ends_a_run_meanwhile(seconds: float) -> None:
+        pauses.append(seconds)
+        execute(second)
+
+    monkeypatch.setattr(runner, "sleep", a_worker_ends_a_run_meanwhile)
+    runner.wait_for_a_finished_run(suite_run, [first, second])
+    assert pauses == [runner.POLL_SECONDS]  # nothing had ended: it waited once
+    runner.wait_for_a_finished_run(suite_run, [])
+    assert pauses == [runner.POLL_SECONDS]  # one had ended: it returned at once
+
+    runner.advance(suite_run)  # evaluates the ended run, starts the next
+    assert SuiteCellRun.objects.filter(cell__suite_run=suite_run,
+                                       passed__isnull=False).count() == 1
+    assert SuiteCellRun.objects.filter(cell__suite_run=suite_run).count() == 3

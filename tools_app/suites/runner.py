@@ -15,8 +15,8 @@ idempotent tools live, others mocked); `tools` in the configuration overrides bo
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
+from time import monotonic, sleep
 from typing import Any
 
 from django.db import transaction
@@ -294,8 +294,8 @@ Wait = Callable[[SuiteRun, list[Run]], None]
 def wait_for_a_finished_run(suite_run: SuiteRun, started: list[Run],
                             timeout: float = 600.0) -> None:
     """Until one of the suite run's runs in flight has ended (the workers run them)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    deadline = monotonic() + timeout
+    while monotonic() < deadline:
         if not SuiteCellRun.objects.filter(cell__suite_run=suite_run,
                                            passed__isnull=True).exclude(
                 run__status__in=TERMINAL_STATUSES).exists():
@@ -303,7 +303,7 @@ def wait_for_a_finished_run(suite_run: SuiteRun, started: list[Run],
         if SuiteCellRun.objects.filter(cell__suite_run=suite_run, passed__isnull=True,
                                        run__status__in=TERMINAL_STATUSES).exists():
             return
-        time.sleep(POLL_SECONDS)
+        sleep(POLL_SECONDS)
 
 
 def drive(suite_run: SuiteRun, *, wait: Wait | None = None) -> SuiteRun:
