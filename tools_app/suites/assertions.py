@@ -5,7 +5,7 @@ checked against a `RunRecord` (the stored run's rounds and calls, read by
 what was expected against what happened.
 
 Arguments are checked at an RFC 6901 JSON pointer (the `jsonpointer` library) with one
-of the `ArgumentCheck` kinds; a JSON Schema check uses `jsonschema`.
+of the `ArgumentCheck` kinds (`argument_checks`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Annotated, Any, Literal, get_args
 
-import jsonschema
 from jsonpointer import JsonPointer, JsonPointerException
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from .argument_checks import ArgumentCheck, compiled, shown
 
 _MISSING = object()
 
@@ -168,109 +169,6 @@ def _sequence_matches(match: SequenceMatch, expected: list[str], actual: list[st
 # -- arguments ---------------------------------------------------------------------------
 
 
-class Equals(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["equals"] = "equals"
-    value: Any = None
-
-    def words(self) -> str:
-        return f"equal to {json.dumps(self.value, ensure_ascii=False)}"
-
-    def problem(self, value: Any) -> str | None:
-        return None if value == self.value else f"{_shown(value)} is not {self.words()}"
-
-
-class Regex(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["regex"] = "regex"
-    pattern: str
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, pattern: str) -> str:
-        _compiled(pattern)
-        return pattern
-
-    def words(self) -> str:
-        return f"matching /{self.pattern}/"
-
-    def problem(self, value: Any) -> str | None:
-        if isinstance(value, str) and re.search(self.pattern, value):
-            return None
-        return f"{_shown(value)} does not match /{self.pattern}/"
-
-
-class OneOf(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["one_of"] = "one_of"
-    values: tuple[Any, ...] = Field(min_length=1)
-
-    def words(self) -> str:
-        return "one of " + ", ".join(json.dumps(v, ensure_ascii=False) for v in self.values)
-
-    def problem(self, value: Any) -> str | None:
-        return None if value in self.values else f"{_shown(value)} is not {self.words()}"
-
-
-class NumberRange(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    kind: Literal["range"] = "range"
-    min: float | None = None
-    max: float | None = None
-
-    @model_validator(mode="after")
-    def _bounded(self) -> NumberRange:
-        if self.min is None and self.max is None:
-            raise ValueError("a range needs min, max or both")
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"min ({self.min}) is above max ({self.max})")
-        return self
-
-    def words(self) -> str:
-        if self.max is None:
-            return f"at least {self.min:g}"
-        if self.min is None:
-            return f"at most {self.max:g}"
-        return f"between {self.min:g} and {self.max:g}"
-
-    def problem(self, value: Any) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return f"{_shown(value)} is not a number"
-        if (self.min is not None and value < self.min) or (
-                self.max is not None and value > self.max):
-            return f"{_shown(value)} is not {self.words()}"
-        return None
-
-
-class Schema(BaseModel):
-    kind: Literal["schema"] = "schema"
-    schema_: dict[str, Any] = Field(alias="schema")
-
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True,
-                              serialize_by_alias=True)
-
-    @field_validator("schema_")
-    @classmethod
-    def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise ValueError(f"not a valid JSON Schema: {exc.message}") from exc
-        return schema
-
-    def words(self) -> str:
-        return "valid against the given JSON Schema"
-
-    def problem(self, value: Any) -> str | None:
-        error = jsonschema.exceptions.best_match(
-            jsonschema.Draft202012Validator(self.schema_).iter_errors(value))
-        return None if error is None else f"{_shown(value)} fails the schema: {error.message}"
-
-
-ArgumentCheck = Annotated[Equals | Regex | OneOf | NumberRange | Schema,
-                          Field(discriminator="kind")]
-
-
 class ArgumentsMatch(_Assertion):
     """The value at `pointer` in a call of `tool`'s arguments passes `check`: in some call
     (`calls: any`, the default) or in every call of the tool (`calls: all`)."""
@@ -358,7 +256,7 @@ class FinalTextMatches(_Assertion):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, pattern: str) -> str:
-        _compiled(pattern)
+        compiled(pattern)
         return pattern
 
     def sentence(self) -> str:
@@ -438,17 +336,5 @@ def evaluate_all(assertions: list[Assertion], record: RunRecord) -> list[Verdict
     return [a.evaluate(record) for a in assertions]
 
 
-def _compiled(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"not a regular expression: {exc}") from exc
-
-
-def _shown(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def _final(record: RunRecord) -> str:
-    return "empty" if not record.final_text else _shown(record.final_text)
+    return "empty" if not record.final_text else shown(record.final_text)

@@ -14,11 +14,11 @@ from tools_app.engine.conversation import to_openai_messages
 from tools_app.models import Run, Suite, SuiteCase, ToolCall
 from tools_app.runs.snapshot.model import snapshot_of
 
+from .argument_checks import Equals
 from .assertions import (
     ArgumentsMatch,
     Assertion,
     CallSequence,
-    Equals,
     NoError,
     NoToolCalled,
     dump_assertions,
@@ -31,9 +31,12 @@ User = AbstractBaseUser | AnonymousUser | None
 class CaseError(ValueError):
     """A case or suite that cannot be saved as given; `field` names the part at fault."""
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None,
+                 conflict: bool = False) -> None:
         super().__init__(message)
         self.field = field
+        self.conflict = conflict
+        """A name already taken (the API's 409)."""
 
 
 def suite_create(*, name: str, description: str = "", user: User = None) -> Suite:
@@ -43,7 +46,7 @@ def suite_create(*, name: str, description: str = "", user: User = None) -> Suit
     if len(name) > 100:
         raise CaseError("A suite's name has at most 100 characters", field="name")
     if Suite.objects.filter(name=name).exists():
-        raise CaseError(f"A suite named {name!r} already exists", field="name")
+        raise CaseError(f"A suite named {name!r} already exists", field="name", conflict=True)
     owner: Any = user if user is not None and user.is_authenticated else None
     return Suite.objects.create(name=name, description=description, created_by=owner)
 
@@ -94,7 +97,7 @@ def case_update(*, case: SuiteCase, data: dict[str, Any]) -> SuiteCase:
             case.save()
     except IntegrityError as exc:
         raise CaseError(f"The suite already has a case named {checked.name!r}",
-                        field="name") from exc
+                        field="name", conflict=True) from exc
     return case
 
 
@@ -117,4 +120,4 @@ def _store(suite: Suite, case: CaseFile, *, source_run: Run | None = None) -> Su
                 assertions=dump_assertions(case.assertions), source_run=source_run)
     except IntegrityError as exc:
         raise CaseError(f"The suite {suite.name!r} already has a case named {case.name!r}",
-                        field="name") from exc
+                        field="name", conflict=True) from exc

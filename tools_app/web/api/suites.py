@@ -97,7 +97,7 @@ def create_case(request: HttpRequest, name: str, body: CaseBody) -> JsonResponse
     try:
         case = case_create(suite=suite, data=body.model_dump())
     except CaseError as exc:
-        status, code = (409, "conflict") if "already has" in str(exc) else (400, "invalid_field")
+        status, code = (409, "conflict") if exc.conflict else (400, "invalid_field")
         raise ApiError(status, code, str(exc), field=exc.field) from exc
     return JsonResponse({"suite": suite.name, "name": case.name, "id": case.pk}, status=201)
 
