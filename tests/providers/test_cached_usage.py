@@ -1,7 +1,7 @@
 """Cached input tokens, as each provider reports them, carried into TokenUsage (the
 cached price applies to them: engine/pricing.py)."""
 
-from tools_app.engine.providers import anthropic, gemini, openai
+from tools_app.engine.providers import anthropic, gemini, openai, openai_responses
 
 
 def test_openai_reports_cached_tokens_in_the_prompt_details() -> None:
@@ -30,3 +30,11 @@ def test_no_cache_report_is_no_cached_count() -> None:
     usage = openai.map_usage({"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11})
     assert usage is not None
     assert usage.cached_input_tokens is None
+
+
+def test_the_responses_api_reports_cached_tokens_in_the_input_details() -> None:
+    usage = openai_responses.map_usage({"input_tokens": 3000, "output_tokens": 40,
+                                        "total_tokens": 3040,
+                                        "input_tokens_details": {"cached_tokens": 2048}})
+    assert usage is not None
+    assert (usage.input_tokens, usage.cached_input_tokens) == (3000, 2048)

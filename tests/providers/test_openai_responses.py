@@ -304,7 +304,8 @@ async def test_it_reads_parallel_calls_text_reasoning_and_usage(stream: bool) ->
     assert [b["type"] for b in message.provider_blocks] == [
         "reasoning", "message", "function_call", "function_call", "response"]
     assert response.finish_reason is FinishReason.TOOL_EXECUTION
-    assert response.usage == TokenUsage(input_tokens=30, output_tokens=12, total_tokens=42)
+    assert response.usage == TokenUsage(input_tokens=30, output_tokens=12, total_tokens=42,
+                                        cached_input_tokens=0)
     assert response.response_id
     assert response.response_id.startswith("resp_")
     fragments = [e for e in events if isinstance(e, PartialToolCall)]

@@ -35,40 +35,40 @@ Call = tuple[str, str, str | None]  # None: arguments not compared (a long summa
 
 # (calls, text, usage) of each response, read off the recordings by hand.
 EXPECTED: dict[str, list[tuple[list[Call], str | None, tuple[int, int, int]]]] = {
-    "pydantic-ai__nonstream_function_call_then_answer": [
+    "pydantic-ai__nonstream_function_call_then_answer.json": [
         ([("call_YfwRsW8sUxDKipwyhWTzOXCA", "get_capital", '{"country":"PotatoLand"}')],
          None, (40, 18, 58)),
         ([], "The capital of PotatoLand is Potato City.", (67, 11, 78))],
-    "pydantic-ai__nonstream_parallel_function_calls_with_retry": [
+    "pydantic-ai__nonstream_parallel_function_calls_with_retry.json": [
         ([("call_LWVp74L5HaH2KNvgVz9PJsrj", "get_location", '{"loc_name":"Londos"}'),
           ("call_YnRAWeTyxI91m5uNa5bxXwVO", "get_location", '{"loc_name":"London"}')],
          None, (0, 0, 0)),
         ([], 'It seems "Londos" might be incorrect or unknown. If you meant something else, '
          "please clarify.\n\nFor **London**, it's located at approximately latitude 51° N "
          "and longitude 0° W.", (335, 44, 379))],
-    "pydantic-ai__nonstream_reasoning_function_call_encrypted_reasoning_passed_back": [
+    "pydantic-ai__nonstream_reasoning_function_call_encrypted_reasoning_passed_back.json": [
         ([("call_cp3x6W9eeyMIryJUNhgMaP5w", "get_meaning_of_life", "{}")], None,
          (40, 148, 188)),
         ([], "42", (257, 5, 262))],
-    "pydantic-ai__nonstream_tool_choice_allowed_tools_then_output_tool": [
+    "pydantic-ai__nonstream_tool_choice_allowed_tools_then_output_tool.json": [
         ([("call_CV6BaAADlqML8HxE2Y7aSYVR", "get_weather", '{"city":"Paris"}')], None,
          (98, 299, 397)),
         ([("call_tiZYSQIyK69kGZoFccuG8ynZ", "final_result", None)], None, (415, 224, 639))],
-    "pydantic-ai__nonstream_tool_choice_auto_then_answer": [
+    "pydantic-ai__nonstream_tool_choice_auto_then_answer.json": [
         ([("call_E4xGYcmG4CvUzTabsGjXo6ba", "get_weather", '{"city":"Paris"}')], None,
          (50, 81, 131)),
         ([], "Currently it's sunny in Paris with a temperature of 22°C.", (149, 17, 166))],
-    "pydantic-ai__nonstream_tool_choice_named_function": [
+    "pydantic-ai__nonstream_tool_choice_named_function.json": [
         ([("call_VfwnLMHhNSM9WQ5l8wXDFKHF", "get_weather", '{"city":"Paris"}')], None,
          (68, 95, 163))],
-    "pydantic-ai__nonstream_tool_choice_required": [
+    "pydantic-ai__nonstream_tool_choice_required.json": [
         ([("call_1qsWTcKZwQRwKLxPFIMpbnzV", "get_weather", '{"city":"Paris"}')], None,
          (48, 105, 153))],
-    "pydantic-ai__stream_function_call_then_answer": [
+    "pydantic-ai__stream_function_call_then_answer.json": [
         ([("call_kL0PCQV7M2WMoVX8V8OtYSAL", "get_capital", '{"country":"France"}')], None,
          (255, 16, 271)),
         ([], "The capital of France is Paris.", (278, 9, 287))],
-    "pydantic-ai__stream_reasoning_commentary_function_call_encrypted_reasoning_passed_back": [
+    "pydantic-ai__stream_reasoning_commentary_function_call_encrypted_reasoning_passed_back.json": [
         ([("call_LabG58Uhrq9kZvR52BYKjToD", "get_capital", '{"country":"PotatoLand"}')],
          "I\u2019ll check the capital lookup tool for \u201cPotatoLand.\u201d", (63, 69, 132)),
         ([], "The capital of PotatoLand is **Potato City**.", (147, 16, 163))],
@@ -76,7 +76,7 @@ EXPECTED: dict[str, list[tuple[list[Call], str | None, tuple[int, int, int]]]] =
 
 
 def path_of(name: str) -> str:
-    return f"{FOLDER}/{name}.json"
+    return f"{FOLDER}/{name}"
 
 
 def test_every_recording_is_covered() -> None:
@@ -143,7 +143,7 @@ def recorded_bodies(name: str) -> list[dict[str, Any]]:
 
 # pydantic-ai once sent a streamed call's item id (fc_...) as its call_id, and the API
 # took it; calls and outputs are compared by their order there.
-REIDED = {"pydantic-ai__stream_function_call_then_answer"}
+REIDED = {"pydantic-ai__stream_function_call_then_answer.json"}
 # The recorder wrote ASCII quotes in the request where the response had typographic ones.
 _QUOTES = str.maketrans({"\u2019": "'", "\u201c": '"', "\u201d": '"'})
 
@@ -185,8 +185,9 @@ async def test_it_parses_every_recorded_response(name: str) -> None:
         assert [r.arguments for r in requests if r.name != "final_result"] == [
             c[2] for c in calls if c[1] != "final_result"]
         assert response.ai_message.text == text
-        assert response.usage == TokenUsage(input_tokens=usage[0], output_tokens=usage[1],
-                                            total_tokens=usage[2])
+        assert response.usage is not None
+        assert response.usage.model_copy(update={"cached_input_tokens": None}) == TokenUsage(
+            input_tokens=usage[0], output_tokens=usage[1], total_tokens=usage[2])
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -356,9 +356,11 @@ def map_status(body: JsonObject, has_tool_calls: bool) -> FinishReason:
 def map_usage(usage: JsonObject) -> TokenUsage | None:
     if not usage:
         return None
+    details = as_dict(usage.get("input_tokens_details"))  # cache reads, priced apart
     return TokenUsage(input_tokens=as_int(usage.get("input_tokens")),
                       output_tokens=as_int(usage.get("output_tokens")),
-                      total_tokens=as_int(usage.get("total_tokens")))
+                      total_tokens=as_int(usage.get("total_tokens")),
+                      cached_input_tokens=as_int(details.get("cached_tokens")))
 
 
 def output_text(items: Sequence[JsonObject]) -> str | None:
