@@ -212,3 +212,39 @@ def test_two_suite_runs_compared_show_what_regressed(
 
     assert re.search(r'<ul id="regressed"><li class="fail">paris on good: 100% → 0%</li>', page)
     assert "Nothing newly fixed." in page
+
+
+def test_the_suites_pages_list_suites_and_cases_and_offer_the_endpoints(
+        bob_client: Client, suite_world: dict[str, ModelEndpoint]) -> None:
+    assert 'id="no-suites"' in bob_client.get("/suites/").content.decode()
+    suite = save_suite_file(SuiteFile.model_validate(
+        {"name": "weather <b>x</b>", "cases": [weather_case("paris", "Weather?")]}))
+
+    listing = bob_client.get("/suites/").content.decode()
+    assert f'<a href="/suites/{suite.pk}/">weather &lt;b&gt;x&lt;/b&gt;</a></td><td>1</td>' in (
+        listing)
+    page = bob_client.get(f"/suites/{suite.pk}/").content.decode()
+    assert "The model makes exactly these calls, in this order: get_weather." in page
+    assert 'In a call of get_weather, /city is equal to &quot;Paris&quot;.' in page
+    assert "The run takes at most 2 model rounds." in page
+    for name in ("good", "sloppy", "bad"):
+        assert f'name="endpoints" value="{name}"' in page
+
+
+@pytest.mark.parametrize(("form", "message"), [
+    ({"repeat": "2"}, "endpoints: List should have at least 1 item"),
+    ({"endpoints": ["good"], "repeat": "many"}, "repeat: Input should be a valid integer"),
+    ({"endpoints": ["good"], "min_pass_rate": "150"},
+     "min_pass_rate: Input should be less than or equal to 1"),
+    ({"endpoints": ["nope"]}, "no endpoint named &#x27;nope&#x27;"),
+])
+def test_a_suite_run_the_form_cannot_start_says_why(
+        bob_client: Client, suite_world: dict[str, ModelEndpoint], form: dict[str, Any],
+        message: str) -> None:
+    suite = save_suite_file(SuiteFile.model_validate(
+        {"name": "s", "cases": [weather_case("paris", "Weather?")]}))
+
+    page = bob_client.post(f"/suites/{suite.pk}/runs/", form, follow=True).content.decode()
+
+    assert f"Cannot run the suite: {message}" in page
+    assert not SuiteRun.objects.exists()
