@@ -228,3 +228,21 @@ def test_the_default_wait_returns_once_one_of_its_runs_has_ended(
     assert SuiteCellRun.objects.filter(cell__suite_run=suite_run,
                                        passed__isnull=False).count() == 1
     assert SuiteCellRun.objects.filter(cell__suite_run=suite_run).count() == 3
+
+
+def test_only_who_may_see_the_source_run_replays_its_recording(
+        suite_world: dict[str, ModelEndpoint], bob: Any, charlie: Any) -> None:
+    source = start(suite_world["good"], [ToolRegistration.objects.get(name="get_weather")],
+                   ErrorPolicy.objects.get(), "Weather in Paris?")
+    source.created_by = bob
+    source.save(update_fields=["created_by"])
+    assert execute(source) == "succeeded"
+    suite = Suite.objects.create(name="recorded")
+    case_save_from_run(run=source, suite=suite, name="paris")
+    recorded = {"endpoints": ["good"], "tools": "recorded"}
+
+    with pytest.raises(runner.SuiteConfigError, match="which is not yours"):
+        runner.suite_run_start(suite=suite, config=recorded, user=charlie)
+    assert runner.suite_run_start(suite=suite, config=recorded, user=bob)
+    assert runner.suite_run_start(suite=suite, config=recorded | {"tools": "mock"},
+                                  user=charlie)

@@ -42,7 +42,7 @@ from tools_app.models import (
 from tools_app.runs.debugger.run_files import recording_of
 from tools_app.runs.services import RunRequestError, run_create
 from tools_app.runs.snapshot.model import ReplaySection, ToolsMode
-from tools_app.runs.store.selectors import default_policy
+from tools_app.runs.store.selectors import default_policy, run_get_for_user
 
 from .assertions import load_assertions
 from .evaluation import verdict_of
@@ -108,7 +108,7 @@ def suite_run_start(*, suite: Suite, config: SuiteRunConfig | dict[str, Any],
         raise SuiteConfigError(f"the suite {suite.name!r} has no cases", field="cases")
     endpoints = _endpoints(config.endpoints)
     for case in cases:
-        _check_case(case, config)
+        _check_case(case, config, user)
     if _policy() is None:
         raise SuiteConfigError("there is no default error policy for the suite's runs")
     with transaction.atomic():
@@ -143,7 +143,7 @@ def _endpoints(names: list[str]) -> list[ModelEndpoint]:
     return [found[n] for n in dict.fromkeys(names)]
 
 
-def _check_case(case: SuiteCase, config: SuiteRunConfig) -> None:
+def _check_case(case: SuiteCase, config: SuiteRunConfig, user: Any) -> None:
     where = f"case {case.name!r}"
     try:
         parse_conversation(case.messages)
@@ -164,6 +164,19 @@ def _check_case(case: SuiteCase, config: SuiteRunConfig) -> None:
     if "recorded" in modes.values() and case.source_run_id is None:
         raise SuiteConfigError(f"{where}: recorded tools need the run the case was saved "
                                "from, and it has none (use live or mock)", field="tools")
+    if "recorded" in modes.values() and not _may_replay(case, user):
+        # The recording holds that run's tool results: only for those who may see it.
+        raise SuiteConfigError(f"{where}: recorded tools answer from the run the case was "
+                               "saved from, which is not yours (use live or mock)",
+                               field="tools")
+
+
+def _may_replay(case: SuiteCase, user: Any) -> bool:
+    """A person may replay the recording of a run they may see; `run_suite` (no user)
+    is the operator's."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return user is None
+    return run_get_for_user(str(case.source_run_id), user) is not None
 
 
 def _case_tools(case: SuiteCase) -> list[ToolRegistration]:
