@@ -214,3 +214,35 @@ def test_a_conversation_id_joins_traces_into_one_run(client: Client, token: str,
     post(client, token, protobuf(second))
 
     assert [r[2] for r in rows(run_of(bob))] == ["one", "two"]
+
+
+def test_spans_another_user_sent_are_refused_not_taken_over(
+        client: Client, token: str, bob: AbstractUser, charlie: AbstractUser) -> None:
+    body = protobuf(spans_of(weather_agent))
+    post(client, token, body)
+
+    response = post(client, create_token(charlie, "other")[1], body)
+
+    partial = answer(response).partial_success
+    assert (partial.rejected_spans, partial.error_message) == (
+        4, "a span with this trace and span id was sent by another user")
+    assert not Run.objects.filter(created_by=charlie).exists()
+    assert rows(run_of(bob)) == EXPECTED
+
+
+def test_a_failed_agent_span_fails_the_run(client: Client, token: str,
+                                           bob: AbstractUser) -> None:
+    def failing(tracer: Tracer) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        with tracer.start_as_current_span("invoke_agent") as agent:
+            agent.set_attributes({"gen_ai.operation.name": "invoke_agent",
+                                  "error.type": "TimeoutError"})
+            chat_span(tracer, output=assistant(text("thinking"), finish="stop"))
+            agent.set_status(Status(StatusCode.ERROR, "the agent gave up after 30 s"))
+
+    post(client, token, protobuf(spans_of(failing)))
+
+    run = run_of(bob)
+    assert (run.status, run.error_type, run.error_message) == (
+        "failed", "TimeoutError", "the agent gave up after 30 s")
