@@ -15,9 +15,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from tests.runs.support import calls, execute, fake_llm_server, rounds, start
+from tests.runs.support import calls, execute, expire_lease, fake_llm_server, rounds, start
+from tests.runs.tools_for_tests import STATE, SimulatedCrash
 from tools_app.fake_llm import BackgroundServer
 from tools_app.models import ErrorPolicy, ModelEndpoint, ToolRegistration
+from tools_app.runs.store.leases import reap_expired_runs
 from tools_app.web.registry_forms import ModelEndpointForm
 
 pytestmark = pytest.mark.both
@@ -111,6 +113,49 @@ def test_a_chained_run_sends_only_what_came_after_the_stored_response(
     assert follow_up["previous_response_id"] == (first.response or {})["response_id"]
     assert [i["type"] for i in follow_up["input"]] == ["function_call_output"] * 2
     assert (run.final_text or "").startswith("Done: ")
+
+
+RESUMED = {"scripts": {"gpt-5-mini": {"steps": [
+    {"tool_calls": [{"name": "lookup", "arguments": {"key": "r0"}}]},
+    {"tool_calls": [{"name": "lookup", "arguments": {"key": "r1"}}]},
+    {"text": "model saw: {last_results}"},
+]}}}
+
+
+@pytest.mark.parametrize("chained", [False, True], ids=["whole", "chained"])
+def test_a_resumed_run_sends_the_stored_reasoning_items_back(
+    tools: dict[str, ToolRegistration], policy: ErrorPolicy, chained: bool,
+) -> None:
+    """The worker dies in round 1's call; the next one rebuilds the conversation from the
+    stored rounds, whose responses keep the output items (and the response id)."""
+    with fake_llm_server(RESUMED) as server:
+        custom = {"store": True, "previous_response_id": "auto"} if chained else {}
+        endpoint = registered_endpoint(server, stream=False, custom=custom)
+        run = start(endpoint, [tools["lookup"]], policy)
+        STATE.on_enter["lookup"].append(lambda: None)  # round 0's call runs
+        STATE.on_enter["lookup"].append(_crash)  # round 1's call kills the worker
+        with pytest.raises(SimulatedCrash):
+            execute(run)
+        expire_lease(run)
+        reap_expired_runs()
+
+        assert execute(run) == "succeeded", (run.error_type, run.error_message)
+
+        sent = [r["body"] for r in provider_requests(server)]
+    first, second, _ = rounds(run)
+    ids = [(r.response or {})["ai_message"]["provider_blocks"][0]["id"] for r in (first, second)]
+    last = sent[-1]
+    assert len(sent) == 3  # round 1's answer is not asked for again
+    if chained:
+        assert last["previous_response_id"] == (second.response or {})["response_id"]
+        assert [i["type"] for i in last["input"]] == ["function_call_output"]
+    else:
+        assert [i["id"] for i in last["input"] if i.get("type") == "reasoning"] == ids
+    assert run.final_text == "model saw: value of r1"
+
+
+def _crash() -> None:
+    raise SimulatedCrash("lookup")
 
 
 def test_the_registry_form_refuses_what_the_responses_api_does_not_take(
