@@ -1,0 +1,208 @@
+"""The recording proxy's added latency: the same request sent to the fake provider
+directly and through `/proxy/<endpoint>/v1/chat/completions`, as pairs (their order
+alternating), by 1 and by 50 concurrent conversations.
+
+A real server on loopback (daphne, the embedded default: SQLite, the recorder thread in
+the server process) on a fresh database, and the fake provider (`python -m
+tools_app.fake_llm`, a process of its own, no added latency) as the endpoint. Measured
+per request with aiohttp: non-streaming, until the whole body is read; streaming, until
+the first byte of the body (time to first byte). Added latency = a proxied percentile
+minus the direct one. Each conversation names its run (`X-AgentForge-Run`), so its
+requests are recorded as the rounds of one run while the measurement goes on.
+
+Run: python -m benchmarks.bench_proxy [--pairs 300] [--concurrent 1,50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+
+from benchmarks.bench_live import base_env, free_port, manage, stop
+from benchmarks.common import ROOT, percentile, write_result
+
+PYTHON = sys.executable
+DAPHNE = str(Path(PYTHON).with_name("daphne"))
+START_TIMEOUT = 60.0
+ENDPOINT = "bench-proxy"
+WARM_UP_PAIRS = 20
+SETUP_CODE = """
+import json, os
+from django.contrib.auth.models import User
+from tools_app.models import ModelEndpoint
+from tools_app.web.api.tokens import create_token
+user = User.objects.create_user("proxy-bench", password=None)
+ModelEndpoint.objects.create(name=os.environ["BENCH_ENDPOINT"], kind="openai",
+                             base_url=os.environ["BENCH_PROVIDER"], model="fake-model",
+                             api_key_env="BENCH_PROVIDER_API_KEY")
+print("BENCH " + json.dumps({"token": create_token(user, "bench")[1]}))
+"""
+
+
+@dataclass
+class Samples:
+    direct: list[float]
+    proxied: list[float]
+
+    def row(self, label: str) -> str:
+        d50, d95 = percentile(self.direct, 50), percentile(self.direct, 95)
+        p50, p95 = percentile(self.proxied, 50), percentile(self.proxied, 95)
+        return (f"| {label} | {len(self.proxied)} | {d50:.2f} | {d95:.2f} | {p50:.2f} | "
+                f"{p95:.2f} | **{p50 - d50:.2f}** | **{p95 - d95:.2f}** |")
+
+
+@contextmanager
+def servers(workdir: Path) -> Iterator[tuple[str, str, str]]:
+    """(the provider's base URL, the product's root URL, an API token)."""
+    provider_port, product_port = free_port(), free_port()
+    provider = f"http://127.0.0.1:{provider_port}/v1"
+    env = base_env(f"sqlite:///{workdir / 'bench.sqlite3'}", workdir,
+                   BENCH_PROVIDER_API_KEY="sk-bench-provider-key")
+    manage(env, "migrate", "--noinput", "-v0")
+    out = manage(env, "shell", "-c", SETUP_CODE,
+                 extra={"BENCH_ENDPOINT": ENDPOINT, "BENCH_PROVIDER": provider})
+    token = json.loads(next(x for x in out.splitlines()
+                            if x.startswith("BENCH ")).removeprefix("BENCH "))["token"]
+    processes = []
+    try:
+        for name, argv in (
+                ("fake", [PYTHON, "-m", "tools_app.fake_llm", "--port", str(provider_port),
+                          "--record-limit", "0"]),
+                ("daphne", [DAPHNE, "-b", "127.0.0.1", "-p", str(product_port),
+                            "agentforge_web.asgi:application"])):
+            log = (workdir / f"{name}.log").open("wb")
+            processes.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log,
+                                              stderr=subprocess.STDOUT))
+        product = f"http://127.0.0.1:{product_port}"
+        _wait_until_up(f"{provider}/models", f"{product}/api/runs", token)
+        yield provider, product, token
+    finally:
+        for process in processes:
+            stop(process)
+
+
+def _wait_until_up(*urls_and_token: str) -> None:
+    *urls, token = urls_and_token
+    deadline = time.monotonic() + START_TIMEOUT
+    for url in urls:
+        while True:
+            request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+            try:
+                with urllib.request.urlopen(request, timeout=2):
+                    break
+            except urllib.error.HTTPError:
+                break  # it answers
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{url} did not answer within {START_TIMEOUT} s")
+                time.sleep(0.1)
+
+
+async def _timed(session: aiohttp.ClientSession, url: str, headers: dict[str, str],
+                 body: dict[str, object], *, stream: bool) -> float:
+    """Milliseconds until the whole body (or, streaming, its first byte) arrived."""
+    started = time.perf_counter()
+    async with session.post(url, json=body, headers=headers) as response:
+        if response.status != 200:
+            raise RuntimeError(f"{url}: HTTP {response.status} {await response.text()}")
+        if stream:
+            await response.content.readany()
+            elapsed = time.perf_counter() - started
+            await response.read()
+            return elapsed * 1000
+        await response.read()
+        return (time.perf_counter() - started) * 1000
+
+
+async def _conversation(session: aiohttp.ClientSession, provider: str, product: str,
+                        token: str, index: int, pairs: int, *, stream: bool,
+                        samples: Samples | None) -> None:
+    direct = (f"{provider}/chat/completions", {"Authorization": "Bearer sk-bench-provider-key"})
+    proxied = (f"{product}/proxy/{ENDPOINT}/v1/chat/completions",
+               {"Authorization": f"Bearer {token}", "X-AgentForge-Run": f"bench-{index}"})
+    for pair in range(pairs):
+        body = {"model": "fake-model", "stream": stream,
+                "messages": [{"role": "user", "content": f"question {pair} of {index}"}]}
+        order = (direct, proxied) if (pair + index) % 2 == 0 else (proxied, direct)
+        for url, headers in order:
+            elapsed = await _timed(session, url, headers, body, stream=stream)
+            if samples is not None:
+                (samples.direct if url == direct[0] else samples.proxied).append(elapsed)
+
+
+async def measure(provider: str, product: str, token: str, concurrent: int, pairs: int,
+                  *, stream: bool) -> Samples:
+    samples = Samples([], [])
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await asyncio.gather(*(_conversation(session, provider, product, token, i,
+                                             WARM_UP_PAIRS, stream=stream, samples=None)
+                               for i in range(concurrent)))
+        per_conversation = max(1, pairs // concurrent)
+        await asyncio.gather(*(_conversation(session, provider, product, token, i,
+                                             per_conversation, stream=stream,
+                                             samples=samples)
+                               for i in range(concurrent)))
+    return samples
+
+
+def report(rows: list[str], pairs: int) -> str:
+    return "\n".join([
+        "# Recording proxy: added latency",
+        "",
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.node()} "
+        f"({platform.processor() or platform.machine()}, Python {platform.python_version()})."
+        " The machine is shared with other work (2 cores, several concurrent jobs): "
+        "percentiles, p95 above all, carry that noise.",
+        "",
+        "The same Chat Completions request sent to the fake provider directly and through "
+        f"`/proxy/{ENDPOINT}/v1/chat/completions` (daphne, the embedded default, SQLite; "
+        "the recorder thread records every exchange in the same process meanwhile), "
+        f"in pairs whose order alternates; about {pairs} pairs per row after "
+        f"{WARM_UP_PAIRS} warm-up pairs per conversation. Non-streaming: until the whole "
+        "body is read; streaming: time to first byte. Added = proxied minus direct, per "
+        "percentile. Targets: p50 < 2 ms and p95 < 5 ms added. Milliseconds.",
+        "",
+        "| scenario | samples | direct p50 | direct p95 | proxied p50 | proxied p95 | "
+        "added p50 | added p95 |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+    ])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=300)
+    parser.add_argument("--concurrent", default="1,50")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="agentforge-proxy-bench-") as tmp, \
+            servers(Path(tmp)) as (provider, product, token):
+        for concurrent in (int(c) for c in args.concurrent.split(",")):
+            for stream in (False, True):
+                samples = asyncio.run(measure(provider, product, token, concurrent,
+                                              args.pairs, stream=stream))
+                label = (f"{concurrent} conversation{'s' if concurrent > 1 else ''}, "
+                         f"{'streaming (first byte)' if stream else 'non-streaming'}")
+                rows.append(samples.row(label))
+                print(rows[-1], flush=True)
+    print(write_result("proxy", report(rows, args.pairs)))
+
+
+if __name__ == "__main__":
+    main()
