@@ -232,7 +232,7 @@ def test_the_export_streams_the_filtered_calls(staff_api: Api, world: dict[str, 
         "endpoint": "alpha", "started_by": "bob", "round": 0, "call_index": 0,
         "call_id": "call_a1", "tool": "get_weather", "state": "ok",
         "stored_state": "succeeded", "handled_by": "", "is_error": False,
-        "stopped_run": False, "duration_ms": 10.0,
+        "stopped_run": False, "duration_ms": 10.0, "cost_usd": None,  # no price
         "started_at": audit_world.at(5).isoformat(),
         "finished_at": (audit_world.at(5) + audit_world.timedelta(milliseconds=10)).isoformat(),
         "error_type": "", "error_message": "", "arguments": '{"city": "Paris"}',
