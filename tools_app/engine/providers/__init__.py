@@ -10,7 +10,7 @@
                  the retry loop, credentials scrubbing, errors, JSON, event streams
     adapter      the chat() skeleton the wire adapters share
     openai       OpenAIChatModel, OpenAICompatibleChatModel (Chat Completions)
-    openai_responses  OpenAIResponsesModel (the Responses API)
+    openai_responses  OpenAIResponsesModel (the Responses API), with openai_responses_stream
     anthropic    AnthropicChatModel (Messages)
     gemini       GeminiChatModel (generateContent), with gemini_schema
     scripted     ScriptedChatModel, FunctionChatModel (offline)
