@@ -15,6 +15,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from tests.providers.support import validate_responses_body
 from tests.runs.support import calls, execute, expire_lease, fake_llm_server, rounds, start
 from tests.runs.tools_for_tests import STATE, SimulatedCrash
 from tools_app.fake_llm import BackgroundServer
@@ -52,8 +53,11 @@ def registered_endpoint(server: BackgroundServer, *, stream: bool,
 
 
 def provider_requests(server: BackgroundServer) -> list[dict[str, Any]]:
+    """What the worker sent, each body checked against the openai SDK's request types."""
     with httpx.Client(base_url=server.url) as client:
         requests: list[dict[str, Any]] = client.get("/_fake/requests").json()["requests"]
+    for request in requests:
+        validate_responses_body(request["body"])
     return requests
 
 
