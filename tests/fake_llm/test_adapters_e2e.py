@@ -16,6 +16,7 @@ from typing import Any, Literal
 import httpx
 import pytest
 
+from tests.providers.support import validate_responses_body
 from tools_app.engine import (
     ChatModel,
     ProviderError,
@@ -40,11 +41,16 @@ FAST_RETRY = RetryPolicy(max_retries=2, initial_delay=0.001, max_delay=0.001)
 @pytest.fixture(autouse=True)
 def strict_and_nothing_refused(fake: httpx.Client) -> Iterator[None]:
     """Every request the adapters send here is one the real APIs accept: the server is
-    strict (the default) and refuses nothing."""
+    strict (the default) and refuses nothing; a Responses API body also passes the openai
+    SDK's request types."""
     assert fake.get("/_fake/settings").json() == {"strict": True}
     yield
-    refused = [r for r in recorded(fake) if r["outcome"] == "rejected"]
+    log = recorded(fake)
+    refused = [r for r in log if r["outcome"] == "rejected"]
     assert refused == [], [r["error"] for r in refused]
+    for request in log:
+        if request["provider"] == "openai_responses":
+            validate_responses_body(request["body"])
 
 
 class Travel:
