@@ -158,13 +158,26 @@ def _from_events(span: SpanRecord) -> tuple[list[Message] | None, Message | None
 def tool_facts(span: SpanRecord) -> ToolFacts:
     attrs = span.attributes
     error_type, error_message = error_of(span)
+    result = attrs.get("gen_ai.tool.call.result", attrs.get("output.value"))
+    message = _tool_message(result)
     return ToolFacts(
         name=_text(attrs.get("gen_ai.tool.name") or attrs.get("tool.name")),
-        call_id=_text(attrs.get("gen_ai.tool.call.id") or attrs.get("tool_call.id")),
+        call_id=_text(attrs.get("gen_ai.tool.call.id") or attrs.get("tool_call.id")
+                      or message.get("tool_call_id")),
         arguments=msgs.as_text(attrs.get("gen_ai.tool.call.arguments",
                                          attrs.get("input.value"))),
-        result=msgs.as_text(attrs.get("gen_ai.tool.call.result", attrs.get("output.value"))),
+        result=msgs.as_text(message.get("content", result)),
         error_type=error_type, error_message=error_message)
+
+
+def _tool_message(value: Any) -> dict[str, Any]:
+    """A LangChain ToolMessage as OpenInference's LangChain instrumentation writes a
+    tool's `output.value` (`{"type": "tool", "data": {"content", "tool_call_id", ...}}`):
+    its data, else {}."""
+    data = msgs.parse_json(value) if isinstance(value, str) and value.startswith("{") else None
+    if isinstance(data, dict) and data.get("type") == "tool" and isinstance(data.get("data"), dict):
+        return dict(data["data"])
+    return {}
 
 
 def error_of(span: SpanRecord) -> tuple[str | None, str | None]:
