@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.tasks import default_task_backend
 from django.test import Client
 
 from tests.runs.support import execute, start
@@ -20,6 +21,7 @@ from tools_app.models import (
     ModelEndpoint,
     Suite,
     SuiteCase,
+    SuiteCellRun,
     SuiteRun,
     ToolRegistration,
 )
@@ -248,3 +250,31 @@ def test_a_suite_run_the_form_cannot_start_says_why(
 
     assert f"Cannot run the suite: {message}" in page
     assert not SuiteRun.objects.exists()
+
+
+def test_an_active_suite_run_can_be_driven_again_without_running_more_at_once(
+        bob_client: Client, bob: User, suite_world: dict[str, ModelEndpoint],
+        django_capture_on_commit_callbacks: Any) -> None:
+    suite = save_suite_file(SuiteFile.model_validate(
+        {"name": "weather", "cases": [weather_case("paris", "Weather in Paris?")]}))
+    suite_run = runner.suite_run_start(
+        suite=suite, config={"endpoints": ["good", "bad"], "repeat": 3, "concurrency": 2},
+        user=bob)
+    first_two = runner.advance(suite_run)  # a first driver started two, then stopped
+    assert len(first_two) == 2
+    page = bob_client.get(f"/suite-runs/{suite_run.pk}/").content.decode()
+    assert 'id="suite-run-resume"' in page
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = bob_client.post(f"/suite-runs/{suite_run.pk}/resume/")
+
+    assert response["Location"] == f"/suite-runs/{suite_run.pk}/"
+    [enqueued] = default_task_backend.results  # type: ignore[attr-defined]
+    assert enqueued.args == [str(suite_run.pk)]
+    assert runner.advance(suite_run) == []  # two still in flight: none more
+    execute_inline(suite_run, first_two)  # the workers finish them
+    finished = runner.drive(suite_run, wait=execute_inline)
+    assert finished.status == "finished"
+    assert SuiteCellRun.objects.filter(cell__suite_run=suite_run).count() == 6
+    assert 'id="suite-run-resume"' not in bob_client.get(
+        f"/suite-runs/{suite_run.pk}/").content.decode()

@@ -230,19 +230,25 @@ def _evaluate(cell_run: SuiteCellRun) -> int:
 
 
 def start_due_runs(suite_run: SuiteRun) -> list[Run]:
-    if not suite_run.is_active:
-        return []
-    config = SuiteRunConfig.model_validate(suite_run.config)
-    in_flight = SuiteCellRun.objects.filter(cell__suite_run=suite_run,
-                                            passed__isnull=True).count()
-    room = config.concurrency - in_flight
-    started: list[Run] = []
-    for cell, repetition in _due(suite_run)[:max(room, 0)]:
-        try:
-            started.append(_start_one(suite_run, cell, repetition, config))
-        except (SuiteConfigError, RunRequestError) as exc:
-            _fail(suite_run, f"{cell.case_name} on {cell.endpoint_name}: {exc}")
-            break
+    """Start runs up to the concurrency. The suite run's row is locked meanwhile, so two
+    drivers (a driver enqueued again after a restart) never start more than that."""
+    with transaction.atomic():
+        locked = SuiteRun.objects.select_for_update().filter(
+            pk=suite_run.pk, status=SuiteRunStatus.RUNNING).first()
+        if locked is None:
+            return []
+        config = SuiteRunConfig.model_validate(locked.config)
+        in_flight = SuiteCellRun.objects.filter(cell__suite_run=locked,
+                                                passed__isnull=True).count()
+        room = config.concurrency - in_flight
+        started: list[Run] = []
+        for cell, repetition in _due(locked)[:max(room, 0)]:
+            try:
+                started.append(_start_one(locked, cell, repetition, config))
+            except (SuiteConfigError, RunRequestError) as exc:
+                _fail(locked, f"{cell.case_name} on {cell.endpoint_name}: {exc}")
+                break
+    suite_run.refresh_from_db()
     return started
 
 

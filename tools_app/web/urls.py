@@ -53,6 +53,8 @@ urlpatterns = [
          name="suite_case_edit"),
     path("suites/<int:suite_id>/runs/", suites.suite_run_create, name="suite_run_create"),
     path("suite-runs/<uuid:suite_run_id>/", suites.suite_run_detail, name="suite_run_detail"),
+    path("suite-runs/<uuid:suite_run_id>/resume/", suites.suite_run_resume,
+         name="suite_run_resume"),
     path("suite-runs/<uuid:suite_run_id>/cells/<int:cell_id>/", suites.suite_cell_detail,
          name="suite_cell_detail"),
     path("suite-runs/<uuid:suite_run_id>/compare/", suites.suite_run_compare,

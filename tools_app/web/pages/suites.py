@@ -175,6 +175,18 @@ def suite_run_detail(request: AuthenticatedHttpRequest, suite_run_id: Any) -> Ht
                                       "suite_run": suite_run, "others": others})
 
 
+@require_POST
+@login_required
+def suite_run_resume(request: AuthenticatedHttpRequest, suite_run_id: Any) -> HttpResponse:
+    """Drive an active suite run again: its driver is a task, which a server stopped in
+    the middle leaves undone. A second driver is harmless (runner.start_due_runs)."""
+    suite_run = _suite_run_for_user(request, suite_run_id)
+    if suite_run.is_active:
+        enqueue_suite_run(suite_run)
+        messages.success(request, "The suite run is being driven again.")
+    return redirect("suite_run_detail", suite_run_id=suite_run.pk)
+
+
 @require_GET
 @login_required
 def suite_cell_detail(request: AuthenticatedHttpRequest, suite_run_id: Any,
