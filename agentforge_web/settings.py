@@ -388,3 +388,13 @@ AGENTFORGE_LIVE_POLL_SECONDS = envfloat("AGENTFORGE_LIVE_POLL_SECONDS", 5.0, abo
 AGENTFORGE_API_STREAM_HEARTBEAT_SECONDS = envfloat(
     "AGENTFORGE_API_STREAM_HEARTBEAT_SECONDS", 15.0, above=0)
 AGENTFORGE_API_STREAMS_PER_USER = envint("AGENTFORGE_API_STREAMS_PER_USER", 10, minimum=1)
+
+# OTLP out (tools_app/otlp_export): every run exported as GenAI spans to this OTLP/HTTP
+# endpoint (a base URL, /v1/traces added, or the traces URL), off when empty; headers in
+# the form of OTEL_EXPORTER_OTLP_HEADERS ("authorization=Bearer%20x,k=v"), or _FILE.
+AGENTFORGE_OTLP_ENDPOINT = envstr("AGENTFORGE_OTLP_ENDPOINT", "")
+AGENTFORGE_OTLP_HEADERS = envsecret("AGENTFORGE_OTLP_HEADERS") or ""
+# Spans waiting to be sent, per process; more are dropped (and counted), never waited for.
+AGENTFORGE_OTLP_QUEUE_SIZE = envint("AGENTFORGE_OTLP_QUEUE_SIZE", 2048, minimum=1)
+# Seconds one export request (with the exporter's retries) may take.
+AGENTFORGE_OTLP_TIMEOUT = envfloat("AGENTFORGE_OTLP_TIMEOUT", 10.0, above=0)

@@ -12,6 +12,7 @@ class ToolsAppConfig(AppConfig):
 
     def ready(self) -> None:
         from .live import notify, sessions  # noqa: F401  (connects the receivers)
+        from .otlp_export import exporter  # noqa: F401  (connects its receiver)
 
         post_migrate.connect(_ensure_search_index, sender=self)
         post_migrate.connect(_ensure_audit_triggers, sender=self)

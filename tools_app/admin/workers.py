@@ -1,5 +1,6 @@
-"""The db_workers' heartbeat rows, read-only: what `manage.py worker_status` reports,
-for a look from the browser (runs.store.worker_beats writes them)."""
+"""The db_workers' heartbeat rows and each process's OTLP export counts, read-only:
+what `manage.py worker_status` reports, for a look from the browser
+(runs.store.worker_beats and otlp_export.exporter write them)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from django.utils import timezone
 
 from tools_app.runs.store.worker_beats import DEFAULT_STALE_AFTER
 
-from ..models import WorkerHeartbeat
+from ..models import TraceExportStatus, WorkerHeartbeat
 from .audit import ReadOnlyAdmin
 
 
@@ -27,3 +28,10 @@ class WorkerHeartbeatAdmin(ReadOnlyAdmin[WorkerHeartbeat]):
             return "stopped"
         silent_for = (timezone.now() - obj.last_seen_at).total_seconds()
         return "alive" if silent_for < DEFAULT_STALE_AFTER else f"silent for {silent_for:.0f} s"
+
+
+@admin.register(TraceExportStatus)
+class TraceExportStatusAdmin(ReadOnlyAdmin[TraceExportStatus]):
+    list_display = ("process", "endpoint", "sent", "dropped", "failed", "last_error",
+                    "updated_at")
+    ordering = ("-updated_at",)

@@ -56,7 +56,7 @@ from .tools import (
     mcp_url_problem,
 )
 from .validators import env_var_validator, proxy_url_validator, tool_name_validator
-from .workers import WorkerHeartbeat
+from .workers import TraceExportStatus, WorkerHeartbeat
 
 __all__ = [
     "FINISHED_CALL_STATES",
@@ -107,6 +107,7 @@ __all__ = [
     "ToolKind",
     "ToolRegistration",
     "ToolVersion",
+    "TraceExportStatus",
     "WorkerHeartbeat",
     "env_var_validator",
     "mcp_server_name_validator",

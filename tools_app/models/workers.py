@@ -23,3 +23,22 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"worker {self.worker_id} ({self.hostname}:{self.pid})"
+
+
+class TraceExportStatus(models.Model):
+    """One process's export of runs to the operator's OTLP endpoint
+    (tools_app.otlp_export): spans sent, dropped because the queue was full, failed
+    after the exporter's retries, and the last failure. Written by the exporter's thread
+    after each batch; read by the admin and `manage.py worker_status`."""
+
+    process = models.CharField(max_length=120, unique=True, help_text="host:pid")
+    endpoint = models.CharField(max_length=300)
+    sent = models.PositiveBigIntegerField(default=0)
+    dropped = models.PositiveBigIntegerField(default=0, help_text="the queue was full")
+    failed = models.PositiveBigIntegerField(default=0, help_text="the endpoint refused "
+                                            "or could not be reached, retries included")
+    last_error = models.TextField(blank=True)
+    updated_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"OTLP export of {self.process}"
