@@ -7,8 +7,9 @@ the server process) on a fresh database, and the fake provider (`python -m
 tools_app.fake_llm`, a process of its own, no added latency) as the endpoint. Measured
 per request with aiohttp: non-streaming, until the whole body is read; streaming, until
 the first byte of the body (time to first byte). Added latency = a proxied percentile
-minus the direct one. Each conversation names its run (`X-AgentForge-Run`), so its
-requests are recorded as the rounds of one run while the measurement goes on.
+minus the direct one. Each conversation names its run (`X-AgentForge-Run`, a new one
+every ROUNDS_PER_RUN requests), so its requests are recorded as the rounds of runs while
+the measurement goes on. For scale, Django's request path alone is measured too.
 
 Run: python -m benchmarks.bench_proxy [--pairs 300] [--concurrent 1,50]
 """
@@ -41,6 +42,14 @@ DAPHNE = str(Path(PYTHON).with_name("daphne"))
 START_TIMEOUT = 60.0
 ENDPOINT = "bench-proxy"
 WARM_UP_PAIRS = 20
+ROUNDS_PER_RUN = 10
+# The fake provider's text reply after LATENCY_MS (its model-name convention; no tools
+# are offered): a provider takes time to answer, and the record of an exchange is
+# made while the conversation's next request waits for its answer.
+LATENCY_MS = 50
+MODEL = f"fake-k1-p1-l{LATENCY_MS}"
+FLOOR_SAMPLES = 300
+MIN_PAIRS_PER_CONVERSATION = 20
 SETUP_CODE = """
 import json, os
 from django.contrib.auth.models import User
@@ -107,9 +116,9 @@ def _wait_until_up(*urls_and_token: str) -> None:
                     break
             except urllib.error.HTTPError:
                 break  # it answers
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{url} did not answer within {START_TIMEOUT} s")
+                    raise RuntimeError(f"{url} did not answer within {START_TIMEOUT} s") from exc
                 time.sleep(0.1)
 
 
@@ -133,16 +142,32 @@ async def _conversation(session: aiohttp.ClientSession, provider: str, product: 
                         token: str, index: int, pairs: int, *, stream: bool,
                         samples: Samples | None) -> None:
     direct = (f"{provider}/chat/completions", {"Authorization": "Bearer sk-bench-provider-key"})
-    proxied = (f"{product}/proxy/{ENDPOINT}/v1/chat/completions",
-               {"Authorization": f"Bearer {token}", "X-AgentForge-Run": f"bench-{index}"})
+    proxy_url = f"{product}/proxy/{ENDPOINT}/v1/chat/completions"
     for pair in range(pairs):
-        body = {"model": "fake-model", "stream": stream,
+        # A conversation of ROUNDS_PER_RUN rounds, then the next one.
+        run = f"bench-{index}-{pair // ROUNDS_PER_RUN}"
+        proxied = (proxy_url, {"Authorization": f"Bearer {token}", "X-AgentForge-Run": run})
+        body = {"model": MODEL, "stream": stream,
                 "messages": [{"role": "user", "content": f"question {pair} of {index}"}]}
         order = (direct, proxied) if (pair + index) % 2 == 0 else (proxied, direct)
         for url, headers in order:
             elapsed = await _timed(session, url, headers, body, stream=stream)
             if samples is not None:
-                (samples.direct if url == direct[0] else samples.proxied).append(elapsed)
+                (samples.direct if headers is direct[1] else samples.proxied).append(elapsed)
+
+
+async def floor(product: str) -> list[float]:
+    """Django's request path alone: a GET the proxy's view refuses at once (405, before
+    any token lookup), through the same server."""
+    url = f"{product}/proxy/{ENDPOINT}/v1/chat/completions"
+    out = []
+    async with aiohttp.ClientSession() as session:
+        for _ in range(WARM_UP_PAIRS + FLOOR_SAMPLES):
+            started = time.perf_counter()
+            async with session.get(url) as response:
+                await response.read()
+            out.append((time.perf_counter() - started) * 1000)
+    return out[WARM_UP_PAIRS:]
 
 
 async def measure(provider: str, product: str, token: str, concurrent: int, pairs: int,
@@ -153,7 +178,7 @@ async def measure(provider: str, product: str, token: str, concurrent: int, pair
         await asyncio.gather(*(_conversation(session, provider, product, token, i,
                                              WARM_UP_PAIRS, stream=stream, samples=None)
                                for i in range(concurrent)))
-        per_conversation = max(1, pairs // concurrent)
+        per_conversation = max(MIN_PAIRS_PER_CONVERSATION, pairs // concurrent)
         await asyncio.gather(*(_conversation(session, provider, product, token, i,
                                              per_conversation, stream=stream,
                                              samples=samples)
@@ -161,7 +186,7 @@ async def measure(provider: str, product: str, token: str, concurrent: int, pair
     return samples
 
 
-def report(rows: list[str], pairs: int) -> str:
+def report(rows: list[str], pairs: int, floor_ms: list[float]) -> str:
     return "\n".join([
         "# Recording proxy: added latency",
         "",
@@ -173,8 +198,11 @@ def report(rows: list[str], pairs: int) -> str:
         "The same Chat Completions request sent to the fake provider directly and through "
         f"`/proxy/{ENDPOINT}/v1/chat/completions` (daphne, the embedded default, SQLite; "
         "the recorder thread records every exchange in the same process meanwhile), "
-        f"in pairs whose order alternates; about {pairs} pairs per row after "
-        f"{WARM_UP_PAIRS} warm-up pairs per conversation. Non-streaming: until the whole "
+        f"in pairs whose order alternates ({pairs} pairs per row, at least "
+        f"{MIN_PAIRS_PER_CONVERSATION} per conversation, after {WARM_UP_PAIRS} warm-up "
+        f"pairs per conversation); the provider answers after {LATENCY_MS} ms, and each "
+        f"conversation names a new run every {ROUNDS_PER_RUN} requests. "
+        "Non-streaming: until the whole "
         "body is read; streaming: time to first byte. Added = proxied minus direct, per "
         "percentile. Targets: p50 < 2 ms and p95 < 5 ms added. Milliseconds.",
         "",
@@ -182,6 +210,10 @@ def report(rows: list[str], pairs: int) -> str:
         "added p50 | added p95 |",
         "|---|---|---|---|---|---|---|---|",
         *rows,
+        "",
+        f"For scale, Django's request path alone on the same server (a GET the proxy's view "
+        f"refuses at once, 405, before any lookup; {len(floor_ms)} requests): p50 "
+        f"{percentile(floor_ms, 50):.2f} ms, p95 {percentile(floor_ms, 95):.2f} ms.",
     ])
 
 
@@ -193,6 +225,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="agentforge-proxy-bench-") as tmp, \
             servers(Path(tmp)) as (provider, product, token):
+        floor_ms = asyncio.run(floor(product))
         for concurrent in (int(c) for c in args.concurrent.split(",")):
             for stream in (False, True):
                 samples = asyncio.run(measure(provider, product, token, concurrent,
@@ -201,7 +234,7 @@ def main() -> None:
                          f"{'streaming (first byte)' if stream else 'non-streaming'}")
                 rows.append(samples.row(label))
                 print(rows[-1], flush=True)
-    print(write_result("proxy", report(rows, args.pairs)))
+    print(write_result("proxy", report(rows, args.pairs, floor_ms)))
 
 
 if __name__ == "__main__":

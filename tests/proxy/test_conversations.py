@@ -91,3 +91,21 @@ def test_another_users_prefix_starts_a_run_of_their_own(
 
     assert Run.objects.get(created_by=proxy.user).rounds_count == 1
     assert Run.objects.get(created_by=charlie).rounds_count == 1
+
+
+def test_a_retry_after_a_provider_error_continues_the_same_run(proxy: Proxy) -> None:
+    client = _client(proxy)
+    first = [{"role": "user", "content": "hello"}]
+    later = [*first, {"role": "assistant", "content": _chat(client, first)},
+             {"role": "user", "content": "more"}]
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="fake-model", messages=later,  # type: ignore[arg-type]
+                                       extra_body={"foo": 1})
+    _chat(client, later)
+    proxy.recorded()
+
+    run = Run.objects.get(created_by=proxy.user)
+    statuses = list(Round.objects.filter(run=run).order_by("index")
+                    .values_list("status", flat=True))
+    assert statuses == ["responded", "failed", "responded"]
+    assert "Unrecognized request argument supplied: foo" in run.error_message

@@ -9,6 +9,11 @@ request). `tools_app.ingest.receive` builds the run from them as it does from re
 traces (one run builder), live viewers included. Values are redacted of the endpoint's
 secrets and the client's token before anything is stored.
 
+Each round's span is a root, as each exchange stands alone on the wire: a run ends with
+its first exchange (succeeded, or failed by a provider's error), as a received trace
+does with its root span, and later exchanges still add their rounds (a provider's error
+in one of them is that round's, and the run's error).
+
 One recorder thread per process takes exchanges in the order they ended, so a
 conversation's next request finds the previous one recorded; `drain()` waits for it.
 """
@@ -21,6 +26,7 @@ import json
 import logging
 import queue
 import threading
+import uuid
 from typing import Any
 
 from django.db import close_old_connections
@@ -55,8 +61,9 @@ def record_now(exchange: Exchange, loop: asyncio.AbstractEventLoop) -> None:
     round_span = _round_span(exchange, request, result, trace)
     spans = [round_span, *_tool_spans(exchange, request, trace)]
     received = receive.receive(spans, user, Refusal())
-    conversations.continued(user.pk, prefix)
     if received.runs and result.response is not None:
+        # A failed exchange leaves its prefix in place: the client's retry continues.
+        conversations.continued(user.pk, prefix)
         conversations.remember(user.pk, received.runs[0], request.messages,
                                _answer(result.response))
 
@@ -81,7 +88,7 @@ def _round_span(exchange: Exchange, request: ProxiedRequest, result: Outcome,
         attributes |= _response_attributes(response)
     if result.error_type:
         attributes["error.type"] = result.error_type
-    return _span(exchange, trace, _span_id(trace, f"round:{exchange.started_ns}"), "",
+    return _span(exchange, trace, uuid.uuid4().hex[:16], "",
                  f"chat {request.model}".strip(), exchange.started_ns, exchange.finished_ns,
                  attributes, result.error_message)
 
