@@ -29,7 +29,7 @@ from tools_app.ingest import snapshot as snapshots
 from tools_app.ingest.spans import Refusal, SpanRecord
 from tools_app.models import IngestedRunKey, IngestedSpan, Run, RunStatus
 from tools_app.runs.store import rowsql
-from tools_app.runs.store.eventlog import append_events, notify_after_commit, run_key
+from tools_app.runs.store.eventlog import append_events, notify_many_after_commit, run_key
 from tools_app.runs.store.lifecycle import create_received, move_locked
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
 
@@ -154,6 +154,7 @@ class _Work:
         self.registered = snapshots.Registered()
         self.new_rows = rows.NewRows()
         self.ending: list[tuple[Run, assemble.RunPlan]] = []
+        self.notices: dict[str, int] = {}  # run id -> the last seq viewers are told of
 
     def create(self, run_id: str, spans: list[SpanRecord]) -> None:
         plan = assemble.plan(spans)
@@ -165,7 +166,7 @@ class _Work:
             id=uuid.UUID(run_id), status=status, events=_events(touched),
             created_by=self.user, snapshot=self._snapshot(plan, layout),
             **_run_fields(plan) | ({"finished_at": plan.finished_at} if ended else {}))
-        notify_after_commit(str(run.pk), run.last_seq)
+        self.notices[str(run.pk)] = run.last_seq
 
     def rebuild(self, run_id: str) -> None:
         run = Run.objects.select_for_update().get(pk=run_id)
@@ -178,7 +179,7 @@ class _Work:
         seq, _ = append_events(run_id, None, _events(touched) or [(RECEIVED_EVENT, {})],
                                run_changes={"snapshot": self._snapshot(plan, layout),
                                             **_run_fields(plan)})
-        notify_after_commit(str(run.pk), seq)
+        self.notices[str(run.pk)] = seq
         if run.status == RunStatus.RUNNING and _has_root(spans):
             self.ending.append((run, plan))
 
@@ -188,7 +189,9 @@ class _Work:
             status = RunStatus.FAILED if plan.failed else RunStatus.SUCCEEDED
             error = {"error_type": plan.error_type, "message": plan.error_message} \
                 if plan.failed else {}
-            move_locked(run, status, error, finished_at=plan.finished_at)
+            self.notices[str(run.pk)] = move_locked(run, status, error, notify=False,
+                                                        finished_at=plan.finished_at)
+        notify_many_after_commit(self.notices)
 
     def _snapshot(self, plan: assemble.RunPlan, layout: rows.Layout) -> dict[str, Any]:
         return snapshots.build(plan, username=self.username, layout=layout,

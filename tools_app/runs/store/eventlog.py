@@ -167,6 +167,25 @@ def notify_after_commit(run_id: str, seq: int) -> None:
     transaction.on_commit(send)
 
 
+def notify_many_after_commit(last_seqs: Mapping[str, int]) -> None:
+    """`notify_after_commit` for many runs written together (their last seqs by id): one
+    hop to the event loop for them all, not one per run."""
+    marks = dict(last_seqs)
+
+    async def notify_all() -> None:
+        for run_id, seq in marks.items():
+            await notify(run_id, {"seq": seq})
+
+    def send() -> None:
+        try:
+            async_to_sync(notify_all)()
+        except Exception:  # a broken channel layer must never fail the write
+            logger.warning("could not notify viewers of %d runs", len(marks), exc_info=True)
+
+    if marks:
+        transaction.on_commit(send)
+
+
 def notify_child_after_commit(parent_id: str) -> None:
     """A run made from `parent_id` reaches the parent's live viewers (its list of
     children) once committed. Best effort: their sockets also read the list at every
