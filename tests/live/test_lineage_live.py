@@ -23,7 +23,7 @@ from tests.web.support import Element, Tree, start_run
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs.debugger.rerun import run_rerun
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.both]
 
 WAIT = 10.0  # seconds: an upper bound for one message, never a measured duration
 SLOT = "run-lineage-slot"
