@@ -101,3 +101,19 @@ def test_the_api_refuses_a_bad_cost_cap_with_its_field(
     assert error["field"] == "policy_overrides"
     assert "cost_cap_usd" in error["message"]
     assert not Run.objects.exists()
+
+
+def test_a_cap_without_a_price_says_it_does_not_apply(
+    bob_client: Client, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+    policy: ErrorPolicy,
+) -> None:
+    free = make_endpoint(LONG_SCRIPT, name="free")
+    response = bob_client.post("/playground/", _form(free, demo_tools, policy,
+                                                     cost_cap_usd="0.05"))
+    assert response.status_code == 302
+    run = Run.objects.get()
+    execute(run)
+    assert run.status == RunStatus.SUCCEEDED  # nothing was counted against the cap
+    page = bob_client.get(f"/runs/{run.pk}/").content.decode()
+    assert ("<dt>Cost cap</dt><dd>$0.05 (not applied: no price) <small>(this run)</small>"
+            "</dd>") in page

@@ -145,8 +145,13 @@ def effective_settings(run: Run) -> list[dict[str, Any]]:
         return []  # received over OTLP: its code's settings, which no span says
     policy = snapshot.policy.model_dump(exclude_unset=True)
     changed = set(snapshot.policy_changed)
-    return [{"label": label, "value": _setting_text(name, policy[name]),
-             "changed": name in changed} for name, label in SETTING_LABELS if name in policy]
+    settings = [{"label": label, "value": _setting_text(name, policy[name]),
+                 "changed": name in changed} for name, label in SETTING_LABELS if name in policy]
+    if policy.get("cost_cap_usd") is not None and snapshot.billed_price() is None:
+        for setting in settings:  # a cap counts dollars: without a price it cannot apply
+            if setting["label"] == "Cost cap":
+                setting["value"] = f"{setting['value']} (not applied: no price)"
+    return settings
 
 
 def _setting_text(name: str, value: Any) -> str:
