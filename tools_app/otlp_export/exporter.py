@@ -49,7 +49,9 @@ logger = logging.getLogger(__name__)
 TRACES_PATH = "/v1/traces"
 SCHEDULE_DELAY_S = 1.0  # the SDK's default: a batch waits at most this long to fill
 BATCH_SIZE = 512
-TRACKED_RUNS = 10_000  # runs whose sent spans are remembered (oldest forgotten first)
+# Runs whose sent (or dropped) spans are remembered, ended ones too, so a later event of
+# the run sends only what is new; the oldest are forgotten first.
+TRACKED_RUNS = 10_000
 
 
 def traces_url(endpoint: str) -> str:
@@ -61,7 +63,7 @@ def traces_url(endpoint: str) -> str:
 
 def headers_from(raw: str) -> dict[str, str]:
     """`k=v,k2=v2` with URL-encoded values, read by the SDK's own parser."""
-    return parse_env_headers(raw, liberal=True) if raw else {}
+    return dict(parse_env_headers(raw, liberal=True)) if raw else {}
 
 
 @dataclass
@@ -87,6 +89,7 @@ class RunExporter:
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
         self._stopping = False
+        self._collecting = False
 
     # -- on the run's path --------------------------------------------------------------
 
@@ -114,8 +117,6 @@ class RunExporter:
             except queue.Full:
                 with self.counts.lock:
                     self.counts.dropped += 1
-        if "run" in sent:
-            del self._sent[run_id]
         while len(self._sent) > TRACKED_RUNS:
             self._sent.popitem(last=False)
 
@@ -127,11 +128,23 @@ class RunExporter:
                 if not self._changed:
                     return
                 run_id, _ = self._changed.popitem(last=False)
+                self._collecting = True
             try:
                 close_old_connections()
                 self.collect(run_id)
             except Exception:
                 logger.exception("OTLP export: reading run %s failed", run_id)
+            finally:
+                with self._changed_lock:
+                    self._collecting = False
+                    self._changed_lock.notify_all()
+
+    def drain(self) -> None:
+        """Wait until every run marked so far is collected and every queued span sent
+        (or failed) and counted."""
+        with self._changed_lock:
+            self._changed_lock.wait_for(lambda: not self._changed and not self._collecting)
+        self.queue.join()
 
     # -- the sender ---------------------------------------------------------------------
 
@@ -165,12 +178,14 @@ class RunExporter:
 
     def _sender(self) -> None:
         while not (self._stopping and self.queue.empty()):
-            self.send_batch(SCHEDULE_DELAY_S)
+            taken = self.send_batch(SCHEDULE_DELAY_S)
             try:
                 close_old_connections()
                 self.save_status()
             except Exception:
                 logger.warning("OTLP export: could not store its counts", exc_info=True)
+            for _ in range(taken):
+                self.queue.task_done()
 
     def flush(self) -> None:
         """Collect every changed run and send everything queued, on this thread."""
@@ -180,8 +195,9 @@ class RunExporter:
                     break
                 run_id, _ = self._changed.popitem(last=False)
             self.collect(run_id)
-        while self.send_batch(0):
-            pass
+        while taken := self.send_batch(0):
+            for _ in range(taken):
+                self.queue.task_done()
         self.save_status()
 
     def save_status(self) -> None:
@@ -206,6 +222,8 @@ class RunExporter:
     def stop(self, timeout: float = 5.0) -> None:
         """Let both threads finish what is queued (waiting at most `timeout` each)."""
         with self._changed_lock:
+            if self._stopping:
+                return
             self._stopping = True
             self._changed_lock.notify_all()
         for thread in self._threads:
@@ -240,6 +258,16 @@ def build(endpoint: str, headers: str, *, queue_size: int | None = None) -> RunE
                             timeout=settings.AGENTFORGE_OTLP_TIMEOUT)
     return RunExporter(otlp, endpoint=url,
                        queue_size=queue_size or settings.AGENTFORGE_OTLP_QUEUE_SIZE)
+
+
+def shutdown() -> None:
+    """Stop this process's exporter after sending what it holds (the next run that
+    changes makes a new one if an endpoint is still set)."""
+    global _EXPORTER
+    with _EXPORTER_LOCK:
+        exporter, _EXPORTER = _EXPORTER, None
+    if exporter is not None:
+        exporter.stop()
 
 
 @receiver(run_event_committed, dispatch_uid="agentforge-otlp-export")

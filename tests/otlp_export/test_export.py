@@ -1,0 +1,143 @@
+"""OTLP out, end to end: a run the product makes (a scripted model, tools that really
+run, one of them failing) is exported by the embedded worker's hook, through the SDK's
+OTLP/HTTP exporter, to the product's own receiver (`POST /v1/traces` on a live server,
+bob's API token: the received run is bob's, the original nobody's), and the received run
+compares equal to the original. A full queue drops spans and counts them; an endpoint
+that refuses everything fails no run and is counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+from django.test import override_settings
+
+from tests.runs.support import execute, start
+from tools_app.models import (
+    ErrorPolicy,
+    IngestedSpan,
+    Round,
+    Run,
+    RunStatus,
+    ToolCall,
+    ToolRegistration,
+    TraceExportStatus,
+)
+from tools_app.otlp_export import exporter as otlp
+from tools_app.runs.debugger.compare import compare_runs
+from tools_app.web.api.tokens import create_token
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SCRIPT = [
+    {"text": "Let me look.",
+     "tool_calls": [{"name": "get_weather", "arguments": {"city": "Hangzhou"}},
+                    {"name": "calculator", "arguments": {"expression": "2 +* 3"}}]},
+    {"tool_calls": [{"name": "calculator", "arguments": {"expression": "(2+3)*4"}}]},
+    {"text": "Here you go: {last_results}"},
+]
+
+
+@pytest.fixture
+def token(bob: AbstractUser) -> str:
+    return create_token(bob, "otlp out")[1]
+
+
+@pytest.fixture
+def exporting(live_server: Any, token: str) -> Iterator[None]:
+    """The product exporting to its own receiver, as an operator configures it."""
+    with override_settings(AGENTFORGE_OTLP_ENDPOINT=live_server.url,
+                           AGENTFORGE_OTLP_HEADERS=f"authorization=Bearer%20{token}"):
+        yield
+        otlp.shutdown()
+
+
+def made_run(make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+             policy: ErrorPolicy) -> Run:
+    endpoint = make_endpoint(SCRIPT, name="scripted weather")
+    run = start(endpoint, [demo_tools["get_weather"], demo_tools["calculator"]], policy,
+                "Weather in Hangzhou, and some sums")
+    assert execute(run) == RunStatus.SUCCEEDED
+    return run
+
+
+def received_run(owner: AbstractUser) -> Run:
+    return Run.objects.get(created_by=owner)
+
+
+def test_it_exports_a_run_that_the_receiver_reads_back_equal(
+        exporting: None, bob: AbstractUser, make_endpoint: Any,
+        demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> None:
+    original = made_run(make_endpoint, demo_tools, policy)
+    exporter = otlp.configured()
+    assert exporter is not None
+    exporter.drain()
+
+    copy = received_run(bob)
+    assert copy.status == RunStatus.SUCCEEDED
+    assert copy.title == original.title
+    assert original.title
+    compared = compare_runs(original, copy)
+    assert compared["same_calls"], compared["first_divergent_round"]
+    assert not any(r["diverges"] for r in compared["rounds"])
+    assert compared["final_text"]["same"]
+    assert copy.final_text == original.final_text
+    for pair in compared["rounds"]:
+        for side in ("status", "finish_reason", "tokens"):
+            assert pair["a"][side] == pair["b"][side], (pair["number"], side)
+        assert [c["a"]["state"] for c in pair["calls"]] == \
+            [c["b"]["state"] for c in pair["calls"]]
+
+    failed = ToolCall.objects.get(run=copy, is_error=True)
+    assert failed.tool_name == "calculator"
+    assert failed.error_type
+    assert failed.error_type == ToolCall.objects.get(run=original, is_error=True).error_type
+    for row in Round.objects.filter(run=original):  # the rows' own times
+        received = Round.objects.get(run=copy, index=row.index)
+        assert (received.started_at, received.finished_at) == (row.started_at,
+                                                                row.finished_at)
+    spans = IngestedSpan.objects.filter(trace_id=original.pk.hex)
+    assert spans.count() == 1 + 3 + 3  # the run, its rounds, its calls
+    status = TraceExportStatus.objects.get(process=otlp.process_key())
+    assert (status.sent, status.dropped, status.failed) == (7, 0, 0)
+
+
+def test_a_full_queue_drops_spans_and_counts_them(
+        live_server: Any, token: str, bob: AbstractUser, make_endpoint: Any,
+        demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> None:
+    original = made_run(make_endpoint, demo_tools, policy)  # no endpoint set: not exported
+    assert not IngestedSpan.objects.exists()
+    small = otlp.build(live_server.url, f"authorization=Bearer%20{token}", queue_size=2)
+
+    small.collect(original.pk.hex)  # nothing sends meanwhile: the queue fills
+    assert small.queue.qsize() == 2
+    assert small.counts.dropped == 5
+    small.flush()
+
+    assert IngestedSpan.objects.filter(trace_id=original.pk.hex).count() == 2
+    status = TraceExportStatus.objects.get(process=otlp.process_key())
+    assert (status.sent, status.dropped, status.failed) == (2, 5, 0)
+    small.collect(original.pk.hex)  # dropped is gone: not queued again
+    assert small.queue.empty()
+
+
+def test_a_failing_endpoint_fails_no_run_and_is_counted(
+        live_server: Any, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+        policy: ErrorPolicy) -> None:
+    with override_settings(AGENTFORGE_OTLP_ENDPOINT=f"{live_server.url}/v1/traces",
+                           AGENTFORGE_OTLP_HEADERS="authorization=Bearer%20not-a-token"):
+        original = made_run(make_endpoint, demo_tools, policy)
+        exporter = otlp.configured()
+        assert exporter is not None
+        exporter.drain()
+        otlp.shutdown()
+
+    original.refresh_from_db()
+    assert original.status == RunStatus.SUCCEEDED
+    assert original.final_text
+    assert not IngestedSpan.objects.exists()
+    status = TraceExportStatus.objects.get(process=otlp.process_key())
+    assert (status.sent, status.failed) == (0, 7)
+    assert status.last_error
