@@ -46,14 +46,16 @@ class Received:
 ATTEMPTS = 3
 
 
-def receive(records: list[SpanRecord], user: User, refusal: Refusal) -> Received:
-    """Store the spans for `user` and rebuild the runs they belong to. Two requests
+def receive(records: list[SpanRecord], user: User, refusal: Refusal, *,
+            via: str = snapshots.VIA) -> Received:
+    """Store the spans for `user` and rebuild the runs they belong to; `via`: how they
+    came (the runs' label: OTLP, or the recording proxy's spans). Two requests
     that start the same trace's run at once: the later one's unique key fails, and it
     is done again, finding the run the first one made."""
     for attempt in range(ATTEMPTS):
         refused = Refusal()
         try:
-            received = _receive(records, user, refused)
+            received = _receive(records, user, refused, via)
         except IntegrityError:
             if attempt == ATTEMPTS - 1:
                 raise
@@ -64,7 +66,8 @@ def receive(records: list[SpanRecord], user: User, refusal: Refusal) -> Received
     raise AssertionError("unreachable")
 
 
-def _receive(records: list[SpanRecord], user: User, refusal: Refusal) -> Received:
+def _receive(records: list[SpanRecord], user: User, refusal: Refusal, via: str,
+             ) -> Received:
     unique = list({(r.trace_id, r.span_id): r for r in records}.values())
     with transaction.atomic():
         known = _known(unique)
@@ -82,7 +85,7 @@ def _receive(records: list[SpanRecord], user: User, refusal: Refusal) -> Receive
         for record in fresh:
             by_run[runs[record.trace_id]].append(record)
         _store(fresh, runs)
-        work = _Work(user)
+        work = _Work(user, via)
         for run_id, spans in sorted(by_run.items()):
             if run_id in made:
                 work.create(run_id, spans)  # it has no spans but these
@@ -148,8 +151,9 @@ class _Work:
     """What a request does to its runs: made or rebuilt, their new rows in one batch,
     then the ends of those whose root span came."""
 
-    def __init__(self, user: User) -> None:
+    def __init__(self, user: User, via: str) -> None:
         self.user = user
+        self.via = via
         self.username = user.get_username()
         self.registered = snapshots.Registered()
         self.new_rows = rows.NewRows()
@@ -195,7 +199,7 @@ class _Work:
 
     def _snapshot(self, plan: assemble.RunPlan, layout: rows.Layout) -> dict[str, Any]:
         return snapshots.build(plan, username=self.username, layout=layout,
-                               registered=self.registered)
+                               registered=self.registered, via=self.via)
 
 
 def _events(touched: set[int]) -> list[tuple[str, dict[str, Any]]]:
@@ -221,4 +225,4 @@ def _run_fields(plan: assemble.RunPlan) -> dict[str, Any]:
 
 
 def _has_root(spans: list[SpanRecord]) -> bool:
-    return any(not span.parent_id for span in spans)
+    return any(span.root for span in spans)

@@ -37,6 +37,9 @@ from tools_app.runs.snapshot.model import (
 from tools_app.runs.store.sanitize import clean_json
 
 VIA = "OTLP"
+PROXY_VIA = "proxy"  # spans the recording proxy made of its exchanges (tools_app/proxy)
+# What a received run's endpoint is called, by how its spans came.
+SOURCE_NAMES = {VIA: "OpenTelemetry", PROXY_VIA: "Recording proxy"}
 
 
 class Registered:
@@ -60,19 +63,20 @@ def placeholder(username: str | None) -> dict[str, Any]:
 
 
 def build(plan: RunPlan, *, username: str | None, layout: list[list[Any]],
-          registered: Registered) -> dict[str, Any]:
+          registered: Registered, via: str = VIA) -> dict[str, Any]:
     """The stored snapshot for the run `plan` describes. `layout`: each round's key and
-    its calls' keys, in the rows' order (how the next batch finds its rows again)."""
+    its calls' keys, in the rows' order (how the next batch finds its rows again);
+    `via`: how the spans came (OTLP, or the recording proxy)."""
     model = next((r.facts.model for r in plan.rounds if r.facts and r.facts.model), "")
     service = plan.source.get("service") or "unknown service"
     snapshot = RunSnapshot(
-        endpoint=_every_field(EndpointSnapshot(name=f"OpenTelemetry: {service}",
+        endpoint=_every_field(EndpointSnapshot(name=f"{SOURCE_NAMES.get(via, via)}: {service}",
                                                model=model or "")),
         tools=_tools(plan, registered), policy=_every_field(PolicySnapshot()), parameters={},
         messages=dump_messages(_chat_messages(plan.first_messages)),
         imported=ImportedSection.model_validate(clean_json({
             "from": ", ".join(plan.source.get("trace_ids", [])[:3]),
-            "imported_by": username, "via": VIA,
+            "imported_by": username, "via": via,
             "otlp": plan.source | {"layout": layout}})))
     return snapshot.stored()
 
