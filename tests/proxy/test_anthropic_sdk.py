@@ -34,7 +34,8 @@ def test_a_messages_tool_loop_becomes_one_run(proxy: Proxy, stream: bool) -> Non
     assert call.arguments == {"city": call.arguments["city"]}
     assert call.result_text == sent[0]
     assert call.state == "succeeded"
-    assert run.snapshot["imported"]["otlp"]["service"] == "proxy: fake-anthropic"
+    assert run.snapshot["imported"]["via"] == "proxy"
+    assert run.snapshot["imported"]["otlp"]["service"] == "fake-anthropic"
 
 
 def test_a_result_marked_is_error_is_a_failed_call(proxy: Proxy) -> None:

@@ -46,7 +46,9 @@ def test_a_tool_loop_becomes_one_run_with_completed_calls(proxy: Proxy, stream: 
     assert call.duration_ms is not None
     assert call.duration_ms >= 0
     assert run.final_text == rounds[1].ai_text
-    assert run.snapshot["imported"]["otlp"]["service"] == "proxy: fake-openai"
+    assert run.snapshot["imported"]["via"] == "proxy"
+    assert run.snapshot["imported"]["otlp"]["service"] == "fake-openai"
+    assert run.snapshot["endpoint"]["name"] == "Recording proxy: fake-openai"
 
 
 def _first_arguments() -> str:

@@ -47,7 +47,8 @@ def test_the_page_escapes_what_the_client_sent(proxy: Proxy, bob_client: Client)
 
     page = bob_client.get(f"/runs/{run.pk}/").content.decode()
 
-    assert "proxy: fake-openai" in page
+    assert "Recorded by the proxy in front of endpoint fake-openai" in page
+    assert "Received over OpenTelemetry" not in page
     assert HOSTILE not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
 

@@ -34,6 +34,7 @@ from django.db import close_old_connections
 from tools_app.engine import ChatResponse, FinishReason
 from tools_app.ingest import receive
 from tools_app.ingest.messages import Message, ProposedCall
+from tools_app.ingest.snapshot import PROXY_VIA
 from tools_app.ingest.spans import STATUS_ERROR, Refusal, SpanRecord
 from tools_app.models import IngestedSpan
 from tools_app.proxy import conversations
@@ -60,7 +61,7 @@ def record_now(exchange: Exchange, loop: asyncio.AbstractEventLoop) -> None:
     trace, prefix = conversations.trace_for(user.pk, exchange.run_header, request.messages)
     round_span = _round_span(exchange, request, result, trace)
     spans = [round_span, *_tool_spans(exchange, request, trace)]
-    received = receive.receive(spans, user, Refusal())
+    received = receive.receive(spans, user, Refusal(), via=PROXY_VIA)
     if received.runs and result.response is not None:
         # A failed exchange leaves its prefix in place: the client's retry continues.
         conversations.continued(user.pk, prefix)
@@ -168,7 +169,7 @@ def _span(exchange: Exchange, trace: str, span_id: str, parent: str, name: str,
         status_code=STATUS_ERROR if error else 0,
         status_message=redact(error, exchange.secrets),
         attributes=redact(attributes, exchange.secrets),
-        resource={"service.name": f"proxy: {exchange.target.endpoint_name}",
+        resource={"service.name": exchange.target.endpoint_name,
                   "telemetry.sdk.name": SDK},
         scope=SCOPE)
 

@@ -108,8 +108,10 @@ def _badge_title(kind: str, data: Mapping[str, Any], *, inherited: bool) -> str:
     if kind == "splice":
         return "Another run's conversation with a re-executed result spliced in"
     if kind == "import":
-        otlp = (_section(data, "imported") or {}).get("otlp")
-        source = "received over OpenTelemetry (OTLP)" if otlp else "imported from a run file"
+        imported = _section(data, "imported") or {}
+        source = ("recorded by the proxy" if imported.get("otlp") and imported.get("via") == "proxy"
+                  else "received over OpenTelemetry (OTLP)" if imported.get("otlp")
+                  else "imported from a run file")
         return f"A rerun of a run {source}" if inherited else source[0].upper() + source[1:]
     return ("A rerun of a try-it run (one call of a tool)" if inherited
             else "A try-it run: one call of a tool from its page")
