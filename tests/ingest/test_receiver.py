@@ -246,3 +246,30 @@ def test_a_failed_agent_span_fails_the_run(client: Client, token: str,
     run = run_of(bob)
     assert (run.status, run.error_type, run.error_message) == (
         "failed", "TimeoutError", "the agent gave up after 30 s")
+
+
+def test_a_span_whose_parent_is_in_another_service_ends_the_run(
+        client: Client, token: str, bob: AbstractUser) -> None:
+    """An agent serving a request traced by another service: its top span's parent is
+    remote (never sent here), and that span's arrival ends the run."""
+    from opentelemetry import context, trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    caller = SpanContext(trace_id=0x5A5A, span_id=0x77, is_remote=True,
+                         trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+    def served(tracer: Tracer) -> None:
+        token_ = context.attach(trace.set_span_in_context(NonRecordingSpan(caller)))
+        try:
+            weather_agent(tracer)
+        finally:
+            context.detach(token_)
+
+    *children, agent = spans_of(served)
+    post(client, token, protobuf(children))
+    assert run_of(bob).status == "running"
+
+    post(client, token, protobuf([agent]))
+
+    assert run_of(bob).status == "succeeded"
+    assert rows(run_of(bob)) == EXPECTED

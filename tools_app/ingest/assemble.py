@@ -205,7 +205,7 @@ def _fill_from_later_requests(rounds: list[RoundPlan]) -> None:
 def _failure(spans: list[SpanRecord], agents: list[SpanRecord]) -> SpanRecord | None:
     """The span whose failure is the run's: a failed agent span, or a failed root."""
     return next((s for s in agents if s.failed), None) or next(
-        (s for s in spans if s.failed and not s.parent_id), None)
+        (s for s in spans if s.failed and s.root), None)
 
 
 def _title(spans: list[SpanRecord], agents: list[SpanRecord], rounds: list[RoundPlan]) -> str:
@@ -213,7 +213,7 @@ def _title(spans: list[SpanRecord], agents: list[SpanRecord], rounds: list[Round
     outermost = [s for s in agents if s.parent_id not in ids] or agents
     if outermost:
         return conv.agent_title(outermost[0])
-    root = next((s for s in spans if not s.parent_id), None)
+    root = next((s for s in spans if s.root), None)
     if root is not None and root.name:
         return root.name
     model = next((r.facts.model for r in rounds if r.facts and r.facts.model), None)

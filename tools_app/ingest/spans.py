@@ -17,6 +17,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from tools_app.ingest.wire import hex_id
 
 STATUS_ERROR = 2  # Status.STATUS_CODE_ERROR
+# SpanFlags: whether the span says if its parent is remote, and that it is.
+HAS_IS_REMOTE, IS_REMOTE = 0x100, 0x200
 RESOURCE_KEYS = ("service.name", "service.version", "telemetry.sdk.name",
                  "telemetry.sdk.language", "telemetry.sdk.version")
 
@@ -35,6 +37,13 @@ class SpanRecord:
     events: list[dict[str, Any]] = field(default_factory=list)
     resource: dict[str, Any] = field(default_factory=dict)
     scope: str = ""
+    remote_parent: bool = False
+
+    @property
+    def root(self) -> bool:
+        """The trace's root here: no parent, or a parent in another process (the span
+        a request from another service started), whose spans never come here."""
+        return not self.parent_id or self.remote_parent
 
     @property
     def failed(self) -> bool:
@@ -51,7 +60,8 @@ class SpanRecord:
         return {"parent_id": self.parent_id, "name": self.name, "start_ns": self.start_ns,
                 "end_ns": self.end_ns, "status_code": self.status_code,
                 "status_message": self.status_message, "attributes": self.attributes,
-                "events": self.events, "resource": self.resource, "scope": self.scope}
+                "events": self.events, "resource": self.resource, "scope": self.scope,
+                "remote_parent": self.remote_parent}
 
     @classmethod
     def from_stored(cls, trace_id: str, span_id: str, data: dict[str, Any]) -> SpanRecord:
@@ -74,7 +84,8 @@ class SpanRecord:
                    attributes=mapping("attributes"),
                    events=[e for e in events if isinstance(e, dict)]
                    if isinstance(events, list) else [],
-                   resource=mapping("resource"), scope=text("scope"))
+                   resource=mapping("resource"), scope=text("scope"),
+                   remote_parent=data.get("remote_parent") is True)
 
 
 @dataclass
@@ -122,7 +133,9 @@ def _record(span: Span, resource: dict[str, Any], scope: str) -> SpanRecord:
         attributes=attributes(span.attributes),
         events=[{"name": event.name, "time_ns": event.time_unix_nano,
                  "attributes": attributes(event.attributes)} for event in span.events],
-        resource=resource, scope=scope)
+        resource=resource, scope=scope,
+        remote_parent=bool(span.parent_span_id) and span.flags & HAS_IS_REMOTE != 0
+        and span.flags & IS_REMOTE != 0)
 
 
 def _picked(resource: dict[str, Any]) -> dict[str, Any]:
