@@ -23,11 +23,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.util.genai.handler import TelemetryHandler
 
 from tests.ingest.conftest import Receiver
+from tools_app.engine import SystemMessage, UserMessage
 from tools_app.models import Run, RunStatus
 from tools_app.runs import tasks
 from tools_app.runs.debugger.compare import compare_runs
+from tools_app.runs.debugger.fork import ForkConfig, run_fork
 from tools_app.runs.debugger.reexecution import ReexecutionRequest, request_reexecution
 from tools_app.runs.debugger.run_files import export_run, import_fixture, load_fixture
+from tools_app.runs.snapshot.model import snapshot_of
 from tools_app.tools.example_tools import calculator, get_weather
 from tools_app.tools.registry import sync_tools
 
@@ -143,8 +146,8 @@ def test_an_instrumented_openai_loop_becomes_a_run_with_its_rounds_and_calls(
     assert "OpenTelemetry GenAI" in source["otlp"]["conventions"]
 
 
-def test_the_debugger_compares_exports_and_re_executes_a_received_run(
-        receiver: Receiver, tracing: TracerProvider,
+def test_the_debugger_compares_exports_re_executes_and_forks_a_received_run(
+        receiver: Receiver, tracing: TracerProvider, make_endpoint: Any,
         fake_provider: Callable[[list[dict[str, Any]]], str]) -> None:
     sync_tools(["tools_app.tools.example_tools"])
     agent_loop(fake_provider(SCRIPT), tracing)
@@ -160,3 +163,11 @@ def test_the_debugger_compares_exports_and_re_executes_a_received_run(
     async_to_sync(tasks.execute_reexecution.acall)(made.pk)
     made.refresh_from_db()
     assert (made.state, made.result_text) == ("succeeded", "2.625")
+
+    forked = run_fork(run=run, user=receiver.user, round_number=3,
+                      config=ForkConfig(endpoint=make_endpoint([{"text": "Forked."}],
+                                                               name="registered")))
+    assert (forked.status, forked.parent_id) == (RunStatus.QUEUED, run.pk)
+    assert snapshot_of(forked).chat_messages()[:2] == [
+        SystemMessage(text="You are a careful calculator."),
+        UserMessage(text="What is (2+3)*4, then 20/8?")]

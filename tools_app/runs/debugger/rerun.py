@@ -95,7 +95,8 @@ def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
         snapshot = _current_snapshot(run, original)
         differences = snapshot_differences(original, snapshot)
     if original.imported is not None:
-        _check_imported(original, mode, replay)
+        _check_imported(original, mode, replay,
+                        own_endpoint="endpoint" in (snapshot_changes or {}))
     if replay.replays:
         snapshot.replay = replay_section(recording_of(run), source=str(run.pk),
                                          model=replay.model, tools=replay.tools,
@@ -114,11 +115,12 @@ def run_rerun(*, run: Run, user: AbstractBaseUser | AnonymousUser | None,
     )
 
 
-def _check_imported(snapshot: RunSnapshot, mode: RerunMode,
-                    replay: ReplayOptions) -> None:
-    """An imported run's snapshot came from a file: its tools' import paths and its
-    endpoint are not this server's. Its code runs only if registered here; its endpoint
-    (where a key would be sent) is only asked if it is the scripted model."""
+def _check_imported(snapshot: RunSnapshot, mode: RerunMode, replay: ReplayOptions, *,
+                    own_endpoint: bool = False) -> None:
+    """An imported run's snapshot came from a file (or a trace): its tools' import paths
+    and its endpoint are not this server's. Its code runs only if registered here; its
+    endpoint (where a key would be sent) is only asked if it is the scripted model, or
+    not at all when a fork chose one of this server's endpoints (`own_endpoint`)."""
     if mode == "current":
         return  # the current configuration is this server's own
     live_code = replay.tools == "live" or (replay.tools == "recorded"
@@ -127,7 +129,7 @@ def _check_imported(snapshot: RunSnapshot, mode: RerunMode,
         raise RerunError(f"this run was imported and its tools {', '.join(foreign)} are not "
                          "registered here: rerun it with recorded or mock tools")
     live_model = replay.model == "live" or replay.on_divergence == "live"
-    if live_model and snapshot.endpoint.kind != "scripted":
+    if live_model and not own_endpoint and snapshot.endpoint.kind != "scripted":
         raise RerunError("this run was imported and its endpoint is not this server's: "
                          "rerun it with the recorded model, stopping where it diverges")
 
