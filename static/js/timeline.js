@@ -116,4 +116,14 @@
     if (root) { root.dataset.seq = String(lastSeq()); }
     if (isTerminal()) { showState("ended"); }
   });
+
+  // "Save as a test case": the suites' names are offered once its panel is first opened.
+  document.addEventListener("toggle", function (evt) {
+    var panel = evt.target;
+    if (panel.id !== "save-case-action" || !panel.open) { return; }
+    var names = document.getElementById("suite-names");
+    if (!names || !names.dataset.src || names.dataset.loaded) { return; }
+    names.dataset.loaded = "true";
+    htmx.ajax("GET", names.dataset.src, {target: names, swap: "innerHTML"});
+  }, true);
 })();

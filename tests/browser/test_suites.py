@@ -48,6 +48,14 @@ async def test_a_run_becomes_a_case_and_its_suite_runs_as_a_matrix(
     assert run_id in (await page.get_attribute("text=this run", "href") or "")
     if SCREENSHOTS:
         await page.screenshot(path=screenshot_path(server, "suite-case.png"), full_page=True)
+    case_url = page.url
+
+    # Back on the run, the panel offers the suite's name once it is opened.
+    await page.goto(f"/runs/{run_id}/")
+    assert await page.locator("#suite-names option").count() == 0
+    await page.click("#save-case-action summary")
+    await page.wait_for_selector(f"#suite-names option[value='{SUITE}']", state="attached")
+    await page.goto(case_url)
 
     await page.click(f"main a:text-is('{SUITE}')")
     await page.check(f"#suite-run-form input[name=endpoints][value='{WEATHER}']")
