@@ -14,8 +14,20 @@ class ToolsAppConfig(AppConfig):
         from .live import notify, sessions  # noqa: F401  (connects the receivers)
         from .otlp_export import exporter  # noqa: F401  (connects its receiver)
 
+        _register_suite_recovery()
         post_migrate.connect(_ensure_search_index, sender=self)
         post_migrate.connect(_ensure_audit_triggers, sender=self)
+
+
+def _register_suite_recovery() -> None:
+    """Suite runs whose driver was lost are driven again by the workers' start and
+    sweeps (`suites.recovery`); runs, below suites, takes them as recovery steps."""
+    from .runs.sweeps import add_recovery_step
+    from .suites.recovery import drive_again_at_start, drive_lost_suite_runs
+
+    add_recovery_step("start", "driving the active suite runs again", drive_again_at_start)
+    add_recovery_step("sweep", "driving suite runs whose driver was lost",
+                      drive_lost_suite_runs)
 
 
 def _ensure_search_index(using: str = "default", **kwargs: Any) -> None:

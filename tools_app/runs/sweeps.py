@@ -37,6 +37,24 @@ _embedded_started = threading.Event()
 _reaper_outage = Outage(logger, "run reaper")
 
 
+Step = Callable[[], object]
+_layer_steps: dict[str, list[tuple[str, Step]]] = {"start": [], "sweep": []}
+
+
+def add_recovery_step(when: str, what: str, step: Step) -> None:
+    """A recovery of a layer above runs (the suites' drivers), which runs cannot import:
+    registered at app start, run at every worker start ("start") or sweep ("sweep")
+    after the runs' own recovery, guarded like it. Registering twice adds it once."""
+    steps = _layer_steps[when]
+    if all(existing is not step for _, existing in steps):
+        steps.append((what, step))
+
+
+def _run_layer_steps(when: str) -> None:
+    for what, step in _layer_steps[when]:
+        _guarded(step, what)
+
+
 def reap_interval() -> float:
     return max(settings.AGENTFORGE_LEASE_SECONDS / 2, 0.2)
 
@@ -60,6 +78,7 @@ def reap_and_enqueue() -> list[str]:
             logger.warning("enqueued again %d queued run(s) that no task would run (a "
                            "worker that claimed their tasks was lost)", len(orphans))
         ids += orphans
+    _run_layer_steps("sweep")
     return ids
 
 
@@ -96,6 +115,7 @@ def recover_at_start() -> list[str]:
     for run_id in ids:
         enqueue_run(run_id)
     recover_reexecutions(enqueue_pending=True)
+    _run_layer_steps("start")
     return ids
 
 
