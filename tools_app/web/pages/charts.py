@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tools_app.audit.tool_stats import Bucket
 from tools_app.audit.tools_overview import Hour
+from tools_app.suites.history import RatePoint
 
 WIDTH, HEIGHT = 720, 200
 LEFT, RIGHT, TOP, BOTTOM = 44, 12, 12, 28
@@ -127,3 +128,67 @@ def sparkline(hours: list[Hour]) -> Sparkline | None:
             _num(SPARK_HEIGHT - errors_height), _num(errors_height)))
     return Sparkline(SPARK_WIDTH, SPARK_HEIGHT, bars, sum(h.calls for h in hours),
                      sum(h.errors for h in hours), peak, f"{hours[0].start:%H}:00")
+
+
+# -- a suite's history: each endpoint's pass rate per suite run (the suite page) -------
+
+RATE_SERIES_CLASSES = 6
+"""Series are coloured by class (series-0 .. series-5, suites.css), in turn."""
+
+
+@dataclass(frozen=True)
+class RateDot:
+    label: str
+    suite_run_id: str
+    passed: int
+    evaluated: int
+    percent: int
+    x: str
+    y: str
+
+
+@dataclass(frozen=True)
+class RateSeries:
+    endpoint_name: str
+    css_class: str
+    points: str
+    """The polyline's "x,y x,y ..." attribute."""
+    dots: list[RateDot]
+
+
+@dataclass(frozen=True)
+class RateChart:
+    width: int
+    height: int
+    series: list[RateSeries]
+    left: int
+    right_edge: int
+    top: int
+    baseline: str
+    first_label: str
+    last_label: str
+    suite_runs: int
+
+
+def pass_rate_chart(history: list[RatePoint]) -> RateChart | None:
+    """One line per endpoint over the suite runs, oldest left, the pass rate from 0% at
+    the baseline to 100% at the top; each suite run has its own evenly spaced slot
+    (an endpoint not in a suite run has no dot there). None without history."""
+    if not history:
+        return None
+    runs = list(dict.fromkeys((p.suite_run_id, p.started_at) for p in history))
+    slot = {run_id: index for index, (run_id, _) in enumerate(runs)}
+    step = (WIDTH - LEFT - RIGHT) / max(len(runs) - 1, 1)
+    by_endpoint: dict[str, list[RateDot]] = {}
+    for point in history:
+        x = LEFT + step * slot[point.suite_run_id] if len(runs) > 1 else (WIDTH + LEFT) / 2
+        y = HEIGHT - BOTTOM - (HEIGHT - TOP - BOTTOM) * point.rate
+        by_endpoint.setdefault(point.endpoint_name, []).append(RateDot(
+            f"{point.started_at:%Y-%m-%d %H:%M}", point.suite_run_id, point.passed,
+            point.evaluated, round(point.rate * 100), _num(x), _num(y)))
+    series = [RateSeries(name, f"series-{index % RATE_SERIES_CLASSES}",
+                         " ".join(f"{dot.x},{dot.y}" for dot in dots), dots)
+              for index, (name, dots) in enumerate(sorted(by_endpoint.items()))]
+    return RateChart(WIDTH, HEIGHT, series, LEFT, WIDTH - RIGHT, TOP, _num(HEIGHT - BOTTOM),
+                     f"{runs[0][1]:%Y-%m-%d %H:%M}", f"{runs[-1][1]:%Y-%m-%d %H:%M}",
+                     len(runs))

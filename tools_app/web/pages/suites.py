@@ -19,13 +19,17 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from tools_app.models import ModelEndpoint, Suite, SuiteCase, SuiteCell, SuiteRun, ToolRegistration
 from tools_app.runs.debugger.replay import TOOLS_MODES
 from tools_app.suites.assertions import load_assertions
+from tools_app.suites.history import suite_history
 from tools_app.suites.matrix import cell_runs, compare_suite_runs, suite_matrix
 from tools_app.suites.runner import SuiteConfigError, default_tool_mode, suite_run_start
 from tools_app.suites.services import CaseError, case_save_from_run, case_update, suite_create
 from tools_app.suites.tasks import enqueue_suite_run
+from tools_app.web.pages.charts import pass_rate_chart
 from tools_app.web.pages.views import AuthenticatedHttpRequest, _run_for_user
 
 CASE_FIELDS = ("messages", "tools", "tool_modes", "assertions")
+HISTORY_RUNS = 50
+"""The suite page's history chart: its latest suite runs."""
 
 
 @require_GET
@@ -47,9 +51,11 @@ def suite_names(request: AuthenticatedHttpRequest) -> HttpResponse:
 def suite_detail(request: AuthenticatedHttpRequest, suite_id: int) -> HttpResponse:
     suite = get_object_or_404(Suite, pk=suite_id)
     cases = [(case, _sentences(case)) for case in suite.cases.all()]
+    visible = _visible_runs(request, suite)
     return render(request, "tools_app/suite_detail.html", {
         "suite": suite, "cases": cases, "endpoints": ModelEndpoint.objects.order_by("name"),
-        "tools_modes": TOOLS_MODES, "suite_runs": _visible_runs(request, suite)[:20]})
+        "tools_modes": TOOLS_MODES, "suite_runs": visible[:20],
+        "history": pass_rate_chart(suite_history(visible.order_by("-created_at")[:HISTORY_RUNS]))})
 
 
 def _sentences(case: SuiteCase) -> list[str]:
