@@ -76,7 +76,7 @@ class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
         model = ToolRegistration
         fields = ("name", "kind", "python_path", "description", "json_schema", "config",
                   "return_behavior", "strict", "timeout_seconds", "requires_approval",
-                  "idempotent", "enabled")
+                  "idempotent", "isolated", "enabled")
         # The admin renders help text as HTML: each line escaped, then joined by <br>.
         help_texts = {"config": format_html_join(SafeString("<br>"), "{}", (
             (line,) for line in config_help().splitlines()))}
@@ -102,6 +102,9 @@ class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
                     self.add_error("python_path", str(exc))
         elif path:
             self.add_error("python_path", "Only Python tools have a Python path.")
+        if cleaned.get("isolated") and cleaned.get("kind") != ToolKind.PYTHON:
+            self.add_error("isolated", "Only Python tools run in an isolated worker process "
+                           "(the other kinds never run code of this server).")
         kind = cleaned.get("kind")
         if kind == ToolKind.MCP:
             problems = mcp_config_problems(cleaned.get("config"))
@@ -123,11 +126,12 @@ class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
 class WritableToolForm(ToolRegistrationForm):
     """ToolRegistrationForm for the kinds a person registers by hand, HTTP and mock
     (the registry pages): Python tools come from code and MCP tools from their server's
-    sync. The same checks; the kind limited to those two and no Python path."""
+    sync. The same checks; the kind limited to those two, no Python path and no
+    isolation (which only Python tools have)."""
 
     class Meta(ToolRegistrationForm.Meta):
         fields: tuple[str, ...] = tuple(  # type: ignore[assignment]
-            f for f in ToolRegistrationForm.Meta.fields if f != "python_path")
+            f for f in ToolRegistrationForm.Meta.fields if f not in ("python_path", "isolated"))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

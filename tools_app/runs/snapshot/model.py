@@ -83,6 +83,8 @@ class ToolSnapshot(Section):
     timeout_seconds: float | None = None
     requires_approval: bool = False
     idempotent: bool = False
+    # A Python tool run in a worker process of its own (engine/isolation).
+    isolated: bool = False
     version_hash: str = ""
     mcp_server: dict[str, Any] | None = None
 
@@ -90,8 +92,6 @@ class ToolSnapshot(Section):
 class PolicySnapshot(Section):
     """The error policy's values as frozen, per-run overrides applied."""
 
-    # A Python tool run in a worker process of its own (engine/isolation).
-    isolated: bool = False
     id: int | None = None
     name: str = ""
     arguments_error: str = "to_model"
