@@ -26,10 +26,11 @@ from tools_app.models import (
     TraceExportStatus,
 )
 from tools_app.otlp_export import exporter as otlp
+from tools_app.runs.debugger.approvals import decide_round
 from tools_app.runs.debugger.compare import compare_runs
 from tools_app.web.api.tokens import create_token
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.both]
 
 SCRIPT = [
     {"text": "Let me look.",
@@ -51,7 +52,7 @@ def exporting(live_server: Any, token: str) -> Iterator[None]:
     with override_settings(AGENTFORGE_OTLP_ENDPOINT=live_server.url,
                            AGENTFORGE_OTLP_HEADERS=f"authorization=Bearer%20{token}"):
         yield
-        otlp.shutdown()
+    otlp.shutdown()  # unset first: what it still sends makes no new exporter
 
 
 def made_run(make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
@@ -132,7 +133,7 @@ def test_a_failing_endpoint_fails_no_run_and_is_counted(
         exporter = otlp.configured()
         assert exporter is not None
         exporter.drain()
-        otlp.shutdown()
+    otlp.shutdown()
 
     original.refresh_from_db()
     assert original.status == RunStatus.SUCCEEDED
@@ -141,3 +142,36 @@ def test_a_failing_endpoint_fails_no_run_and_is_counted(
     status = TraceExportStatus.objects.get(process=otlp.process_key())
     assert (status.sent, status.failed) == (0, 7)
     assert status.last_error
+
+
+def test_it_exports_a_run_live_as_it_goes(
+        exporting: None, bob: AbstractUser, make_endpoint: Any,
+        demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> None:
+    """A run waiting for an approval has its first round out already (the received run
+    is still going); once approved and finished, the rest follows and the runs agree."""
+    demo_tools["calculator"].requires_approval = True
+    demo_tools["calculator"].save(update_fields=["requires_approval"])
+    endpoint = make_endpoint(SCRIPT, name="scripted weather")
+    original = start(endpoint, [demo_tools["get_weather"], demo_tools["calculator"]], policy,
+                     "Weather in Hangzhou, and some sums")
+    assert execute(original) == RunStatus.WAITING
+    exporter = otlp.configured()
+    assert exporter is not None
+    exporter.drain()
+
+    going = received_run(bob)
+    assert going.status == RunStatus.RUNNING
+    first = Round.objects.get(run=going, index=0)
+    assert first.ai_text == "Let me look."
+
+    decide_round(run=original, user=None, round_index=0)
+    assert execute(original) == RunStatus.WAITING  # round 2's calculator call
+    decide_round(run=original, user=None, round_index=1)
+    assert execute(original) == RunStatus.SUCCEEDED
+    exporter.drain()
+
+    done = received_run(bob)
+    assert done.status == RunStatus.SUCCEEDED
+    compared = compare_runs(original, done)
+    assert compared["same_calls"], compared["first_divergent_round"]
+    assert done.final_text == original.final_text

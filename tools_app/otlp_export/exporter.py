@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 from django.dispatch import receiver
 from django.utils import timezone
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -121,6 +121,12 @@ class RunExporter:
             self._sent.popitem(last=False)
 
     def _collector(self) -> None:
+        try:
+            self._collect_changed()
+        finally:
+            connections.close_all()  # this thread's own
+
+    def _collect_changed(self) -> None:
         while True:
             with self._changed_lock:
                 while not self._changed and not self._stopping:
@@ -177,6 +183,12 @@ class RunExporter:
                 self.counts.sent += len(batch)
 
     def _sender(self) -> None:
+        try:
+            self._send_queued()
+        finally:
+            connections.close_all()  # this thread's own
+
+    def _send_queued(self) -> None:
         while not (self._stopping and self.queue.empty()):
             taken = self.send_batch(SCHEDULE_DELAY_S)
             try:
