@@ -7,6 +7,7 @@ that refuses everything fails no run and is counted."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,10 +15,11 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from django.test import override_settings
 
-from tests.runs.support import execute, start
+from tests.runs.support import EchoingModel, execute, http_server, start
 from tools_app.models import (
     ErrorPolicy,
     IngestedSpan,
+    ModelEndpoint,
     Round,
     Run,
     RunStatus,
@@ -175,3 +177,32 @@ def test_it_exports_a_run_live_as_it_goes(
     compared = compare_runs(original, done)
     assert compared["same_calls"], compared["first_divergent_round"]
     assert done.final_text == original.final_text
+
+
+CANARY_KEY = "sk-canary-5d1e8b3f9a2c4071"
+CANARY_HEADER = "hdr-canary-8c4a1e7b3d90"
+
+
+def test_secrets_a_model_echoes_are_never_exported(
+        exporting: None, monkeypatch: pytest.MonkeyPatch,
+        demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> None:
+    """A hostile model puts the endpoint's key and header in its tool call's arguments
+    and its answer: the spans sent carry neither (the run's own redaction)."""
+    monkeypatch.setenv("AGENTFORGE_TEST_CANARY_API_KEY", CANARY_KEY)
+    monkeypatch.setenv("AGENTFORGE_TEST_CANARY_TOKEN", CANARY_HEADER)
+    with http_server(EchoingModel) as url:
+        endpoint = ModelEndpoint.objects.create(
+            name="echoing model", kind="openai_compatible", base_url=url,
+            model="fake-model", api_key_env="AGENTFORGE_TEST_CANARY_API_KEY",
+            extra_headers={"X-Api-Key": "env:AGENTFORGE_TEST_CANARY_TOKEN"})
+        original = start(endpoint, [demo_tools["calculator"]], policy)
+        assert execute(original) == RunStatus.SUCCEEDED
+    exporter = otlp.configured()
+    assert exporter is not None
+    exporter.drain()
+
+    sent = [json.dumps(data) for data in IngestedSpan.objects.filter(
+        trace_id=original.pk.hex).values_list("data", flat=True)]
+    assert len(sent) == 1 + 2 + 1  # the run, two rounds, the call
+    assert any("done, your keys" in text for text in sent)  # the answer went out...
+    assert not [text for text in sent if CANARY_KEY in text or CANARY_HEADER in text]
