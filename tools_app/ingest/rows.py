@@ -78,7 +78,7 @@ def sync(run_id: str, plan: RunPlan, old_layout: Layout,
             if call is None:
                 new_rows.calls.append((run_id, round_plan.key, fields))
                 touched.add(index)
-            elif _save_changes(call, fields | {"round": row}):
+            elif row is not None and _save_changes(call, fields | {"round_id": row.pk}):
                 touched.add(index)
     layout = [[r.key, [c.key for c in r.calls]] for r in plan.rounds]
     return layout, touched
@@ -88,13 +88,15 @@ def _keep(run_id: str, plan: RunPlan, old_layout: Layout, rounds: dict[Any, Roun
           calls: dict[Any, ToolCall]) -> set[int]:
     """The rows the plan keeps, by key, into `rounds` and `calls`; the others removed,
     the kept ones that change places parked. Returns the rounds that moved."""
-    rounds |= {_key_at(old_layout, r.index): r
-               for r in Round.objects.filter(run_id=run_id) if r.index < len(old_layout)}
+    loaded = [r for r in Round.objects.filter(run_id=run_id) if r.index < len(old_layout)]
+    rounds |= {_key_at(old_layout, r.index): r for r in loaded}
+    index_of = {r.pk: r.index for r in loaded}
     placed: dict[int, tuple[str | None, int]] = {}  # call pk -> (its round's key, index)
-    for call in ToolCall.objects.filter(run_id=run_id).select_related("round"):
-        if call.round.index < len(old_layout):
-            calls[_call_key_at(old_layout, call.round.index, call.call_index)] = call
-            placed[call.pk] = (_key_at(old_layout, call.round.index), call.call_index)
+    for call in ToolCall.objects.filter(run_id=run_id):
+        index = index_of.get(call.round_id)
+        if index is not None:
+            calls[_call_key_at(old_layout, index, call.call_index)] = call
+            placed[call.pk] = (_key_at(old_layout, index), call.call_index)
     wanted_rounds = {r.key for r in plan.rounds}
     wanted_calls = {c.key for r in plan.rounds for c in r.calls}
     gone = [r for key, r in rounds.items() if key not in wanted_rounds]
