@@ -183,8 +183,9 @@ async def test_a_parents_open_page_lists_a_rerun_made_elsewhere_without_a_reload
     status follows it there."""
     watcher = await open_page(user="bob")
     parent = await weather_run(watcher)
+    await watcher.goto(f"/runs/{parent}/")  # served finished: its socket is for children
     assert await watcher.locator("#run-children").count() == 0
-    await watcher.wait_for_selector("#timeline[data-socket=live]")
+    await watcher.wait_for_selector('#timeline[data-socket="live"]', state="attached")
     await watcher.evaluate("window.__samePage = true")  # gone if the page reloads
 
     other = await open_page(user="bob")
