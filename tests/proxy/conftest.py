@@ -4,6 +4,7 @@ need an ASGI server), the fake provider behind registered endpoints, and bob's t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -19,6 +20,7 @@ from agentforge_web.handler import OneHopASGIHandler
 from tools_app.fake_llm import BackgroundServer, FakeLLMApp
 from tools_app.models import ModelEndpoint
 from tools_app.proxy.recording import RECORDER
+from tools_app.runs.loops.provider_clients import PROVIDER_CLIENTS
 from tools_app.web.api.tokens import create_token
 
 START_TIMEOUT = 10.0
@@ -56,7 +58,9 @@ def serving(app: Any) -> Iterator[str]:
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                             lifespan="off")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="asgi-test-server", daemon=True)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),),
+                              name="asgi-test-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT
     while not server.started:
@@ -69,13 +73,15 @@ def serving(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(START_TIMEOUT)
+        PROVIDER_CLIENTS.close_for_loop(loop)  # the proxy's clients on the server's loop
+        loop.close()
 
 
 @pytest.fixture
 def product_server(transactional_db: None) -> Iterator[str]:
     with serving(OneHopASGIHandler()) as url:
         yield url
-        RECORDER.drain()
+        RECORDER.release_connections()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from tests.proxy.conftest import Proxy
 from tests.proxy.support import anthropic_loop
 from tools_app.models import Round, Run, RunStatus, ToolCall
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.both]
 
 
 def _client(proxy: Proxy) -> anthropic.Anthropic:

@@ -13,7 +13,7 @@ from tests.proxy.conftest import Proxy
 from tests.proxy.support import get_weather, openai_loop
 from tools_app.models import Round, Run, RunStatus, ToolCall
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.both]
 
 
 def _client(proxy: Proxy, endpoint: str = "fake-openai") -> openai.OpenAI:

@@ -29,7 +29,7 @@ import threading
 import uuid
 from typing import Any
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from tools_app.engine import ChatResponse, FinishReason
 from tools_app.ingest import receive
@@ -207,7 +207,7 @@ class Recorder:
     """Records exchanges in the order they are handed over, on one thread of its own."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[Exchange] = queue.Queue()
+        self._queue: queue.Queue[Exchange | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -224,10 +224,21 @@ class Recorder:
         """Wait until every exchange handed over so far is recorded."""
         self._queue.join()
 
+    def release_connections(self) -> None:
+        """Once what is queued is recorded, close the recorder's database connections
+        (a test database is dropped only when no one is connected)."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._queue.join()
+
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         while True:
             exchange = self._queue.get()
+            if exchange is None:
+                connections.close_all()
+                self._queue.task_done()
+                continue
             try:
                 close_old_connections()
                 record_now(exchange, loop)
