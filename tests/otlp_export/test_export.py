@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import AbstractUser
-from django.test import override_settings
+from django.core.management import call_command
+from django.test import Client, override_settings
+from django.urls import reverse
 
 from tests.runs.support import EchoingModel, execute, http_server, start
 from tools_app.models import (
@@ -128,7 +131,7 @@ def test_a_full_queue_drops_spans_and_counts_them(
 
 def test_a_failing_endpoint_fails_no_run_and_is_counted(
         live_server: Any, make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
-        policy: ErrorPolicy) -> None:
+        policy: ErrorPolicy, alice_client: Client) -> None:
     with override_settings(AGENTFORGE_OTLP_ENDPOINT=f"{live_server.url}/v1/traces",
                            AGENTFORGE_OTLP_HEADERS="authorization=Bearer%20not-a-token"):
         original = made_run(make_endpoint, demo_tools, policy)
@@ -144,6 +147,20 @@ def test_a_failing_endpoint_fails_no_run_and_is_counted(
     status = TraceExportStatus.objects.get(process=otlp.process_key())
     assert (status.sent, status.failed) == (0, 7)
     assert status.last_error
+
+    page = alice_client.get(reverse("admin:tools_app_traceexportstatus_changelist"))
+    assert page.status_code == 200
+    row = page.content.decode()
+    assert otlp.process_key() in row
+    assert f"{live_server.url}/v1/traces" in row
+    assert status.last_error[:30] in row
+    assert '<td class="field-failed">7</td>' in row
+    assert '<td class="field-sent">0</td>' in row
+    out = StringIO()
+    call_command("worker_status", "--json", stdout=out)
+    exports = json.loads(out.getvalue())["otlp_export"]
+    assert [(e["process"], e["sent"], e["failed"]) for e in exports] == [
+        (otlp.process_key(), 0, 7)]
 
 
 def test_it_exports_a_run_live_as_it_goes(

@@ -1,4 +1,5 @@
-"""`manage.py worker_status`: the db_workers' heartbeats, and whether runs wait unclaimed.
+"""`manage.py worker_status`: the db_workers' heartbeats, and whether runs wait unclaimed;
+then each process's OTLP export counts (spans sent, dropped, failed), if it exports.
 
 A health check for a supervisor or a monitor: it exits 1 when tasks have been ready for
 longer than --stale-after seconds and no worker claimed any in that time (the workers
@@ -9,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from tools_app.models import WorkerHeartbeat
+from tools_app.models import TraceExportStatus, WorkerHeartbeat
 from tools_app.runs.store.worker_beats import DEFAULT_STALE_AFTER, WorkerHealth, worker_health
 
 
@@ -88,8 +89,19 @@ class Command(BaseCommand):
                    if health.oldest_wait is not None else "none waiting")
         self.stdout.write(f"Tasks ready to claim: {waiting}. Last claim by any worker: "
                           f"{_ago(health.last_claim_age)}.")
+        for export in export_statuses(now):
+            self.stdout.write(
+                f"OTLP export {export.process} to {export.endpoint}: sent {export.sent}, "
+                f"dropped {export.dropped}, failed {export.failed}"
+                + (f" (last failure: {export.last_error})" if export.last_error else ""))
         if not health.stuck:
             self.stdout.write(verdict(health, now))
+
+
+def export_statuses(now: datetime) -> list[TraceExportStatus]:
+    """The OTLP export counts of the processes that exported in the last day."""
+    return list(TraceExportStatus.objects.filter(updated_at__gte=now - timedelta(days=1))
+                .order_by("-updated_at"))
 
 
 def as_json(health: WorkerHealth, now: datetime) -> dict[str, Any]:
@@ -108,4 +120,9 @@ def as_json(health: WorkerHealth, now: datetime) -> dict[str, Any]:
             "heartbeat_seconds_ago": _age(now, w.last_seen_at),
             "last_claim_seconds_ago": _age(now, w.last_claimed_at),
         } for w in health.workers],
+        "otlp_export": [{
+            "process": e.process, "endpoint": e.endpoint, "sent": e.sent,
+            "dropped": e.dropped, "failed": e.failed, "last_error": e.last_error,
+            "updated_at": e.updated_at.isoformat(),
+        } for e in export_statuses(now)],
     }
