@@ -51,35 +51,60 @@ def suite_create(*, name: str, description: str = "", user: User = None) -> Suit
     return Suite.objects.create(name=name, description=description, created_by=owner)
 
 
-def expectations_of(run: Run) -> list[Assertion]:
+def expectations_of(run: Run, calls: list[ToolCall] | None = None) -> list[Assertion]:
     """A run's calls as assertions: the same calls in the same order, each call's
-    arguments as they were, and no error if the run had none."""
-    calls = list(ToolCall.objects.filter(run=run).select_related("round").order_by(
+    arguments as they were, and no error if the run had none. Given some of its calls
+    (a selection in /calls/), those in that order, others allowed between them."""
+    every = list(ToolCall.objects.filter(run=run).select_related("round").order_by(
         "round__index", "call_index"))
-    if not calls:
+    chosen = every if calls is None else [c for c in every if c.pk in {x.pk for x in calls}]
+    if not chosen:
         expected: list[Assertion] = [NoToolCalled()]
     else:
-        expected = [CallSequence(tools=tuple(c.tool_name for c in calls), match="exact")]
+        expected = [CallSequence(tools=tuple(c.tool_name for c in chosen),
+                                 match="exact" if len(chosen) == len(every) else "in_order")]
         expected += [ArgumentsMatch(tool=c.tool_name, pointer="", check=Equals(value=c.arguments))
-                     for c in calls if c.arguments is not None]
+                     for c in chosen if c.arguments is not None]
     if run.status == "succeeded" and not run.errors_count:
         expected.append(NoError())
     return expected
 
 
-def case_from_run(run: Run, *, name: str) -> CaseFile:
+def case_from_run(run: Run, *, name: str, calls: list[ToolCall] | None = None) -> CaseFile:
     snapshot = snapshot_of(run)
     return CaseFile(name=name, messages=to_openai_messages(snapshot.chat_messages()),
-                    tools=snapshot.tool_names(), assertions=expectations_of(run))
+                    tools=snapshot.tool_names(), assertions=expectations_of(run, calls))
 
 
-def case_save_from_run(*, run: Run, suite: Suite, name: str) -> SuiteCase:
+def case_save_from_run(*, run: Run, suite: Suite, name: str,
+                       calls: list[ToolCall] | None = None) -> SuiteCase:
     name = name.strip() or (run.title or "case")[:100]
     try:
-        draft = case_from_run(run, name=name)
+        draft = case_from_run(run, name=name, calls=calls)
     except ValidationError as exc:
         raise CaseError(f"This run cannot become a case: {exc.errors()[0]['msg']}") from exc
     return _store(suite, draft, source_run=run)
+
+
+def cases_save_from_calls(*, calls: list[ToolCall], suite: Suite,
+                          name: str) -> list[SuiteCase]:
+    """"Save as a test case" on calls ticked in /calls/: one case per run they belong
+    to (its conversation, the ticked calls as its expectations), the runs in the order
+    of their first ticked call; with several runs the cases are named "NAME 1",
+    "NAME 2", ... All are saved or none."""
+    if not calls:
+        raise CaseError("Tick the calls to save as a test case", field="call")
+    by_run: dict[Any, list[ToolCall]] = {}
+    for call in calls:
+        by_run.setdefault(call.run_id, []).append(call)
+    runs = Run.objects.in_bulk(list(by_run))
+    name = name.strip()
+    with transaction.atomic():
+        return [case_save_from_run(
+            run=runs[run_id], suite=suite, calls=chosen,
+            name=f"{name or (runs[run_id].title or 'case')[:90]} {number}"
+            if len(by_run) > 1 else name)
+            for number, (run_id, chosen) in enumerate(by_run.items(), start=1)]
 
 
 def case_create(*, suite: Suite, data: dict[str, Any]) -> SuiteCase:

@@ -61,6 +61,7 @@ urlpatterns = [
          name="suite_run_compare"),
     path("calls/", audit.call_list, name="call_list"),
     path("calls/totals/", audit.call_list_totals, name="call_totals"),
+    path("calls/save-case/", suites.calls_save_case, name="calls_save_case"),
     re_path(r"^calls/export\.(?P<fmt>csv|jsonl)$", audit.calls_export, name="calls_export"),
     path("tools/", audit.tools_index, name="tool_index"),
     # A path converter: names models called (hallucinated ones) may hold any character.

@@ -12,17 +12,25 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from tools_app.audit.selectors import calls_for_user
 from tools_app.models import ModelEndpoint, Suite, SuiteCase, SuiteCell, SuiteRun, ToolRegistration
 from tools_app.runs.debugger.replay import TOOLS_MODES
 from tools_app.suites.assertions import load_assertions
 from tools_app.suites.history import suite_history
 from tools_app.suites.matrix import cell_runs, compare_suite_runs, suite_matrix
 from tools_app.suites.runner import SuiteConfigError, default_tool_mode, suite_run_start
-from tools_app.suites.services import CaseError, case_save_from_run, case_update, suite_create
+from tools_app.suites.services import (
+    CaseError,
+    case_save_from_run,
+    case_update,
+    cases_save_from_calls,
+    suite_create,
+)
 from tools_app.suites.tasks import enqueue_suite_run
 from tools_app.web.pages.charts import pass_rate_chart
 from tools_app.web.pages.views import AuthenticatedHttpRequest, _run_for_user
@@ -87,6 +95,36 @@ def run_save_case(request: AuthenticatedHttpRequest, run_id: Any) -> HttpRespons
     messages.success(request, f"Saved as the case {case.name!r} of the suite {suite.name!r}: "
                               "its calls are now its expectations, edit them here.")
     return redirect("suite_case_edit", suite_id=suite.pk, case_id=case.pk)
+
+
+@require_POST
+@login_required
+def calls_save_case(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """"Save as a test case" on the calls ticked in /calls/: one case per run they come
+    from (`cases_save_from_calls`); one case opens to edit, several their suite."""
+    ids = [raw for raw in request.POST.getlist("call") if raw.isdigit()]
+    calls = list(calls_for_user(request.user).filter(pk__in=ids).order_by("pk"))
+    back = "/calls/" + (f"?{request.POST['filters']}" if request.POST.get("filters") else "")
+    name = request.POST.get("suite", "").strip()
+    try:
+        if len(calls) != len(set(request.POST.getlist("call"))):
+            raise CaseError("Some ticked calls are not yours or no longer exist", field="call")
+        with transaction.atomic():  # a suite created here goes if its cases cannot
+            suite = Suite.objects.filter(name=name).first() or suite_create(
+                name=name, user=request.user)
+            cases = cases_save_from_calls(calls=calls, suite=suite,
+                                          name=request.POST.get("case", ""))
+    except CaseError as exc:
+        messages.error(request, f"Cannot save the ticked calls as a test case: {exc}")
+        return redirect(back)
+    if len(cases) == 1:
+        messages.success(request, f"Saved as the case {cases[0].name!r} of the suite "
+                                  f"{suite.name!r}: the ticked calls are its expectations.")
+        return redirect("suite_case_edit", suite_id=suite.pk, case_id=cases[0].pk)
+    messages.success(request, f"The ticked calls came from {len(cases)} runs: saved one case "
+                              f"per run in the suite {suite.name!r}: "
+                              f"{', '.join(repr(c.name) for c in cases)}.")
+    return redirect("suite_detail", suite_id=suite.pk)
 
 
 @require_http_methods(["GET", "POST"])
