@@ -39,7 +39,7 @@
     live: "Live updates: on",
     reconnecting: "Live updates: disconnected, reconnecting…",
     refused: "Live updates: stopped (reload the page, or log in again)",
-    ended: "Run finished: no more live updates",
+    ended: "Run finished: no more updates of this run",
   };
   var failures = 0;
 
