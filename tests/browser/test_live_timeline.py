@@ -181,7 +181,8 @@ async def test_socket_dropped_on_the_server_side_resumes(open_page: Any) -> None
     assert {"live", "reconnecting"} <= set(states)
     assert states[-1] == "ended"
     assert states.index("live") < len(states) - 1 - states[::-1].index("reconnecting")
-    assert await page.locator("#live-state").inner_text() == "Run finished: no more updates of this run"
+    assert await page.locator("#live-state").inner_text() == (
+        "Run finished: no more updates of this run")
     await assert_each_round_once(page, SLOW_ROUNDS + 1)
     await assert_equals_reload(page)
 
