@@ -340,6 +340,9 @@ AGENTFORGE_OTLP_RATE = envstr("AGENTFORGE_OTLP_RATE", "1200/m")
 if not re.fullmatch(r"[1-9][0-9]*/[0-9]*[smhd]", AGENTFORGE_OTLP_RATE):
     raise ImproperlyConfigured(
         f"AGENTFORGE_OTLP_RATE={AGENTFORGE_OTLP_RATE!r}: give a rate like 1200/m or 50/s")
+# A received run whose spans stopped coming this many seconds ago and whose root span
+# never came is ended by the workers' sweeps as incomplete (tools_app/ingest/idle.py).
+AGENTFORGE_OTLP_IDLE_SECONDS = envint("AGENTFORGE_OTLP_IDLE_SECONDS", 600, minimum=1)
 
 # The recording proxy (/proxy/<endpoint>/..., tools_app/proxy): a proxied request's body
 # at most this many bytes; a response larger than that is passed on but not recorded.

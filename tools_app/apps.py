@@ -15,6 +15,7 @@ class ToolsAppConfig(AppConfig):
         from .otlp_export import exporter  # noqa: F401  (connects its receiver)
 
         _register_suite_recovery()
+        _register_idle_received_runs()
         post_migrate.connect(_ensure_search_index, sender=self)
         post_migrate.connect(_ensure_audit_triggers, sender=self)
 
@@ -28,6 +29,16 @@ def _register_suite_recovery() -> None:
     add_recovery_step("start", "driving the active suite runs again", drive_again_at_start)
     add_recovery_step("sweep", "driving suite runs whose driver was lost",
                       drive_lost_suite_runs)
+
+
+def _register_idle_received_runs() -> None:
+    """Received runs whose spans stopped before their root span came are ended as
+    incomplete by the workers' sweeps (`ingest.idle`)."""
+    from .ingest.idle import end_idle_runs
+    from .runs.sweeps import add_recovery_step
+
+    add_recovery_step("sweep", "ending received runs whose spans stopped coming",
+                      end_idle_runs)
 
 
 def _ensure_search_index(using: str = "default", **kwargs: Any) -> None:

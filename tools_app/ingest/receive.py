@@ -23,7 +23,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from tools_app.ingest import assemble, rows
+from tools_app.ingest import assemble, idle, rows
 from tools_app.ingest import conventions as conv
 from tools_app.ingest import snapshot as snapshots
 from tools_app.ingest.spans import Refusal, SpanRecord
@@ -180,9 +180,14 @@ class _Work:
         plan = assemble.plan(spans)
         layout, touched = rows.sync(run_id, plan, snapshots.layout_of(run.snapshot),
                                     self.new_rows)
-        seq, _ = append_events(run_id, None, _events(touched) or [(RECEIVED_EVENT, {})],
+        events = _events(touched) or [(RECEIVED_EVENT, {})]
+        fields = _run_fields(plan)
+        if idle.ended_incomplete(run):  # the sweep ended it: these spans came late
+            events = [(kind, payload | {"late": True}) for kind, payload in events]
+            fields |= idle.late_fields(run, plan, _has_root(spans))
+        seq, _ = append_events(run_id, None, events,
                                run_changes={"snapshot": self._snapshot(plan, layout),
-                                            **_run_fields(plan)})
+                                            **fields})
         self.notices[str(run.pk)] = seq
         if run.status == RunStatus.RUNNING and _has_root(spans):
             self.ending.append((run, plan))
