@@ -90,3 +90,20 @@ def test_an_endpoint_the_outbound_policy_refuses_is_not_called(proxy: Proxy) -> 
     run = Run.objects.get(created_by=proxy.user)
     assert run.status == RunStatus.FAILED
     assert "refused to connect" in run.error_message
+
+
+def test_a_response_over_the_limit_is_passed_on_whole_but_not_recorded(
+        proxy: Proxy, settings: Any) -> None:
+    settings.AGENTFORGE_PROXY_MAX_BYTES = 1024
+    body = {"model": "fake-model", "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]}
+    response = httpx.post(f"{proxy.openai_base()}/chat/completions", json=body,
+                          headers={"Authorization": f"Bearer {proxy.token}"})
+    proxy.recorded()
+
+    assert len(response.content) > 1024
+    assert response.text.rstrip().endswith("data: [DONE]")
+    round_ = Round.objects.get(run__created_by=proxy.user)
+    assert round_.status == "responded"
+    assert round_.ai_text is None
+    assert round_.request_json["messages"][-1]["content"] == "hi"

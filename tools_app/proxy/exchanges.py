@@ -7,7 +7,7 @@ client was sent, a provider's error read from its body.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -32,13 +32,28 @@ class Exchange:
     finished_ns: int = 0
     status: int = 0
     content_type: str = ""
-    response_body: bytes = b""
+    response_chunks: list[bytes] = field(default_factory=list)
+    response_size: int = 0
     response_cut: bool = False
     """The response was larger than the record keeps: its content is not recorded."""
     failure: str = ""
     """Why no response came (the provider unreachable, the client gone mid-stream)."""
     client_secret: str = ""
     """The client's token: redacted from the record like the endpoint's key."""
+
+    def keep(self, chunk: bytes, limit: int) -> None:
+        """Keep a piece of the response for the record, up to `limit` bytes in all."""
+        if self.response_cut:
+            return
+        self.response_size += len(chunk)
+        if self.response_size > limit:
+            self.response_cut, self.response_chunks = True, []
+            return
+        self.response_chunks.append(chunk)
+
+    @property
+    def response_body(self) -> bytes:
+        return b"".join(self.response_chunks)
 
     @property
     def secrets(self) -> tuple[str, ...]:

@@ -69,6 +69,10 @@ async def _proxy(request: HttpRequest, reference: str, dialect: Dialect) -> Http
     try:
         response = await upstream.send(target, dialect, body, stream=stream,
                                        client_headers=request.headers)
+    except httpx.TimeoutException as exc:
+        exchange.failure = f"the endpoint did not answer in time: {exc or type(exc).__name__}"
+        _finish(exchange)
+        return _refusal(dialect, Refused(504, "upstream_timeout", exchange.failure))
     except httpx.HTTPError as exc:
         exchange.failure = f"the endpoint could not be reached: {exc}"
         _finish(exchange)
@@ -88,7 +92,7 @@ async def _proxy(request: HttpRequest, reference: str, dialect: Dialect) -> Http
         return _refusal(dialect, Refused(502, "upstream_broken", exchange.failure))
     finally:
         await response.aclose()
-    _keep(exchange, content)
+    exchange.keep(content, _limit())
     _finish(exchange)
     return _with_headers(HttpResponse(content, status=response.status_code), headers)
 
@@ -98,7 +102,10 @@ async def _relay(response: httpx.Response, exchange: Exchange) -> AsyncIterator[
     record (up to the limit), which is made once the stream has ended."""
     try:
         async for chunk in response.aiter_bytes():
-            _keep(exchange, chunk)
+            exchange.keep(chunk, _limit())
+            # Stamped before it is passed on: a client may send its next request as soon
+            # as it has read the stream's last event, before this generator resumes.
+            exchange.finished_ns = time.time_ns()
             yield chunk
     except httpx.HTTPError as exc:
         exchange.failure = f"the endpoint's stream broke off: {exc}"
@@ -110,17 +117,8 @@ async def _relay(response: httpx.Response, exchange: Exchange) -> AsyncIterator[
         _finish(exchange)
 
 
-def _keep(exchange: Exchange, chunk: bytes) -> None:
-    if exchange.response_cut:
-        return
-    if len(exchange.response_body) + len(chunk) > _limit():
-        exchange.response_cut, exchange.response_body = True, b""
-        return
-    exchange.response_body += chunk
-
-
 def _finish(exchange: Exchange) -> None:
-    exchange.finished_ns = time.time_ns()
+    exchange.finished_ns = exchange.finished_ns or time.time_ns()
     RECORDER.submit(exchange)
 
 
