@@ -396,6 +396,10 @@ AGENTFORGE_API_STREAMS_PER_USER = envint("AGENTFORGE_API_STREAMS_PER_USER", 10, 
 # endpoint (a base URL, /v1/traces added, or the traces URL), off when empty; headers in
 # the form of OTEL_EXPORTER_OTLP_HEADERS ("authorization=Bearer%20x,k=v"), or _FILE.
 AGENTFORGE_OTLP_ENDPOINT = envstr("AGENTFORGE_OTLP_ENDPOINT", "")
+if AGENTFORGE_OTLP_ENDPOINT and not AGENTFORGE_OTLP_ENDPOINT.startswith(("http://",
+                                                                         "https://")):
+    raise ImproperlyConfigured("AGENTFORGE_OTLP_ENDPOINT must be an http:// or https:// URL "
+                               "(the OTLP/HTTP endpoint, e.g. http://collector:4318)")
 AGENTFORGE_OTLP_HEADERS = envsecret("AGENTFORGE_OTLP_HEADERS") or ""
 # Spans waiting to be sent, per process; more are dropped (and counted), never waited for.
 AGENTFORGE_OTLP_QUEUE_SIZE = envint("AGENTFORGE_OTLP_QUEUE_SIZE", 2048, minimum=1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from tests.runs.support import EchoingModel, execute, http_server, start
+from tests.test_settings import refused
 from tools_app.models import (
     ErrorPolicy,
     IngestedSpan,
@@ -223,3 +225,29 @@ def test_secrets_a_model_echoes_are_never_exported(
     assert len(sent) == 1 + 2 + 1  # the run, two rounds, the call
     assert any("done, your keys" in text for text in sent)  # the answer went out...
     assert not [text for text in sent if CANARY_KEY in text or CANARY_HEADER in text]
+
+
+def test_a_failed_run_is_exported_failed_with_its_error(
+        exporting: None, bob: AbstractUser, make_endpoint: Any,
+        demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> None:
+    """The scripted model has no step for round 2: that round and the run fail."""
+    endpoint = make_endpoint(SCRIPT[:1], name="one step")
+    original = start(endpoint, [demo_tools["get_weather"], demo_tools["calculator"]], policy)
+    assert execute(original) == RunStatus.FAILED
+    exporter = otlp.configured()
+    assert exporter is not None
+    exporter.drain()
+
+    copy = received_run(bob)
+    assert copy.status == RunStatus.FAILED
+    assert copy.error_type == original.error_type
+    assert "scripted model has 1 steps" in copy.error_message
+    compared = compare_runs(original, copy)
+    assert compared["same_calls"], compared["first_divergent_round"]
+    assert [(r["a"]["status"], r["b"]["status"]) for r in compared["rounds"]] == [
+        ("responded", "responded"), ("failed", "failed")]
+
+
+def test_an_endpoint_that_is_not_an_http_url_is_refused_at_start(tmp_path: Path) -> None:
+    message = refused(tmp_path, AGENTFORGE_OTLP_ENDPOINT="collector:4318")
+    assert "AGENTFORGE_OTLP_ENDPOINT must be an http:// or https:// URL" in message

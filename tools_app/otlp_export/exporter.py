@@ -189,7 +189,7 @@ class RunExporter:
             connections.close_all()  # this thread's own
 
     def _send_queued(self) -> None:
-        while not (self._stopping and self.queue.empty()):
+        while not (self._stopping and self.queue.empty() and not self._collector_alive()):
             taken = self.send_batch(SCHEDULE_DELAY_S)
             try:
                 close_old_connections()
@@ -198,6 +198,9 @@ class RunExporter:
                 logger.warning("OTLP export: could not store its counts", exc_info=True)
             for _ in range(taken):
                 self.queue.task_done()
+
+    def _collector_alive(self) -> bool:
+        return bool(self._threads) and self._threads[0].is_alive()
 
     def flush(self) -> None:
         """Collect every changed run and send everything queued, on this thread."""

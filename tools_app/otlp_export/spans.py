@@ -50,6 +50,7 @@ RESOURCE = Resource.create({"service.name": "agentforge"})
 RAW_FINISH = {FinishReason.STOP: "stop", FinishReason.TOOL_EXECUTION: "tool_calls",
               FinishReason.LENGTH: "length", FinishReason.CONTENT_FILTER: "content_filter",
               FinishReason.OTHER: "other"}
+ROUND_ERRORS = {"failed": "model_call_failed", "cancelled": "cancelled"}
 FAILED_CALL_STATES = frozenset(FINISHED_CALL_STATES) - {"succeeded"}
 
 
@@ -122,9 +123,9 @@ def chat_span(run: Run, round_: Round, inputs: Sequence[dict[str, Any]]) -> Read
                         (gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS, round_.output_tokens)):
         if value is not None:
             attributes[name] = value
-    failed = round_.status == "failed"
+    failed = round_.status in ROUND_ERRORS
     if failed:
-        attributes[ERROR_TYPE] = "model_call_failed"
+        attributes[ERROR_TYPE] = ROUND_ERRORS[round_.status]
     return _span(run, f"round:{round_.index}", "run", f"chat {model}".strip(),
                  round_.started_at, round_.finished_at, attributes,
                  _round_error(round_) if failed else None, SpanKind.CLIENT)
