@@ -4,7 +4,7 @@ A `TokenPrice` is one price revision: dollars per million input, cached input an
 output tokens, as `Decimal` (never float: cents must add up). `round_cost` prices one
 model call's usage; `call_shares` splits a round's cost among its tool calls; `run_cost`
 adds up rounds. A `CostCap` stops a run before a model call that would take it past its
-limit (loop/chat_run.py). Everything here is plain Python: the worker passes prices in
+limit (loop/spending.py). Everything here is plain Python: the worker passes prices in
 through the run's snapshot.
 
 The rules, stated once:

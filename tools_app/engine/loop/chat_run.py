@@ -3,15 +3,16 @@
 `ChatRun.execute`:
   1. calls the model with every registered tool merged into the request parameters;
   2. if the answer has no tool calls, returns it;
-  3. otherwise checks the round's calls for loop health (health.py: repeated calls,
-     ping-pong, no progress; noted, told to the model or stopping the run), executes
+  3. otherwise checks the round's calls for loop health (round_health.py: repeated
+     calls, ping-pong, no progress; noted, told to the model or stopping the run), executes
      them (concurrently unless told otherwise, results kept in request order), turns
      errors into text for the model or stops per the handlers, appends the assistant
      message and the results, and either returns at once (ReturnBehavior) or goes back
      to 1, at most `max_tool_calling_round_trips` times.
 Every step is reported to observers as a typed event (see events.py). Where the loop
-stops for a person (approvals, breakpoints) is gates.py. The registry and its
-configuration (ToolService) are service.py.
+stops for a person (approvals, breakpoints) is gates.py; what the model calls cost and
+the cost cap, spending.py. The registry and its configuration (ToolService) are
+service.py.
 """
 
 from __future__ import annotations
@@ -20,11 +21,9 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
-from decimal import Decimal
 from typing import Any
 
 from ..errors import (
-    CostCapExceededError,
     MaxRoundTripsExceededError,
     ReplayDivergence,
     RunPaused,
@@ -40,14 +39,12 @@ from ..events import (
     ChatFinished,
     ChatPaused,
     ChatStarted,
-    LoopDetected,
     ModelRequestSent,
     ModelResponseReceived,
     Observer,
     PartialText,
     PartialToolCall,
     RoundStarted,
-    ToolCallFinished,
     ToolCallOutcome,
     ToolCallProposed,
     ToolCallStarted,
@@ -56,7 +53,7 @@ from ..events import (
     reset_emitter,
     reset_round,
 )
-from ..execution import ToolExecution, ToolExecutionResult, to_jsonable
+from ..execution import ToolExecution, ToolExecutionResult
 from ..messages import (
     AiMessage,
     ChatMessage,
@@ -67,7 +64,6 @@ from ..messages import (
     ToolExecutionRequest,
     ToolExecutionResultMessage,
 )
-from ..pricing import call_shares, round_cost
 from ..providers.base import ChatModel
 from ..spec import ReturnBehavior
 from .callbacks import maybe_await
@@ -85,13 +81,9 @@ from .gates import (
     held_calls_pause,
     messages_before_model_call,
 )
-from .health import LoopFinding, LoopWatch, round_notes, stop_error, with_note
-from .invocation import invoke_tool, outcome_of, run_together, traceback_of
-
-
-def _handler_name(handler: object) -> str:
-    return str(getattr(handler, "handler_name", None) or getattr(handler, "__name__", None)
-               or type(handler).__name__)
+from .invocation import finished_event, handler_name, invoke_tool, outcome_of, run_together
+from .round_health import RoundHealth
+from .spending import Spending
 
 
 @dataclass
@@ -128,18 +120,8 @@ class ChatRun:
         self.usage: TokenUsage | None = None
         # perf_counter() when the current model call's first streamed piece arrived
         self._first_token: float | None = None
-        health = service.loop_health
-        # The conversation so far counts: a resumed or forked chat's earlier rounds too.
-        self.loop_watch = (LoopWatch(health, messages)
-                           if health is not None and health.active else None)
-        # Call id -> the loop-health note appended to its result, for the current round.
-        self._notes: dict[str, str] = {}
-        # Dollars spent by the run's model calls so far (a resumed run's stored rounds
-        # too), the last call's input tokens (the cost cap's estimate of the next) and
-        # the current round's cost, shared among its calls.
-        self.spent = Decimal(0)
-        self.last_input_tokens = 0
-        self._round_cost: Decimal | None = None
+        self.health = RoundHealth(service.loop_health, messages)
+        self.spending = Spending(service.price, service.cost_cap)
 
     async def _emit(self, event: Any) -> None:
         # The loop's own events carry their round already, and provider events take it
@@ -192,9 +174,7 @@ class ChatRun:
             round_trips = resume.round_trips_done
             pending = resume.pending_response
             self.intermediate.extend(resume.intermediate_responses)
-            self.spent, self.last_input_tokens = resume.cost_spent, resume.last_input_tokens
-            if pending is not None:  # its cost is in cost_spent already; its calls share it
-                self._round_cost = round_cost(pending.usage, self.service.price)
+            self.spending.resume(resume)
         limit = self.service.max_tool_calling_round_trips
         while True:
             response = pending if pending is not None else await self._call_model()
@@ -204,69 +184,25 @@ class ChatRun:
             if round_trips >= limit:
                 raise MaxRoundTripsExceededError(limit)
             # A resumed round was checked (and its findings reported) before it paused.
-            await self._check_loop(ai_message, report=pending is None)
+            await self.health.check(ai_message.tool_execution_requests, self.round_index,
+                                    emit=self._emit if self.observed else None,
+                                    report=pending is None)
             round_trips += 1
             self.intermediate.append(response)
             self.messages.append(ai_message)
             outcomes = await self._execute_round(ai_message, resume if pending else None)
             pending = None
             self.messages.extend(outcome.message for outcome in outcomes)
-            if self.loop_watch is not None:
-                self.loop_watch.record(ai_message.tool_execution_requests,
-                                       [outcome.message for outcome in outcomes])
+            self.health.record(ai_message.tool_execution_requests,
+                               [outcome.message for outcome in outcomes])
             any_error = any(outcome.is_error for outcome in outcomes)
             if not any_error and should_return_immediately([o.behavior for o in outcomes]):
                 self.intermediate.pop()
                 return await self._finish(response, immediate=True)
             self.round_index += 1
 
-    async def _check_loop(self, ai_message: AiMessage, *, report: bool) -> None:
-        """The loop-health detectors on this round's calls, before any runs: findings
-        are reported, a "stop" raises errors.LoopDetectedError, and the notes for the model
-        are kept for the calls' results (`_noted`)."""
-        self._notes = {}
-        if self.loop_watch is None:
-            return
-        findings = self.loop_watch.check(ai_message.tool_execution_requests)
-        stop = next((f for f in findings if f.action == "stop"), None)
-        if self.observed and (report or stop is not None):
-            for finding in findings:
-                await self._emit(self._loop_event(finding))
-        if stop is not None:
-            raise stop_error(stop, self.round_index)
-        self._notes = round_notes(findings)
-
-    def _loop_event(self, finding: LoopFinding) -> LoopDetected:
-        return LoopDetected(
-            round_index=self.round_index, detector=finding.detector, action=finding.action,
-            count=finding.count, threshold=finding.threshold,
-            call_ids=list(finding.call_ids), tool_names=list(finding.tool_names),
-            detail=finding.detail, told=finding.note, told_call_id=finding.told_call_id)
-
-    def _noted(self, request: ToolExecutionRequest, text: str) -> str:
-        """A call's result text with the loop-health note for it, if it has one."""
-        return with_note(text, self._notes.get(request.id))
-
-    def _check_cost_cap(self) -> None:
-        """Stop before a model call that would take the run past its cost cap."""
-        cap = self.service.cost_cap
-        if cap is not None and cap.would_exceed(self.spent, self.last_input_tokens):
-            raise CostCapExceededError(
-                spent_usd=self.spent, limit_usd=cap.limit_usd,
-                next_minimum_usd=cap.next_call_minimum(self.last_input_tokens),
-                round_index=self.round_index)
-
-    def _count_cost(self, response: ChatResponse) -> Decimal | None:
-        """The model call's cost, counted in what the run spent."""
-        cost = self._round_cost = round_cost(response.usage, self.service.price)
-        if cost is not None:
-            self.spent += cost
-        if response.usage is not None and response.usage.input_tokens is not None:
-            self.last_input_tokens = response.usage.input_tokens
-        return cost
-
     async def _call_model(self) -> ChatResponse:
-        self._check_cost_cap()
+        self.spending.check_cap(self.round_index)
         # The hook may raise RunPaused: nothing of this round has happened.
         self.messages.extend(await messages_before_model_call(
             self.service.before_model_call, self.round_index, self.messages))
@@ -293,7 +229,7 @@ class ChatRun:
             (self._first_token - started) * 1000 if self._first_token is not None else None
         )
         self.usage = response.usage + self.usage if response.usage else self.usage
-        cost = self._count_cost(response)
+        cost = self.spending.count(response)
         if self.observed:
             price = self.service.price
             await self._emit(
@@ -337,7 +273,7 @@ class ChatRun:
         # The calls' tasks see the round (`events.current_round`), a resumed round too,
         # whose model call (which binds it otherwise) was not made again.
         bind_round(self.round_index)
-        shares = call_shares(self._round_cost, len(requests))
+        shares = self.spending.call_shares(len(requests))
         for index, request in enumerate(requests):
             if self.observed:
                 await self._emit(
@@ -418,38 +354,29 @@ class ChatRun:
                     "it ran, and the tool is not idempotent, so it was not run again",
                     tool_name=request.name,
                 )
-            result = await self._invoke(registered, request)
+            result = await invoke_tool(registered, request,
+                                       default_timeout=self.service.default_timeout)
         except asyncio.CancelledError:
-            if self.observed:
-                await self._emit(self._finished(request, started, "cancelled", None,
-                                                error=None, handled_by=None))
+            await self._report_finished(request, started, "cancelled", None, error=None,
+                                        handled_by=None)
             raise
         except ReplayDivergence as error:
             # A replay told to stop where it leaves its recording: no handler decides.
-            if self.observed:
-                await self._emit(self._finished(request, started, "execution_error", None,
-                                                error=error, handled_by="replay",
-                                                stopped_run=True))
+            await self._report_finished(request, started, "execution_error", None,
+                                        error=error, handled_by="replay", stopped_run=True)
             raise
         except ToolArgumentsError as error:
             return await self._handle(registered, request, started, error, "arguments_error")
         except ToolExecutionError as error:
             return await self._handle(registered, request, started, error, outcome_of(error))
-        if request.id in self._notes:
-            result = replace(result, text=self._noted(request, result.text))
+        if request.id in self.health.notes:
+            result = replace(result, text=self.health.noted(request, result.text))
         execution = ToolExecution(request, result, started, time.time())
-        if self.observed:
-            await self._emit(self._finished(request, started, "succeeded", result, error=None,
-                                            handled_by=None))
+        await self._report_finished(request, started, "succeeded", result, error=None,
+                                    handled_by=None)
         message = ToolExecutionResultMessage(id=request.id, tool_name=request.name,
                                              text=result.text, is_error=result.is_error)
         return _CallOutcome(message, registered.return_behavior, result.is_error, execution)
-
-    async def _invoke(
-        self, registered: RegisteredTool, request: ToolExecutionRequest
-    ) -> ToolExecutionResult:
-        return await invoke_tool(registered, request,
-                                 default_timeout=self.service.default_timeout)
 
     async def _handle(
         self,
@@ -465,22 +392,20 @@ class ChatRun:
             else self.service.execution_error_handler
         )
         context = ToolErrorContext(request=request, round_index=self.round_index)
-        name = _handler_name(handler)
+        name = handler_name(handler)
         try:
             decision = await maybe_await(handler(error, context))
             if not isinstance(decision, ToolErrorHandlerResult):
                 raise TypeError(f"error handler {name} returned {decision!r}, "
                                 "expected ToolErrorHandlerResult")
         except BaseException:
-            if self.observed:
-                await self._emit(self._finished(request, started, outcome, None, error=error,
-                                                handled_by=name, stopped_run=True))
+            await self._report_finished(request, started, outcome, None, error=error,
+                                        handled_by=name, stopped_run=True)
             raise
-        text = self._noted(request, decision.text_value)
+        text = self.health.noted(request, decision.text_value)
         result = ToolExecutionResult.failure(text, error)
-        if self.observed:
-            await self._emit(self._finished(request, started, outcome, result, error=error,
-                                            handled_by=name))
+        await self._report_finished(request, started, outcome, result, error=error,
+                                    handled_by=name)
         execution = ToolExecution(request, result, started, time.time())
         message = ToolExecutionResultMessage(id=request.id, tool_name=request.name, text=text,
                                              is_error=True)
@@ -490,24 +415,22 @@ class ChatRun:
         strategy = self.service.hallucinated_tool_strategy
         available = list(self.service.registered_tools)
         started = time.time()
-        name = _handler_name(strategy)
+        name = handler_name(strategy)
         try:
             message = await maybe_await(strategy(request, available))
         except BaseException as error:
-            if self.observed:
-                await self._emit(self._finished(request, started, "hallucinated", None,
-                                                error=error, handled_by=name, stopped_run=True))
+            await self._report_finished(request, started, "hallucinated", None, error=error,
+                                        handled_by=name, stopped_run=True)
             raise
         message = message.model_copy(update={"id": request.id, "is_error": True,
-                                             "text": self._noted(request, message.text)})
+                                             "text": self.health.noted(request, message.text)})
         result = ToolExecutionResult.failure(message.text)
-        if self.observed:
-            await self._emit(self._finished(request, started, "hallucinated", result, error=None,
-                                            handled_by=name))
+        await self._report_finished(request, started, "hallucinated", result, error=None,
+                                    handled_by=name)
         execution = ToolExecution(request, result, started, time.time())
         return _CallOutcome(message, ReturnBehavior.TO_LLM, True, execution)
 
-    def _finished(
+    async def _report_finished(
         self,
         request: ToolExecutionRequest,
         started: float,
@@ -517,25 +440,8 @@ class ChatRun:
         error: BaseException | None,
         handled_by: str | None,
         stopped_run: bool = False,
-    ) -> ToolCallFinished:
-        finished = time.time()
-        return ToolCallFinished(
-            round_index=self.round_index,
-            call_id=request.id,
-            tool_name=request.name,
-            outcome=outcome,
-            text=result.text if result else None,
-            is_error=bool(result and result.is_error) or error is not None,
-            result_json=to_jsonable(result.result) if result and not result.is_error else None,
-            error_type=type(error).__name__ if error else None,
-            error_message=str(error) if error else None,
-            error_details=getattr(error, "errors", None) or None,
-            traceback=traceback_of(error),
-            handled_by=handled_by,
-            stopped_run=stopped_run,
-            started_at=started,
-            finished_at=finished,
-            duration_ms=(finished - started) * 1000,
-        )
-
-
+    ) -> None:
+        if self.observed:
+            await self._emit(finished_event(self.round_index, request, started, outcome,
+                                            result, error=error, handled_by=handled_by,
+                                            stopped_run=stopped_run))

@@ -15,7 +15,7 @@ Each detector has a `LoopRule`: from `at` on it flags the round with its action 
 in the record only; `tell_model`: a note is also appended to a call's result text, so
 the model reads that it is repeating itself and what to do instead; `stop`), and from
 `stop_at` on the run stops (`errors.LoopDetectedError`) before the round's calls run. The
-loop (chat_run.py) reports each flagged round as a `LoopDetected` event.
+loop (round_health.py) reports each flagged round as a `LoopDetected` event.
 
 A note told to the model is part of the result text the model got, so a stored run's
 results carry it, a resumed run sends it again as it was, and a replay that serves the

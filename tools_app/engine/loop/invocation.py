@@ -1,10 +1,11 @@
 """Executing tool calls: one call with its timeout, its errors turned into outcomes,
-and a round's calls together (results in request order, the rest cancelled when one
-stops the run)."""
+a round's calls together (results in request order, the rest cancelled when one
+stops the run), and the event that says how a call ended."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import traceback
 from collections.abc import Coroutine
 from typing import Any
@@ -17,10 +18,8 @@ from ..errors import (
     ToolTimeoutError,
     ToolUnknownOutcomeError,
 )
-from ..events import (
-    ToolCallOutcome,
-)
-from ..execution import ToolExecutionResult
+from ..events import ToolCallFinished, ToolCallOutcome
+from ..execution import ToolExecutionResult, to_jsonable
 from ..messages import (
     ToolExecutionRequest,
 )
@@ -126,3 +125,42 @@ def traceback_of(error: BaseException | None) -> str | None:
         return None
     cause = getattr(error, "cause", None) or error
     return "".join(traceback.format_exception(cause)).strip()
+
+
+def handler_name(handler: object) -> str:
+    """How an error handler or hallucinated-tool strategy is named in the events."""
+    return str(getattr(handler, "handler_name", None) or getattr(handler, "__name__", None)
+               or type(handler).__name__)
+
+
+def finished_event(
+    round_index: int,
+    request: ToolExecutionRequest,
+    started: float,
+    outcome: ToolCallOutcome,
+    result: ToolExecutionResult | None,
+    *,
+    error: BaseException | None,
+    handled_by: str | None,
+    stopped_run: bool = False,
+) -> ToolCallFinished:
+    """The event reporting how one call ended, finished now."""
+    finished = time.time()
+    return ToolCallFinished(
+        round_index=round_index,
+        call_id=request.id,
+        tool_name=request.name,
+        outcome=outcome,
+        text=result.text if result else None,
+        is_error=bool(result and result.is_error) or error is not None,
+        result_json=to_jsonable(result.result) if result and not result.is_error else None,
+        error_type=type(error).__name__ if error else None,
+        error_message=str(error) if error else None,
+        error_details=getattr(error, "errors", None) or None,
+        traceback=traceback_of(error),
+        handled_by=handled_by,
+        stopped_run=stopped_run,
+        started_at=started,
+        finished_at=finished,
+        duration_ms=(finished - started) * 1000,
+    )
