@@ -7,9 +7,10 @@ Nothing here runs on a run's path but `notify`: the receiver of `run_event_commi
 processes alike) marks the run as changed, and returns. Two threads of this process do
 the rest, in the manner of the SDK's BatchSpanProcessor:
 
-- the collector reads the changed runs' rows and turns what ended since into spans
-  (`spans.due`), put on a bounded queue without waiting: when it is full, the span is
-  dropped and counted;
+- the collector takes the changed runs (one entry a run however many of its events
+  are committed meanwhile, so at most the runs going at once), reads their rows and
+  turns what ended since into spans (`spans.due`), put on a bounded queue without
+  waiting: when it is full, the span is dropped and counted;
 - the sender takes up to a batch of spans from the queue (or what came within the
   schedule delay) and hands them to the SDK's `OTLPSpanExporter`, which encodes them and
   retries what the endpoint answers with a retryable status; a batch that still fails is

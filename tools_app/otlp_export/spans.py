@@ -50,6 +50,9 @@ RESOURCE = Resource.create({"service.name": "agentforge"})
 RAW_FINISH = {FinishReason.STOP: "stop", FinishReason.TOOL_EXECUTION: "tool_calls",
               FinishReason.LENGTH: "length", FinishReason.CONTENT_FILTER: "content_filter",
               FinishReason.OTHER: "other"}
+# Large columns no span carries (the wire bodies, a stream, parsed results, tracebacks).
+UNUSED_ROUND_FIELDS = ("request_json", "response_json", "raw_stream")
+UNUSED_CALL_FIELDS = ("result_json", "error_details", "traceback")
 ROUND_ERRORS = {"failed": "model_call_failed", "cancelled": "cancelled"}
 FAILED_CALL_STATES = frozenset(FINISHED_CALL_STATES) - {"succeeded"}
 
@@ -69,9 +72,11 @@ def read(run_id: str) -> RunRows | None:
     if run is None or (isinstance(run.snapshot, dict) and run.snapshot.get("imported")):
         return None
     calls: dict[int, list[ToolCall]] = {}
-    for call in ToolCall.objects.filter(run_id=run.pk).order_by("round_id", "call_index"):
+    for call in ToolCall.objects.filter(run_id=run.pk).defer(*UNUSED_CALL_FIELDS) \
+            .order_by("round_id", "call_index"):
         calls.setdefault(call.round_id, []).append(call)
-    rounds = list(Round.objects.filter(run_id=run.pk).order_by("index"))
+    rounds = list(Round.objects.filter(run_id=run.pk).defer(*UNUSED_ROUND_FIELDS)
+                  .order_by("index"))
     return RunRows(run, [(r, calls.get(r.pk, [])) for r in rounds])
 
 
