@@ -91,6 +91,7 @@ class RunExporter:
         self._start_lock = threading.Lock()
         self._stopping = False
         self._collecting = False
+        self._saved: tuple[int, int, int] | None = None
 
     # -- on the run's path --------------------------------------------------------------
 
@@ -217,12 +218,18 @@ class RunExporter:
         self.save_status()
 
     def save_status(self) -> None:
+        """Store the counts, when they changed since last stored (an idle exporter
+        writes nothing)."""
         with self.counts.lock:
+            now = (self.counts.sent, self.counts.dropped, self.counts.failed)
             values: dict[str, Any] = {
-                "endpoint": self.endpoint[:300], "sent": self.counts.sent,
-                "dropped": self.counts.dropped, "failed": self.counts.failed,
-                "last_error": self.counts.last_error[:2000], "updated_at": timezone.now()}
+                "endpoint": self.endpoint[:300], "sent": now[0], "dropped": now[1],
+                "failed": now[2], "last_error": self.counts.last_error[:2000],
+                "updated_at": timezone.now()}
+        if now == self._saved:
+            return
         TraceExportStatus.objects.update_or_create(process=process_key(), defaults=values)
+        self._saved = now
 
     def _start(self) -> None:
         with self._start_lock:
