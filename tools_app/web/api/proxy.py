@@ -70,11 +70,12 @@ async def _proxy(request: HttpRequest, reference: str, dialect: Dialect) -> Http
         response = await upstream.send(target, dialect, body, stream=stream,
                                        client_headers=request.headers)
     except httpx.TimeoutException as exc:
-        exchange.failure = f"the endpoint did not answer in time: {exc or type(exc).__name__}"
+        exchange.failure = (f"the endpoint did not answer in time: "
+                            f"{_told(target, exc) or type(exc).__name__}")
         _finish(exchange)
         return _refusal(dialect, Refused(504, "upstream_timeout", exchange.failure))
     except httpx.HTTPError as exc:
-        exchange.failure = f"the endpoint could not be reached: {exc}"
+        exchange.failure = f"the endpoint could not be reached: {_told(target, exc)}"
         _finish(exchange)
         return _refusal(dialect, Refused(502, "upstream_unreachable", exchange.failure))
     exchange.status = response.status_code
@@ -87,7 +88,7 @@ async def _proxy(request: HttpRequest, reference: str, dialect: Dialect) -> Http
     try:
         content = await response.aread()
     except httpx.HTTPError as exc:
-        exchange.failure = f"the endpoint's response broke off: {exc}"
+        exchange.failure = f"the endpoint's response broke off: {_told(target, exc)}"
         _finish(exchange)
         return _refusal(dialect, Refused(502, "upstream_broken", exchange.failure))
     finally:
@@ -115,6 +116,11 @@ async def _relay(response: httpx.Response, exchange: Exchange) -> AsyncIterator[
     finally:
         await response.aclose()
         _finish(exchange)
+
+
+def _told(target: Target, error: Exception) -> str:
+    """An HTTP error's text as the client may read it: the endpoint's secrets removed."""
+    return target.adapter.http.redactor.text(str(error))
 
 
 def _finish(exchange: Exchange) -> None:
