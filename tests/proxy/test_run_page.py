@@ -13,6 +13,7 @@ from django.test import Client
 from tests.proxy.conftest import Proxy
 from tools_app.live.fragments import render_updates
 from tools_app.models import Run
+from tools_app.runs.debugger.lineage import badges
 from tools_app.runs.store.selectors import event_marks_after
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,6 +50,7 @@ def test_the_page_escapes_what_the_client_sent(proxy: Proxy, bob_client: Client)
 
     assert "Recorded by the proxy in front of endpoint fake-openai" in page
     assert "Received over OpenTelemetry" not in page
+    assert [b.title for b in badges(run.snapshot)] == ["Recorded by the proxy"]
     assert HOSTILE not in page
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
 
