@@ -15,7 +15,7 @@ from django.test import Client
 from tests.web.support import Tree, playground_post
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs.worker.runner import execute_run
-from tools_app.web.pages import views
+from tools_app.web.pages import endpoints
 
 pytestmark = pytest.mark.django_db
 
@@ -85,7 +85,7 @@ def test_a_probe_asked_from_the_playground_returns_to_it(
     from django.core.cache import cache
 
     cache.clear()  # the probes' rate-limit counters
-    monkeypatch.setattr(views, "enqueue_probe", lambda endpoint_id: None)
+    monkeypatch.setattr(endpoints, "enqueue_probe", lambda endpoint_id: None)
     endpoint = make_endpoint([{"text": "hi"}], name="probe me")
     page = alice_client.get("/playground/").content.decode()
     assert 'name="back" value="playground"' in page

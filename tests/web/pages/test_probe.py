@@ -12,7 +12,7 @@ from django.test import Client
 from tests.web.support import Tree
 from tools_app.models import ModelEndpoint
 from tools_app.runs.worker.probing import probe_and_store
-from tools_app.web.pages import views
+from tools_app.web.pages import endpoints
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,7 +33,7 @@ def test_the_probe_button_enqueues_a_probe_of_that_endpoint(
     alice_client: Client, endpoint: ModelEndpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     probed: list[str] = []
-    monkeypatch.setattr(views, "enqueue_probe", probed.append)
+    monkeypatch.setattr(endpoints, "enqueue_probe", probed.append)
     response = alice_client.post(f"/endpoints/{endpoint.pk}/probe/")
     assert response.status_code == 302
     assert probed == [str(endpoint.pk)]
@@ -81,7 +81,7 @@ def probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     cache.clear()  # the rate-limit counters
     probed: list[str] = []
-    monkeypatch.setattr(views, "enqueue_probe", probed.append)
+    monkeypatch.setattr(endpoints, "enqueue_probe", probed.append)
     return probed
 
 

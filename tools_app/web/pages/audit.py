@@ -42,10 +42,10 @@ from tools_app.audit.tools_overview import RECENT_TIMED, tools_overview
 from tools_app.models import McpServer, RunStatus, ToolCall, ToolKind, ToolRegistration
 from tools_app.runs.store import selectors
 from tools_app.web.export import calls_export_response
+from tools_app.web.pages.access import AuthenticatedHttpRequest
 from tools_app.web.pages.charts import calls_chart, sparkline
 from tools_app.web.pages.timeline_tags import percent
 from tools_app.web.pages.tryit_form import tryit_context
-from tools_app.web.pages.views import AuthenticatedHttpRequest
 
 CALLS_PAGE_SIZE = 50
 RECENT_CALLS = 10

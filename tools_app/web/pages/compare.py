@@ -23,7 +23,7 @@ from tools_app.models import Run
 from tools_app.runs.debugger import lineage
 from tools_app.runs.debugger.compare import compare_round, compare_runs
 from tools_app.runs.store import selectors
-from tools_app.web.pages.views import AuthenticatedHttpRequest
+from tools_app.web.pages.access import AuthenticatedHttpRequest
 
 TEMPLATE = "tools_app/run_compare.html"
 # The calls of the differing rounds the page shows in detail at first (the first

@@ -20,7 +20,7 @@ from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs.debugger import fork
 from tools_app.runs.snapshot.model import RunSnapshot, snapshot_of
 from tools_app.runs.store import selectors
-from tools_app.web.pages.views import AuthenticatedHttpRequest, _run_for_user
+from tools_app.web.pages.access import AuthenticatedHttpRequest, run_for_user
 
 TEMPLATE = "tools_app/run_fork.html"
 
@@ -28,7 +28,7 @@ TEMPLATE = "tools_app/run_fork.html"
 @require_http_methods(["GET", "POST"])
 @login_required
 def run_fork(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
-    run = _run_for_user(request, run_id)
+    run = run_for_user(request, run_id)
     if request.method == "GET":
         return _editor_for_round(request, run)
     form = request.POST

@@ -20,7 +20,7 @@ from tools_app.runs.debugger import reexecution
 from tools_app.runs.debugger.reexecution_reads import call_lane, execution_row
 from tools_app.runs.snapshot.model import ToolSnapshot
 from tools_app.runs.store import selectors
-from tools_app.web.pages.views import AuthenticatedHttpRequest
+from tools_app.web.pages.access import AuthenticatedHttpRequest
 
 AREA = "tools_app/_reexec.html#area"
 EXECUTION = "tools_app/_reexec.html#execution"

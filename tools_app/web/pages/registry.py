@@ -32,7 +32,7 @@ from tools_app.runs.snapshot.access import secret_variable_problem
 from tools_app.runs.snapshot.mcp import McpSyncError, annotation_words, sync_server
 from tools_app.tools.importing import ToolImportError, import_tools
 from tools_app.tools.registry import REDACTED, public_config, record_version
-from tools_app.web.pages.views import AuthenticatedHttpRequest
+from tools_app.web.pages.access import AuthenticatedHttpRequest
 from tools_app.web.registry_forms import (
     McpServerForm,
     ToolImportForm,

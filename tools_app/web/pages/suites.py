@@ -32,8 +32,8 @@ from tools_app.suites.services import (
     suite_create,
 )
 from tools_app.suites.tasks import enqueue_suite_run
+from tools_app.web.pages.access import AuthenticatedHttpRequest, run_for_user
 from tools_app.web.pages.charts import pass_rate_chart
-from tools_app.web.pages.views import AuthenticatedHttpRequest, _run_for_user
 
 CASE_FIELDS = ("messages", "tools", "tool_modes", "assertions")
 HISTORY_RUNS = 50
@@ -83,7 +83,7 @@ def _visible_runs(request: AuthenticatedHttpRequest, suite: Suite) -> Any:
 def run_save_case(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     """"Save as a test case": the run's conversation and calls become a case of the named
     suite (created if new); the case's page opens to edit its expectations."""
-    run = _run_for_user(request, run_id)
+    run = run_for_user(request, run_id)
     name = request.POST.get("suite", "").strip()
     try:
         suite = Suite.objects.filter(name=name).first() or suite_create(name=name,
