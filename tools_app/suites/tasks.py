@@ -11,7 +11,7 @@ from django.tasks import task
 
 from tools_app.models import SuiteRun
 
-from .runner import POLL_SECONDS, advance
+from .runner import POLL_SECONDS, a_run_has_ended, advance
 
 
 def _advance(suite_run_id: str) -> str:
@@ -28,6 +28,8 @@ async def drive_suite_run(suite_run_id: str) -> str:
         if status != "running":
             return status
         await asyncio.sleep(POLL_SECONDS)
+        while not await sync_to_async(a_run_has_ended)(suite_run_id):
+            await asyncio.sleep(POLL_SECONDS)
 
 
 def enqueue_suite_run(suite_run: SuiteRun) -> None:
