@@ -38,6 +38,32 @@ def test_a_provider_error_passes_through_unchanged_and_is_recorded(proxy: Proxy)
     assert Round.objects.get(run=run).status == "failed"
 
 
+def test_an_anthropic_error_passes_through_unchanged(proxy: Proxy) -> None:
+    body = {"model": "fake-model", "max_tokens": 16, "foo": 1,
+            "messages": [{"role": "user", "content": "hi"}]}
+    direct = httpx.post(f"{proxy.fake.base_urls()['anthropic']}/v1/messages", json=body,
+                        headers={"x-api-key": "sk-any", "anthropic-version": "2023-06-01"})
+    client = anthropic.Anthropic(base_url=proxy.anthropic_base(), api_key=proxy.token,
+                                 max_retries=0)
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        client.messages.create(model="fake-model", max_tokens=16, extra_body={"foo": 1},
+                               messages=[{"role": "user", "content": "hi"}])
+    proxy.recorded()
+
+    assert direct.status_code == 400
+    assert raised.value.response.status_code == direct.status_code
+    # The same error, but for its own request's id.
+    assert _without_request_id(raised.value.response.json()) == _without_request_id(
+        direct.json())
+    assert "foo: Extra inputs are not permitted" in Run.objects.get(
+        created_by=proxy.user).error_message
+
+
+def _without_request_id(body: dict[str, Any]) -> dict[str, Any]:
+    assert "request_id" in body
+    return {k: v for k, v in body.items() if k != "request_id"}
+
+
 def _post(url: str, headers: dict[str, str]) -> httpx.Response:
     return httpx.post(url, json=BAD_REQUEST, headers=headers)
 
