@@ -3,8 +3,9 @@
 Each trace (or each `gen_ai.conversation.id` / `session.id`) of a user is one run they
 own. A span already stored (same trace and span id) is not stored again; one another
 user sent is refused. Every run a request touched is rebuilt from all its spans
-(`assemble.plan`), its rows brought in line (`rows.sync`), and its viewers told: one
-`spans_received` event per round that changed.
+(`assemble.plan`; the runs, spans and rows of all of them read in a query each), its
+rows brought in line (`rows.sync`, writing only the rows that changed), and its
+viewers told: one `spans_received` event per round that changed.
 
 A run is received while its spans come in (status running, with no worker and no
 lease: nothing claims or reaps it) and ends, succeeded or failed as its spans say, when
@@ -21,6 +22,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from tools_app.ingest import assemble, idle, rows
@@ -44,6 +46,8 @@ class Received:
 
 
 ATTEMPTS = 3
+_READ = ("status", "lease_token", "error_type", "error_message")
+LAYOUT = "snapshot__imported__otlp__layout"
 
 
 def receive(records: list[SpanRecord], user: User, refusal: Refusal, *,
@@ -86,11 +90,9 @@ def _receive(records: list[SpanRecord], user: User, refusal: Refusal, via: str,
             by_run[runs[record.trace_id]].append(record)
         _store(fresh, runs)
         work = _Work(user, via)
-        for run_id, spans in sorted(by_run.items()):
-            if run_id in made:
-                work.create(run_id, spans)  # it has no spans but these
-            else:
-                work.rebuild(run_id)
+        work.rebuild_all(sorted(set(by_run) - made))
+        for run_id in sorted(made):
+            work.create(run_id, by_run[run_id])  # it has no spans but these
         work.new_rows.flush()
         work.end_runs()
     return Received(stored=len(fresh), duplicates=duplicates, runs=sorted(by_run))
@@ -172,14 +174,29 @@ class _Work:
             **_run_fields(plan) | ({"finished_at": plan.finished_at} if ended else {}))
         self.notices[str(run.pk)] = run.last_seq
 
-    def rebuild(self, run_id: str) -> None:
-        run = Run.objects.select_for_update().get(pk=run_id)
-        spans = [SpanRecord.from_stored(trace, span, data) for trace, span, data in
-                 IngestedSpan.objects.filter(run_id=run_id).values_list(
-                     "trace_id", "span_id", "data")]
+    def rebuild_all(self, run_ids: list[str]) -> None:
+        """Rebuild these runs from all their spans: the runs (locked, in id order), their
+        spans and their rows read in one query each, for them all."""
+        if not run_ids:
+            return
+        # The fields read here and by `end_runs`, and the snapshot's layout alone (not
+        # the whole snapshot, rewritten by the rebuild).
+        runs = Run.objects.select_for_update().filter(pk__in=run_ids).order_by("pk").only(
+            *_READ).annotate(layout=F(LAYOUT))
+        spans: dict[str, list[SpanRecord]] = defaultdict(list)
+        for run_id, trace, span, data in IngestedSpan.objects.filter(
+                run_id__in=run_ids).values_list("run_id", "trace_id", "span_id", "data"):
+            spans[run_key(run_id)].append(SpanRecord.from_stored(trace, span, data))
+        existing = rows.Existing.of(run_ids)
+        for run in runs:
+            self.rebuild(run, spans[run_key(run.pk)], existing)
+
+    def rebuild(self, run: Run, spans: list[SpanRecord], existing: rows.Existing) -> None:
+        run_id = run_key(run.pk)
         plan = assemble.plan(spans)
-        layout, touched = rows.sync(run_id, plan, snapshots.layout_of(run.snapshot),
-                                    self.new_rows)
+        layout_read = getattr(run, "layout", None)  # annotated by `rebuild_all`
+        old_layout = layout_read if isinstance(layout_read, list) else []
+        layout, touched = rows.sync(run_id, plan, old_layout, self.new_rows, existing)
         events = _events(touched) or [(RECEIVED_EVENT, {})]
         fields = _run_fields(plan)
         if idle.ended_incomplete(run):  # the sweep ended it: these spans came late
@@ -193,8 +210,7 @@ class _Work:
             self.ending.append((run, plan))
 
     def end_runs(self) -> None:
-        for run, plan in self.ending:
-            run.refresh_from_db()
+        for run, plan in self.ending:  # its status and token as locked by `rebuild`
             status = RunStatus.FAILED if plan.failed else RunStatus.SUCCEEDED
             error = {"error_type": plan.error_type, "message": plan.error_message} \
                 if plan.failed else {}

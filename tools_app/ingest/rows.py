@@ -1,15 +1,21 @@
 """A received run's rounds and calls brought in line with its plan (`assemble.RunPlan`):
 rows are found again by their keys (the layout the snapshot keeps: each round's span id
-and its calls' keys), moved where a late span says they belong, created, updated where
-something changed, and removed when no span stands for them any more. Rows a person
-works on (a call re-executed) keep their ids as long as their spans do.
+and its calls' keys, with a digest of the fields each row was last written with),
+moved where a late span says they belong, created, updated where something changed,
+and removed when no span stands for them any more. Only ids and places are read back
+(`Existing`, two queries for all the runs of a request): a kept row whose digest is
+unchanged is not written. Rows a person works on (a call re-executed) keep their ids
+as long as their spans do.
 
 Every value from a span is untrusted: cleaned (`store.sanitize`) before it is stored.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tools_app.engine import (
@@ -24,8 +30,11 @@ from tools_app.ingest.conventions import RoundFacts
 from tools_app.ingest.messages import Message
 from tools_app.models import Round, ToolCall
 from tools_app.runs.store import rowsql
+from tools_app.runs.store.eventlog import run_key
+from tools_app.runs.store.rowsql import In
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
 
+ROUND_FIELDS_VERSION = 1  # raised when `round_fields` changes: kept rounds written again
 OFFSET = 1_000_000  # indexes parked out of the way while rows change places
 Layout = list[list[Any]]
 
@@ -48,63 +57,123 @@ class NewRows:
         self.rounds, self.round_keys, self.calls = [], [], []
 
 
-def sync(run_id: str, plan: RunPlan, old_layout: Layout,
-         new_rows: NewRows) -> tuple[Layout, set[int]]:
-    """Bring the run's rows in line with the plan (the new ones into `new_rows`);
-    returns the new layout and the indexes of the rounds that changed (what live
-    viewers re-render)."""
-    rounds: dict[Any, Round] = {}
-    calls: dict[Any, ToolCall] = {}
+@dataclass
+class Stored:
+    """A row kept from the last build: its id, place (a round's index, a call's
+    call_index), a call's round, and the digest of the fields last written to it."""
+
+    pk: int
+    place: int
+    round_id: int | None = None
+    digest: str = ""
+
+
+@dataclass
+class Existing:
+    """The rows of the runs a request rebuilds, read in two queries for them all: by
+    run key (`eventlog.run_key`), each round's (id, index) and call's (id, round id,
+    call_index)."""
+
+    rounds: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    calls: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, run_ids: Sequence[str]) -> Existing:
+        existing = cls()
+        if not run_ids:
+            return existing
+        runs = In(tuple(run_ids))
+        for pk, run, index in rowsql.select(Round, ("id", "run", "index"), {"run": runs}):
+            existing.rounds.setdefault(run_key(run), []).append((pk, index))
+        for pk, run, round_id, call_index in rowsql.select(
+                ToolCall, ("id", "run", "round", "call_index"), {"run": runs}):
+            existing.calls.setdefault(run_key(run), []).append((pk, round_id, call_index))
+        return existing
+
+
+def sync(run_id: str, plan: RunPlan, old_layout: Layout, new_rows: NewRows,
+         existing: Existing | None = None) -> tuple[Layout, set[int]]:
+    """Bring the run's rows (`existing`; none for a new run) in line with the plan (the
+    new ones into `new_rows`); returns the new layout and the indexes of the rounds that
+    changed (what live viewers re-render). A kept row is written only when its fields'
+    digest differs from the one the layout recorded when they were last written."""
+    rounds: dict[Any, Stored] = {}
+    calls: dict[Any, Stored] = {}
     touched: set[int] = set()
-    if old_layout:  # a new run has no rows yet
-        touched = _keep(run_id, plan, old_layout, rounds, calls)
+    if old_layout and existing is not None:
+        touched = _keep(run_key(run_id), plan, old_layout, existing, rounds, calls)
+    layout: Layout = []
     for index, round_plan in enumerate(plan.rounds):
-        fields = round_fields(round_plan) | {"index": index}
+        round_digest = _round_digest(round_plan, index)
         row = rounds.get(round_plan.key)
         if row is None:
-            new_rows.rounds.append(fields | {"run": run_id})
+            new_rows.rounds.append(round_fields(round_plan) | {"index": index, "run": run_id})
             new_rows.round_keys.append((run_id, round_plan.key))
             touched.add(index)
         else:
             new_rows.existing[run_id, round_plan.key] = row.pk
-            if _save_changes(row, fields):
+            if round_digest != row.digest:
+                _write(Round, row, round_fields(round_plan) | {"index": index})
                 touched.add(index)
+        call_digests = []
         for call_index, call_plan in enumerate(round_plan.calls):
             fields = call_fields(call_plan) | {"call_index": call_index}
+            call_digests.append(digest(fields))  # a change of round parks it (a new digest)
             call = calls.get(call_plan.key)
             if call is not None and row is None:
-                call.delete()  # it moves into a round made now: made again there
+                ToolCall.objects.filter(pk=call.pk).delete()  # made again in its new round
                 call = None
             if call is None:
                 new_rows.calls.append((run_id, round_plan.key, fields))
                 touched.add(index)
-            elif row is not None and _save_changes(call, fields | {"round_id": row.pk}):
+            elif row is not None and call_digests[-1] != call.digest:
+                _write(ToolCall, call, fields | {"round_id": row.pk})
                 touched.add(index)
-    layout = [[r.key, [c.key for c in r.calls]] for r in plan.rounds]
+        layout.append([round_plan.key, [c.key for c in round_plan.calls], round_digest,
+                       call_digests])
     return layout, touched
 
 
-def _keep(run_id: str, plan: RunPlan, old_layout: Layout, rounds: dict[Any, Round],
-          calls: dict[Any, ToolCall]) -> set[int]:
+def digest(fields: dict[str, Any]) -> str:
+    """A row's fields, as one short string: equal fields give equal digests."""
+    return hashlib.blake2b(repr(sorted(fields.items())).encode(), digest_size=12).hexdigest()
+
+
+def _round_digest(plan: RoundPlan, index: int) -> str:
+    """A round's fields are its model-call span's (stored once, never changed) read
+    by `round_fields`, and its index: those stand for them, without reading them."""
+    return digest({"span": plan.span.span_id if plan.span else "", "key": plan.key,
+                   "index": index, "fields": ROUND_FIELDS_VERSION})
+
+
+def _write(model: type[Round] | type[ToolCall], row: Stored, fields: dict[str, Any]) -> None:
+    model.objects.filter(pk=row.pk).update(**fields)
+
+
+def _keep(key: str, plan: RunPlan, old_layout: Layout, existing: Existing,
+          rounds: dict[Any, Stored], calls: dict[Any, Stored]) -> set[int]:
     """The rows the plan keeps, by key, into `rounds` and `calls`; the others removed,
     the kept ones that change places parked. Returns the rounds that moved."""
-    loaded = [r for r in Round.objects.filter(run_id=run_id) if r.index < len(old_layout)]
-    rounds |= {_key_at(old_layout, r.index): r for r in loaded}
-    index_of = {r.pk: r.index for r in loaded}
+    for pk, index in existing.rounds.get(key, []):
+        if index < len(old_layout):
+            rounds[_key_at(old_layout, index)] = Stored(pk, index,
+                                                        digest=_digest_at(old_layout, index))
+    index_of = {r.pk: r.place for r in rounds.values()}
     placed: dict[int, tuple[str | None, int]] = {}  # call pk -> (its round's key, index)
-    for call in ToolCall.objects.filter(run_id=run_id):
-        index = index_of.get(call.round_id)
-        if index is not None:
-            calls[_call_key_at(old_layout, index, call.call_index)] = call
-            placed[call.pk] = (_key_at(old_layout, index), call.call_index)
+    for pk, round_id, call_index in existing.calls.get(key, []):
+        at = index_of.get(round_id)
+        if at is not None:
+            calls[_call_key_at(old_layout, at, call_index)] = Stored(
+                pk, call_index, round_id, _call_digest_at(old_layout, at, call_index))
+            placed[pk] = (_key_at(old_layout, at), call_index)
     wanted_rounds = {r.key for r in plan.rounds}
     wanted_calls = {c.key for r in plan.rounds for c in r.calls}
-    gone = [r for key, r in rounds.items() if key not in wanted_rounds]
-    gone_ids = {r.pk for r in gone}  # their calls go with them
-    _delete(gone, rounds)
+    gone = {k for k in rounds if k not in wanted_rounds}
+    gone_ids = {rounds[k].pk for k in gone}  # their calls go with them
+    _delete(Round, rounds, gone)
     for key in [k for k, c in calls.items() if c.round_id in gone_ids]:
         del calls[key]
-    _delete([c for key, c in calls.items() if key not in wanted_calls], calls)
+    _delete(ToolCall, calls, {k for k in calls if k not in wanted_calls})
     return _park_moved(plan, rounds, calls, placed)
 
 
@@ -119,40 +188,45 @@ def _call_key_at(layout: Layout, index: int, call_index: int) -> str | None:
     return str(keys[call_index]) if call_index < len(keys) else None
 
 
-def _delete(rows: list[Any], by_key: dict[Any, Any]) -> None:
-    doomed = {id(row) for row in rows}
-    for key in [k for k, row in by_key.items() if id(row) in doomed]:
-        del by_key[key]
-    for row in rows:
-        row.delete()
+def _digest_at(layout: Layout, index: int) -> str:
+    """The digest a round's fields had when last written ("" when the layout has none:
+    the row is written again)."""
+    entry = layout[index]
+    return str(entry[2]) if isinstance(entry, list) and len(entry) > 2 else ""
 
 
-def _park_moved(plan: RunPlan, rounds: dict[Any, Round], calls: dict[Any, ToolCall],
+def _call_digest_at(layout: Layout, index: int, call_index: int) -> str:
+    entry = layout[index]
+    digests = entry[3] if isinstance(entry, list) and len(entry) > 3 else []
+    return str(digests[call_index]) if call_index < len(digests) else ""
+
+
+def _delete(model: type[Round] | type[ToolCall], by_key: dict[Any, Stored],
+            keys: set[Any]) -> None:
+    ids = [by_key.pop(key).pk for key in keys]
+    if ids:
+        model.objects.filter(pk__in=ids).delete()
+
+
+def _park_moved(plan: RunPlan, rounds: dict[Any, Stored], calls: dict[Any, Stored],
                 placed: dict[int, tuple[str | None, int]]) -> set[int]:
     """Rows whose place changes first move out of the way (the unique indexes hold at
-    every statement); returns the new indexes of the rounds that moved or changed calls."""
+    every statement); returns the new indexes of the rounds that moved or changed calls.
+    A moved row's digest is dropped: all its fields are written again."""
     touched: set[int] = set()
     for index, round_plan in enumerate(plan.rounds):
         row = rounds.get(round_plan.key)
-        if row is not None and row.index != index:
+        if row is not None and row.place != index:
             Round.objects.filter(pk=row.pk).update(index=OFFSET + index)
+            row.digest = ""
             touched.add(index)
         for call_index, call_plan in enumerate(round_plan.calls):
             call = calls.get(call_plan.key)
             if call is not None and placed[call.pk] != (round_plan.key, call_index):
                 ToolCall.objects.filter(pk=call.pk).update(call_index=OFFSET + call.pk)
-                call.call_index = -1  # written again below
+                call.digest = ""
                 touched.add(index)
     return touched
-
-
-def _save_changes(row: Round | ToolCall, fields: dict[str, Any]) -> bool:
-    changed = [name for name, value in fields.items() if getattr(row, name) != value]
-    for name in changed:
-        setattr(row, name, fields[name])
-    if changed:
-        row.save(update_fields=changed)
-    return bool(changed)
 
 
 def round_fields(plan: RoundPlan) -> dict[str, Any]:
