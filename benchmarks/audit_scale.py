@@ -173,12 +173,12 @@ def _deep_sorted_call_cursor(staff: bool, sort: str) -> str:
     """The cursor of a page halfway down the calls in `sort`'s order."""
     from django.contrib.auth import get_user_model
 
-    from tools_app.audit.call_filters import SORTS, _encode_sorted_cursor
+    from tools_app.audit.call_sorts import SORTS, encode_sorted_cursor
     from tools_app.audit.selectors import calls_for_user
 
     user = get_user_model().objects.get(username=STAFF if staff else USER)
     calls = calls_for_user(user).order_by("-pk")
-    return _encode_sorted_cursor(SORTS[sort], calls[calls.count() // 2])
+    return encode_sorted_cursor(SORTS[sort], calls[calls.count() // 2])
 
 
 def measure_requests(repeat: int) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tests.web import audit_world
-from tools_app.audit import call_filters
+from tools_app.audit import call_filters, call_sorts
 from tools_app.audit import call_totals as totals_module
 from tools_app.audit.call_filters import counted_calls, filtered_calls, matching_calls
 from tools_app.audit.call_totals import CallTotals, Tally, call_totals
@@ -117,7 +117,7 @@ def test_every_way_to_a_sorted_page_gives_the_same_pages(
     for sort in ("started", "-duration", "duration", "tool"):
         pages = []
         for matches, budget in ((None, 1.0), (10, 1.0), (None, 0.0)):
-            monkeypatch.setattr("tools_app.audit.call_filters.SORT_BUDGET", budget)
+            monkeypatch.setattr("tools_app.audit.call_sorts.SORT_BUDGET", budget)
             monkeypatch.setattr("tools_app.audit.deadline.CHECK_EVERY", 1 if not budget
                                 else 2_000)
             ids: list[int] = []
@@ -135,10 +135,10 @@ def test_every_way_to_a_sorted_page_gives_the_same_pages(
 
 def test_out_of_time_on_a_sorts_index_the_matches_are_sorted_without_it(
         world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tools_app.audit.call_filters.SORT_BUDGET", 0.0)
+    monkeypatch.setattr("tools_app.audit.call_sorts.SORT_BUDGET", 0.0)
     monkeypatch.setattr("tools_app.audit.deadline.CHECK_EVERY", 1)
     # a plan that reads the sort's index, whatever the planner makes of these few rows
-    monkeypatch.setattr(call_filters, "_sorts_itself", lambda read: False)
+    monkeypatch.setattr(call_sorts, "_sorts_itself", lambda read: False)
     if connection.vendor == "postgresql":  # a timeout of 1 ms: make the read take longer
         slow = ToolCall.objects.extra(where=["pg_sleep(0.01) IS NOT NULL"])
         monkeypatch.setattr(call_filters, "matching_calls",
@@ -146,13 +146,13 @@ def test_out_of_time_on_a_sorts_index_the_matches_are_sorted_without_it(
                                 slow, params, call_filters.CALL_FILTERS,
                                 call_filters._FILTERS).order_by("-pk"))
     tries: list[bool] = []
-    ids_in_order = call_filters._ids_in_order
+    ids_in_order = call_sorts._ids_in_order
 
     def spied(*args: Any, plain: bool) -> list[int]:
         tries.append(plain)
         return ids_in_order(*args, plain=plain)
 
-    monkeypatch.setattr(call_filters, "_ids_in_order", spied)
+    monkeypatch.setattr(call_sorts, "_ids_in_order", spied)
     page = filtered_calls(EVERY, {"sort": "-duration", "state": "timeout,ok"})
     assert audit_world.labels(world, [c.pk for c in page.calls]) == ["b1", "c1", "a1"]
     assert tries == [False, True]  # a first try on the index, then without it
@@ -189,13 +189,13 @@ def test_a_tools_many_calls_by_duration_are_read_from_the_sorts_index_first(
     assert expected == ["a1", "c1", "b2", "a2", "b1", "c2"]
     monkeypatch.setattr(call_filters, "FEW_TO_SORT", 1)  # 6 counted: "many"
     reads: list[str] = []
-    ids_in_order = call_filters._ids_in_order
+    ids_in_order = call_sorts._ids_in_order
 
     def spied(calls: Any, *args: Any, plain: bool) -> list[int]:
         reads.append(str(calls.query))
         return ids_in_order(calls, *args, plain=plain)
 
-    monkeypatch.setattr(call_filters, "_ids_in_order", spied)
+    monkeypatch.setattr(call_sorts, "_ids_in_order", spied)
     assert pages(6) == expected
     unindexed = ('+("tools_app_toolcall"."tool_name")' if connection.vendor == "sqlite"
                  else '("tools_app_toolcall"."tool_name" || \'\')')

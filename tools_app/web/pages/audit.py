@@ -15,15 +15,8 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from tools_app.audit.call_filters import (
-    SORTS,
-    STATE_LABELS,
-    STATE_NAMES,
-    CallPage,
-    Sort,
-    filtered_calls,
-    sort_of,
-)
+from tools_app.audit.call_filters import STATE_LABELS, STATE_NAMES, CallPage, filtered_calls
+from tools_app.audit.call_sorts import SORTS, Sort, sort_of
 from tools_app.audit.call_totals import CallTotals, call_totals, slot_count
 from tools_app.audit.costs import calls_cost
 from tools_app.audit.run_filters import FilterError
