@@ -32,7 +32,7 @@ from tools_app.ingest.spans import Refusal, SpanRecord
 from tools_app.models import IngestedRunKey, IngestedSpan, Run, RunStatus
 from tools_app.runs.store import rowsql
 from tools_app.runs.store.eventlog import append_events, notify_many_after_commit, run_key
-from tools_app.runs.store.lifecycle import create_received, move_locked
+from tools_app.runs.store.lifecycle import check_move, close_unfinished_of, create_received
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
 
 RECEIVED_EVENT = "spans_received"
@@ -159,7 +159,7 @@ class _Work:
         self.username = user.get_username()
         self.registered = snapshots.Registered()
         self.new_rows = rows.NewRows()
-        self.ending: list[tuple[Run, assemble.RunPlan]] = []
+        self.ending: dict[str, RunStatus] = {}  # run id -> the status it ends with
         self.notices: dict[str, int] = {}  # run id -> the last seq viewers are told of
 
     def create(self, run_id: str, spans: list[SpanRecord]) -> None:
@@ -202,20 +202,36 @@ class _Work:
         if idle.ended_incomplete(run):  # the sweep ended it: these spans came late
             events = [(kind, payload | {"late": True}) for kind, payload in events]
             fields |= idle.late_fields(run, plan, _has_root(spans))
+        if run.status == RunStatus.RUNNING and _has_root(spans):
+            fields |= self._end(run_id, plan, events)
         seq, _ = append_events(run_id, None, events,
                                run_changes={"snapshot": self._snapshot(plan, layout),
                                             **fields})
         self.notices[str(run.pk)] = seq
-        if run.status == RunStatus.RUNNING and _has_root(spans):
-            self.ending.append((run, plan))
+
+    def _end(self, run_id: str, plan: assemble.RunPlan,
+             events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+        """The root span came: the run's end goes with its rebuild (the move
+        `lifecycle.move_locked` makes: a run_status event after its others, the token
+        bumped, no lease; what it left in flight closed by `end_runs`). Returns the run's
+        changes."""
+        status = RunStatus.FAILED if plan.failed else RunStatus.SUCCEEDED
+        check_move(RunStatus.RUNNING, status)
+        error = {"error_type": plan.error_type, "message": plan.error_message} \
+            if plan.failed else {}
+        last_round = {"round_index": len(plan.rounds) - 1} if plan.rounds else {}
+        events.append(("run_status", {"status": status, **error, **last_round}))
+        self.ending[run_id] = status
+        return {"status": status, "finished_at": plan.finished_at,
+                "lease_token": rowsql.Add(1), "lease_owner": "", "lease_expires_at": None}
 
     def end_runs(self) -> None:
-        for run, plan in self.ending:  # its status and token as locked by `rebuild`
-            status = RunStatus.FAILED if plan.failed else RunStatus.SUCCEEDED
-            error = {"error_type": plan.error_type, "message": plan.error_message} \
-                if plan.failed else {}
-            self.notices[str(run.pk)] = move_locked(run, status, error, notify=False,
-                                                        finished_at=plan.finished_at)
+        """After the rows are in: what the ended runs left in flight closed (nothing, as
+        received rows are never proposed or started, but as every end does), then the
+        runs' viewers told."""
+        if self.ending:
+            close_unfinished_of({run_id: (status, {}) for run_id, status in
+                                 self.ending.items()})
         notify_many_after_commit(self.notices)
 
     def _snapshot(self, plan: assemble.RunPlan, layout: rows.Layout) -> dict[str, Any]:
