@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from tests.runs.support import start
 from tools_app.models import ErrorPolicy, ModelEndpoint, RunEvent, ToolRegistration
-from tools_app.runs.store import rowsql
+from tools_app.runs.store import rowsql, rowsql_driver
 
 pytestmark = pytest.mark.both
 
@@ -56,13 +56,13 @@ def test_each_cursor_gets_the_placeholders_it_takes(run: Any) -> None:
     # Where Django logs queries, its own cursor runs the "%s" form and logs it rendered.
     assert "$1" not in logged.captured_queries[-1]["sql"]
     assert "logged" in logged.captured_queries[-1]["sql"]
-    with rowsql._executed(connection, "SELECT %s, %s", [1, "two"]) as cursor:
+    with rowsql_driver.executed(connection, "SELECT %s, %s", [1, "two"]) as cursor:
         assert cursor.fetchone() == (1, "two")
         if connection.vendor == "postgresql":
             import psycopg
 
             assert isinstance(cursor.cursor, psycopg.RawCursor)
-    assert rowsql._numbered("UPDATE t SET a = %s WHERE b = %s") == \
+    assert rowsql_driver.numbered("UPDATE t SET a = %s WHERE b = %s") == \
         "UPDATE t SET a = $1 WHERE b = $2"
 
 
@@ -102,12 +102,12 @@ def test_each_value_is_prepared_as_its_field_prepares_it(run: Any) -> None:
         field = Run._meta.get_field(name)
         expected = field.get_db_prep_save(value, connection)  # type: ignore[union-attr]
         for _ in range(2):  # the first preparation and the remembered one
-            prepared = rowsql._prepared(Run, name, value, connection)
+            prepared = rowsql_driver.prepared(Run, name, value, connection)
             if connection.vendor == "postgresql" and name == "snapshot":
                 assert (prepared.obj, type(prepared)) == (expected.obj, type(expected))
             else:  # a plain value may be left to the driver (psycopg types an int itself)
                 assert prepared == expected, name
                 assert type(prepared) in (type(expected), type(value)), name
-    assert rowsql._prepared(Run, "last_seq", rowsql.Add(3), connection) == 3
-    encoded = rowsql._prepared(Run, "snapshot", Encoded({"a": 1}, '{"a": 1}'), connection)
+    assert rowsql_driver.prepared(Run, "last_seq", rowsql.Add(3), connection) == 3
+    encoded = rowsql_driver.prepared(Run, "snapshot", Encoded({"a": 1}, '{"a": 1}'), connection)
     assert (encoded if connection.vendor != "postgresql" else encoded.obj) == '{"a": 1}'

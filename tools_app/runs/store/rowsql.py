@@ -9,27 +9,29 @@ field's own `get_db_prep_save`, so values are stored exactly as the ORM stores t
 PostgreSQL: `INSERT ... ON CONFLICT ... DO UPDATE / DO NOTHING`, `RETURNING`.
 
 Only identifiers from the models' metadata are formatted into SQL; values are always
-parameters.
+parameters. How values are prepared and statements executed is rowsql_driver.py.
 """
 
 # ruff: noqa: S608  (identifiers come from model metadata; values are parameters)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from datetime import datetime
-from functools import cache, lru_cache, partial
+from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
-from uuid import UUID
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorWrapper
-from django.db.models import Field, Model
+from django.db.models import Model
 from django.db.models.signals import post_save, pre_save
 
-from tools_app.runs.store.sanitize import Encoded
+from tools_app.runs.store.rowsql_driver import (
+    column_preparers,
+    default_connection,
+    executed,
+    field_of,
+    prepared,
+)
 from tools_app.runs.store.write_path import Add, In, chosen
 
 __all__ = ["MAX_PARAMETERS", "Add", "In", "insert", "insert_as_saved", "select", "update",
@@ -46,12 +48,12 @@ def update(model: type[Model], where: Mapping[str, Any], values: Mapping[str, An
     several values); with
     `returning`, the first updated row's values of those columns (None if no row
     matched), else the row count."""
-    connection = _connection()
+    connection = default_connection()
     shape = tuple((name, isinstance(value, Add)) for name, value in values.items())
     sql = _update_sql(model, shape, _where_shape(where), returning, connection.vendor)
-    params = [_prepared(model, name, value, connection) for name, value in values.items()]
+    params = [prepared(model, name, value, connection) for name, value in values.items()]
     params += _where_params(model, where, connection)
-    with _executed(connection, sql, params) as cursor:
+    with executed(connection, sql, params) as cursor:
         if not returning:
             return cursor.rowcount
         row = cursor.fetchone()
@@ -77,10 +79,10 @@ def update_many(model: type[Model], keys: tuple[str, ...], rows: Sequence[Mappin
     first = rows[0]
     shape = tuple((name, isinstance(value, Add)) for name, value in first.items()
                   if name not in keys)
-    connection = _connection()
+    connection = default_connection()
     conditions = _where_shape(where or {})
     where_params = _where_params(model, where or {}, connection)
-    preparers = _preparers(model, (*keys, *(name for name, _ in shape)), connection)
+    preparers = column_preparers(model, (*keys, *(name for name, _ in shape)), connection)
     per_statement = max(1, (MAX_PARAMETERS - len(where_params)) // len(first))
     returned: list[tuple[Any, ...]] = []
     for start in range(0, len(rows), per_statement):
@@ -90,7 +92,7 @@ def update_many(model: type[Model], keys: tuple[str, ...], rows: Sequence[Mappin
         params = [prepare(row[name], connection)
                   for row in chunk for name, prepare in preparers]
         params += where_params
-        with _executed(connection, sql, params) as cursor:
+        with executed(connection, sql, params) as cursor:
             if returning:
                 returned += [tuple(r) for r in cursor.fetchall()]
     return returned
@@ -100,9 +102,9 @@ def select(model: type[Model], columns: tuple[str, ...],
            where: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """The `columns` of the rows matching `where` (as for `update`), as the database
     returns them: for ids, numbers and text, which need no conversion."""
-    connection = _connection()
+    connection = default_connection()
     sql = _select_sql(model, columns, _where_shape(where), connection.vendor)
-    with _executed(connection, sql, _where_params(model, where, connection)) as cursor:
+    with executed(connection, sql, _where_params(model, where, connection)) as cursor:
         return [tuple(row) for row in cursor.fetchall()]
 
 
@@ -122,9 +124,9 @@ def _where_params(model: type[Model], where: Mapping[str, Any],
         if isinstance(value, In):
             if not value.values:
                 raise ValueError(f"In() for {name} needs at least one value")
-            params += [_prepared(model, name, one, connection) for one in value.values]
+            params += [prepared(model, name, one, connection) for one in value.values]
         elif value is not None:
-            params.append(_prepared(model, name, value, connection))
+            params.append(prepared(model, name, value, connection))
     return params
 
 
@@ -156,10 +158,10 @@ def insert(model: type[Model], rows: Sequence[Mapping[str, Any]], *,
         # Every column the model has: the ORM fills its Python-side defaults on insert,
         # and the columns have no database default to fall back on.
         names = _insertable(model)
-        rows = [{name: row[name] if name in row else _field(model, name).get_default()
+        rows = [{name: row[name] if name in row else field_of(model, name).get_default()
                  for name in names} for row in rows]
-    connection = _connection()
-    preparers = _preparers(model, names, connection)
+    connection = default_connection()
+    preparers = column_preparers(model, names, connection)
     per_statement = max(1, MAX_PARAMETERS // len(names))
     returned: list[Any] = []
     for start in range(0, len(rows), per_statement):
@@ -168,7 +170,7 @@ def insert(model: type[Model], rows: Sequence[Mapping[str, Any]], *,
                           connection.vendor)
         params = [prepare(row[name], connection)
                   for row in chunk for name, prepare in preparers]
-        with _executed(connection, sql, params) as cursor:
+        with executed(connection, sql, params) as cursor:
             if returning:
                 returned += cursor.fetchall()
     if isinstance(returning, tuple):
@@ -194,164 +196,6 @@ def insert_as_saved(instance: Model) -> None:
                    raw=False, using=DEFAULT_DB_ALIAS)
 
 
-# Fields whose values the database drivers take as Python gives them (str, int, float,
-# bool, None): their preparation would only check the type. JSON, datetimes and UUIDs
-# (and keys pointing at UUIDs) are prepared by their field, per database.
-_PLAIN_TYPES = frozenset({"CharField", "TextField", "IntegerField", "PositiveIntegerField",
-                          "BigIntegerField", "PositiveBigIntegerField", "SmallIntegerField",
-                          "PositiveSmallIntegerField", "BooleanField", "FloatField",
-                          "AutoField", "BigAutoField"})
-_PLAIN_VALUES = (str, int, float, type(None))  # bool is an int
-# Ids and times a batch repeats (the run's id in every row, the batch's one
-# `created_at` in every event) are prepared once: a datetime's preparation alone (time
-# zone checks, settings lookups) was a tenth of the recorder's CPU.
-_REPEATED_TYPES = frozenset({"UUIDField", "DateTimeField"})
-_REPEATED_VALUES = (str, UUID, datetime)
-
-
-def _connection() -> BaseDatabaseWrapper:
-    # Once per statement: each `django.db.connection.x` is a lookup through the
-    # thread's connection handler, and preparing a batch's values made thousands.
-    return connections[DEFAULT_DB_ALIAS]
-
-
-@contextmanager
-def _executed(connection: BaseDatabaseWrapper, sql: str,
-              params: Sequence[Any]) -> Iterator[CursorWrapper]:
-    """A cursor that has executed `sql` (written with `%s` placeholders) with `params`.
-
-    On PostgreSQL the statement runs with `$1, $2...` placeholders through psycopg's
-    `RawCursor`, wrapped as Django wraps its own (error translation, execute wrappers,
-    the broken-transaction check). Django's cursor takes `%s` and has psycopg rewrite
-    each statement into `$n` form in Python; it caches that rewrite only for statements
-    of up to 50 parameters, and a batch's INSERT has more, so the rewrite would cost a
-    busy db_worker a large share of its CPU. Where Django
-    logs queries (DEBUG, the test suite's query counting) its own cursor is used: its
-    log renders the `%s` form. No statement here returns a timestamp, so the time zone
-    loader Django may register on its cursors is not needed. On SQLite the driver's
-    cursor takes the statement with `?` placeholders, rewritten once per statement."""
-    if connection.vendor not in ("postgresql", "sqlite") or connection.queries_logged:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            yield cursor
-        return
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    if connection.vendor == "sqlite":
-        # The driver's own cursor, given `?` placeholders: Django's rewrites each
-        # statement's `%s` with a regular expression at every execution (10-15 us for
-        # a batch's INSERT, several statements a round).
-        raw = connection.connection.cursor()
-        sql = _qmarked(sql)
-    else:
-        import psycopg  # only installed where PostgreSQL is used
-
-        raw = psycopg.RawCursor(connection.connection)
-        sql = _numbered(sql)
-    with CursorWrapper(raw, connection) as cursor:
-        cursor.execute(sql, params)
-        yield cursor
-
-
-@lru_cache(maxsize=1024)
-def _qmarked(sql: str) -> str:
-    """`sql` with SQLite's `?` placeholders (the builders write no "%%", see below)."""
-    assert "%%" not in sql, sql
-    return sql.replace("%s", "?")
-
-
-@lru_cache(maxsize=1024)
-def _numbered(sql: str) -> str:
-    """`sql` with its `%s` placeholders numbered `$1, $2...`. The builders' only "%s"
-    are placeholders (identifiers come from model metadata, values are never formatted
-    in) and they write no "%%"."""
-    assert "%%" not in sql, sql
-    parts = sql.split("%s")
-    return "".join(f"{part}${index}" for index, part in enumerate(parts[:-1], 1)) + parts[-1]
-
-
-def _prepared(model: type[Model], name: str, value: Any,
-              connection: BaseDatabaseWrapper) -> Any:
-    return _preparer(model, name, connection.vendor)(value, connection)
-
-
-Preparer = Callable[[Any, BaseDatabaseWrapper], Any]
-
-
-def _preparers(model: type[Model], names: Iterable[str],
-               connection: BaseDatabaseWrapper) -> tuple[tuple[str, Preparer], ...]:
-    return tuple((name, _preparer(model, name, connection.vendor)) for name in names)
-
-
-@cache
-def _preparer(model: type[Model], name: str, vendor: str) -> Preparer:
-    """How a column's values are prepared, chosen once a column: a batch prepares
-    about a hundred values a round, and choosing again for each (the column's type
-    looked up, then each kind of value tried) was most of their cost."""
-    stored = _stored_type(model, name)
-    if stored in _PLAIN_TYPES:
-        def plain(value: Any, connection: BaseDatabaseWrapper) -> Any:
-            if isinstance(value, _PLAIN_VALUES):
-                return value
-            return _prepared_by_field(model, name, value, connection)
-        return plain
-    if stored in _REPEATED_TYPES:
-        def repeated(value: Any, connection: BaseDatabaseWrapper) -> Any:
-            if isinstance(value, _REPEATED_VALUES):
-                return _prepared_once(model, name, type(value).__name__, value, vendor)
-            return _prepared_by_field(model, name, value, connection)
-        return repeated
-    return partial(_prepared_by_field, model, name)
-
-
-def _prepared_by_field(model: type[Model], name: str, value: Any,
-                       connection: BaseDatabaseWrapper) -> Any:
-    if isinstance(value, Add):
-        return value.amount
-    if isinstance(value, Encoded):
-        return _encoded(value, connection.vendor)
-    return _field(model, name).get_db_prep_save(value, connection)
-
-
-def _encoded(value: Encoded, vendor: str) -> Any:
-    """A JSON value already written as text, as its JSONField would prepare it: the
-    text itself on SQLite, psycopg's Jsonb carrying it on PostgreSQL (the field's own
-    preparation wraps `json.dumps` in the same way)."""
-    if vendor != "postgresql":
-        return value.text
-    from psycopg.types.json import Jsonb  # only installed where PostgreSQL is used
-
-    return Jsonb(value.text, dumps=_as_is)
-
-
-def _as_is(text: str) -> str:
-    return text
-
-
-@lru_cache(maxsize=4096)
-def _prepared_once(model: type[Model], name: str, kind: str, value: Any,
-                   vendor: str) -> Any:
-    # `kind` in the key: equal values of different types (a str and a UUID) must not
-    # share an entry. The result depends only on the field, the value and the vendor
-    # (the settings' time zone is fixed for a process).
-    return _field(model, name).get_db_prep_save(value, connections[DEFAULT_DB_ALIAS])
-
-
-@cache
-def _stored_type(model: type[Model], name: str) -> str:
-    """The internal type of the column's values (a key's is its target's)."""
-    field = _field(model, name)
-    target = field.target_field if field.is_relation else field  # type: ignore[attr-defined]
-    return str(target.get_internal_type())
-
-
-@cache
-def _field(model: type[Model], name: str) -> Field[Any, Any]:
-    field = model._meta.get_field(name)
-    assert isinstance(field, Field)
-    return field
-
-
 @cache
 def _insertable(model: type[Model]) -> tuple[str, ...]:
     """The model's concrete fields but an auto-incremented primary key."""
@@ -365,7 +209,7 @@ def _quote(name: str) -> str:
 
 
 def _column(model: type[Model], name: str) -> str:
-    column = _field(model, name).column
+    column = field_of(model, name).column
     assert column is not None
     return _quote(column)
 
@@ -418,7 +262,7 @@ def _update_many_sql(model: type[Model], keys: tuple[str, ...],
 def _placeholder(model: type[Model], name: str, vendor: str) -> str:
     if vendor != "postgresql":
         return "%s"
-    return f"CAST(%s AS {_field(model, name).db_type(connections[DEFAULT_DB_ALIAS])})"
+    return f"CAST(%s AS {field_of(model, name).db_type(connections[DEFAULT_DB_ALIAS])})"
 
 
 @cache
