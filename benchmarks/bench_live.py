@@ -32,9 +32,7 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -49,9 +47,8 @@ from typing import Any
 import aiohttp
 
 from benchmarks.common import ROOT, UNFLAG_LOOPS_CODE, summary, write_result
+from benchmarks.processes import DAPHNE, PYTHON, base_env, free_port, manage, stop
 
-PYTHON = sys.executable
-DAPHNE = str(Path(PYTHON).with_name("daphne"))
 POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -73,7 +70,6 @@ HEADER = ("| scenario | runs / clients | p50 | p95 | max | from emit p50 / p95 |
           "| deliveries | messages | events/s | load |\n" + "|---" * 11 + "|")
 
 # Upper bounds of waits, never measured durations.
-SETUP_TIMEOUT = 60.0
 START_TIMEOUT = 30.0
 EMBEDDED_TIMEOUT = 45.0
 SCALE_OUT_TIMEOUT = 60.0
@@ -114,41 +110,6 @@ def script(warmup_s: float) -> list[dict[str, Any]]:
 # -- processes -------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def base_env(database_url: str, workdir: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    for name in ("REDIS_URL", "TASK_BACKEND", "AGENTFORGE_EMBEDDED_WORKER", "SECRET_KEY_FILE",
-                 "AGENTFORGE_TOOL_MODULES"):
-        env.pop(name, None)
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "agentforge_web.settings",
-        "DATABASE_URL": database_url,
-        "DATA_DIR": str(workdir),
-        "DEBUG": "0",  # as deployed; the session and the server share this throwaway key
-        "SECRET_KEY": secrets.token_urlsafe(40),
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK": "1",  # the fake provider listens on loopback
-        "LOG_LEVEL": "WARNING",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
-        **extra,
-    })
-    return env
-
-
-def manage(env: dict[str, str], *args: str, extra: dict[str, str] | None = None) -> str:
-    done = subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, env={**env, **(extra or {})},
-                          capture_output=True, text=True, timeout=SETUP_TIMEOUT, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"manage.py {args[0]} failed:\n{done.stdout[-2000:]}"
-                           f"{done.stderr[-3000:]}")
-    return done.stdout
-
-
 def prepare(env: dict[str, str]) -> dict[str, str]:
     """Migrate, seed, then create the bench user, its session, an API token, the endpoint."""
     manage(env, "migrate", "--noinput", "-v0")
@@ -158,16 +119,6 @@ def prepare(env: dict[str, str]) -> dict[str, str]:
     out = manage(env, "shell", "-c", SETUP_CODE, extra={"BENCH_SCRIPTS": json.dumps(scripts)})
     line = next(x for x in out.splitlines() if x.startswith("BENCH "))
     return json.loads(line.removeprefix("BENCH "))  # type: ignore[no-any-return]
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 @dataclass

@@ -41,7 +41,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -53,11 +52,21 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.bench_live import base_env, free_port, manage, stop
 from benchmarks.common import ROOT, UNFLAG_LOOPS_CODE, percentile, write_result
+from benchmarks.processes import (
+    DAPHNE,
+    PYTHON,
+    FakeLLM,
+    base_env,
+    cpu_seconds,
+    free_port,
+    machine_jiffies,
+    manage,
+    peak_rss_mb,
+    services_cpu,
+    stop,
+)
 
-PYTHON = sys.executable
-DAPHNE = str(Path(PYTHON).with_name("daphne"))
 POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 BENCH_DATABASE = "agentforge_perfbench"
 REDIS_URL = "redis://127.0.0.1:6379/9"
@@ -78,7 +87,6 @@ WORKERS, WORKER_CONCURRENCY = 2, 50
 DEFAULT_RUNS = (1, 20, 50, 100)
 
 # Upper bounds of waits, never measured durations.
-SETUP_TIMEOUT = 60.0
 START_TIMEOUT = 40.0
 SCENARIO_TIMEOUT = 120.0
 POLL_S = 0.5
@@ -104,59 +112,6 @@ print("BENCH " + token)
 
 
 # -- processes -------------------------------------------------------------------------
-
-
-class FakeLLM:
-    """The product's fake provider in a process of its own, on a free loopback port."""
-
-    def __init__(self) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}/v1"
-        self.process = subprocess.Popen(
-            [PYTHON, "-m", "tools_app.fake_llm", "--host", "127.0.0.1", "--port", str(port),
-             "--record-limit", "0"], cwd=ROOT, stdout=subprocess.DEVNULL)
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_jiffies() -> tuple[int, int]:
-    """(busy, total) CPU time of the whole machine so far, in clock ticks."""
-    with open("/proc/stat") as stat:
-        ticks = [int(x) for x in stat.readline().split()[1:9]]
-    idle = ticks[3] + ticks[4]  # idle, iowait
-    return sum(ticks) - idle, sum(ticks)
-
-
-SERVICES = {"postgres": "PostgreSQL", "redis-server": "Redis"}
-
-
-def services_cpu() -> dict[str, float]:
-    """CPU seconds so far of the database and cache servers' processes (all of them:
-    PostgreSQL's backends come and go with connections)."""
-    totals = dict.fromkeys(SERVICES.values(), 0.0)
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/comm") as comm:
-                name = SERVICES.get(comm.read().strip())
-            if name is not None:
-                totals[name] += cpu_seconds(int(entry.name))
-        except OSError:  # the process ended meanwhile
-            continue
-    return totals
-
-
-def peak_rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 @dataclass

@@ -21,7 +21,6 @@ import asyncio
 import json
 import platform
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -34,11 +33,9 @@ from pathlib import Path
 
 import aiohttp
 
-from benchmarks.bench_live import base_env, free_port, manage, stop
 from benchmarks.common import ROOT, percentile, write_result
+from benchmarks.processes import DAPHNE, PYTHON, base_env, free_port, manage, stop
 
-PYTHON = sys.executable
-DAPHNE = str(Path(PYTHON).with_name("daphne"))
 START_TIMEOUT = 60.0
 ENDPOINT = "bench-proxy"
 WARM_UP_PAIRS = 20

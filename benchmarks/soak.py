@@ -32,9 +32,9 @@ from pathlib import Path
 
 import aiohttp
 
-from benchmarks.bench_live import base_env
 from benchmarks.bench_product_path import MODEL, Server, auth, serve, start_run
 from benchmarks.common import write_result
+from benchmarks.processes import base_env
 
 MAX_MINUTES = 240
 MAX_RUNS_PER_MINUTE = 600
