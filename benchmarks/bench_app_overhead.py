@@ -57,8 +57,8 @@ def main() -> None:
 def measure_all(counts: list[int]) -> list[dict[str, Any]]:
     from django.core.management import call_command
 
-    from benchmarks.bench_product_path import MODEL
     from benchmarks.processes import FakeLLM
+    from benchmarks.product_path_workload import MODEL
     from tools_app.models import ErrorPolicy, ModelEndpoint, ToolRegistration
     from tools_app.runs import services, tasks
 

@@ -31,6 +31,9 @@ The write path measured (issue 39): the hand-built SQL of store/rowsql.py and
 store/prepared.py by default; with AGENTFORGE_WRITE_PATH=orm in this process's
 environment (the servers it starts inherit it), their ORM variants (store/rowsql_orm.py,
 store/prepared_orm.py). The report says which; give each its own `--name`.
+
+The workload and a scenario's `Outcome` are product_path_workload.py; the report
+product_path_report.py.
 """
 
 from __future__ import annotations
@@ -39,13 +42,12 @@ import argparse
 import asyncio
 import os
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -66,32 +68,30 @@ from benchmarks.processes import (
     services_cpu,
     stop,
 )
+from benchmarks.product_path_report import WRITE_PATHS, describe, report, write_path
+from benchmarks.product_path_workload import (
+    DEFAULT_RUNS,
+    ENDPOINT,
+    LARGE_REPEATS,
+    LARGE_RUNS,
+    MODEL,
+    MODEL_CALLS,
+    POLL_S,
+    SCENARIO_TIMEOUT,
+    SINGLE_REPEATS,
+    START_TIMEOUT,
+    TERMINAL,
+    TOOLS,
+    WARM_UP_WAVES,
+    WORKER_CONCURRENCY,
+    WORKERS,
+    Outcome,
+    Result,
+)
 
 POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 BENCH_DATABASE = "agentforge_perfbench"
 REDIS_URL = "redis://127.0.0.1:6379/9"
-
-ROUNDS, PARALLEL, LATENCY_MS = 5, 2, 200
-MODEL = f"fake-k{ROUNDS}-p{PARALLEL}-l{LATENCY_MS}"
-MODEL_CALLS = ROUNDS + 1
-IDEAL_MS = MODEL_CALLS * LATENCY_MS
-ENDPOINT = "bench-product"
-TOOLS = ["get_weather"]
-SINGLE_REPEATS = 3
-WARM_UP_WAVES = 10
-# The largest scenario is repeated too, its runs pooled: one 100-run scenario's from
-# emit p95 varies widely for the same code (the runs move in step, so its events'
-# delays come in correlated bursts).
-LARGE_RUNS, LARGE_REPEATS = 100, 3
-WORKERS, WORKER_CONCURRENCY = 2, 50
-DEFAULT_RUNS = (1, 20, 50, 100)
-
-# Upper bounds of waits, never measured durations.
-START_TIMEOUT = 40.0
-SCENARIO_TIMEOUT = 120.0
-POLL_S = 0.5
-
-TERMINAL = {"succeeded", "failed", "cancelled"}
 
 # The headroom check's other work (--busy-cores): a CPU kept busy, for at most this long
 # should the benchmark die without stopping it.
@@ -214,25 +214,6 @@ def auth(server: Server) -> dict[str, str]:
 
 
 # -- one scenario ----------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    runs: int
-    walls_ms: list[float] = field(default_factory=list)
-    queued_ms: list[float] = field(default_factory=list)  # created -> started (claimed)
-    from_emit_ms: list[float] = field(default_factory=list)
-    cpu_s: dict[str, float] = field(default_factory=dict)
-    others_s: dict[str, float] = field(default_factory=dict)
-    machine: tuple[int, int] = (0, 0)  # busy and total clock ticks of the machine
-    peak_mb: dict[str, float] = field(default_factory=dict)
-    finished: int = 0
-    failed: int = 0
-    rounds: int = 0
-    load: tuple[float, float] = (0.0, 0.0)
-    start_errors: list[str] = field(default_factory=list)
-    # From emit p95 of each scenario pooled here (a repeated scenario's).
-    each_p95_ms: list[float] = field(default_factory=list)
 
 
 async def start_run(http: aiohttp.ClientSession, server: Server) -> str:
@@ -377,9 +358,6 @@ def run_config(server: Server, counts: list[int]) -> list[Outcome]:
 # -- configurations --------------------------------------------------------------------
 
 
-Result = tuple[list[Outcome], int, list[str]]
-
-
 def embedded(counts: list[int]) -> Result:
     workdir = Path(tempfile.mkdtemp(prefix="agentforge-bench-product-"))
     try:
@@ -434,41 +412,6 @@ def workers_that_ran(database_url: str) -> int:
     return int(row[0]) if row else 0
 
 
-# -- report ----------------------------------------------------------------------------
-
-
-def describe(o: Outcome) -> str:
-    wall = statistics.median(o.walls_ms) if o.walls_ms else float("nan")
-    return (f"wall {wall:.0f} ms, efficiency {IDEAL_MS / wall:.0%}, from emit p95 "
-            f"{percentile(o.from_emit_ms, 95):.0f} ms, finished {o.finished}")
-
-
-def row(label: str, o: Outcome) -> str:
-    wall = statistics.median(o.walls_ms) if o.walls_ms else float("nan")
-    worst = max(o.walls_ms) if o.walls_ms else float("nan")
-    emit = o.from_emit_ms
-    cpu_ms = sum(o.cpu_s.values()) * 1000 / max(1, o.rounds)
-    by_process = ", ".join(f"{k} {v * 1000 / max(1, o.rounds):.1f}" for k, v in o.cpu_s.items())
-    memory = ", ".join(f"{k} {v:.0f}" for k, v in o.peak_mb.items())
-    others = ", ".join(f"{k} {v * 1000 / max(1, o.rounds):.1f}" for k, v in o.others_s.items()
-                       if v > 0)
-    busy = o.machine[0] / o.machine[1] if o.machine[1] else float("nan")
-    return (f"| {label} | {o.runs} | {o.finished - o.failed} / {o.finished} "
-            f"| {wall:,.0f} ms | **{IDEAL_MS / wall:.0%}** ({IDEAL_MS / worst:.0%}) "
-            f"| {percentile(emit, 50):.0f} ms | **{percentile(emit, 95):.0f} ms** "
-            f"| {max(emit) if emit else float('nan'):,.0f} ms "
-            f"| {percentile(o.queued_ms, 50):.0f} / {percentile(o.queued_ms, 95):.0f} ms "
-            f"| {cpu_ms:.1f} ms ({by_process}) | {others or '-'} | {busy:.0%} | {memory} "
-            f"| {o.load[0]:.1f} / {o.load[1]:.1f} |")
-
-
-HEADER = ("| configuration | concurrent runs | succeeded / finished | median run wall "
-          "| efficiency (worst run) | from emit p50 | from emit p95 | from emit max "
-          "| queued p50 / p95 | server CPU per round (by process) "
-          "| other CPU per round, ms | machine busy | peak RSS MB | load |\n"
-          + "|---" * 14 + "|")
-
-
 @contextmanager
 def busy_cores(count: int) -> Iterator[None]:
     """`count` processes of other work, each keeping a CPU busy while the benchmark runs:
@@ -479,85 +422,6 @@ def busy_cores(count: int) -> Iterator[None]:
     finally:
         for spinner in spinners:
             stop(spinner)
-
-
-def headroom_note(busy: int) -> str:
-    if not busy:
-        return ""
-    return (f"\n**Headroom run** (`--busy-cores {busy}`): {busy} other process(es) kept "
-            f"{busy} of the {os.cpu_count()} CPUs busy for the whole benchmark, so the "
-            "product, its services and the client had that much less of the machine.\n")
-
-
-def report(results: dict[str, Result | str], elapsed: float, busy: int = 0) -> str:
-    rows: list[str] = []
-    notes: list[str] = [f"Write path: {WRITE_PATHS[write_path()]}."]
-    for name, result in results.items():
-        if isinstance(result, str):
-            notes.append(f"{name}: {result}")
-            continue
-        outcomes, locked, exits = result
-        rows += [row(name, o) for o in outcomes]
-        notes.append(f"{name}: {locked} \"database is locked\" lines in the server logs")
-        notes += [f"{name}: {e}" for e in exits]
-        for o in outcomes:
-            if o.start_errors:
-                notes.append(f"{name}, {o.runs} runs: {len(o.start_errors)} POST /api/runs "
-                             f"failed: {', '.join(sorted(set(o.start_errors)))}")
-            if o.runs >= LARGE_RUNS and len(o.each_p95_ms) > 1:
-                notes.append(f"{name}, {o.runs} runs: from emit p95 of each scenario "
-                             + ", ".join(f"{p:.0f}" for p in o.each_p95_ms) + " ms")
-            if o.finished < o.runs:
-                notes.append(f"{name}, {o.runs} runs: only {o.finished} finished within "
-                             f"{SCENARIO_TIMEOUT:g} s")
-    return f"""
-## The product path: runs started with POST /api/runs
-
-Runs started with `POST /api/runs` against the product's fake OpenAI-compatible server
-(`python -m tools_app.fake_llm`, its own process), model `{MODEL}`: {ROUNDS} rounds of
-{PARALLEL} parallel `get_weather` calls and a text answer, each model reply after
-{LATENCY_MS} ms, so a run's ideal wall time is {MODEL_CALLS} x {LATENCY_MS} =
-{IDEAL_MS:,} ms. All the runs of a scenario are started at once. **Efficiency** = ideal /
-the run's wall time (`Run.wall_ms`), median over the runs (the worst run in brackets);
-1 run is repeated {SINGLE_REPEATS} times, {LARGE_RUNS} runs {LARGE_REPEATS} times (their runs
-pooled: one such scenario's p95 varies by tens of ms for the same code; each one's is
-in the notes). **From emit** = `RunEvent.created_at` - the engine event's own time
-(`at`), over every event that has one. **Queued** = the run's
-`started_at` - its `created_at`: how long it waited for a worker to claim it (not in its
-wall time). **Server CPU per round**
-= the user + system CPU of daphne (and the db_workers) during the scenario / the model
-calls made ({MODEL_CALLS} per run); **other CPU per round** the same for the machine's
-other work on the scenario (the fake provider, PostgreSQL's and Redis's processes), and
-**machine busy** the share of the {os.cpu_count()} CPUs busy during the scenario (all
-processes, from its first POST to its last run's end, whatever else the host ran).
-Each configuration starts with runs not counted, 2 at a time until every process
-that executes runs has run one (its first run imports and connects). **Peak RSS** =
-each process's high-water mark after the scenario. Embedded: SQLite (WAL), the
-in-memory channel layer, the worker inside daphne. Scale-out: PostgreSQL, Redis, one
-daphne and {WORKERS} `db_worker --concurrency {WORKER_CONCURRENCY}` (their default poll
-interval, 1 s: an enqueue wakes them). Everything (the fake server, PostgreSQL, Redis,
-the client) shares one machine ({os.cpu_count()} CPUs, shared with other work: the
-1-minute load average before / after each scenario is given).
-{headroom_note(busy)}
-{HEADER}
-{chr(10).join(rows)}
-
-{chr(10).join(f"- {n}" for n in notes)}
-- Total benchmark time {elapsed:.0f} s.
-"""
-
-
-def write_path() -> str:
-    """The write path the servers use (AGENTFORGE_WRITE_PATH, as store/write_path.py
-    reads it)."""
-    return os.environ.get("AGENTFORGE_WRITE_PATH", "").strip().lower() or "sql"
-
-
-WRITE_PATHS = {
-    "sql": "the hand-built SQL (store/rowsql.py, store/prepared.py), the default",
-    "orm": "the ORM variants (AGENTFORGE_WRITE_PATH=orm: store/rowsql_orm.py, "
-           "store/prepared_orm.py)",
-}
 
 
 def main() -> None:

@@ -32,9 +32,10 @@ from pathlib import Path
 
 import aiohttp
 
-from benchmarks.bench_product_path import MODEL, Server, auth, serve, start_run
+from benchmarks.bench_product_path import Server, auth, serve, start_run
 from benchmarks.common import write_result
 from benchmarks.processes import base_env
+from benchmarks.product_path_workload import MODEL
 
 MAX_MINUTES = 240
 MAX_RUNS_PER_MINUTE = 600
