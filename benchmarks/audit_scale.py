@@ -15,7 +15,7 @@ process's resident memory (VmRSS) as it goes.
 
 Run: .venv/bin/python -m benchmarks.audit_scale     (make bench-audit; ~1 hour on 2 cores)
      .venv/bin/python -m benchmarks.audit_scale --runs 20000 --small-runs 2000 --databases sqlite
-Results: docs/benchmarks/audit.md
+Results: docs/benchmarks/audit.md (the report: audit_scale_report.py)
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from benchmarks.audit_scale_report import report
 from benchmarks.common import ROOT, setup_django, summary, write_result
 
-TARGET_MS = 200.0
 POSTGRES_ADMIN = ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-qAtc"]
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/{name}"
 # Two of seed_audit's users; the seed gives none staff rights, this benchmark's database
@@ -371,69 +371,6 @@ def _analyze() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-
-
-# -- the report ---------------------------------------------------------------------------
-
-
-def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    parts = [f"""
-## The audit log at scale
-
-`benchmarks/audit_scale.py` (`make bench-audit`): `seed_audit` fills each database with
-{args.runs:,} runs and {args.runs * args.calls_per_run:,} tool calls ({args.calls_per_run} per
-run, over six months, 20 users, 4 endpoints, 3 policies, 9 tools); every request goes
-through Django's test Client (middleware, templates, views) as a staff user (sees
-everything) and as an ordinary user (sees about 1/20), {args.repeat} times after a
-warm-up; `q` is a count of the request's SQL queries, taken at {args.small_runs:,} runs and
-at {args.runs:,}. Target: p95 < {TARGET_MS:.0f} ms. Machine: 2 cores shared with other
-work (the load average while measuring is given per database: above 2, every figure
-includes waiting for a core), SQLite file in WAL mode, PostgreSQL 15 on loopback; DEBUG
-off; planner statistics fresh (ANALYZE after seeding).
-"""]
-    for result in results:
-        parts.append(_database_section(result))
-    return "\n".join(parts)
-
-
-def _database_section(result: dict[str, Any]) -> str:
-    small, full = result["phases"][0], result["phases"][-1]
-    small_queries = {(r["who"], r["label"]): r["queries"] for r in small["requests"]}
-    note = (" The small size's figures come from a separate run on a database of that "
-            "size, with the same code; the full size's from a database seeded once and kept."
-            if small.get("same_code") else
-            " The small size's figures come from a first measurement, taken with earlier "
-            "code; the full size's with the current code."
-            if full.get("remeasured") else "")
-    load = full["requests"][0].get("load") if full["requests"] else None
-    lines = [f"### {result['database']}: {full['runs']:,} runs, {full['calls']:,} calls", "",
-             f"Load average while measuring: {load[0]:.1f} -> {load[1]:.1f}." if load else "",
-             "",
-             "| who | request | p50 ms | p95 ms | max ms | q at "
-             f"{small['runs'] // 1000}k / {full['runs'] // 1000}k | target |",
-             "|---|---|---|---|---|---|---|"]
-    missed = 0
-    for row in full["requests"]:
-        ok = row["p95"] < TARGET_MS
-        missed += not ok
-        lines.append(f"| {row['who']} | {row['label']} | {row['p50']:.0f} | {row['p95']:.0f} "
-                     f"| {row['max']:.0f} | {small_queries.get((row['who'], row['label']), '-')} / "
-                     f"{row['queries']} | {'ok' if ok else '**missed**'} |")
-    grew = [r["label"] for r in full["requests"]
-            if small_queries.get((r["who"], r["label"])) not in (None, r["queries"])]
-    lines += ["", f"{len(full['requests']) - missed} of {len(full['requests'])} requests meet "
-              f"the target; queries per request "
-              f"{'the same at both sizes' if not grew else 'changed for: ' + ', '.join(grew)}."
-              f"{note}", ""]
-    for phase in (small, full):
-        export = phase["export"]
-        if export is None:
-            continue
-        lines.append(f"Export of {export['rows']:,} calls (JSON Lines, {export['mib']:.0f} "
-                     f"MiB): {export['seconds']:.0f} s, resident memory grew by "
-                     f"{export['rss_growth_mib']:.1f} MiB (from "
-                     f"{export['rss_before_mib']:.0f} MiB).")
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
