@@ -31,8 +31,19 @@ from tools_app.ingest import snapshot as snapshots
 from tools_app.ingest.spans import Refusal, SpanRecord
 from tools_app.models import IngestedRunKey, IngestedSpan, Run, RunStatus
 from tools_app.runs.store import rowsql
-from tools_app.runs.store.eventlog import append_events, notify_many_after_commit, run_key
-from tools_app.runs.store.lifecycle import check_move, close_unfinished_of, create_received
+from tools_app.runs.store.eventlog import (
+    Append,
+    append_events,
+    append_many,
+    notify_many_after_commit,
+    run_key,
+)
+from tools_app.runs.store.lifecycle import (
+    ReceivedRun,
+    check_move,
+    close_unfinished_of,
+    create_received_many,
+)
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
 
 RECEIVED_EVENT = "spans_received"
@@ -93,6 +104,7 @@ def _receive(records: list[SpanRecord], user: User, refusal: Refusal, via: str,
         work.rebuild_all(sorted(set(by_run) - made))
         for run_id in sorted(made):
             work.create(run_id, by_run[run_id])  # it has no spans but these
+        work.create_all()
         work.new_rows.flush()
         work.end_runs()
     return Received(stored=len(fresh), duplicates=duplicates, runs=sorted(by_run))
@@ -160,19 +172,25 @@ class _Work:
         self.registered = snapshots.Registered()
         self.new_rows = rows.NewRows()
         self.ending: dict[str, RunStatus] = {}  # run id -> the status it ends with
+        self.appends: list[Append] = []  # the events of the rebuilt runs that go on
+        self.made: list[ReceivedRun] = []  # the runs this request makes
         self.notices: dict[str, int] = {}  # run id -> the last seq viewers are told of
 
     def create(self, run_id: str, spans: list[SpanRecord]) -> None:
+        """A run made by this request (stored with the others, by `create_all`)."""
         plan = assemble.plan(spans)
         layout, touched = rows.sync(run_id, plan, [], self.new_rows)
         ended = _has_root(spans)
         status = (RunStatus.FAILED if plan.failed else RunStatus.SUCCEEDED) if ended \
             else RunStatus.RUNNING
-        run = create_received(
-            id=uuid.UUID(run_id), status=status, events=_events(touched),
-            created_by=self.user, snapshot=self._snapshot(plan, layout),
-            **_run_fields(plan) | ({"finished_at": plan.finished_at} if ended else {}))
-        self.notices[str(run.pk)] = run.last_seq
+        self.made.append(ReceivedRun(status, _events(touched), {
+            "id": uuid.UUID(run_id), "created_by": self.user,
+            "snapshot": self._snapshot(plan, layout),
+            **_run_fields(plan) | ({"finished_at": plan.finished_at} if ended else {})}))
+
+    def create_all(self) -> None:
+        for run in create_received_many(self.made):
+            self.notices[str(run.pk)] = run.last_seq
 
     def rebuild_all(self, run_ids: list[str]) -> None:
         """Rebuild these runs from all their spans: the runs (locked, in id order), their
@@ -190,6 +208,10 @@ class _Work:
         existing = rows.Existing.of(run_ids)
         for run in runs:
             self.rebuild(run, spans[run_key(run.pk)], existing)
+        if self.appends:
+            appended = append_many(self.appends, expect={})
+            for append, (seq, _) in zip(self.appends, appended, strict=True):
+                self.notices[str(uuid.UUID(append.run_id))] = seq
 
     def rebuild(self, run: Run, spans: list[SpanRecord], existing: rows.Existing) -> None:
         run_id = run_key(run.pk)
@@ -202,12 +224,12 @@ class _Work:
         if idle.ended_incomplete(run):  # the sweep ended it: these spans came late
             events = [(kind, payload | {"late": True}) for kind, payload in events]
             fields |= idle.late_fields(run, plan, _has_root(spans))
+        changes = {"snapshot": self._snapshot(plan, layout), **fields}
         if run.status == RunStatus.RUNNING and _has_root(spans):
-            fields |= self._end(run_id, plan, events)
-        seq, _ = append_events(run_id, None, events,
-                               run_changes={"snapshot": self._snapshot(plan, layout),
-                                            **fields})
-        self.notices[str(run.pk)] = seq
+            changes |= self._end(run_id, plan, events)
+            self.notices[str(run.pk)], _ = append_events(run_id, None, events, changes)
+        else:  # appended with the other runs' (`rebuild_all`), fenced by its token
+            self.appends.append(Append(run_id, run.lease_token, events, changes))
 
     def _end(self, run_id: str, plan: assemble.RunPlan,
              events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
