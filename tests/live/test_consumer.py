@@ -24,6 +24,7 @@ from django.utils import timezone
 from agentforge_web.asgi import application
 from tests.web.support import PAYLOAD, Tree, assert_inert, start_run
 from tools_app.live import consumers
+from tools_app.live import reads as live_reads
 from tools_app.live.fragments import render_updates
 from tools_app.live.notify import group_name
 from tools_app.models import (
@@ -302,7 +303,7 @@ async def test_a_second_message_closes_with_4400_and_reads_nothing_again(
     comm = await open_socket(sockets, run.pk, bob, after=0)
     await comm.receive_from(timeout=WAIT)
     reads: list[int] = []
-    monkeypatch.setattr(consumers, "event_marks_after",
+    monkeypatch.setattr(live_reads, "event_marks_after",
                         lambda *args, **kwargs: reads.append(1) or [])
 
     await comm.send_json_to({"type": "resume", "after": 0})
@@ -838,16 +839,16 @@ async def test_a_viewer_leaving_mid_read_does_not_cancel_it_for_the_others(
     after = await last_seq(run.pk)
     seq = await append_status_event(run.pk)
     release = asyncio.Event()
-    real = consumers._read_and_render
+    real = live_reads._read_and_render
 
-    async def slow(run_id: str, since: int) -> consumers.Batch:
+    async def slow(run_id: str, since: int) -> live_reads.Batch:
         await release.wait()
         return await real(run_id, since)
 
-    monkeypatch.setattr(consumers, "_read_and_render", slow)
-    any_read = consumers.Freshness(read_since=0.0)
-    leaving = asyncio.ensure_future(consumers.updates_after(str(run.pk), after, any_read))
-    staying = asyncio.ensure_future(consumers.updates_after(str(run.pk), after, any_read))
+    monkeypatch.setattr(live_reads, "_read_and_render", slow)
+    any_read = live_reads.Freshness(read_since=0.0)
+    leaving = asyncio.ensure_future(live_reads.updates_after(str(run.pk), after, any_read))
+    staying = asyncio.ensure_future(live_reads.updates_after(str(run.pk), after, any_read))
     await asyncio.sleep(0)
     leaving.cancel()
     release.set()
@@ -856,8 +857,8 @@ async def test_a_viewer_leaving_mid_read_does_not_cancel_it_for_the_others(
     assert (batch.after, batch.last, batch.complete) == (after, seq, True)
     assert leaving.cancelled()
     # ...and the rendering is then reused, without another read.
-    monkeypatch.setattr(consumers, "_read_and_render", None)
-    assert await consumers.updates_after(str(run.pk), after, any_read) == batch
+    monkeypatch.setattr(live_reads, "_read_and_render", None)
+    assert await live_reads.updates_after(str(run.pk), after, any_read) == batch
 
 
 async def test_a_shared_batch_read_too_early_for_a_viewer_is_read_again(
@@ -868,15 +869,15 @@ async def test_a_shared_batch_read_too_early_for_a_viewer_is_read_again(
     import time
 
     run = await weather_run()
-    first = await consumers.updates_after(str(run.pk), 0, consumers.Freshness(0.0))
+    first = await live_reads.updates_after(str(run.pk), 0, live_reads.Freshness(0.0))
     assert first.complete
-    again = await consumers.updates_after(str(run.pk), 0,
-                                          consumers.Freshness(read_since=first.read_at))
+    again = await live_reads.updates_after(str(run.pk), 0,
+                                          live_reads.Freshness(read_since=first.read_at))
     assert again is first  # shared while fresh enough
 
     seq = await append_status_event(run.pk)
-    notified = await consumers.updates_after(
-        str(run.pk), 0, consumers.Freshness(read_since=time.monotonic(), covering=seq))
+    notified = await live_reads.updates_after(
+        str(run.pk), 0, live_reads.Freshness(read_since=time.monotonic(), covering=seq))
     assert (notified.last, notified.complete) == (seq, True)
     assert seq_of(notified.html) == seq
 
@@ -917,7 +918,7 @@ async def test_live_reads_keep_their_connection_unless_it_broke(
         monkeypatch.setattr(conn, "is_usable", lambda: usable)
         return conn
 
-    conn = await consumers._kept_connection(read)()
+    conn = await live_reads.kept_connection(read)()
 
     assert (conn.connection is not None) is kept
     assert conn.errors_occurred is False or not kept
