@@ -96,9 +96,10 @@ def _delivery(spans: list[Any], split: int) -> list[Any]:
     traces = [spans[i:i + SPANS_PER_TRACE] for i in range(0, len(spans), SPANS_PER_TRACE)]
     if split == 1:
         return spans
-    per_batch = BATCH // SPANS_PER_TRACE * SPANS_PER_TRACE // split
+    # A group of traces whose parts fill a batch each: every trace's spans then come in
+    # `split` consecutive batches (a smaller group would put all its parts in one).
     out: list[Any] = []
-    group = max(1, per_batch // 2)
+    group = max(1, BATCH // -(-SPANS_PER_TRACE // split))
     for start in range(0, len(traces), group):
         chunk = traces[start:start + group]
         for part in range(split):
