@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -14,7 +15,7 @@ from tools_app.runs.snapshot.model import PolicySnapshot, ReplaySection
 from tools_app.runs.snapshot.parameters import ParameterError, check_parameters
 from tools_app.runs.snapshot.policy import PolicyOverrideError, checked_overrides
 from tools_app.runs.store.leases import cancel_now
-from tools_app.runs.tasks import queue_run
+from tools_app.runs.tasks import queue_run, queue_runs
 
 from ..engine import (
     ChatMessage,
@@ -42,6 +43,8 @@ class RunRequestError(ValueError):
         super().__init__(message)
         self.field = field
         self.problems = problems or {}
+        self.index: int | None = None
+        """In `run_create_many`, the position of the request at fault."""
 
 
 def run_create(
@@ -65,18 +68,59 @@ def run_create(
     provider (snapshot/parameters.py); only staff may change its model. `replay` says
     which tools answer from a recording or a mock instead of live (a suite run's cases).
     """
+    request = RunRequest(endpoint=endpoint, tools=tools, policy=policy, messages=messages,
+                         parameters=parameters, parent=parent,
+                         policy_overrides=policy_overrides, breakpoints=breakpoints,
+                         replay=replay)
+    return queue_run(**_queued_fields(user, request))
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run to start, as `run_create` takes it (for `run_create_many`)."""
+
+    endpoint: ModelEndpoint
+    tools: Sequence[ToolRegistration]
+    policy: ErrorPolicy
+    messages: Sequence[ChatMessage]
+    parameters: ChatRequestParameters | None = None
+    parent: Run | None = None
+    policy_overrides: dict[str, Any] | None = None
+    breakpoints: Any = None
+    replay: ReplaySection | None = None
+
+
+def run_create_many(*, user: AbstractBaseUser | AnonymousUser | None,
+                    requests: Sequence[RunRequest]) -> list[Run]:
+    """`run_create` for several runs in one transaction: every request is checked
+    first, then all are stored queued and enqueued after the commit, or none. A request
+    that cannot start raises `RunRequestError` with `index` its position."""
+    fields: list[dict[str, Any]] = []
+    for index, request in enumerate(requests):
+        try:
+            fields.append(_queued_fields(user, request))
+        except RunRequestError as exc:
+            exc.index = index
+            raise
+    return queue_runs(fields)
+
+
+def _queued_fields(user: AbstractBaseUser | AnonymousUser | None,
+                   request: RunRequest) -> dict[str, Any]:
+    """The checked request frozen: the stored run's fields (`queue_run`'s)."""
+    endpoint, tools, messages = request.endpoint, request.tools, request.messages
     _check_request(tools, messages)
-    parameters = parameters or ChatRequestParameters()
+    parameters = request.parameters or ChatRequestParameters()
     try:
         check_parameters(parameters, endpoint_kind=endpoint.kind,
                          endpoint_model=endpoint.model, user=user)
     except ParameterError as exc:
         raise RunRequestError(str(exc), field="parameters", problems=exc.problems) from exc
-    snapshot = build_snapshot(endpoint=endpoint, tools=tools, policy=policy,
+    snapshot = build_snapshot(endpoint=endpoint, tools=tools, policy=request.policy,
                               messages=messages, parameters=parameters)
     frozen_policy = snapshot.policy.model_dump()
     try:
-        overrides = checked_overrides(frozen_policy, policy_overrides or {})
+        overrides = checked_overrides(frozen_policy, request.policy_overrides or {})
     except PolicyOverrideError as exc:
         raise RunRequestError(str(exc), field="policy_overrides",
                               problems=exc.problems) from exc
@@ -85,15 +129,13 @@ def run_create(
         name for name, value in overrides.items() if frozen_policy.get(name) != value)
     snapshot.policy = PolicySnapshot.model_validate(frozen_policy | overrides)
     try:  # where the run will pause (runs.debugger.breakpoints); frozen with the rest
-        snapshot.breakpoints = checked_breakpoints(breakpoints, [t.name for t in tools])
+        snapshot.breakpoints = checked_breakpoints(request.breakpoints, [t.name for t in tools])
     except BreakpointError as exc:
         raise RunRequestError(str(exc), field="breakpoints") from exc
-    snapshot.replay = replay
-    return queue_run(
-        created_by=user if user is not None and user.is_authenticated else None,
-        endpoint=endpoint, policy=policy, parent=parent,
-        title=run_title(messages), snapshot=snapshot.stored(),
-    )
+    snapshot.replay = request.replay
+    return {"created_by": user if user is not None and user.is_authenticated else None,
+            "endpoint": endpoint, "policy": request.policy, "parent": request.parent,
+            "title": run_title(messages), "snapshot": snapshot.stored()}
 
 
 def _check_request(tools: Sequence[ToolRegistration], messages: Sequence[ChatMessage]) -> None:

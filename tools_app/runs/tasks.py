@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -43,6 +44,17 @@ def queue_run(**fields: Any) -> Run:
         if run.parent_id is not None:  # the parent's page lists it
             notify_child_after_commit(str(run.parent_id))
     return run
+
+
+def queue_runs(fields: Sequence[Mapping[str, Any]]) -> list[Run]:
+    """`queue_run` for several runs in one transaction (all stored, or none)."""
+    with transaction.atomic(), pipelined():
+        runs = [create_queued(**f) for f in fields]
+        for run in runs:
+            enqueue_run_at_commit(str(run.pk))
+        for parent_id in dict.fromkeys(str(r.parent_id) for r in runs if r.parent_id):
+            notify_child_after_commit(parent_id)
+    return runs
 
 
 def enqueue_run_at_commit(run_id: str) -> None:

@@ -5,6 +5,8 @@ kept on the suite cell's run (each failing assertion's sentence and reason)."""
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,15 +22,22 @@ class RunVerdict:
 
 
 def run_record(run: Run) -> RunRecord:
-    calls = ToolCall.objects.filter(run=run).select_related("round").order_by(
-        "round__index", "call_index")
-    return RunRecord(
-        status=run.status,
-        calls=[CallRecord(name=c.tool_name, arguments=_arguments(c),
-                          round_index=c.round.index if c.round is not None else 0,
-                          error_type=c.error_type) for c in calls],
-        rounds=run.rounds_count, final_text=run.final_text, error_type=run.error_type,
-        error_message=run.error_message, cost_usd=run.cost_usd)
+    return run_records([run])[run.pk]
+
+
+def run_records(runs: Sequence[Run]) -> dict[Any, RunRecord]:
+    """Each run's record by its id; the calls of all of them read in one query."""
+    calls: dict[Any, list[CallRecord]] = defaultdict(list)
+    for call in ToolCall.objects.filter(run__in=[r.pk for r in runs]).select_related(
+            "round").order_by("run_id", "round__index", "call_index"):
+        calls[call.run_id].append(CallRecord(
+            name=call.tool_name, arguments=_arguments(call),
+            round_index=call.round.index if call.round is not None else 0,
+            error_type=call.error_type))
+    return {run.pk: RunRecord(status=run.status, calls=calls[run.pk], rounds=run.rounds_count,
+                              final_text=run.final_text, error_type=run.error_type,
+                              error_message=run.error_message, cost_usd=run.cost_usd)
+            for run in runs}
 
 
 def _arguments(call: ToolCall) -> Any:
@@ -40,13 +49,15 @@ def _arguments(call: ToolCall) -> Any:
         return None
 
 
-def verdict_of(run: Run, assertions: list[Assertion]) -> RunVerdict:
-    """The run passes when it was not cancelled and every assertion holds."""
+def verdict_of(run: Run, assertions: list[Assertion],
+               record: RunRecord | None = None) -> RunVerdict:
+    """The run passes when it was not cancelled and every assertion holds (checked
+    against `record`, the run's as `run_records` read it, else read now)."""
     failures: list[dict[str, str]] = []
     if run.status == RunStatus.CANCELLED:
         failures.append({"sentence": "The run finishes.",
                          "reason": f"the run was cancelled: {run.error_message}".rstrip(": ")})
-    for verdict in evaluate_all(assertions, run_record(run)):
+    for verdict in evaluate_all(assertions, record or run_record(run)):
         if not verdict.passed:
             failures.append({"sentence": verdict.sentence, "reason": verdict.reason})
     return RunVerdict(passed=not failures, failures=failures)

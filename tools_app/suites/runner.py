@@ -1,5 +1,6 @@
 """A suite run: every case on every endpoint, each cell repeated, each execution an
-ordinary run started through `runs.services.run_create` and linked to its cell.
+ordinary run started through `runs.services.run_create_many` (the due runs of a step
+together) and linked to its cell.
 
 `suite_run_start` checks the request and stores the suite run and its cells; `advance`
 evaluates the runs that finished (`evaluation`) and starts more, never more than the
@@ -15,7 +16,8 @@ idempotent tools live, others mocked); `tools` in the configuration overrides bo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from time import monotonic, sleep
 from typing import Any
 
@@ -40,12 +42,12 @@ from tools_app.models import (
     ToolRegistration,
 )
 from tools_app.runs.debugger.run_files import recording_of
-from tools_app.runs.services import RunRequestError, run_create
+from tools_app.runs.services import RunRequest, RunRequestError, run_create_many
 from tools_app.runs.snapshot.model import ReplaySection, ToolsMode
 from tools_app.runs.store.selectors import default_policy, run_get_for_user
 
-from .assertions import load_assertions
-from .evaluation import verdict_of
+from .assertions import Assertion, load_assertions
+from .evaluation import RunVerdict, run_records, verdict_of
 
 POLL_SECONDS = 0.05
 """How often a driver looks for a finished run (`a_run_has_ended`, one small query)."""
@@ -179,8 +181,14 @@ def _may_replay(case: SuiteCase, user: Any) -> bool:
     return run_get_for_user(str(case.source_run_id), user) is not None
 
 
-def _case_tools(case: SuiteCase) -> list[ToolRegistration]:
-    found = {t.name: t for t in ToolRegistration.objects.filter(name__in=case.tools)}
+def _tools_named(names: Iterable[str]) -> dict[str, ToolRegistration]:
+    return {t.name: t for t in ToolRegistration.objects.filter(name__in=list(names))}
+
+
+def _case_tools(case: SuiteCase,
+                found: dict[str, ToolRegistration] | None = None) -> list[ToolRegistration]:
+    """The case's tools, from `found` (the tools of several cases read at once) or read."""
+    found = _tools_named(case.tools) if found is None else found
     missing = [n for n in case.tools if n not in found]
     if missing:
         raise SuiteConfigError(f"case {case.name!r}: no registered tool named "
@@ -209,30 +217,48 @@ def advance(suite_run: SuiteRun) -> list[Run]:
 
 
 def evaluate_finished(suite_run: SuiteRun) -> int:
-    pending = SuiteCellRun.objects.filter(
+    """Evaluate every ended run not yet evaluated: their rows read in a few queries
+    (`run_records`), the verdicts stored in one transaction. Returns how many."""
+    pending = list(SuiteCellRun.objects.filter(
         cell__suite_run=suite_run, passed__isnull=True,
-        run__status__in=TERMINAL_STATUSES).select_related("cell", "run")
-    count = 0
+        run__status__in=TERMINAL_STATUSES).select_related("cell", "run"))
+    if not pending:
+        return 0
+    records = run_records([cell_run.run for cell_run in pending])
+    assertions: dict[int, list[Assertion]] = {}
+    verdicts: list[tuple[SuiteCellRun, RunVerdict]] = []
     for cell_run in pending:
-        count += _evaluate(cell_run)
-    return count
+        if cell_run.cell_id not in assertions:
+            assertions[cell_run.cell_id] = load_assertions(cell_run.cell.assertions)
+        verdicts.append((cell_run, verdict_of(cell_run.run, assertions[cell_run.cell_id],
+                                              records[cell_run.run_id])))
+    return _store_verdicts(verdicts)
 
 
-def _evaluate(cell_run: SuiteCellRun) -> int:
-    verdict = verdict_of(cell_run.run, load_assertions(cell_run.cell.assertions))
+def _store_verdicts(verdicts: Sequence[tuple[SuiteCellRun, RunVerdict]]) -> int:
+    """Each verdict claimed (another driver may have stored it first), then each cell's
+    counts raised by the ones claimed; all in one transaction."""
+    evaluated: Counter[int] = Counter()
+    passed: Counter[int] = Counter()
+    now = timezone.now()
     with transaction.atomic():
-        claimed = SuiteCellRun.objects.filter(pk=cell_run.pk, passed__isnull=True).update(
-            passed=verdict.passed, failures=verdict.failures, evaluated_at=timezone.now())
-        if not claimed:  # another driver evaluated it first
-            return 0
-        SuiteCell.objects.filter(pk=cell_run.cell_id).update(
-            evaluated=F("evaluated") + 1, passed=F("passed") + int(verdict.passed))
-    return 1
+        for cell_run, verdict in verdicts:
+            claimed = SuiteCellRun.objects.filter(pk=cell_run.pk, passed__isnull=True).update(
+                passed=verdict.passed, failures=verdict.failures, evaluated_at=now)
+            if claimed:
+                evaluated[cell_run.cell_id] += 1
+                passed[cell_run.cell_id] += int(verdict.passed)
+        for cell_id, count in evaluated.items():
+            SuiteCell.objects.filter(pk=cell_id).update(
+                evaluated=F("evaluated") + count, passed=F("passed") + passed[cell_id])
+    return sum(evaluated.values())
 
 
 def start_due_runs(suite_run: SuiteRun) -> list[Run]:
-    """Start runs up to the concurrency. The suite run's row is locked meanwhile, so two
-    drivers (a driver enqueued again after a restart) never start more than that."""
+    """Start runs up to the concurrency, all in one transaction (`run_create_many`).
+    The suite run's row is locked meanwhile, so two drivers (a driver enqueued again
+    after a restart) never start more than that. A run that cannot start fails the
+    suite run, and none of that step's runs start."""
     with transaction.atomic():
         locked = SuiteRun.objects.select_for_update().filter(
             pk=suite_run.pk, status=SuiteRunStatus.RUNNING).first()
@@ -241,14 +267,13 @@ def start_due_runs(suite_run: SuiteRun) -> list[Run]:
         config = SuiteRunConfig.model_validate(locked.config)
         in_flight = SuiteCellRun.objects.filter(cell__suite_run=locked, passed__isnull=True
                                                 ).exclude(run__status__in=TERMINAL_STATUSES).count()
-        room = config.concurrency - in_flight
+        due = _due(locked)[:max(config.concurrency - in_flight, 0)]
         started: list[Run] = []
-        for cell, repetition in _due(locked)[:max(room, 0)]:
+        if due:
             try:
-                started.append(_start_one(locked, cell, repetition, config))
-            except (SuiteConfigError, RunRequestError) as exc:
-                _fail(locked, f"{cell.case_name} on {cell.endpoint_name}: {exc}")
-                break
+                started = _start_many(locked, due, config)
+            except SuiteConfigError as exc:
+                _fail(locked, str(exc))
     suite_run.refresh_from_db()
     return started
 
@@ -262,21 +287,41 @@ def _due(suite_run: SuiteRun) -> list[tuple[SuiteCell, int]]:
             if cell.started <= rep < cell.repeat]
 
 
-def _start_one(suite_run: SuiteRun, cell: SuiteCell, repetition: int,
-               config: SuiteRunConfig) -> Run:
-    case, endpoint = cell.case, cell.endpoint
-    if case is None or endpoint is None:
-        raise SuiteConfigError("its case or endpoint was deleted during the suite run")
-    tools = _case_tools(case)
+def _start_many(suite_run: SuiteRun, due: Sequence[tuple[SuiteCell, int]],
+                config: SuiteRunConfig) -> list[Run]:
+    """The due runs created and enqueued together, each linked to its cell. Raises
+    `SuiteConfigError` naming the cell of the first that cannot start."""
     policy = _policy()
-    if policy is None:
-        raise SuiteConfigError("there is no default error policy")
-    with transaction.atomic():
-        run = run_create(user=suite_run.created_by, endpoint=endpoint, tools=tools,
-                         policy=policy, messages=parse_conversation(case.messages),
-                         replay=_replay_for(case, tool_modes_for(case, tools, config.tools)))
-        SuiteCellRun.objects.create(cell=cell, run=run, repetition=repetition + 1)
-    return run
+    found = _tools_named({name for cell, _ in due if cell.case for name in cell.case.tools})
+    requests = [_request_for(cell, policy, found, config) for cell, _ in due]
+    try:
+        runs = run_create_many(user=suite_run.created_by, requests=requests)
+    except RunRequestError as exc:
+        raise SuiteConfigError(f"{_cell_label(due[exc.index or 0][0])}: {exc}") from exc
+    SuiteCellRun.objects.bulk_create(
+        SuiteCellRun(cell=cell, run=run, repetition=repetition + 1)
+        for (cell, repetition), run in zip(due, runs, strict=True))
+    return runs
+
+
+def _request_for(cell: SuiteCell, policy: ErrorPolicy | None,
+                 found: dict[str, ToolRegistration], config: SuiteRunConfig) -> RunRequest:
+    case, endpoint = cell.case, cell.endpoint
+    try:
+        if case is None or endpoint is None:
+            raise SuiteConfigError("its case or endpoint was deleted during the suite run")
+        if policy is None:
+            raise SuiteConfigError("there is no default error policy")
+        tools = _case_tools(case, found)
+    except SuiteConfigError as exc:
+        raise SuiteConfigError(f"{_cell_label(cell)}: {exc}") from exc
+    return RunRequest(endpoint=endpoint, tools=tools, policy=policy,
+                      messages=parse_conversation(case.messages),
+                      replay=_replay_for(case, tool_modes_for(case, tools, config.tools)))
+
+
+def _cell_label(cell: SuiteCell) -> str:
+    return f"{cell.case_name} on {cell.endpoint_name}"
 
 
 def _replay_for(case: SuiteCase, modes: dict[str, ToolsMode]) -> ReplaySection | None:
