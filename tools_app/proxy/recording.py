@@ -16,6 +16,9 @@ in one of them is that round's, and the run's error).
 
 One recorder thread per process takes exchanges in the order they ended, so a
 conversation's next request finds the previous one recorded; `drain()` waits for it.
+Its queue is bounded (`CAPACITY`): when recording falls that far behind, an exchange is
+not recorded (counted in `dropped`, logged) rather than the client kept waiting or the
+process's memory growing.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 SCOPE = "agentforge.proxy"
 SDK = "AgentForge recording proxy"
+CAPACITY = 1000
 RAW_FINISH = {FinishReason.STOP: "stop", FinishReason.TOOL_EXECUTION: "tool_calls",
               FinishReason.LENGTH: "length", FinishReason.CONTENT_FILTER: "content_filter"}
 
@@ -206,13 +210,30 @@ def _parts(message: Message) -> dict[str, Any]:
 class Recorder:
     """Records exchanges in the order they are handed over, on one thread of its own."""
 
-    def __init__(self) -> None:
-        self._queue: queue.Queue[Exchange | None] = queue.Queue()
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self._queue: queue.Queue[Exchange | None] = queue.Queue(maxsize=capacity)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.dropped = 0
+        """Exchanges not recorded because the queue was full."""
 
-    def submit(self, exchange: Exchange) -> None:
-        self._queue.put(exchange)
+    def submit(self, exchange: Exchange) -> bool:
+        """Queue the exchange for recording; False (counted, logged) if the queue is
+        full. Never waits."""
+        try:
+            self._queue.put_nowait(exchange)
+        except queue.Full:
+            with self._lock:
+                self.dropped += 1
+                dropped = self.dropped
+            logger.warning("recording queue full (%d waiting): an exchange with endpoint "
+                           "%s not recorded (%d dropped so far)", self._queue.maxsize,
+                           exchange.target.endpoint_name, dropped)
+            return False
+        self._start()
+        return True
+
+    def _start(self) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:

@@ -27,7 +27,7 @@ from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from tools_app.models import ModelEndpoint
-from tools_app.proxy import upstream
+from tools_app.proxy import lookups, upstream
 from tools_app.proxy.dialects import ANTHROPIC_MESSAGES, OPENAI_CHAT, Dialect
 from tools_app.proxy.exchanges import Exchange
 from tools_app.proxy.recording import RECORDER
@@ -59,7 +59,7 @@ async def _proxy(request: HttpRequest, reference: str, dialect: Dialect) -> Http
         if request.method != "POST":
             raise Refused(405, "method_not_allowed", "send a POST request")
         token = _token(request)
-        user, target = await sync_to_async(_authorized)(token, reference, dialect)
+        user, target = await _looked_up(token, reference, dialect)
         body, stream = _body(request)
     except Refused as refusal:
         return _refusal(dialect, refusal)
@@ -138,17 +138,33 @@ def _token(request: HttpRequest) -> str:
     return token
 
 
-def _authorized(token: str, reference: str, dialect: Dialect) -> tuple[User, Target]:
-    user = user_for_token(token)
-    if user is None or not user.is_active:
-        raise Refused(401, "invalid_api_key", "the API key is not a valid AgentForge API "
-                                              "token")
-    endpoint = upstream.find_endpoint(reference, dialect)
-    if endpoint is None:
-        kinds = ", ".join(sorted(dialect.kinds))
-        raise Refused(404, "endpoint_not_found", f"no registered endpoint named "
-                                                 f"{reference[:100]!r} of kind {kinds}")
-    return user, _target(endpoint)
+async def _looked_up(token: str, reference: str, dialect: Dialect) -> tuple[User, Target]:
+    """The token's user and the endpoint, from the cache (no thread hop, no query) or
+    from the database (then kept)."""
+    user = lookups.cached_user(token)
+    target = lookups.cached_target(reference, dialect.name)
+    if user is not None and target is not None:
+        return user, target
+    return await sync_to_async(_authorized)(token, reference, dialect, user, target)
+
+
+def _authorized(token: str, reference: str, dialect: Dialect, user: User | None,
+                target: Target | None) -> tuple[User, Target]:
+    if user is None:
+        user = user_for_token(token)
+        if user is None or not user.is_active:
+            raise Refused(401, "invalid_api_key", "the API key is not a valid AgentForge "
+                                                  "API token")
+        lookups.keep_user(token, user)
+    if target is None:
+        endpoint = upstream.find_endpoint(reference, dialect)
+        if endpoint is None:
+            kinds = ", ".join(sorted(dialect.kinds))
+            raise Refused(404, "endpoint_not_found", f"no registered endpoint named "
+                                                     f"{reference[:100]!r} of kind {kinds}")
+        target = _target(endpoint)
+        lookups.keep_target(reference, dialect.name, target)
+    return user, target
 
 
 def _target(endpoint: ModelEndpoint) -> Target:

@@ -1,0 +1,106 @@
+"""What the proxy keeps between requests: the token's user and the endpoint (dropped
+when their rows change, or after a few seconds for a change it cannot see), and the
+recorder's bounded queue (an exchange past it is not recorded, and the client is not
+kept waiting)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import httpx
+import pytest
+from django.contrib.auth.models import User
+
+from tests.proxy.conftest import Proxy
+from tools_app.models import ApiToken, ModelEndpoint
+from tools_app.proxy import lookups, recording
+from tools_app.proxy.recording import Recorder
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HELLO = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _ask(proxy: Proxy, endpoint: str = "fake-openai") -> httpx.Response:
+    return httpx.post(f"{proxy.openai_base(endpoint)}/chat/completions", json=HELLO,
+                      headers={"Authorization": f"Bearer {proxy.token}"})
+
+
+def test_a_deleted_token_is_refused_at_its_next_request(proxy: Proxy) -> None:
+    assert _ask(proxy).status_code == 200
+    assert lookups.cached_user(proxy.token) is not None  # kept by the first request
+
+    ApiToken.objects.filter(user_id=proxy.user.pk).get().delete()
+
+    refused = _ask(proxy)
+    assert refused.status_code == 401
+    assert refused.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_a_deactivated_user_is_refused_at_their_next_request(proxy: Proxy) -> None:
+    assert _ask(proxy).status_code == 200
+    user = User.objects.get(pk=proxy.user.pk)
+    user.is_active = False
+    user.save()
+
+    assert _ask(proxy).status_code == 401
+
+
+def test_a_renamed_endpoint_is_no_longer_found_by_its_old_name(proxy: Proxy) -> None:
+    assert _ask(proxy).status_code == 200
+    endpoint = ModelEndpoint.objects.get(name="fake-openai")
+    endpoint.name = "renamed"
+    endpoint.save()
+
+    assert _ask(proxy).status_code == 404
+    assert _ask(proxy, "renamed").status_code == 200
+
+
+def test_a_change_without_signals_is_seen_once_the_kept_answer_expires(
+        proxy: Proxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr(lookups, "_now", lambda: clock[0])
+    assert _ask(proxy).status_code == 200
+    # A queryset update (as another process would make it) sends no signal.
+    User.objects.filter(pk=proxy.user.pk).update(is_active=False)
+
+    assert _ask(proxy).status_code == 200  # still the kept answer
+    clock[0] += lookups.TTL_SECONDS
+    assert _ask(proxy).status_code == 401
+
+
+def test_an_unknown_token_is_not_kept(proxy: Proxy) -> None:
+    response = httpx.post(f"{proxy.openai_base()}/chat/completions", json=HELLO,
+                          headers={"Authorization": "Bearer afw_not-a-token"})
+    assert response.status_code == 401
+    assert lookups.cached_user("afw_not-a-token") is None
+
+
+def test_a_full_recording_queue_drops_the_exchange_counted_and_logged(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def held(exchange: Any, loop: Any) -> None:
+        entered.set()
+        release.wait()
+
+    monkeypatch.setattr(recording, "record_now", held)
+    recorder = Recorder(capacity=1)
+    exchange: Any = type("E", (), {"target": type("T", (), {"endpoint_name": "ep"})()})()
+    assert recorder.submit(exchange)
+    entered.wait()  # the recorder holds the first; the queue is empty again
+    assert recorder.submit(exchange)  # fills the queue
+    with caplog.at_level(logging.WARNING, logger=recording.__name__):
+        assert not recorder.submit(exchange)
+    assert recorder.dropped == 1
+    assert "recording queue full" in caplog.text
+    assert "endpoint ep" in caplog.text
+    release.set()
+    recorder.drain()
+    assert recorder.dropped == 1
+
+
+def test_the_recording_queue_is_bounded_by_default() -> None:
+    assert Recorder()._queue.maxsize == recording.CAPACITY > 0
