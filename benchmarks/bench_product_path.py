@@ -27,10 +27,10 @@ Run: python -m benchmarks.bench_product_path [--only embedded|scaleout] [--runs 
 `--busy-cores 1` is the headroom check: the same with one CPU kept busy by another
 process throughout. `--name` writes docs/benchmarks/FILE.md instead of product-path.md.
 
-The write path measured (issue 39): the hand-built SQL of store/rowsql.py and
-store/prepared.py by default; with AGENTFORGE_WRITE_PATH=orm in this process's
-environment (the servers it starts inherit it), their ORM variants (store/rowsql_orm.py,
-store/prepared_orm.py). The report says which; give each its own `--name`.
+The write path measured (issue 39): the hand-built SQL of store/sql/rowsql.py and
+store/sql/prepared.py by default; with AGENTFORGE_WRITE_PATH=orm in this process's
+environment (the servers it starts inherit it), their ORM variants (store/sql/rowsql_orm.py,
+store/sql/prepared_orm.py). The report says which; give each its own `--name`.
 
 The workload and a scenario's `Outcome` are product_path_workload.py; the report
 product_path_report.py.

@@ -126,13 +126,13 @@ the client) shares one machine ({os.cpu_count()} CPUs, shared with other work: t
 
 
 def write_path() -> str:
-    """The write path the servers use (AGENTFORGE_WRITE_PATH, as store/write_path.py
+    """The write path the servers use (AGENTFORGE_WRITE_PATH, as store/sql/write_path.py
     reads it)."""
     return os.environ.get("AGENTFORGE_WRITE_PATH", "").strip().lower() or "sql"
 
 
 WRITE_PATHS = {
-    "sql": "the hand-built SQL (store/rowsql.py, store/prepared.py), the default",
-    "orm": "the ORM variants (AGENTFORGE_WRITE_PATH=orm: store/rowsql_orm.py, "
-           "store/prepared_orm.py)",
+    "sql": "the hand-built SQL (store/sql/rowsql.py, store/sql/prepared.py), the default",
+    "orm": "the ORM variants (AGENTFORGE_WRITE_PATH=orm: store/sql/rowsql_orm.py, "
+           "store/sql/prepared_orm.py)",
 }

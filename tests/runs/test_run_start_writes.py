@@ -19,8 +19,8 @@ from psycopg.pq import PipelineStatus
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, RunEvent, ToolRegistration
 from tools_app.runs.loops.task_wakeup import WakingDatabaseBackend
 from tools_app.runs.services import conversation, run_create
-from tools_app.runs.store import rowsql
 from tools_app.runs.store.db import pipelined
+from tools_app.runs.store.sql import rowsql
 from tools_app.runs.tasks import execute_run
 
 pytestmark = [pytest.mark.both, pytest.mark.django_db(transaction=True)]

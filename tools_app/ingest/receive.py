@@ -30,7 +30,6 @@ from tools_app.ingest import conventions as conv
 from tools_app.ingest import snapshot as snapshots
 from tools_app.ingest.spans import Refusal, SpanRecord
 from tools_app.models import IngestedRunKey, IngestedSpan, Run, RunStatus
-from tools_app.runs.store import rowsql
 from tools_app.runs.store.eventlog import (
     Append,
     append_events,
@@ -45,6 +44,7 @@ from tools_app.runs.store.lifecycle import (
     create_received_many,
 )
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
+from tools_app.runs.store.sql import rowsql
 
 RECEIVED_EVENT = "spans_received"
 

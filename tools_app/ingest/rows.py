@@ -29,10 +29,10 @@ from tools_app.ingest.assemble import CallPlan, RoundPlan, RunPlan, moment
 from tools_app.ingest.conventions import RoundFacts
 from tools_app.ingest.messages import Message
 from tools_app.models import Round, ToolCall
-from tools_app.runs.store import rowsql
 from tools_app.runs.store.eventlog import run_key
-from tools_app.runs.store.rowsql import In
 from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
+from tools_app.runs.store.sql import rowsql
+from tools_app.runs.store.sql.rowsql import In
 
 ROUND_FIELDS_VERSION = 1  # raised when `round_fields` changes: kept rounds written again
 OFFSET = 1_000_000  # indexes parked out of the way while rows change places

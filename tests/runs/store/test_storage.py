@@ -424,8 +424,8 @@ def test_a_payload_stored_from_its_text_reads_back_as_the_orm_stores_it(
     texts read back as the same rows written by the ORM from the plain values."""
     from django.utils import timezone
 
-    from tools_app.runs.store import rowsql
     from tools_app.runs.store.sanitize import CleanPayload
+    from tools_app.runs.store.sql import rowsql
 
     settings.AGENTFORGE_MAX_VALUE_BYTES = 2048
     run = start(make_endpoint([{"text": "done"}]), [tools["lookup"]], policy)

@@ -810,7 +810,7 @@ def test_a_batch_too_big_for_one_statement_is_written_in_several(
 ) -> None:
     """Both databases cap a statement's parameters (a round of thousands of calls would
     pass them): an INSERT is split, here at 60 parameters (two calls, twelve events)."""
-    from tools_app.runs.store import rowsql
+    from tools_app.runs.store.sql import rowsql
 
     monkeypatch.setattr(rowsql, "MAX_PARAMETERS", 60)
     run, token = recording_run(endpoint, tools, policy)

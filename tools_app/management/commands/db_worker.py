@@ -30,10 +30,10 @@ from tools_app.runs.loops import task_backend
 from tools_app.runs.loops.process import freeze_startup_objects, preload_for_runs
 from tools_app.runs.loops.provider_clients import close_at_exit
 from tools_app.runs.loops.task_wakeup import TaskWakeups
-from tools_app.runs.store import rowsql
 from tools_app.runs.store.db import drop_broken_connections
 from tools_app.runs.store.leases import release_this_process_runs
 from tools_app.runs.store.outage import DATABASE_ERRORS, Outage
+from tools_app.runs.store.sql import rowsql
 from tools_app.runs.store.worker_beats import BEAT_EVERY, WorkerBeat, forget_old_workers
 from tools_app.runs.sweeps import reap_and_enqueue, start_reaper_thread
 from tools_app.runs.tasks import enqueue_run

@@ -25,7 +25,7 @@ from tools_app.models import (
     ToolCall,
 )
 from tools_app.runs.snapshot.model import snapshot_of
-from tools_app.runs.store import prepared
+from tools_app.runs.store.sql import prepared
 
 FIELDS = ("pk", "tool_call_id", "number", "tool_name", "tool_kind", "tool_version_hash",
           "arguments", "approved", "state", "result_text", "is_error", "error_type",

@@ -30,8 +30,8 @@ from tools_app.models.prices import format_usd
 from tools_app.runs.debugger import lineage
 from tools_app.runs.debugger.timeline import pretty_json, unexecuted_requests
 from tools_app.runs.snapshot.model import snapshot_of
-from tools_app.runs.store import prepared
 from tools_app.runs.store.selectors import as_uuid
+from tools_app.runs.store.sql import prepared
 
 
 def replay_divergences(run: Run) -> list[str]:

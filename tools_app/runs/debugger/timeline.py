@@ -27,8 +27,8 @@ from tools_app.models import (
 )
 from tools_app.runs.debugger.reexecution_reads import lane_adder as reexec_lanes
 from tools_app.runs.snapshot.model import snapshot_of
-from tools_app.runs.store import prepared
 from tools_app.runs.store.sanitize import fit_column
+from tools_app.runs.store.sql import prepared
 from tools_app.runs.worker.breakpoint_hooks import edited_calls
 
 

@@ -41,8 +41,8 @@ from django_tasks_db import DatabaseBackend
 from django_tasks_db.compat import normalize_json
 from django_tasks_db.models import DBTaskResult
 
-from tools_app.runs.store import rowsql
 from tools_app.runs.store.outage import Outage
+from tools_app.runs.store.sql import rowsql
 
 logger = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from tools_app.models import Run, RunEvent
-from tools_app.runs.store import rowsql
-from tools_app.runs.store.rowsql import Add
+from tools_app.runs.store.sql import rowsql
+from tools_app.runs.store.sql.rowsql import Add
 
 logger = logging.getLogger(__name__)
 

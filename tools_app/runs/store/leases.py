@@ -21,7 +21,6 @@ from django.db.models import F
 from django.utils import timezone
 
 from tools_app.models import Run, RunStatus
-from tools_app.runs.store import rowsql
 from tools_app.runs.store.eventlog import LeaseLost, run_key
 from tools_app.runs.store.lifecycle import (
     CLAIMABLE,
@@ -30,7 +29,8 @@ from tools_app.runs.store.lifecycle import (
     claimable,
     move_locked,
 )
-from tools_app.runs.store.rowsql import Add
+from tools_app.runs.store.sql import rowsql
+from tools_app.runs.store.sql.rowsql import Add
 
 logger = logging.getLogger(__name__)
 

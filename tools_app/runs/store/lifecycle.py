@@ -39,10 +39,10 @@ from tools_app.models import (
     ToolCall,
     ToolCallState,
 )
-from tools_app.runs.store import rowsql
 from tools_app.runs.store.eventlog import LeaseLost, append_event, notify_after_commit, run_key
-from tools_app.runs.store.rowsql import In
 from tools_app.runs.store.sanitize import clean_text
+from tools_app.runs.store.sql import rowsql
+from tools_app.runs.store.sql.rowsql import In
 
 RUNNING, WAITING = RunStatus.RUNNING, RunStatus.WAITING
 INTERRUPTED = RunStatus.INTERRUPTED

@@ -19,7 +19,7 @@ from tools_app.models import (
     RunStatus,
     ToolRegistration,
 )
-from tools_app.runs.store import prepared
+from tools_app.runs.store.sql import prepared
 
 User = AbstractBaseUser | AnonymousUser
 

@@ -44,8 +44,8 @@ from tools_app.runs.loops.loop_groups import LoopGroups
 from tools_app.runs.store.db import write_turn
 from tools_app.runs.store.eventlog import Append, append_many, run_key
 from tools_app.runs.store.lifecycle import Ending, close_unfinished_of, last_round_indexes
-from tools_app.runs.store.row_changes import RowChanges, write_all
 from tools_app.runs.store.sanitize import CleanPayload
+from tools_app.runs.store.sql.row_changes import RowChanges, write_all
 
 logger = logging.getLogger(__name__)
 

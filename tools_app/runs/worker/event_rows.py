@@ -21,8 +21,8 @@ from tools_app.engine.events import (
 )
 from tools_app.engine.execution import arguments_as_map
 from tools_app.models import Round, ToolCall
-from tools_app.runs.store.row_changes import RowChanges
 from tools_app.runs.store.sanitize import CleanPayload, clean_json, clean_text, fit_column
+from tools_app.runs.store.sql.row_changes import RowChanges
 
 
 def fold_events(changes: RowChanges, batch: Sequence[tuple[Any, dict[str, Any]]]) -> None:

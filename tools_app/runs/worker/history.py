@@ -19,7 +19,7 @@ from tools_app.engine import (
 )
 from tools_app.models import FINISHED_CALL_STATES, IN_DOUBT_CALL_STATES, Round, Run, ToolCall
 from tools_app.runs.snapshot.model import RunSnapshot, snapshot_of
-from tools_app.runs.store import rowsql
+from tools_app.runs.store.sql import rowsql
 from tools_app.runs.worker.breakpoint_hooks import added_messages
 
 

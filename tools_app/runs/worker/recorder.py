@@ -35,7 +35,6 @@ from tools_app.engine.events import (
 )
 from tools_app.runs.store.eventlog import notify
 from tools_app.runs.store.lifecycle import Ending
-from tools_app.runs.store.row_changes import RowChanges
 from tools_app.runs.store.sanitize import (
     CleanPayload,
     StreamRedactor,
@@ -43,6 +42,7 @@ from tools_app.runs.store.sanitize import (
     redact,
     stored_as_sent,
 )
+from tools_app.runs.store.sql.row_changes import RowChanges
 from tools_app.runs.worker import batch_writer
 from tools_app.runs.worker.batch_writer import Batch, write_together
 from tools_app.runs.worker.event_rows import fold_events

@@ -36,7 +36,6 @@ from tools_app.models import (
 from tools_app.runs.loops.loop_groups import LoopGroups
 from tools_app.runs.snapshot.engine import engine_for_snapshot
 from tools_app.runs.snapshot.model import PolicySnapshot, snapshot_of
-from tools_app.runs.store import rowsql
 from tools_app.runs.store.db import drop_broken_connections, write_turn
 from tools_app.runs.store.eventlog import LeaseLost, notify, run_key
 from tools_app.runs.store.leases import (
@@ -49,6 +48,7 @@ from tools_app.runs.store.leases import (
 from tools_app.runs.store.lifecycle import Ending, finish, wait
 from tools_app.runs.store.sanitize import clean_text, redact
 from tools_app.runs.store.selectors import run_row, run_rows
+from tools_app.runs.store.sql import rowsql
 from tools_app.runs.worker import batch_writer
 from tools_app.runs.worker.approver import RunApprover
 from tools_app.runs.worker.breakpoint_hooks import RunBreakpoints

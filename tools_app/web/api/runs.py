@@ -42,7 +42,8 @@ from tools_app.runs.snapshot.model import (
     price_revision,
     snapshot_of,
 )
-from tools_app.runs.store import prepared, selectors
+from tools_app.runs.store import selectors
+from tools_app.runs.store.sql import prepared
 from tools_app.web.api import event_stream
 from tools_app.web.api.approvals import pause_json
 from tools_app.web.api.base import (
@@ -102,7 +103,7 @@ def _create_run(request: HttpRequest, body: StartRunBody) -> Run:
 
 
 def _lookup(model: Any, key: str | int, field: str) -> Any:
-    """By id, else by name: prepared reads (runs/store/prepared.py), as every POST /api/runs
+    """By id, else by name: prepared reads (runs/store/sql/prepared.py), as every POST /api/runs
     looks its endpoint up."""
     by_id = _as_id(key, model)
     found = (_first(model, "pk", by_id) if by_id is not None else None) or \

@@ -20,7 +20,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from tools_app.models import ApiToken
-from tools_app.runs.store import prepared
+from tools_app.runs.store.sql import prepared
 
 TOKEN_PREFIX = "afw_"  # noqa: S105 - a public marker that makes leaked tokens greppable
 PREFIX_LENGTH = 8  # what the admin shows to tell tokens apart: "afw_" + 4 characters
@@ -69,7 +69,7 @@ def user_for_token(plaintext: str) -> User | None:
 
 
 def _token_with_user(digest: str) -> ApiToken | None:
-    """The token with this hash and its user, in one prepared read (runs/store/prepared.py):
+    """The token with this hash and its user, in one prepared read (runs/store/sql/prepared.py):
     every API request pays for this lookup, and the ORM's join was built again each
     time. Unordered: the hash is unique."""
     user_model: Any = ApiToken._meta.get_field("user").related_model  # AUTH_USER_MODEL

@@ -1,5 +1,5 @@
-"""The parts of Django's ORM the write path's SQL rests on (store/prepared.py compiles a
-queryset once and runs it again; store/rowsql.py prepares values as the model's fields
+"""The parts of Django's ORM the write path's SQL rests on (store/sql/prepared.py compiles a
+queryset once and runs it again; store/sql/rowsql.py prepares values as the model's fields
 do). A Django upgrade that changes one of them fails here, naming what changed and which
 module to check, before any read or write goes wrong."""
 
@@ -16,7 +16,7 @@ from tools_app.models import Run, RunEvent
 pytestmark = [pytest.mark.django_db, pytest.mark.both]
 
 UPGRADE = (f"Django {django.get_version()} changed {{what}}, which "
-           "tools_app/runs/store/{module} relies on: check that module against this version")
+           "tools_app/runs/store/sql/{module} relies on: check that module against this version")
 
 
 def changed(what: str, module: str) -> str:

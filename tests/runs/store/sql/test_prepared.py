@@ -1,4 +1,4 @@
-"""Prepared reads (runs/store/prepared.py): the rows the ORM's own queryset returns, for each
+"""Prepared reads (runs/store/sql/prepared.py): the rows the ORM's own queryset returns, for each
 set of arguments, with the SQL compiled once; on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from tools_app.models import (
 )
 from tools_app.runs.debugger.run_header import header_view, live_run
 from tools_app.runs.debugger.timeline import CALL_FIELDS, ROUND_FIELDS
-from tools_app.runs.store import prepared
 from tools_app.runs.store.selectors import run_row, run_rows
+from tools_app.runs.store.sql import prepared
 from tools_app.runs.worker.runner import execute_run
 
 pytestmark = pytest.mark.both

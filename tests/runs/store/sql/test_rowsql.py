@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from tests.runs.support import start
 from tools_app.models import ErrorPolicy, ModelEndpoint, RunEvent, ToolRegistration
-from tools_app.runs.store import rowsql, rowsql_driver
+from tools_app.runs.store.sql import rowsql, rowsql_driver
 
 pytestmark = pytest.mark.both
 

@@ -1,4 +1,4 @@
-"""The write path's ORM variant (store/rowsql_orm.py, issue 39's measurement) does what
+"""The write path's ORM variant (store/sql/rowsql_orm.py, issue 39's measurement) does what
 rowsql's docstrings say, as rowsql does: each case runs through both (`rowsql` as this
 process configured it, and `rowsql_orm`) and checks the same results and rows."""
 
@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from tests.runs.support import start
 from tools_app.models import ErrorPolicy, ModelEndpoint, Round, Run, RunEvent, ToolRegistration
-from tools_app.runs.store import rowsql, rowsql_orm
 from tools_app.runs.store.eventlog import run_key
 from tools_app.runs.store.sanitize import Encoded
-from tools_app.runs.store.write_path import Add, In
+from tools_app.runs.store.sql import rowsql, rowsql_orm
+from tools_app.runs.store.sql.write_path import Add, In
 
 pytestmark = pytest.mark.both
 

@@ -35,7 +35,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model, QuerySet
 from django.db.models.expressions import ColPairs
 
-from tools_app.runs.store.write_path import chosen
+from tools_app.runs.store.sql.write_path import chosen
 
 # Marker ints: far beyond any id, seq or index a test or a user creates, and within a
 # 32-bit column (SQLite and PostgreSQL compare them with any integer column).
@@ -268,11 +268,11 @@ def _converted(fetched: list[Any], compiled: _Compiled, converters: Converters,
     return converted
 
 
-# The measurement's switch (issue 39, store/write_path.py): with AGENTFORGE_WRITE_PATH=orm
+# The measurement's switch (issue 39, store/sql/write_path.py): with AGENTFORGE_WRITE_PATH=orm
 # the reads are the plain querysets, evaluated by the ORM at every call
 # (`prepared_orm`), read once at import.
 if chosen() == "orm":
-    from tools_app.runs.store import prepared_orm
+    from tools_app.runs.store.sql import prepared_orm
 
     rows = prepared_orm.rows
     instances = prepared_orm.instances

@@ -1,5 +1,5 @@
 """`prepared`'s reads evaluated as plain querysets, for the measurement of issue 39
-(store/write_path.py: `AGENTFORGE_WRITE_PATH=orm`): the queryset each caller's `build`
+(store/sql/write_path.py: `AGENTFORGE_WRITE_PATH=orm`): the queryset each caller's `build`
 makes from its arguments, compiled and run by the ORM at every call, as any queryset
 is. Same results by definition: `prepared.rows` and `prepared.instances` promise
 what `list(build(*arguments))` returns."""

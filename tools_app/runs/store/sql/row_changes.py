@@ -28,8 +28,8 @@ from decimal import Decimal
 from typing import Any
 
 from tools_app.models import Round, ToolCall
-from tools_app.runs.store import rowsql
-from tools_app.runs.store.rowsql import Add
+from tools_app.runs.store.sql import rowsql
+from tools_app.runs.store.sql.rowsql import Add
 
 
 @dataclass

@@ -25,14 +25,14 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 from django.db.models.signals import post_save, pre_save
 
-from tools_app.runs.store.rowsql_driver import (
+from tools_app.runs.store.sql.rowsql_driver import (
     column_preparers,
     default_connection,
     executed,
     field_of,
     prepared,
 )
-from tools_app.runs.store.write_path import Add, In, chosen
+from tools_app.runs.store.sql.write_path import Add, In, chosen
 
 __all__ = ["MAX_PARAMETERS", "Add", "In", "insert", "insert_as_saved", "select", "update",
            "update_many"]
@@ -295,11 +295,11 @@ def _insert_sql(model: type[Model], names: tuple[str, ...], count: int,
     return sql
 
 
-# The measurement's switch (issue 39, store/write_path.py): with AGENTFORGE_WRITE_PATH=orm
+# The measurement's switch (issue 39, store/sql/write_path.py): with AGENTFORGE_WRITE_PATH=orm
 # this module's public functions are the ORM's (`rowsql_orm`), read once at import;
 # the markers `Add` and `In` are the same classes either way.
 if chosen() == "orm":
-    from tools_app.runs.store import rowsql_orm
+    from tools_app.runs.store.sql import rowsql_orm
 
     update = rowsql_orm.update
     update_many = rowsql_orm.update_many

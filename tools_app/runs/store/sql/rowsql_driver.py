@@ -19,7 +19,7 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Model
 
 from tools_app.runs.store.sanitize import Encoded
-from tools_app.runs.store.write_path import Add
+from tools_app.runs.store.sql.write_path import Add
 
 # Fields whose values the database drivers take as Python gives them (str, int, float,
 # bool, None): their preparation would only check the type. JSON, datetimes and UUIDs

@@ -1,6 +1,6 @@
 """`rowsql`'s functions written with the ORM's public API only, for the measurement of
 issue 39: does the hand-built write path earn its place? `AGENTFORGE_WRITE_PATH=orm`
-has `rowsql` hand its public functions over to these (store/write_path.py).
+has `rowsql` hand its public functions over to these (store/sql/write_path.py).
 
 Each does what its `rowsql` namesake's docstring says, the way a Django developer would
 write it without caring about the cost of building statements:
@@ -44,7 +44,7 @@ from django.db import transaction
 from django.db.models import F, Field, JSONField, Model, QuerySet, Value
 
 from tools_app.runs.store.sanitize import Encoded
-from tools_app.runs.store.write_path import Add, In
+from tools_app.runs.store.sql.write_path import Add, In
 
 Key = tuple[Any, ...]
 
