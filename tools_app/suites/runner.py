@@ -49,7 +49,7 @@ from tools_app.runs.store.selectors import default_policy, run_get_for_user
 from .assertions import Assertion, load_assertions
 from .evaluation import RunVerdict, run_records, verdict_of
 
-POLL_SECONDS = 0.05
+POLL_SECONDS = 0.025
 """How often a driver looks for a finished run (`a_run_has_ended`, one small query)."""
 
 

@@ -27,7 +27,7 @@ async def drive_suite_run(suite_run_id: str) -> str:
         status = await sync_to_async(_advance)(suite_run_id)
         if status != "running":
             return status
-        await asyncio.sleep(POLL_SECONDS)
+        # A run that ended during the step is advanced on at once, not a poll later.
         while not await sync_to_async(a_run_has_ended)(suite_run_id):
             await asyncio.sleep(POLL_SECONDS)
 
