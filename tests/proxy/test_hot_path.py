@@ -12,9 +12,10 @@ from typing import Any
 import httpx
 import pytest
 from django.contrib.auth.models import User
+from django.db.models import Count
 
 from tests.proxy.conftest import Proxy
-from tools_app.models import ApiToken, ModelEndpoint
+from tools_app.models import ApiToken, ModelEndpoint, Round, Run
 from tools_app.proxy import lookups, recording
 from tools_app.proxy.recording import Recorder
 
@@ -28,6 +29,7 @@ def _ask(proxy: Proxy, endpoint: str = "fake-openai") -> httpx.Response:
                       headers={"Authorization": f"Bearer {proxy.token}"})
 
 
+@pytest.mark.both
 def test_a_deleted_token_is_refused_at_its_next_request(proxy: Proxy) -> None:
     assert _ask(proxy).status_code == 200
     assert lookups.cached_user(proxy.token) is not None  # kept by the first request
@@ -82,11 +84,11 @@ def test_a_full_recording_queue_drops_the_exchange_counted_and_logged(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     entered, release = threading.Event(), threading.Event()
 
-    def held(exchange: Any, loop: Any) -> None:
+    def held(batch: Any, exchange: Any) -> None:
         entered.set()
         release.wait()
 
-    monkeypatch.setattr(recording, "record_now", held)
+    monkeypatch.setattr(recording.Batch, "add", held)
     recorder = Recorder(capacity=1)
     exchange: Any = type("E", (), {"target": type("T", (), {"endpoint_name": "ep"})()})()
     assert recorder.submit(exchange)
@@ -100,6 +102,44 @@ def test_a_full_recording_queue_drops_the_exchange_counted_and_logged(
     release.set()
     recorder.drain()
     assert recorder.dropped == 1
+
+
+@pytest.mark.both
+def test_exchanges_queued_meanwhile_are_recorded_together_as_if_one_by_one(
+        proxy: Proxy, monkeypatch: pytest.MonkeyPatch) -> None:
+    entered, release = threading.Event(), threading.Event()
+    add, store = recording.Batch.add, recording._store
+    stored: list[list[str]] = []
+
+    def held_once(batch: Any, exchange: Any) -> None:
+        if not entered.is_set():
+            entered.set()
+            release.wait()
+        add(batch, exchange)
+
+    def counted(waiting: list[Any]) -> None:
+        stored.append([p.exchange.run_header for p in waiting])
+        store(waiting)
+
+    monkeypatch.setattr(recording.Batch, "add", held_once)
+    monkeypatch.setattr(recording, "_store", counted)
+    for run in ("a", "b", "b", "c"):  # a is being recorded while the others queue
+        response = httpx.post(f"{proxy.openai_base()}/chat/completions", json=HELLO,
+                              headers={"Authorization": f"Bearer {proxy.token}",
+                                       "X-AgentForge-Run": run})
+        assert response.status_code == 200
+        if run == "a":
+            entered.wait()
+    release.set()
+    proxy.recorded()
+
+    # b's second round waits for its first to be stored; c goes with it.
+    assert stored == [["a"], ["b"], ["b", "c"]]
+    assert Round.objects.filter(run__created_by=proxy.user).count() == 4
+    assert Run.objects.filter(created_by=proxy.user).count() == 3
+    counts = sorted(Run.objects.filter(created_by=proxy.user)
+                    .annotate(n=Count("rounds")).values_list("n", flat=True))
+    assert counts == [1, 1, 2]
 
 
 def test_the_recording_queue_is_bounded_by_default() -> None:

@@ -44,6 +44,14 @@ def trace_for(user_id: int, run_header: str, messages: list[Message]) -> tuple[s
     return uuid.uuid4().hex, ""
 
 
+def runs_of(user_id: int, traces: set[str]) -> dict[str, str]:
+    """Trace id -> the id of the run it is, for those of `traces` that are runs."""
+    keys = IngestedRunKey.objects.filter(owner_id=user_id,
+                                         key__in=[TRACE + t for t in traces])
+    return {key.removeprefix(TRACE): str(run_id)
+            for key, run_id in keys.values_list("key", "run_id")}
+
+
 def continued(user_id: int, key: str) -> None:
     """A prefix is continued once: the next request that shares it starts a run."""
     if key:

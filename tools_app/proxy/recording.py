@@ -16,6 +16,7 @@ in one of them is that round's, and the run's error).
 
 One recorder thread per process takes exchanges in the order they ended, so a
 conversation's next request finds the previous one recorded; `drain()` waits for it.
+What queued up while it was busy is recorded as one batch (`Batch`).
 Its queue is bounded (`CAPACITY`): when recording falls that far behind, an exchange is
 not recorded (counted in `dropped`, logged) rather than the client kept waiting or the
 process's memory growing.
@@ -30,6 +31,7 @@ import logging
 import queue
 import threading
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import close_old_connections, connections
@@ -54,23 +56,96 @@ RAW_FINISH = {FinishReason.STOP: "stop", FinishReason.TOOL_EXECUTION: "tool_call
               FinishReason.LENGTH: "length", FinishReason.CONTENT_FILTER: "content_filter"}
 
 
+MAX_BATCH = 100
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An exchange read and made into spans, waiting to be stored with others."""
+    exchange: Exchange
+    request: ProxiedRequest
+    result: Outcome
+    trace: str
+    prefix: str
+    spans: list[SpanRecord]
+
+
 def record_now(exchange: Exchange, loop: asyncio.AbstractEventLoop) -> None:
     """Record one exchange (on the recorder's thread, or a test's)."""
-    try:
-        request = exchange.dialect.read(json.loads(exchange.request_body))
-    except ValueError:
-        return  # the view refused it before it was sent
-    result = loop.run_until_complete(outcome(exchange))
-    user = exchange.user
-    trace, prefix = conversations.trace_for(user.pk, exchange.run_header, request.messages)
-    round_span = _round_span(exchange, request, result, trace)
-    spans = [round_span, *_tool_spans(exchange, request, trace)]
-    received = receive.receive(spans, user, Refusal(), via=PROXY_VIA)
-    if received.runs and result.response is not None:
-        # A failed exchange leaves its prefix in place: the client's retry continues.
-        conversations.continued(user.pk, prefix)
-        conversations.remember(user.pk, received.runs[0], request.messages,
-                               _answer(result.response))
+    batch = Batch(loop)
+    batch.add(exchange)
+    batch.flush()
+
+
+class Batch:
+    """Exchanges recorded together: their spans stored and their runs rebuilt by one
+    `receive`, so a backlog of many conversations' exchanges costs one rebuild per run
+    rather than one per exchange. What an exchange reads of earlier records (the prefix
+    it continues, the rounds that proposed the calls it answers, a round of its own run
+    waiting here) has the batch stored first, so the result is as if each were recorded
+    alone, in order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.waiting: list[Prepared] = []
+
+    def add(self, exchange: Exchange) -> None:
+        try:
+            request = exchange.dialect.read(json.loads(exchange.request_body))
+        except ValueError:
+            return  # the view refused it before it was sent
+        if self._needs_flush(exchange, request):
+            self.flush()
+        result = self.loop.run_until_complete(outcome(exchange))
+        user_id = exchange.user.pk
+        trace, prefix = conversations.trace_for(user_id, exchange.run_header,
+                                                request.messages)
+        if any(p.trace == trace for p in self.waiting):
+            self.flush()
+        spans = [_round_span(exchange, request, result, trace),
+                 *_tool_spans(exchange, request, trace)]
+        self.waiting.append(Prepared(exchange, request, result, trace, prefix, spans))
+
+    def flush(self) -> None:
+        """Store what waits; if that fails, each exchange alone (one bad exchange does
+        not lose the others' records)."""
+        waiting, self.waiting = self.waiting, []
+        if not waiting:
+            return
+        try:
+            _store(waiting)
+        except Exception:
+            if len(waiting) == 1:
+                raise
+            for prepared in waiting:
+                try:
+                    _store([prepared])
+                except Exception:
+                    logger.exception("recording a proxied exchange failed (endpoint %s)",
+                                     prepared.exchange.target.endpoint_name)
+
+    def _needs_flush(self, exchange: Exchange, request: ProxiedRequest) -> bool:
+        if not self.waiting:
+            return False
+        answers_calls = any(m.role == "tool" and m.tool_call_id for m in request.messages)
+        return (self.waiting[0].exchange.user.pk != exchange.user.pk
+                or not exchange.run_header or answers_calls)
+
+
+def _store(waiting: list[Prepared]) -> None:
+    user = waiting[0].exchange.user
+    received = receive.receive([s for p in waiting for s in p.spans], user, Refusal(),
+                               via=PROXY_VIA)
+    if not received.runs:
+        return
+    runs = conversations.runs_of(user.pk, {p.trace for p in waiting})
+    for prepared in waiting:
+        response = prepared.result.response
+        if response is not None and prepared.trace in runs:
+            # A failed exchange leaves its prefix in place: the client's retry continues.
+            conversations.continued(user.pk, prepared.prefix)
+            conversations.remember(user.pk, runs[prepared.trace], prepared.request.messages,
+                                   _answer(response))
 
 
 # -- spans ----------------------------------------------------------------------------------
@@ -253,21 +328,45 @@ class Recorder:
             self._queue.join()
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
+        batch = Batch(asyncio.new_event_loop())
         while True:
-            exchange = self._queue.get()
-            if exchange is None:
-                connections.close_all()
-                self._queue.task_done()
-                continue
+            taken = self._take()
             try:
                 close_old_connections()
-                record_now(exchange, loop)
+                self._record(batch, taken)
+            finally:
+                for _ in taken:
+                    self._queue.task_done()
+
+    def _take(self) -> list[Exchange | None]:
+        """The next exchange (waiting for it) and whatever else is queued already."""
+        taken = [self._queue.get()]
+        while len(taken) < MAX_BATCH:
+            try:
+                taken.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return taken
+
+    def _record(self, batch: Batch, taken: list[Exchange | None]) -> None:
+        for exchange in taken:
+            if exchange is None:
+                self._flush(batch)
+                connections.close_all()
+                continue
+            try:
+                batch.add(exchange)
             except Exception:
                 logger.exception("recording a proxied exchange failed (endpoint %s)",
                                  exchange.target.endpoint_name)
-            finally:
-                self._queue.task_done()
+        self._flush(batch)
+
+    @staticmethod
+    def _flush(batch: Batch) -> None:
+        try:
+            batch.flush()
+        except Exception:
+            logger.exception("recording proxied exchanges failed")
 
 
 RECORDER = Recorder()
