@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from tests.runs.support import execute
 from tools_app.engine import UserMessage
 from tools_app.models import (
     ErrorPolicy,
@@ -148,3 +149,26 @@ def test_bulk_verdicts_count_once_per_cell_and_only_once(
     assert all(not link.passed and link.failures for link in bad)
     assert not SuiteCellRun.objects.filter(cell__suite_run=suite_run,
                                            evaluated_at__isnull=True).exists()
+
+
+def test_a_step_fills_the_room_a_run_left_while_the_step_evaluated(
+        suite_world: dict[str, ModelEndpoint], monkeypatch: pytest.MonkeyPatch) -> None:
+    suite_run = runner.suite_run_start(suite=weather_suite(), config={
+        "endpoints": ["good"], "repeat": 2, "concurrency": 2})
+    first, second = runner.advance(suite_run)
+    execute(first)
+    evaluate = runner.evaluate_finished
+
+    def the_second_ends_meanwhile(suite_run: Any) -> int:
+        evaluated = evaluate(suite_run)
+        if not Run.objects.get(pk=second.pk).is_terminal:
+            execute(second)
+        return evaluated
+
+    monkeypatch.setattr(runner, "evaluate_finished", the_second_ends_meanwhile)
+    started = runner.advance(suite_run)
+
+    assert len(started) == 2  # one in the first's room, one in the second's
+    assert SuiteCellRun.objects.filter(cell__suite_run=suite_run).count() == 4
+    assert SuiteCellRun.objects.filter(cell__suite_run=suite_run,
+                                       passed__isnull=False).count() == 1

@@ -208,10 +208,12 @@ def _policy() -> ErrorPolicy | None:
 
 
 def advance(suite_run: SuiteRun) -> list[Run]:
-    """Start the due ones in the room the runs that ended left, then evaluate those:
-    the runs started now. (Starting first keeps the evaluations off a free slot's wait.)"""
+    """Start the due ones in the room the runs that ended left, then evaluate those,
+    then fill the room runs that ended meanwhile left: the runs started now. (Starting
+    first keeps the evaluations off a free slot's wait.)"""
     started = start_due_runs(suite_run)
-    evaluate_finished(suite_run)
+    if evaluate_finished(suite_run) and _has_ended_unevaluated(suite_run.pk):
+        started += start_due_runs(suite_run)  # the room runs left while it evaluated
     _finish_if_done(suite_run)
     return started
 
@@ -354,6 +356,11 @@ def _fail(suite_run: SuiteRun, message: str) -> None:
 # -- driving -----------------------------------------------------------------------------
 
 Wait = Callable[[SuiteRun, list[Run]], None]
+
+
+def _has_ended_unevaluated(suite_run_id: Any) -> bool:
+    return SuiteCellRun.objects.filter(cell__suite_run_id=suite_run_id, passed__isnull=True,
+                                       run__status__in=TERMINAL_STATUSES).exists()
 
 
 def a_run_has_ended(suite_run_id: Any) -> bool:
