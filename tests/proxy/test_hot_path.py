@@ -135,9 +135,9 @@ def test_exchanges_queued_meanwhile_are_recorded_together_as_if_one_by_one(
 
     # b's second round waits for its first to be stored; c goes with it.
     assert stored == [["a"], ["b"], ["b", "c"]]
-    assert Round.objects.filter(run__created_by=proxy.user).count() == 4
-    assert Run.objects.filter(created_by=proxy.user).count() == 3
-    counts = sorted(Run.objects.filter(created_by=proxy.user)
+    assert Round.objects.filter(run__created_by_id=proxy.user.pk).count() == 4
+    assert Run.objects.filter(created_by_id=proxy.user.pk).count() == 3
+    counts = sorted(Run.objects.filter(created_by_id=proxy.user.pk)
                     .annotate(n=Count("rounds")).values_list("n", flat=True))
     assert counts == [1, 1, 2]
 
