@@ -9,7 +9,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from tests.migration_support import migrate
-from tools_app.models import ErrorPolicy, Run
+from tools_app.models import Run
 
 BEFORE = [("tools_app", "0022_toolcall_sort_indexes")]
 AFTER = [("tools_app", "0023_loop_health")]
@@ -38,9 +38,10 @@ def test_stored_rows_get_the_defaults_and_the_run_table_keeps_its_triggers() -> 
             title="stored before", status="succeeded", snapshot={})
         old_state.apps.get_model("tools_app", "ErrorPolicy").objects.create(name="Old")
         # the run as it is at 0023 (later migrations add columns today's model has)
-        after_run = migrate(AFTER).loader.project_state(AFTER).apps.get_model("tools_app", "Run")
-        assert after_run.objects.get(title="stored before").loop_detections == 0
-        policy = ErrorPolicy.objects.get(name="Old")
+        after = migrate(AFTER).loader.project_state(AFTER).apps
+        assert after.get_model("tools_app", "Run").objects.get(
+            title="stored before").loop_detections == 0
+        policy = after.get_model("tools_app", "ErrorPolicy").objects.get(name="Old")
         assert (policy.loop_repeat_at, policy.loop_repeat_action, policy.loop_repeat_stop_at,
                 policy.loop_no_progress_action) == (3, "tell_model", 5, "note")
         if connection.vendor == "sqlite":
