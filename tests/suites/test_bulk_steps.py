@@ -172,3 +172,17 @@ def test_a_step_fills_the_room_a_run_left_while_the_step_evaluated(
     assert SuiteCellRun.objects.filter(cell__suite_run=suite_run).count() == 4
     assert SuiteCellRun.objects.filter(cell__suite_run=suite_run,
                                        passed__isnull=False).count() == 1
+
+
+def test_the_next_runs_are_the_cells_with_the_fewest_started(
+        suite_world: dict[str, ModelEndpoint]) -> None:
+    suite_run = runner.suite_run_start(suite=weather_suite(), config={
+        "endpoints": ["good"], "repeat": 2, "concurrency": 2})
+    execute_inline(suite_run, runner.start_due_runs(suite_run))
+    runner.evaluate_finished(suite_run)
+
+    runner.start_due_runs(suite_run)
+
+    links = SuiteCellRun.objects.filter(cell__suite_run=suite_run).order_by("pk")
+    assert [(link.cell.case_name, link.repetition) for link in links] == [
+        ("paris", 1), ("paris-again", 1), ("paris-short", 1), ("paris", 2)]

@@ -269,7 +269,7 @@ def start_due_runs(suite_run: SuiteRun) -> list[Run]:
         config = SuiteRunConfig.model_validate(locked.config)
         in_flight = SuiteCellRun.objects.filter(cell__suite_run=locked, passed__isnull=True
                                                 ).exclude(run__status__in=TERMINAL_STATUSES).count()
-        due = _due(locked)[:max(config.concurrency - in_flight, 0)]
+        due = _due(locked, config.concurrency - in_flight)
         started: list[Run] = []
         if due:
             try:
@@ -280,13 +280,19 @@ def start_due_runs(suite_run: SuiteRun) -> list[Run]:
     return started
 
 
-def _due(suite_run: SuiteRun) -> list[tuple[SuiteCell, int]]:
-    """The runs still to start, by repetition first so that every cell fills evenly."""
+def _due(suite_run: SuiteRun, room: int) -> list[tuple[SuiteCell, int]]:
+    """Up to `room` runs still to start, by repetition first so that every cell fills
+    evenly: only the `room` cells with the fewest runs started are read."""
+    if room <= 0:
+        return []
     cells = list(suite_run.cells.select_related("case", "endpoint")
-                 .annotate(started=Count("cell_runs")).order_by("pk"))
+                 .annotate(started=Count("cell_runs")).filter(started__lt=F("repeat"))
+                 .order_by("started", "pk")[:room])
+    cells.sort(key=lambda cell: cell.pk)
     most = max((c.repeat for c in cells), default=0)
-    return [(cell, rep) for rep in range(most) for cell in cells
-            if cell.started <= rep < cell.repeat]
+    due: list[tuple[SuiteCell, int]] = [(cell, rep) for rep in range(most) for cell in cells
+                                        if cell.started <= rep < cell.repeat]
+    return due[:room]
 
 
 def _start_many(suite_run: SuiteRun, due: Sequence[tuple[SuiteCell, int]],
