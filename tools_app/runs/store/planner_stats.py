@@ -40,15 +40,16 @@ ORDER BY s.relname
 """
 
 
-def analyze_grown_tables(using: str = DEFAULT_DB_ALIAS) -> list[str]:
-    """ANALYZE the run path's tables that have more than doubled since PostgreSQL last
-    counted their rows (module docstring); the names of those analyzed. Elsewhere
-    (SQLite checks its keys by their index, with no plan to go stale) nothing."""
+def analyze_grown_tables(using: str = DEFAULT_DB_ALIAS,
+                         tables: tuple[str, ...] = RUN_PATH_TABLES) -> list[str]:
+    """ANALYZE those of `tables` (the run path's) that have more than doubled since
+    PostgreSQL last counted their rows (module docstring); the names of those analyzed.
+    Elsewhere (SQLite checks its keys by their index, with no plan to go stale) nothing."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return []
     with connection.cursor() as cursor:
-        cursor.execute(_GROWN, [list(RUN_PATH_TABLES), MIN_ROWS])
+        cursor.execute(_GROWN, [list(tables), MIN_ROWS])
         grown = [name for (name,) in cursor.fetchall()]
         for name in grown:
             # Names from the models' metadata, listed above (never input).
