@@ -48,3 +48,8 @@ def fake_provider(tmp_path: Path) -> Iterator[Callable[[list[dict[str, Any]]], s
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def token(bob: AbstractUser) -> str:
+    return create_token(bob, "exporter")[1]

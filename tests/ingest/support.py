@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -19,6 +20,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
+
+from tools_app.models import Run
 
 PROTOBUF, JSON = "application/x-protobuf", "application/json"
 
@@ -107,3 +110,37 @@ def assistant(*parts: dict[str, Any], finish: str = "tool_calls") -> list[dict[s
 
 def text(content: str) -> dict[str, Any]:
     return {"type": "text", "content": content}
+
+
+def weather_agent(tracer: Tracer, *, tool_error: str | None = None) -> None:
+    with tracer.start_as_current_span("invoke_agent weather") as agent:
+        agent.set_attributes({"gen_ai.operation.name": "invoke_agent",
+                              "gen_ai.agent.name": "weather"})
+        chat_span(tracer, inputs=[{"role": "user", "parts": [text("Weather in Paris?")]}],
+                  output=assistant(text("Checking."),
+                                   call_part("call_1", "get_weather", {"city": "Paris"})),
+                  **{"gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 5})
+        tool_span(tracer, "get_weather", "call_1", {"city": "Paris"}, {"temp": 21},
+                  error=tool_error)
+        chat_span(tracer, inputs=[{"role": "tool", "parts": [
+            {"type": "tool_call_response", "id": "call_1", "response": {"temp": 21}}]}],
+            output=assistant(text("It is 21 degrees."), finish="stop"))
+
+
+def run_of(user: AbstractUser) -> Run:
+    [run] = Run.objects.filter(created_by=user)
+    return run
+
+
+def rows(run: Run) -> list[Any]:
+    return [(r.status, r.finish_reason, r.ai_text, r.input_tokens,
+             [(c.call_id, c.tool_name, c.arguments, c.state, c.result_text, c.is_error,
+               c.error_message) for c in r.tool_calls.order_by("call_index")])
+            for r in run.rounds.order_by("index")]
+
+
+EXPECTED = [
+    ("responded", "tool_execution", "Checking.", 12,
+     [("call_1", "get_weather", {"city": "Paris"}, "succeeded", '{"temp": 21}', False, "")]),
+    ("responded", "stop", "It is 21 degrees.", None, []),
+]

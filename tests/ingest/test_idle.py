@@ -12,14 +12,12 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from django.utils import timezone
 
-from tests.ingest.support import post, protobuf, spans_of
-from tests.ingest.test_receiver import EXPECTED, rows, run_of, token, weather_agent
+from tests.ingest.support import EXPECTED, post, protobuf, rows, run_of, spans_of, weather_agent
 from tools_app.ingest.idle import INCOMPLETE, end_idle_runs
 from tools_app.models import IngestedSpan, Run, RunEvent
 from tools_app.runs.sweeps import sweep
 
 pytestmark = [pytest.mark.django_db, pytest.mark.both]
-__all__ = ["token"]  # the fixture, used by the tests below
 
 NOTE = "No spans for 10 min and its root span never came: ended as incomplete."
 

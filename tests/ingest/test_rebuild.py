@@ -8,12 +8,10 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from tests.ingest.support import post, protobuf, spans_of
-from tests.ingest.test_receiver import EXPECTED, rows, run_of, token, weather_agent
+from tests.ingest.support import EXPECTED, post, protobuf, rows, run_of, spans_of, weather_agent
 from tools_app.models import Round, Run, RunEvent
 
 pytestmark = [pytest.mark.django_db, pytest.mark.both]
-__all__ = ["token"]  # the fixture, used by the tests below
 
 
 def events_after(run: Run, seq: int) -> list[tuple[str, dict[str, object]]]:

@@ -15,62 +15,25 @@ from opentelemetry.trace import Tracer
 from opentelemetry.trace.span import format_trace_id
 
 from tests.ingest.support import (
+    EXPECTED,
     JSON,
     PROTOBUF,
     answer,
     assistant,
-    call_part,
     chat_span,
     otlp_json,
     post,
     protobuf,
+    rows,
+    run_of,
     spans_of,
     text,
-    tool_span,
+    weather_agent,
 )
 from tools_app.models import IngestedSpan, Run, RunEvent
 from tools_app.web.api.tokens import create_token
 
 pytestmark = pytest.mark.django_db
-
-
-def weather_agent(tracer: Tracer, *, tool_error: str | None = None) -> None:
-    with tracer.start_as_current_span("invoke_agent weather") as agent:
-        agent.set_attributes({"gen_ai.operation.name": "invoke_agent",
-                              "gen_ai.agent.name": "weather"})
-        chat_span(tracer, inputs=[{"role": "user", "parts": [text("Weather in Paris?")]}],
-                  output=assistant(text("Checking."),
-                                   call_part("call_1", "get_weather", {"city": "Paris"})),
-                  **{"gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 5})
-        tool_span(tracer, "get_weather", "call_1", {"city": "Paris"}, {"temp": 21},
-                  error=tool_error)
-        chat_span(tracer, inputs=[{"role": "tool", "parts": [
-            {"type": "tool_call_response", "id": "call_1", "response": {"temp": 21}}]}],
-            output=assistant(text("It is 21 degrees."), finish="stop"))
-
-
-@pytest.fixture
-def token(bob: AbstractUser) -> str:
-    return create_token(bob, "exporter")[1]
-
-
-def run_of(user: AbstractUser) -> Run:
-    [run] = Run.objects.filter(created_by=user)
-    return run
-
-
-def rows(run: Run) -> list[Any]:
-    return [(r.status, r.finish_reason, r.ai_text, r.input_tokens,
-             [(c.call_id, c.tool_name, c.arguments, c.state, c.result_text, c.is_error,
-               c.error_message) for c in r.tool_calls.order_by("call_index")])
-            for r in run.rounds.order_by("index")]
-
-
-EXPECTED = [
-    ("responded", "tool_execution", "Checking.", 12,
-     [("call_1", "get_weather", {"city": "Paris"}, "succeeded", '{"temp": 21}', False, "")]),
-    ("responded", "stop", "It is 21 degrees.", None, []),
-]
 
 
 @pytest.mark.both
