@@ -14,7 +14,6 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from tools_app.runs.snapshot.access import secret_variable_problem
 from tools_app.web.registry_forms import (
     ToolImportForm,
     ToolRegistrationForm,
@@ -23,7 +22,6 @@ from tools_app.web.registry_forms import (
 )
 
 from ..models import ToolRegistration
-from ..tools.importing import ToolImportError, import_tools
 from ..tools.registry import record_version
 
 # The forms and their checks live with the API's and the registry pages'
@@ -49,14 +47,8 @@ class ToolRegistrationAdmin(admin.ModelAdmin[ToolRegistration]):
         form = ToolImportForm(request.POST or None, request.FILES or None)
         problems: list[tuple[str, str]] = []
         if request.method == "POST" and form.is_valid():
-            try:
-                created = import_tools(
-                    form.cleaned_data["data"], kind=form.cleaned_data["kind"],
-                    default_config=form.cleaned_data.get("config") or {},
-                    secret_problem=secret_variable_problem)
-            except ToolImportError as exc:
-                problems = exc.problems
-            else:
+            created, problems = form.import_tools()
+            if not problems:
                 self.message_user(request, f"Imported {len(created)} tools: "
                                   + ", ".join(t.name for t in created), messages.SUCCESS)
                 return redirect("admin:tools_app_toolregistration_changelist")

@@ -34,7 +34,7 @@ from tools_app.models import (
 from tools_app.runs.snapshot.access import secret_variable_problem
 from tools_app.runs.snapshot.mcp import mcp_config_problems
 from tools_app.runs.snapshot.parameters import default_parameter_problems
-from tools_app.tools.importing import IMPORTABLE_KINDS
+from tools_app.tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
 from tools_app.tools.kinds import config_help, config_problems
 from tools_app.tools.registry import (
     PERSON_FIELDS,
@@ -179,6 +179,18 @@ class ToolImportForm(forms.Form):
         if config is not None and not isinstance(config, dict):
             self.add_error("config", "Give a JSON object.")
         return cleaned
+
+    def import_tools(self) -> tuple[list[ToolRegistration], list[tuple[str, str]]]:
+        """Import the valid form's tools: (the tools created, []), or ([], every problem,
+        each naming its tool) with none created."""
+        try:
+            created = import_tools(
+                self.cleaned_data["data"], kind=self.cleaned_data["kind"],
+                default_config=self.cleaned_data.get("config") or {},
+                secret_problem=secret_variable_problem)
+        except ToolImportError as exc:
+            return [], exc.problems
+        return created, []
 
 
 def note_person_edits(tool: ToolRegistration, changed: Iterable[str]) -> None:

@@ -28,9 +28,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_http_methods, require_POST
 
 from tools_app.models import McpServer, ToolKind, ToolRegistration
-from tools_app.runs.snapshot.access import secret_variable_problem
 from tools_app.runs.snapshot.mcp import McpSyncError, annotation_words, sync_server
-from tools_app.tools.importing import ToolImportError, import_tools
 from tools_app.tools.registry import REDACTED, public_config, record_version
 from tools_app.web.pages.access import AuthenticatedHttpRequest
 from tools_app.web.registry_forms import (
@@ -154,14 +152,8 @@ def tools_import(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = ToolImportForm(request.POST or None, request.FILES or None)
     problems: list[tuple[str, str]] = []
     if request.method == "POST" and form.is_valid():
-        try:
-            created = import_tools(
-                form.cleaned_data["data"], kind=form.cleaned_data["kind"],
-                default_config=form.cleaned_data.get("config") or {},
-                secret_problem=secret_variable_problem)
-        except ToolImportError as exc:
-            problems = exc.problems
-        else:
+        created, problems = form.import_tools()
+        if not problems:
             messages.success(request, f"Imported {len(created)} tool"
                              f"{'' if len(created) == 1 else 's'}: "
                              + ", ".join(t.name for t in created))
