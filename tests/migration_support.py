@@ -12,3 +12,16 @@ def migrate(targets: list[tuple[str, str]]) -> MigrationExecutor:
     executor.loader.build_graph()
     executor.migrate(targets)
     return MigrationExecutor(connection)
+
+
+def sqlite_triggers() -> set[str]:
+    """The triggers SQLite holds (a table rebuilt by a migration loses its own)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        return {row[0] for row in cursor.fetchall()}
+
+
+def run_columns() -> set[str]:
+    with connection.cursor() as cursor:
+        return {c.name for c in connection.introspection.get_table_description(
+            cursor, "tools_app_run")}

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from tests.migration_support import migrate
+from tests.migration_support import migrate, sqlite_triggers
 from tools_app.models import Round, Run, RunEvent, ToolCall
 
 BEFORE = [("tools_app", "0016_auditscale2_run_filter_stats")]
@@ -25,12 +25,6 @@ def indexes_of(table: str) -> list[list[str]]:
         constraints = connection.introspection.get_constraints(cursor, table)
     return [info["columns"] for info in constraints.values()
             if info["index"] or info["unique"]]
-
-
-def triggers() -> set[str]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        return {row[0] for row in cursor.fetchall()}
 
 
 @pytest.mark.both
@@ -57,7 +51,7 @@ def test_sqlite_reads_a_runs_events_rounds_and_calls_through_the_unique_indexes(
 @pytest.mark.both
 @pytest.mark.django_db(transaction=True)
 def test_rows_stored_before_are_kept_and_going_back_restores_the_indexes() -> None:
-    before_triggers = triggers() if connection.vendor == "sqlite" else set()
+    before_triggers = sqlite_triggers() if connection.vendor == "sqlite" else set()
     old_state = migrate(BEFORE).loader.project_state(BEFORE)
     run_model = old_state.apps.get_model("tools_app", "Run")
     round_model = old_state.apps.get_model("tools_app", "Round")
@@ -81,6 +75,6 @@ def test_rows_stored_before_are_kept_and_going_back_restores_the_indexes() -> No
         assert after.get_model("tools_app", "ToolCall").objects.get(
             round_id=round_.pk).call_id == "c0"
         if connection.vendor == "sqlite":
-            assert triggers() == before_triggers  # the tables were not rebuilt
+            assert sqlite_triggers() == before_triggers  # the tables were not rebuilt
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())

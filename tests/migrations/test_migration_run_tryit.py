@@ -8,29 +8,17 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from tests.migration_support import migrate
+from tests.migration_support import migrate, run_columns, sqlite_triggers
 from tools_app.models import Run
 
 BEFORE = [("tools_app", "0023_loop_health")]
 AFTER = [("tools_app", "0024_run_tryit_and_sorts")]
 
 
-def triggers() -> set[str]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        return {row[0] for row in cursor.fetchall()}
-
-
-def run_columns() -> set[str]:
-    with connection.cursor() as cursor:
-        return {c.name for c in connection.introspection.get_table_description(
-            cursor, "tools_app_run")}
-
-
 @pytest.mark.both
 @pytest.mark.django_db(transaction=True)
 def test_stored_runs_are_marked_and_the_run_table_keeps_its_triggers() -> None:
-    before_triggers = triggers() if connection.vendor == "sqlite" else set()
+    before_triggers = sqlite_triggers() if connection.vendor == "sqlite" else set()
     old_state = migrate(BEFORE).loader.project_state(BEFORE)
     try:
         assert "is_tryit" not in run_columns()
@@ -43,7 +31,7 @@ def test_stored_runs_are_marked_and_the_run_table_keeps_its_triggers() -> None:
         assert dict(Run.objects.values_list("title", "is_tryit")) == {
             "tried": True, "played": False}
         if connection.vendor == "sqlite":
-            assert triggers() == before_triggers
+            assert sqlite_triggers() == before_triggers
         migrate(BEFORE)
         assert "is_tryit" not in run_columns()
     finally:
