@@ -1,21 +1,29 @@
 """bench_live's report: a row per scenario (latency from commit and from emit,
-events, deliveries, messages, rate, load), whether each meets the target, what went
-wrong, and the markdown written to docs/benchmarks/live.md.
+events, deliveries, messages, rate, load), whether each meets its target, what went
+wrong; for (e) a row per channel and the efficiency watched and unwatched; and the
+markdown written to docs/benchmarks/live.md.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 
 from benchmarks.common import summary
 from benchmarks.live_workload import (
     CALCS,
+    EFFICIENCY_SHARE,
+    FOLLOWED_IDEAL_MS,
+    FOLLOWED_MODEL,
+    LOAD_TARGET_MS,
     ROUNDS,
     SINGLE_REPEATS,
     SLOW_S,
     TARGET_MS,
+    WARM_UP_RUNS,
     WARMUP_S,
     WARMUP_SINGLE_S,
+    Followed,
     Outcome,
 )
 
@@ -36,9 +44,10 @@ def row(label: str, o: Outcome) -> str:
             f"| {o.load[0]:.1f} / {o.load[1]:.1f} |")
 
 
-def verdict(label: str, o: Outcome) -> str:
+def verdict(label: str, o: Outcome, target: float) -> str:
     p95 = summary(o.latencies_ms)["p95"]
-    return f"{label} {'meets' if p95 < TARGET_MS else 'MISSES'} it (p95 {ms(p95)})"
+    return (f"{label} {'meets' if p95 < target else 'MISSES'} p95 < {target:g} ms "
+            f"(p95 {ms(p95)})")
 
 
 def problems(label: str, o: Outcome) -> list[str]:
@@ -65,23 +74,36 @@ the latency is mostly queueing for the CPU; the configuration is meant for sever
 machines."""
 
 
-def render(one: Outcome, many: Outcome, serial: Outcome | str, concurrent: Outcome | str,
+Watched = tuple[Outcome, Outcome, Outcome | str, Outcome | str]  # (a), (b), (c), (d)
+
+
+def render(watched: Watched | None, followed: tuple[Followed, Followed | str] | None,
            elapsed: float) -> str:
-    """The report of the four scenarios (a scale-out one is a reason it was skipped)."""
+    """The report of the scenarios run ((a)-(d), (e) or both; a scale-out one may be
+    the reason it was skipped)."""
+    parts = []
+    if watched is not None:
+        parts.append(render_watched(*watched))
+    if followed is not None:
+        parts.append(render_followed(*followed))
+    return "\n".join(parts) + f"\nTotal benchmark time {elapsed:.0f} s.\n"
+
+
+def render_watched(one: Outcome, many: Outcome, serial: Outcome | str,
+                   concurrent: Outcome | str) -> str:
     rows = [row(f"(a) embedded, {SINGLE_REPEATS} runs in turn", one), row("(b) embedded", many)]
-    verdicts = [verdict("(a)", one), verdict("(b)", many)]
+    verdicts = [verdict("(a)", one, TARGET_MS), verdict("(b)", many, LOAD_TARGET_MS)]
     notes = problems("(a)", one) + problems("(b)", many)
     for label, outcome in (("(c)", serial), ("(d)", concurrent)):
         if isinstance(outcome, Outcome):
             name = "one run at a time" if outcome is serial else "concurrent"
             rows.append(row(f"{label} scale-out, {name}", outcome))
-            verdicts.append(verdict(label, outcome))
+            target = TARGET_MS if outcome is serial else LOAD_TARGET_MS
+            verdicts.append(verdict(label, outcome, target))
             notes += problems(label, outcome)
         else:
             notes.append(f"{label} scale-out: {outcome}")
-    scale_note = SCALE_OUT_NOTE
     per_run = many.events_per_run
-    met = all(summary(o.latencies_ms)["p95"] < TARGET_MS for o in (one, many))
     return f"""
 ## Live latency: event commit -> arrival in a WebSocket client
 
@@ -111,13 +133,78 @@ average (1 min, before / after each scenario) is given.
 (a), (b): the embedded configuration (SQLite WAL, the in-memory channel layer, the
 in-process worker inside daphne); in (b) the 50 clients are spread 3/3/.../2 over the 20
 runs, which all start within a fraction of a second and so burst together.
-{scale_note}
+{SCALE_OUT_NOTE}
 "events": events created while watched; "deliveries": (event, client) pairs measured;
 "messages": WebSocket messages (one covers every event committed since the previous one).
-Total benchmark time {elapsed:.0f} s.
 
-Target p95 < {TARGET_MS:g} ms for 1 run and for 20 concurrent runs watched by 50 clients, on
-the default (embedded) configuration: {"met" if met else "NOT met"}. By scenario:
+Targets: p95 < {TARGET_MS:g} ms for one run watched at a time ((a), (c)); p95 <
+{LOAD_TARGET_MS:g} ms under load ((b), (d): 20 concurrent runs, 50 viewers). By scenario:
 {"; ".join(verdicts)}.
+{chr(10).join(f"- {n}" for n in notes)}
+"""
+
+
+def efficiency(walls_ms: list[float]) -> float:
+    """Ideal / the median run's wall, as bench_product_path reports it."""
+    return FOLLOWED_IDEAL_MS / statistics.median(walls_ms) if walls_ms else float("nan")
+
+
+def followed_rows(label: str, f: Followed) -> tuple[list[str], list[str], list[str]]:
+    """The rows of one configuration's (e), its verdicts and its notes."""
+    watched, unwatched = efficiency(f.watched_walls_ms), efficiency(f.unwatched_walls_ms)
+    delivered = len(f.sse.latencies_ms) + len(f.ws.latencies_ms)
+    cpu_ms = f.cpu_s[1] * 1000 / delivered if delivered else float("nan")
+    extra_ms = (f.cpu_s[1] - f.cpu_s[0]) * 1000 / delivered if delivered else float("nan")
+    rows = [row(f"(e) {label}, SSE", f.sse), row(f"(e) {label}, WebSocket", f.ws)]
+    effs = (f"| (e) {label} | {f.runs} | {unwatched:.0%} ({len(f.unwatched_walls_ms)} runs) "
+            f"| {watched:.0%} ({len(f.watched_walls_ms)} runs) | **{watched / unwatched:.0%}** "
+            f"| {f.cpu_s[0]:.2f} s / {f.cpu_s[1]:.2f} s | {cpu_ms:.2f} ms | {extra_ms:.2f} ms |")
+    verdicts = [verdict(f"(e) {label} SSE", f.sse, LOAD_TARGET_MS),
+                verdict(f"(e) {label} WebSocket", f.ws, LOAD_TARGET_MS),
+                f"(e) {label} efficiency watched / unwatched {watched / unwatched:.0%} "
+                f"{'meets' if watched >= EFFICIENCY_SHARE * unwatched else 'MISSES'} "
+                f">= {EFFICIENCY_SHARE:.0%}"]
+    notes = problems(f"(e) {label} SSE", f.sse) + problems(f"(e) {label} WebSocket", f.ws)
+    return [*rows, effs], verdicts, notes
+
+
+EFFICIENCY_HEADER = ("| configuration | runs | efficiency unwatched | efficiency watched "
+                     "| watched / unwatched | product CPU unwatched / watched "
+                     "| CPU per delivered event | extra CPU per delivered event |\n"
+                     + "|---" * 8 + "|")
+
+
+def render_followed(embedded: Followed, scale_out: Followed | str) -> str:
+    rows, verdicts, notes = followed_rows("embedded", embedded)
+    latency, effs = rows[:2], rows[2:]
+    if isinstance(scale_out, Followed):
+        more, verdicts_s, notes_s = followed_rows("scale-out", scale_out)
+        latency, effs = latency + more[:2], effs + more[2:]
+        verdicts, notes = verdicts + verdicts_s, notes + notes_s
+    else:
+        notes.append(f"(e) scale-out: {scale_out}")
+    return f"""
+## Live delivery to API clients and viewers together: {embedded.runs} runs, each followed twice
+
+{embedded.runs} runs started at once on the product path's workload (the fake provider's
+`{FOLLOWED_MODEL}`: 6 model calls of 200 ms, 2 parallel `get_weather` calls a round; ideal
+wall {FOLLOWED_IDEAL_MS} ms); right after its POST each run is followed by one Server-Sent
+Events client (GET /api/runs/<id>/events/stream from seq 0, the API token) and one
+WebSocket viewer (as above). Latency as above, per channel: an SSE message is one event
+(its `id:` is the seq), counted from when the client sent its request. Before that, on the
+same server (after {WARM_UP_RUNS} warm-up runs), the same number of runs unwatched: **efficiency** =
+ideal / the median run's wall (`wall_ms`), as bench_product_path reports it. **CPU per
+delivered event** = the product's CPU time (daphne, and the db_worker in scale-out; from
+/proc) during the watched runs / the (event, client) pairs delivered live; **extra** is
+that minus the same runs' CPU unwatched: what following costs.
+
+{HEADER}
+{chr(10).join(latency)}
+
+{EFFICIENCY_HEADER}
+{chr(10).join(effs)}
+
+Targets (issue 44): p95 < {LOAD_TARGET_MS:g} ms on both channels, and the watched runs'
+efficiency >= {EFFICIENCY_SHARE:.0%} of the unwatched. By scenario: {"; ".join(verdicts)}.
 {chr(10).join(f"- {n}" for n in notes)}
 """
