@@ -12,18 +12,41 @@ A group's database work runs where its first item's run would have run its own
 (asgiref's thread-sensitive context of that run's task: a lane of the in-process
 backend or a db_worker, or a test's own thread and transaction); each event loop has
 its own tasks, so no loop ever does another's items.
+
+`AGENTFORGE_GROUP_COMMIT=off` (read once, at import, by every process that imports
+this) does each item alone instead, at once, in its run's own context: `handle` gets a
+group of one, as the caller would have done it without groups (each batch its own
+transaction, each claim its own). It is the plain alternative the product-path
+benchmark measures the groups against; unset or `on`, the default, changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 
 from tools_app.runs.loops.task_backend import database_lanes
+
+ENVIRONMENT_VARIABLE = "AGENTFORGE_GROUP_COMMIT"
+
+
+def grouping_chosen() -> bool:
+    """Whether this process does items in groups: yes unless AGENTFORGE_GROUP_COMMIT
+    says `off`. A bad value fails loudly, as every setting does."""
+    value = os.environ.get(ENVIRONMENT_VARIABLE, "").strip().lower() or "on"
+    if value in ("on", "off"):
+        return value == "on"
+    raise ImproperlyConfigured(
+        f"{ENVIRONMENT_VARIABLE} must be 'on' (the default) or 'off', not {value!r}")
+
+
+GROUPED = grouping_chosen()
 
 
 @dataclass
@@ -91,6 +114,8 @@ class LoopGroups[T, R]:
                                                LoopQueue[T, R]] = weakref.WeakKeyDictionary()
 
     async def submit(self, item: T) -> R:
+        if not GROUPED:
+            return await self._alone(item)
         loop = asyncio.get_running_loop()
         queue = self.queues.get(loop)
         if queue is None:
@@ -104,3 +129,10 @@ class LoopGroups[T, R]:
         # Shielded: a run cancelled while its item is done stops waiting, and the group
         # (other runs' items with it) is still done.
         return await asyncio.shield(future)
+
+    async def _alone(self, item: T) -> R:
+        """The item done by itself, on its run's own lane (AGENTFORGE_GROUP_COMMIT=off)."""
+        (outcome,) = await sync_to_async(self.handle)([item])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
