@@ -7,10 +7,11 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentforge_web.settings")
 django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
 
-from agentforge_web.handler import OneHopASGIHandler  # noqa: E402
+from agentforge_web.handler import http_application  # noqa: E402
 
-# Django's ASGI handler, its middleware and views run in one trip to a thread.
-django_asgi_app = OneHopASGIHandler()
+# Django's ASGI handler, its middleware and views run in one trip to a thread
+# (OneHopASGIHandler); AGENTFORGE_ASGI_HANDLER=django serves with Django's own instead.
+django_asgi_app = http_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

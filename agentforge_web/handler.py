@@ -32,6 +32,10 @@ synchronously (the response's close, the request_finished signal) goes to a thre
 started only then. A stream open for minutes thus holds no thread.
 
 The WebSockets have their own stack (channels), untouched.
+
+`http_application()` is what asgi.py serves HTTP with: this handler, or Django's own
+`ASGIHandler` with `AGENTFORGE_ASGI_HANDLER=django`, the plain alternative the
+product-path benchmark measures this one against (read once, at asgi.py's import).
 """
 
 from __future__ import annotations
@@ -39,17 +43,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextvars
+import os
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIHandler
 from django.db import close_old_connections, connections
 from django.http.response import HttpResponseBase
 
 REQUEST_THREAD_PREFIX = "agentforge-request"
+ENVIRONMENT_VARIABLE = "AGENTFORGE_ASGI_HANDLER"
 
 
 class KeptRequestThreads:
@@ -158,3 +165,16 @@ class OneHopASGIHandler(ASGIHandler):
             if lent is not None:
                 await lent.release()  # written on the loop: the thread has nothing to do
         await super().send_response(response, send)
+
+
+def http_application() -> ASGIHandler:
+    """The HTTP application: `OneHopASGIHandler` unless AGENTFORGE_ASGI_HANDLER says
+    `django` (Django's own handler, middleware in async mode, a thread per request). A
+    bad value fails loudly, as every setting does."""
+    value = os.environ.get(ENVIRONMENT_VARIABLE, "").strip().lower() or "onehop"
+    if value == "onehop":
+        return OneHopASGIHandler()
+    if value == "django":
+        return ASGIHandler()
+    raise ImproperlyConfigured(
+        f"{ENVIRONMENT_VARIABLE} must be 'onehop' (the default) or 'django', not {value!r}")
