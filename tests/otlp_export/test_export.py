@@ -3,7 +3,8 @@ run, one of them failing) is exported by the embedded worker's hook, through the
 OTLP/HTTP exporter, to the product's own receiver (`POST /v1/traces` on a live server,
 bob's API token: the received run is bob's, the original nobody's), and the received run
 compares equal to the original. A full queue drops spans and counts them; an endpoint
-that refuses everything fails no run and is counted."""
+that refuses everything fails no run and is counted; a changed run is read from where its
+export got to, however long it is."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import AbstractUser
 from django.core.management import call_command
+from django.db import connection
+from django.db.models.signals import post_init
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from tests.runs.support import EchoingModel, execute, http_server, start
@@ -35,6 +39,7 @@ from tools_app.models import (
 from tools_app.otlp_export import exporter as otlp
 from tools_app.runs.debugger.approvals import decide_round
 from tools_app.runs.debugger.compare import compare_runs
+from tools_app.runs.services import conversation, run_create
 from tools_app.web.api.tokens import create_token
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.both]
@@ -62,11 +67,17 @@ def exporting(live_server: Any, token: str) -> Iterator[None]:
     otlp.shutdown()  # unset first: what it still sends makes no new exporter
 
 
+SYSTEM_PROMPT = "You answer with the tools' results."
+
+
 def made_run(make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
              policy: ErrorPolicy) -> Run:
     endpoint = make_endpoint(SCRIPT, name="scripted weather")
-    run = start(endpoint, [demo_tools["get_weather"], demo_tools["calculator"]], policy,
-                "Weather in Hangzhou, and some sums")
+    run = run_create(user=None, endpoint=endpoint,
+                     tools=[demo_tools["get_weather"], demo_tools["calculator"]],
+                     policy=policy, messages=conversation(
+                         system_prompt=SYSTEM_PROMPT,
+                         user_message="Weather in Hangzhou, and some sums"))
     assert execute(run) == RunStatus.SUCCEEDED
     return run
 
@@ -106,8 +117,17 @@ def test_it_exports_a_run_that_the_receiver_reads_back_equal(
         received = Round.objects.get(run=copy, index=row.index)
         assert (received.started_at, received.finished_at) == (row.started_at,
                                                                 row.finished_at)
+    assert copy.snapshot["messages"] == original.snapshot["messages"]
+    assert original.snapshot["messages"][0]["text"] == SYSTEM_PROMPT
     spans = IngestedSpan.objects.filter(trace_id=original.pk.hex)
     assert spans.count() == 1 + 3 + 3  # the run, its rounds, its calls
+    chats = [data["attributes"] for data in spans.values_list("data", flat=True)
+             if data["attributes"]["gen_ai.operation.name"] == "chat"]
+    assert len(chats) == 3
+    for chat in chats:  # the system prompt apart from the chat history
+        assert json.loads(chat["gen_ai.system_instructions"]) == [
+            {"type": "text", "content": SYSTEM_PROMPT}]
+        assert "system" not in {m["role"] for m in json.loads(chat["gen_ai.input.messages"])}
     status = TraceExportStatus.objects.get(process=otlp.process_key())
     assert (status.sent, status.dropped, status.failed) == (7, 0, 0)
 
@@ -251,3 +271,67 @@ def test_a_failed_run_is_exported_failed_with_its_error(
 def test_an_endpoint_that_is_not_an_http_url_is_refused_at_start(tmp_path: Path) -> None:
     message = refused(tmp_path, AGENTFORGE_OTLP_ENDPOINT="collector:4318")
     assert "AGENTFORGE_OTLP_ENDPOINT must be an http:// or https:// URL" in message
+
+
+def waiting_run(make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+                policy: ErrorPolicy, rounds: int) -> Run:
+    """A run of `rounds` rounds, each a weather call, the last a calculator call waiting
+    for its approval (then one more round answers)."""
+    script: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": f"City {n}"}}]}
+        for n in range(rounds - 1)]
+    script += [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+3"}}]},
+               {"text": "Done: {last_results}"}]
+    run = start(make_endpoint(script, name=f"{rounds} rounds"),
+                [demo_tools["get_weather"], demo_tools["calculator"]], policy,
+                f"A run of {rounds} rounds")
+    assert execute(run) == RunStatus.WAITING
+    assert run.rounds.count() == rounds
+    return run
+
+
+def reads_of(exporter: otlp.RunExporter, run: Run) -> tuple[int, int]:
+    """The statements and the rows (model instances loaded) a collection of the run
+    takes."""
+    loaded: list[object] = []
+
+    def count(sender: Any, instance: object, **kwargs: Any) -> None:
+        loaded.append(instance)
+
+    post_init.connect(count, weak=False)
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            exporter.collect(run.pk.hex)
+    finally:
+        post_init.disconnect(count)
+    return len(queries), len(loaded)
+
+
+def test_a_changed_run_is_read_from_where_its_export_got_to(
+        live_server: Any, token: str, bob: AbstractUser, make_endpoint: Any,
+        demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> None:
+    """Runs of 3 and of 30 rounds, exported while waiting for an approval, then changed
+    alike (the call approved and run, one more round, the end): collecting the change
+    reads as many rows of either, and what went out still makes the same run."""
+    demo_tools["calculator"].requires_approval = True
+    demo_tools["calculator"].save(update_fields=["requires_approval"])
+    exporter = otlp.build(live_server.url, f"authorization=Bearer%20{token}")
+    reads = {}
+    for rounds in (3, 30):
+        original = waiting_run(make_endpoint, demo_tools, policy, rounds)
+        exporter.collect(original.pk.hex)  # the first time: the whole run
+        decide_round(run=original, user=None, round_index=rounds - 1)
+        assert execute(original) == RunStatus.SUCCEEDED
+        reads[rounds] = reads_of(exporter, original)
+        assert reads_of(exporter, original) == (0, 0)  # ended: nothing more to read
+        exporter.flush()
+
+        copy = Run.objects.filter(ingested_spans__trace_id=original.pk.hex).distinct().get()
+        assert (copy.created_by, copy.status) == (bob, RunStatus.SUCCEEDED)
+        compared = compare_runs(original, copy)
+        assert compared["same_calls"], compared["first_divergent_round"]
+        assert len(compared["rounds"]) == rounds + 1
+        assert not any(r["diverges"] for r in compared["rounds"])
+        assert copy.final_text == original.final_text == "Done: 5"
+    assert reads[3] == reads[30]
+    assert reads[30][1] < 1 + 30, reads  # not the run and all its rounds

@@ -8,9 +8,10 @@ processes alike) marks the run as changed, and returns. Two threads of this proc
 the rest, in the manner of the SDK's BatchSpanProcessor:
 
 - the collector takes the changed runs (one entry a run however many of its events
-  are committed meanwhile, so at most the runs going at once), reads their rows and
-  turns what ended since into spans (`spans.due`), put on a bounded queue without
-  waiting: when it is full, the span is dropped and counted;
+  are committed meanwhile, so at most the runs going at once), reads their rows from
+  where each run's export got to (`spans.Progress`: the rounds still open, not the
+  whole run) and turns what ended since into spans (`spans.due`), put on a bounded
+  queue without waiting: when it is full, the span is dropped and counted;
 - the sender takes up to a batch of spans from the queue (or what came within the
   schedule delay) and hands them to the SDK's `OTLPSpanExporter`, which encodes them and
   retries what the endpoint answers with a retryable status; a batch that still fails is
@@ -50,8 +51,9 @@ logger = logging.getLogger(__name__)
 TRACES_PATH = "/v1/traces"
 SCHEDULE_DELAY_S = 1.0  # the SDK's default: a batch waits at most this long to fill
 BATCH_SIZE = 512
-# Runs whose sent (or dropped) spans are remembered, ended ones too, so a later event of
-# the run sends only what is new; the oldest are forgotten first.
+# Runs whose export progress is remembered, ended ones too (as None: nothing more to
+# send), so a later event of the run reads and sends only what is new; the oldest are
+# forgotten first.
 TRACKED_RUNS = 10_000
 
 
@@ -86,7 +88,7 @@ class RunExporter:
         self.counts = Counts()
         self._changed: OrderedDict[str, None] = OrderedDict()
         self._changed_lock = threading.Condition()
-        self._sent: OrderedDict[str, set[str]] = OrderedDict()
+        self._runs: OrderedDict[str, spans.Progress | None] = OrderedDict()
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
         self._stopping = False
@@ -107,20 +109,28 @@ class RunExporter:
 
     def collect(self, run_id: str) -> None:
         """Queue the spans of what ended in the run since its last collection."""
-        rows = spans.read(run_id)
-        if rows is None:
+        progress = self._runs.get(run_id)
+        if progress is None and run_id in self._runs:  # ended, gone or received
+            self._remember(run_id, None)
             return
-        sent = self._sent.setdefault(run_id, set())
-        self._sent.move_to_end(run_id)
-        for key, span in spans.due(rows, sent):
-            sent.add(key)
+        read = spans.read(run_id, progress)
+        if read is None:
+            self._remember(run_id, None)
+            return
+        rows, progress = read
+        for span in spans.due(rows, progress):
             try:
                 self.queue.put_nowait(span)
             except queue.Full:
                 with self.counts.lock:
                     self.counts.dropped += 1
-        while len(self._sent) > TRACKED_RUNS:
-            self._sent.popitem(last=False)
+        self._remember(run_id, None if progress.ended else progress)
+
+    def _remember(self, run_id: str, progress: spans.Progress | None) -> None:
+        self._runs[run_id] = progress
+        self._runs.move_to_end(run_id)
+        while len(self._runs) > TRACKED_RUNS:
+            self._runs.popitem(last=False)
 
     def _collector(self) -> None:
         try:

@@ -3,9 +3,15 @@ SDK's `ReadableSpan`, which its OTLP exporter encodes):
 
 - `invoke_agent <title>`, the run (the trace's root): its title and id, its error;
 - `chat <model>`, one per round (child of the run): the model asked and answering, the
-  tokens, the finish reason, the messages sent and the answer as JSON;
+  tokens, the finish reason, the system prompt (`gen_ai.system_instructions`, as the
+  conventions carry instructions given apart from the chat history), the other messages
+  sent and the answer as JSON;
 - `execute_tool <name>`, one per call (child of its round): the tool, the call id, the
   arguments, the result, `error.type` and an error status when it failed.
+
+A run is read as it goes, from where its export got to (`Progress`): a round over for
+good (answered, its calls ended, the loop past it) has all its spans out and is not read
+again, so what a change of the run costs does not grow with the rounds before it.
 
 Times are the rows' own (a round's and a call's start and end, the run's). Ids are
 derived from the run (its UUID is the trace id; a span id is a hash of the run and the
@@ -20,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -41,7 +47,13 @@ from tools_app.engine import (
     ToolExecutionResultMessage,
     UserMessage,
 )
-from tools_app.models import FINISHED_CALL_STATES, Round, Run, ToolCall
+from tools_app.models import (
+    FINISHED_CALL_STATES,
+    IN_PROGRESS_CALL_STATES,
+    Round,
+    Run,
+    ToolCall,
+)
 from tools_app.models.runs import TERMINAL_STATUSES
 from tools_app.runs.snapshot.model import snapshot_of
 
@@ -59,45 +71,97 @@ FAILED_CALL_STATES = frozenset(FINISHED_CALL_STATES) - {"succeeded"}
 
 @dataclass(frozen=True)
 class RunRows:
-    """What the exporter read of one run: the run and its rounds with their calls."""
+    """What the exporter read of one run: the run and its open rounds with their calls."""
 
     run: Run
     rounds: list[tuple[Round, list[ToolCall]]]
 
 
-def read(run_id: str) -> RunRows | None:
-    """The run's rows, or None for a run that is gone or was received over OTLP (sending
-    it back out would echo another platform's trace)."""
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None or (isinstance(run.snapshot, dict) and run.snapshot.get("imported")):
+@dataclass
+class Progress:
+    """How far one run's export got. The rounds before `open_from` are over for good and
+    all their spans are out: they are not read again. `history` is the conversation
+    through them (where the next chat span's input messages start), `sent` the keys of
+    the open rounds' spans already out (sent or dropped), `ended` set once the run's own
+    span is out (a run ends with everything in it ended, in one commit: nothing of it
+    is due after that)."""
+
+    model: str
+    instructions: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    open_from: int = 0
+    sent: set[str] = field(default_factory=set)
+    ended: bool = False
+
+    def close(self, round_: Round, calls: Iterable[ToolCall],
+              messages: list[dict[str, Any]]) -> None:
+        self.history.extend(messages)
+        self.open_from = round_.index + 1
+        self.sent.discard(f"round:{round_.index}")
+        self.sent.difference_update(f"call:{round_.index}:{c.call_index}" for c in calls)
+
+
+def read(run_id: str, progress: Progress | None) -> tuple[RunRows, Progress] | None:
+    """The run's rows still open at `progress` (all of them the first time, when the
+    run's frozen conversation starts its progress), or None for a run that is gone or
+    was received over OTLP (sending it back out would echo another platform's trace)."""
+    runs = Run.objects.filter(pk=run_id)
+    run = runs.first() if progress is None else runs.defer("snapshot").first()
+    if run is None:
         return None
+    if progress is None:
+        if isinstance(run.snapshot, dict) and run.snapshot.get("imported"):
+            return None
+        progress = _progress_of(run)
+    rounds = list(Round.objects.filter(run_id=run.pk, index__gte=progress.open_from)
+                  .defer(*UNUSED_ROUND_FIELDS).order_by("index"))
     calls: dict[int, list[ToolCall]] = {}
-    for call in ToolCall.objects.filter(run_id=run.pk).defer(*UNUSED_CALL_FIELDS) \
-            .order_by("round_id", "call_index"):
-        calls.setdefault(call.round_id, []).append(call)
-    rounds = list(Round.objects.filter(run_id=run.pk).defer(*UNUSED_ROUND_FIELDS)
-                  .order_by("index"))
-    return RunRows(run, [(r, calls.get(r.pk, [])) for r in rounds])
+    if rounds:
+        for call in ToolCall.objects.filter(round_id__in=[r.pk for r in rounds]) \
+                .defer(*UNUSED_CALL_FIELDS).order_by("round_id", "call_index"):
+            calls.setdefault(call.round_id, []).append(call)
+    return RunRows(run, [(r, calls.get(r.pk, [])) for r in rounds]), progress
 
 
-def due(rows: RunRows, sent: set[str]) -> list[tuple[str, ReadableSpan]]:
-    """The spans of what has ended and was not sent yet, each with its key: finished
-    calls, answered (or failed) rounds, and the run itself once it has ended."""
-    out: list[tuple[str, ReadableSpan]] = []
-    history = _first_messages(rows.run)
-    for round_, calls in rows.rounds:
+def due(rows: RunRows, progress: Progress) -> list[ReadableSpan]:
+    """The spans of what has ended and is not out yet: finished calls, answered (or
+    failed) rounds, and the run itself once it has ended. Each counts as out from here
+    (a span the queue drops is not made again), and `progress` moves past the rounds
+    now over for good."""
+    out: list[ReadableSpan] = []
+    ended = rows.run.status in TERMINAL_STATUSES
+    pending: list[dict[str, Any]] = []  # the open rounds' messages, after the history
+    closing = True
+    for position, (round_, calls) in enumerate(rows.rounds):
         key = f"round:{round_.index}"
-        if round_.finished_at is not None and key not in sent:
-            out.append((key, chat_span(rows.run, round_, history)))
+        if round_.finished_at is not None and key not in progress.sent:
+            progress.sent.add(key)
+            out.append(chat_span(rows.run, round_, progress, progress.history + pending))
         for call in calls:
             call_key = f"call:{round_.index}:{call.call_index}"
             if call.finished_at is not None and call.state in FINISHED_CALL_STATES \
-                    and call_key not in sent:
-                out.append((call_key, tool_span(rows.run, round_, call)))
-        history = history + _round_messages(round_, calls)
-    if rows.run.status in TERMINAL_STATUSES and "run" not in sent:
-        out.append(("run", agent_span(rows.run)))
+                    and call_key not in progress.sent:
+                progress.sent.add(call_key)
+                out.append(tool_span(rows.run, round_, call))
+        messages = _round_messages(round_, calls)
+        moved_on = ended or position + 1 < len(rows.rounds)
+        if closing and moved_on and _over(round_, calls):
+            progress.close(round_, calls, messages)
+        else:
+            closing = False
+            pending += messages
+    if ended and "run" not in progress.sent:
+        progress.sent.add("run")
+        out.append(agent_span(rows.run))
+    progress.ended = ended
     return out
+
+
+def _over(round_: Round, calls: Iterable[ToolCall]) -> bool:
+    """Nothing of the round changes any more: answered (or failed) and no call of it
+    waiting or running (the caller knows the loop has moved past it)."""
+    return round_.finished_at is not None and \
+        not any(c.state in IN_PROGRESS_CALL_STATES for c in calls)
 
 
 # -- the three kinds of span ------------------------------------------------------------
@@ -116,11 +180,15 @@ def agent_span(run: Run) -> ReadableSpan:
                  (run.error_message or run.status) if failed else None, SpanKind.INTERNAL)
 
 
-def chat_span(run: Run, round_: Round, inputs: Sequence[dict[str, Any]]) -> ReadableSpan:
-    model = snapshot_of(run).endpoint.model
+def chat_span(run: Run, round_: Round, progress: Progress,
+              inputs: Sequence[dict[str, Any]]) -> ReadableSpan:
+    model = progress.model
     attributes: dict[str, Any] = {
         gen_ai.GEN_AI_OPERATION_NAME: "chat", gen_ai.GEN_AI_REQUEST_MODEL: model,
         gen_ai.GEN_AI_INPUT_MESSAGES: json.dumps(list(inputs), ensure_ascii=False)}
+    if progress.instructions:
+        attributes[gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS] = json.dumps(progress.instructions,
+                                                                   ensure_ascii=False)
     response = _response(round_)
     if response is not None:
         attributes |= _answer_attributes(round_, response)
@@ -176,8 +244,18 @@ def _round_error(round_: Round) -> str:
 # -- messages in the conventions' parts form --------------------------------------------
 
 
-def _first_messages(run: Run) -> list[dict[str, Any]]:
-    return [_parts(message) for message in snapshot_of(run).chat_messages()]
+def _progress_of(run: Run) -> Progress:
+    """A run's export before any of it is out: the model it asks, its system prompt as
+    system instructions (a first system message; any later one is part of the chat
+    history) and the other messages of its frozen conversation."""
+    snapshot = snapshot_of(run)
+    messages = snapshot.chat_messages()
+    instructions: list[dict[str, Any]] = []
+    if messages and isinstance(messages[0], SystemMessage):
+        instructions = [{"type": "text", "content": messages[0].text}]
+        messages = messages[1:]
+    return Progress(model=snapshot.endpoint.model, instructions=instructions,
+                    history=[_parts(message) for message in messages])
 
 
 def _round_messages(round_: Round, calls: Iterable[ToolCall]) -> list[dict[str, Any]]:
