@@ -1,12 +1,14 @@
 """The older GenAI forms (`gen_ai.prompt.N.*` / `gen_ai.completion.N.*` attributes,
-`gen_ai.*.message` / `gen_ai.choice` span events) read like the current one, and what a
-span lacks stays missing (ingest/conventions.py, messages.py, assemble.py)."""
+`gen_ai.*.message` / `gen_ai.choice` span events) read like the current one, the system
+prompt is read from `gen_ai.system_instructions` in either of its forms, and what a span
+lacks stays missing (ingest/conventions.py, messages.py, assemble.py)."""
 
 from __future__ import annotations
 
 import json
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.trace import Tracer
 
 from tests.ingest.support import spans_of
@@ -93,3 +95,46 @@ def test_what_a_span_lacks_stays_missing() -> None:
     [call] = round_.calls
     assert (call.call_id, call.arguments, call.result_text, call.state) == (
         "", None, None, "succeeded")
+
+
+INSTRUCTIONS = [{"type": "text", "content": "You translate English to French."},
+                {"type": "text", "content": "Keep the names as they are."}]
+
+
+def chat_with_instructions(tracer: Tracer, instructions: str | None = None) -> None:
+    with tracer.start_as_current_span("chat gpt-4o") as span:
+        span.set_attributes({
+            "gen_ai.operation.name": "chat",
+            "gen_ai.input.messages": json.dumps([
+                {"role": "user", "parts": [{"type": "text", "content": "Hello, Anna"}]}]),
+            "gen_ai.output.messages": json.dumps([
+                {"role": "assistant", "finish_reason": "stop",
+                 "parts": [{"type": "text", "content": "Bonjour, Anna"}]}])})
+        if instructions is not None:
+            span.set_attribute("gen_ai.system_instructions", instructions)
+
+
+def structured(request: ExportTraceServiceRequest) -> ExportTraceServiceRequest:
+    """The request with INSTRUCTIONS added as an attribute in structured form (an array
+    of key-value lists), as exporters that can write one send it."""
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    attribute = span.attributes.add(key="gen_ai.system_instructions")
+    for part in INSTRUCTIONS:
+        fields = attribute.value.array_value.values.add().kvlist_value
+        for key, value in part.items():
+            fields.values.add(key=key).value.string_value = value
+    return request
+
+
+def test_the_system_instructions_are_the_first_message() -> None:
+    expected = [("system", "You translate English to French.\nKeep the names as they are."),
+                ("user", "Hello, Anna")]
+    as_json = plan_of(lambda tracer: chat_with_instructions(tracer, json.dumps(INSTRUCTIONS)))
+    as_values = assemble.plan(records(structured(encode_spans(spans_of(
+        chat_with_instructions))), Refusal()))
+    without = plan_of(chat_with_instructions)
+
+    for plan in (as_json, as_values):
+        assert [(m.role, m.text) for m in plan.first_messages] == expected
+        assert summary(plan) == [("responded", "stop", "Bonjour, Anna", [])]
+    assert [(m.role, m.text) for m in without.first_messages] == [("user", "Hello, Anna")]

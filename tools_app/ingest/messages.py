@@ -83,11 +83,13 @@ def _parts_message(data: dict[str, Any]) -> Message:
 
 
 def system_instructions(parts: Any) -> list[Message]:
+    """`gen_ai.system_instructions` (text parts, as a JSON string or structured) as the
+    system message they were given as; separate parts are separate lines."""
     if not isinstance(parts, list):
         return []
     texts = [str(p["content"]) for p in parts
              if isinstance(p, dict) and isinstance(p.get("content"), str)]
-    return [Message(role="system", text="".join(texts))] if texts else []
+    return [Message(role="system", text="\n".join(texts))] if texts else []
 
 
 def tool_definitions(attrs: dict[str, Any]) -> list[dict[str, Any]]:
