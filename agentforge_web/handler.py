@@ -52,6 +52,7 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIHandler
+from django.core.signals import request_finished
 from django.db import close_old_connections, connections
 from django.http.response import HttpResponseBase
 
@@ -175,6 +176,16 @@ def http_application() -> ASGIHandler:
     if value == "onehop":
         return OneHopASGIHandler()
     if value == "django":
+        # As Django's default CONN_MAX_AGE (0) would: settings.py keeps SQLite's
+        # connections for threads that live on, and Django's request threads end with
+        # their request, which would leave every request's connection open behind it.
+        request_finished.connect(close_request_connections,
+                                 dispatch_uid="agentforge_close_request_connections")
         return ASGIHandler()
     raise ImproperlyConfigured(
         f"{ENVIRONMENT_VARIABLE} must be 'onehop' (the default) or 'django', not {value!r}")
+
+
+def close_request_connections(**kwargs: Any) -> None:
+    """At a request's end, on its thread: close that thread's connections."""
+    connections.close_all()

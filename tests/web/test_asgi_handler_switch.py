@@ -7,6 +7,7 @@ processes on a fresh SQLite database."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import pytest
 from tests.server_support import ROOT, TIMEOUT, environment, free_port
 
 DAPHNE = str(Path(sys.executable).with_name("daphne"))
+REQUESTS = 40
 
 SERVED = """
 import agentforge_web.asgi as asgi
@@ -69,6 +71,13 @@ def test_a_bad_value_fails_the_start_loudly(tmp_path: Path) -> None:
     assert "AGENTFORGE_ASGI_HANDLER must be 'onehop' (the default) or 'django'" in done.stderr
 
 
+def open_database_files(pid: int, directory: Path) -> int:
+    """The files of `directory` (the database and its WAL) the process has open."""
+    fds = Path(f"/proc/{pid}/fd")
+    return sum(1 for fd in fds.iterdir()
+               if os.readlink(fd).startswith(str(directory)))
+
+
 def call(base: str, token: str, method: str, path: str,
          body: dict[str, Any] | None = None) -> tuple[int, bytes]:
     request = urllib.request.Request(
@@ -93,7 +102,7 @@ def wait_until_up(base: str, token: str, server: subprocess.Popen[bytes], log: P
 def test_a_run_started_over_the_api_succeeds_with_djangos_own_handler(tmp_path: Path) -> None:
     """The embedded default served by Django's handler: a run started with POST
     /api/runs is executed by the embedded worker, read back, and its event stream (an
-    async response) served to its end."""
+    async response) served to its end; requests leave no connection open behind them."""
     env = environment(tmp_path) | {"AGENTFORGE_ASGI_HANDLER": "django"}
     for args in (["migrate", "--noinput", "-v0"], ["shell", "-c", SET_UP]):
         done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
@@ -126,6 +135,13 @@ def test_a_run_started_over_the_api_succeeds_with_djangos_own_handler(tmp_path: 
         last = stream.strip().split(b"\n\n")[-1].split(b"\n")
         assert last[1] == b"event: run_status"
         assert json.loads(last[2].removeprefix(b"data: "))["payload"]["status"] == "succeeded"
+
+        # Each request's thread ends with it, and its connection is closed with it: not
+        # left open behind it (settings.py keeps SQLite's for threads that live on).
+        before = open_database_files(server.pid, tmp_path)
+        for _ in range(REQUESTS):
+            assert call(base, token, "GET", f"/api/runs/{run_id}")[0] == 200
+        assert open_database_files(server.pid, tmp_path) - before < REQUESTS // 4
     finally:
         server.terminate()
         server.wait(timeout=TIMEOUT)
