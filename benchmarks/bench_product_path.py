@@ -27,10 +27,11 @@ Run: python -m benchmarks.bench_product_path [--only embedded|scaleout] [--runs 
 `--busy-cores 1` is the headroom check: the same with one CPU kept busy by another
 process throughout. `--name` writes docs/benchmarks/FILE.md instead of product-path.md.
 
-The write path measured (issue 39): the hand-built SQL of store/sql/rowsql.py and
-store/sql/prepared.py by default; with AGENTFORGE_WRITE_PATH=orm in this process's
-environment (the servers it starts inherit it), their ORM variants (store/sql/rowsql_orm.py,
-store/sql/prepared_orm.py). The report says which; give each its own `--name`.
+The variant measured (issue 39): the hand-built parts by default; in this process's
+environment (the servers it starts inherit it, benchmarks/processes.base_env),
+AGENTFORGE_WRITE_PATH=orm (the ORM's write path), AGENTFORGE_GROUP_COMMIT=off (each
+run's batch and claim alone) or AGENTFORGE_ASGI_HANDLER=django (Django's own handler)
+selects a plain alternative. The report says which; give each its own `--name`.
 
 The workload and a scenario's `Outcome` are product_path_workload.py; the report
 product_path_report.py.
@@ -68,7 +69,12 @@ from benchmarks.processes import (
     services_cpu,
     stop,
 )
-from benchmarks.product_path_report import WRITE_PATHS, describe, report, write_path
+from benchmarks.product_path_report import (
+    chosen_variants,
+    describe,
+    report,
+    unknown_variants,
+)
 from benchmarks.product_path_workload import (
     DEFAULT_RUNS,
     ENDPOINT,
@@ -433,9 +439,10 @@ def main() -> None:
     parser.add_argument("--busy-cores", type=int, default=0, choices=range(os.cpu_count() or 1),
                         help="keep this many CPUs busy with other work throughout (headroom)")
     args = parser.parse_args()
-    if write_path() not in WRITE_PATHS:
-        parser.error(f"AGENTFORGE_WRITE_PATH must be one of {', '.join(WRITE_PATHS)}")
-    print(f"write path: {write_path()}", flush=True)
+    for problem in unknown_variants():
+        parser.error(problem)
+    print(", ".join(f"{name}={value}" for name, value in chosen_variants().items()),
+          flush=True)
     counts = [int(x) for x in args.runs.split(",")]
     started = time.monotonic()
     results: dict[str, Result | str] = {}

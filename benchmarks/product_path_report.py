@@ -1,12 +1,13 @@
 """bench_product_path's report: a row per scenario (efficiency, from-emit delays,
-queueing, CPU per round, memory, load), the notes (failures, locks, exits, the write
-path measured) and the markdown written to docs/benchmarks/.
+queueing, CPU per round, memory, load), the notes (failures, locks, exits, the variant
+measured) and the markdown written to docs/benchmarks/.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+from dataclasses import dataclass
 
 from benchmarks.common import percentile
 from benchmarks.product_path_workload import (
@@ -69,7 +70,7 @@ def headroom_note(busy: int) -> str:
 
 def report(results: dict[str, Result | str], elapsed: float, busy: int = 0) -> str:
     rows: list[str] = []
-    notes: list[str] = [f"Write path: {WRITE_PATHS[write_path()]}."]
+    notes: list[str] = variant_notes()
     for name, result in results.items():
         if isinstance(result, str):
             notes.append(f"{name}: {result}")
@@ -125,14 +126,50 @@ the client) shares one machine ({os.cpu_count()} CPUs, shared with other work: t
 """
 
 
-def write_path() -> str:
-    """The write path the servers use (AGENTFORGE_WRITE_PATH, as store/sql/write_path.py
-    reads it)."""
-    return os.environ.get("AGENTFORGE_WRITE_PATH", "").strip().lower() or "sql"
+@dataclass(frozen=True)
+class Variant:
+    """A switch the servers read from their environment (inherited from this process):
+    the hand-built part it replaces with its plain alternative."""
+
+    label: str
+    values: dict[str, str]  # value -> what it measures; the default first
+
+    def chosen(self, name: str) -> str:
+        return os.environ.get(name, "").strip().lower() or next(iter(self.values))
 
 
-WRITE_PATHS = {
-    "sql": "the hand-built SQL (store/sql/rowsql.py, store/sql/prepared.py), the default",
-    "orm": "the ORM variants (AGENTFORGE_WRITE_PATH=orm: store/sql/rowsql_orm.py, "
-           "store/sql/prepared_orm.py)",
+VARIANTS = {
+    "AGENTFORGE_WRITE_PATH": Variant("Write path", {
+        "sql": "the hand-built SQL (store/sql/rowsql.py, store/sql/prepared.py), the default",
+        "orm": "the ORM variants (AGENTFORGE_WRITE_PATH=orm: store/sql/rowsql_orm.py, "
+               "store/sql/prepared_orm.py)",
+    }),
+    "AGENTFORGE_GROUP_COMMIT": Variant("Group commit", {
+        "on": "several runs' batches and first claims in one transaction "
+              "(runs/loops/loop_groups.py), the default",
+        "off": "each run's batch and first claim alone, in its own transaction "
+               "(AGENTFORGE_GROUP_COMMIT=off)",
+    }),
+    "AGENTFORGE_ASGI_HANDLER": Variant("HTTP handler", {
+        "onehop": "the one-hop handler on kept threads (agentforge_web/handler.py), "
+                  "the default",
+        "django": "Django's own ASGIHandler (AGENTFORGE_ASGI_HANDLER=django)",
+    }),
 }
+
+
+def chosen_variants() -> dict[str, str]:
+    """Each switch's value in this process's environment, as the servers read it."""
+    return {name: variant.chosen(name) for name, variant in VARIANTS.items()}
+
+
+def unknown_variants() -> list[str]:
+    """What is wrong with the switches' values (the servers would refuse to start)."""
+    return [f"{name} must be one of {', '.join(VARIANTS[name].values)}"
+            for name, value in chosen_variants().items()
+            if value not in VARIANTS[name].values]
+
+
+def variant_notes() -> list[str]:
+    return [f"{VARIANTS[name].label}: {VARIANTS[name].values[value]}."
+            for name, value in chosen_variants().items()]
