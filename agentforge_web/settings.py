@@ -348,6 +348,12 @@ AGENTFORGE_OTLP_IDLE_SECONDS = envint("AGENTFORGE_OTLP_IDLE_SECONDS", 600, minim
 # at most this many bytes; a response larger than that is passed on but not recorded.
 AGENTFORGE_PROXY_MAX_BYTES = envint("AGENTFORGE_PROXY_MAX_BYTES", 8 * 1024 * 1024,
                                     minimum=1024)
+# Where its exchanges are recorded: "process", a recorder process the server starts (off
+# the serving process's CPU and GIL), or "thread", a thread of the serving process.
+AGENTFORGE_PROXY_RECORDER = envstr("AGENTFORGE_PROXY_RECORDER", "process")
+if AGENTFORGE_PROXY_RECORDER not in ("process", "thread"):
+    raise ImproperlyConfigured("AGENTFORGE_PROXY_RECORDER must be process or thread, got "
+                               f"{AGENTFORGE_PROXY_RECORDER!r}")
 
 # Isolated Python tools (a tool's "isolated" option; tools_app/engine/isolation): calls
 # that run at once in worker processes of their own (more wait for one), each worker's

@@ -1,6 +1,8 @@
 """The recording proxy end to end: the product's own ASGI handler served by uvicorn in
 this process (so the test reads the runs it made; an async view and a streamed answer
-need an ASGI server), the fake provider behind registered endpoints, and bob's token."""
+need an ASGI server), the fake provider behind registered endpoints, and bob's token.
+Exchanges are recorded as a server records them, by the recorder process; a test that
+reaches into the recording in process sets AGENTFORGE_PROXY_RECORDER to "thread"."""
 
 from __future__ import annotations
 
@@ -10,16 +12,20 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import uvicorn
+from django.conf import settings
 from django.contrib.auth.models import AbstractUser
+from django.utils import timezone
 
 from agentforge_web.handler import OneHopASGIHandler
 from tools_app.fake_llm import BackgroundServer, FakeLLMApp
+from tools_app.ingest.idle import end_idle_runs
 from tools_app.models import ModelEndpoint
-from tools_app.proxy.recording import RECORDER
+from tools_app.proxy import recorders
 from tools_app.runs.loops.provider_clients import PROVIDER_CLIENTS
 from tools_app.web.api.tokens import create_token
 
@@ -43,7 +49,16 @@ class Proxy:
     @staticmethod
     def recorded() -> None:
         """Wait until every exchange so far is recorded."""
-        RECORDER.drain()
+        for recorder in recorders.made():
+            recorder.drain()
+
+    def ended(self) -> list[str]:
+        """Every exchange so far recorded, then the conversations ended as the ingest
+        idle sweep ends them once idle (the sweep's clock moved past the idle time);
+        the ids of the runs it ended."""
+        self.recorded()
+        idle = timedelta(seconds=settings.AGENTFORGE_OTLP_IDLE_SECONDS + 1)
+        return end_idle_runs(now=timezone.now() + idle)
 
 
 @pytest.fixture
@@ -81,7 +96,8 @@ def serving(app: Any) -> Iterator[str]:
 def product_server(transactional_db: None) -> Iterator[str]:
     with serving(OneHopASGIHandler()) as url:
         yield url
-        RECORDER.release_connections()
+        for recorder in recorders.made():
+            recorder.release_connections()
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ def _client(proxy: Proxy) -> anthropic.Anthropic:
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streaming"])
 def test_a_messages_tool_loop_becomes_one_run(proxy: Proxy, stream: bool) -> None:
     sent = anthropic_loop(_client(proxy), "Weather in Oslo?", stream=stream)
-    proxy.recorded()
+    proxy.ended()  # the conversation gone idle
 
     run = Run.objects.get(created_by=proxy.user)
     assert run.status == RunStatus.SUCCEEDED

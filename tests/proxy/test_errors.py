@@ -27,7 +27,7 @@ def test_a_provider_error_passes_through_unchanged_and_is_recorded(proxy: Proxy)
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(model="fake-model", extra_body={"foo": 1},
                                        messages=[{"role": "user", "content": "hi"}])
-    proxy.recorded()
+    proxy.ended()  # the conversation gone idle
 
     assert direct.status_code == 400
     assert raised.value.response.status_code == direct.status_code
@@ -48,7 +48,7 @@ def test_an_anthropic_error_passes_through_unchanged(proxy: Proxy) -> None:
     with pytest.raises(anthropic.BadRequestError) as raised:
         client.messages.create(model="fake-model", max_tokens=16, extra_body={"foo": 1},
                                messages=[{"role": "user", "content": "hi"}])
-    proxy.recorded()
+    proxy.ended()  # the conversation gone idle
 
     assert direct.status_code == 400
     assert raised.value.response.status_code == direct.status_code

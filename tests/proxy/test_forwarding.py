@@ -82,7 +82,7 @@ def test_an_endpoint_the_outbound_policy_refuses_is_not_called(proxy: Proxy) -> 
     response = httpx.post(f"{proxy.openai_base('private')}/chat/completions",
                           json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
                           headers={"Authorization": f"Bearer {proxy.token}"})
-    proxy.recorded()
+    proxy.ended()  # the conversation gone idle
 
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "upstream_unreachable"

@@ -36,7 +36,7 @@ def no_agents_tracing() -> Iterator[None]:
 
 
 def _one_run_with_the_call(proxy: Proxy, results: list[str]) -> Run:
-    proxy.recorded()
+    proxy.ended()  # the conversation gone idle
     run = Run.objects.get(created_by=proxy.user)
     assert run.status == RunStatus.SUCCEEDED
     assert run.rounds_count == 2

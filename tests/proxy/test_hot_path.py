@@ -106,7 +106,8 @@ def test_a_full_recording_queue_drops_the_exchange_counted_and_logged(
 
 @pytest.mark.both
 def test_exchanges_queued_meanwhile_are_recorded_together_as_if_one_by_one(
-        proxy: Proxy, monkeypatch: pytest.MonkeyPatch) -> None:
+        proxy: Proxy, monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    settings.AGENTFORGE_PROXY_RECORDER = "thread"  # held and counted in this process
     entered, release = threading.Event(), threading.Event()
     add, store = recording.Batch.add, recording._store
     stored: list[list[str]] = []

@@ -24,7 +24,7 @@ def _client(proxy: Proxy, endpoint: str = "fake-openai") -> openai.OpenAI:
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streaming"])
 def test_a_tool_loop_becomes_one_run_with_completed_calls(proxy: Proxy, stream: bool) -> None:
     sent = openai_loop(_client(proxy), "Weather in Paris?", stream=stream)
-    proxy.recorded()
+    proxy.ended()  # the conversation gone idle
 
     assert sent == [get_weather(json.loads(_first_arguments())["city"])]
     run = Run.objects.get(created_by=proxy.user)

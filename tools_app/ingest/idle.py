@@ -6,6 +6,11 @@ Such a run ends `succeeded`, not failed (nothing says the agent failed: the trac
 short of its end), with error type `incomplete_trace` and a note saying why, in its
 run_status event and on the run. A span arriving later still fills in its rounds
 (`receive`), and the note then says so (`late_fields`).
+
+The recording proxy's runs have no root span by design (each exchange is a round; no
+exchange says the conversation is over): they end here the same way, once idle, but as
+their last exchange says: failed with its error if it failed (a provider's error), else
+succeeded, with no note.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from django.db.models import Max
 from django.utils import timezone
 
 from tools_app.ingest import assemble
+from tools_app.ingest import conventions as conv
+from tools_app.ingest.snapshot import PROXY_VIA
 from tools_app.ingest.spans import SpanRecord
 from tools_app.models import IngestedSpan, Run, RunStatus
 from tools_app.runs.store.lifecycle import move_locked
-from tools_app.runs.store.sanitize import clean_text
+from tools_app.runs.store.sanitize import clean_text, fit_column
 
 INCOMPLETE = "incomplete_trace"  # the error type of a run ended for want of spans
 
@@ -51,12 +58,36 @@ def _end(run_id: str, cutoff: datetime, idle_seconds: int) -> bool:
     last = IngestedSpan.objects.filter(run_id=run_id).aggregate(last=Max("received_at"))
     if last["last"] is None or last["last"] >= cutoff:
         return False
-    note = incomplete_note(idle_seconds)
     plan = assemble.plan(stored_spans(run_id))
+    if _proxied(run):
+        _end_conversation(run, plan)
+        return True
+    note = incomplete_note(idle_seconds)
     move_locked(run, RunStatus.SUCCEEDED, {"incomplete": True, "note": note},
                 error_type=INCOMPLETE, error_message=note,
                 finished_at=plan.finished_at or timezone.now())
     return True
+
+
+def _proxied(run: Run) -> bool:
+    imported = run.snapshot.get("imported") if isinstance(run.snapshot, dict) else None
+    return isinstance(imported, dict) and imported.get("via") == PROXY_VIA
+
+
+def _end_conversation(run: Run, plan: assemble.RunPlan) -> None:
+    """A proxied conversation gone idle: failed if its last exchange failed, else
+    succeeded."""
+    last = plan.rounds[-1] if plan.rounds else None
+    event: dict[str, Any] = {"round_index": len(plan.rounds) - 1} if last else {}
+    finished_at = plan.finished_at or timezone.now()
+    if last is None or last.span is None or not last.span.failed:
+        move_locked(run, RunStatus.SUCCEEDED, event, finished_at=finished_at)
+        return
+    error_type, message = conv.error_of(last.span)
+    move_locked(run, RunStatus.FAILED,
+                event | {"error_type": error_type or "", "message": message or ""},
+                error_type=fit_column(Run, "error_type", error_type or ""),
+                error_message=clean_text(message or ""), finished_at=finished_at)
 
 
 def incomplete_note(idle_seconds: int) -> str:

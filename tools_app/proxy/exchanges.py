@@ -59,6 +59,49 @@ class Exchange:
     def secrets(self) -> tuple[str, ...]:
         return tuple(s for s in (*self.target.secrets, self.client_secret) if s)
 
+    def handed(self) -> Handed:
+        """The exchange as plain values, for the recorder process."""
+        return Handed(user_id=self.user.pk, endpoint_id=self.target.endpoint_id,
+                      endpoint_name=self.target.endpoint_name, kind=self.target.kind,
+                      dialect=self.dialect.name, request_body=self.request_body,
+                      run_header=self.run_header, started_ns=self.started_ns,
+                      finished_ns=self.finished_ns, status=self.status,
+                      content_type=self.content_type, response_body=self.response_body,
+                      response_cut=self.response_cut, failure=self.failure,
+                      secrets=self.secrets)
+
+
+@dataclass(frozen=True)
+class Handed:
+    """An exchange handed to the recorder process: what its record is made of, without
+    the serving process's objects (the user's row, the endpoint's built client). The
+    secrets travel with it over the pipe, to be redacted there; they are never stored."""
+    user_id: int
+    endpoint_id: str
+    endpoint_name: str
+    kind: str
+    dialect: str
+    request_body: bytes
+    run_header: str
+    started_ns: int
+    finished_ns: int
+    status: int
+    content_type: str
+    response_body: bytes
+    response_cut: bool
+    failure: str
+    secrets: tuple[str, ...]
+
+    def exchange(self, user: User, target: Target, dialect: Dialect) -> Exchange:
+        """The exchange again, in the recorder process (`target`: built for reading)."""
+        return Exchange(user=user, target=target, dialect=dialect,
+                        request_body=self.request_body, run_header=self.run_header,
+                        started_ns=self.started_ns, finished_ns=self.finished_ns,
+                        status=self.status, content_type=self.content_type,
+                        response_chunks=[self.response_body],
+                        response_size=len(self.response_body),
+                        response_cut=self.response_cut, failure=self.failure)
+
 
 @dataclass(frozen=True)
 class Outcome:

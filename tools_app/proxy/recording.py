@@ -9,13 +9,14 @@ request). `tools_app.ingest.receive` builds the run from them as it does from re
 traces (one run builder), live viewers included. Values are redacted of the endpoint's
 secrets and the client's token before anything is stored.
 
-Each round's span is a root, as each exchange stands alone on the wire: a run ends with
-its first exchange (succeeded, or failed by a provider's error), as a received trace
-does with its root span, and later exchanges still add their rounds (a provider's error
-in one of them is that round's, and the run's error).
+Each round's span is a child of the conversation's span, which never comes (no exchange
+says the conversation is over): the run stays running while exchanges come, and the
+ingest idle sweep (`ingest.idle`, after AGENTFORGE_OTLP_IDLE_SECONDS without one) ends
+it, failed if its last exchange failed (a provider's error), else succeeded.
 
-One recorder thread per process takes exchanges in the order they ended, so a
-conversation's next request finds the previous one recorded; `drain()` waits for it.
+A recorder (`recorders.recorder()`: a process of its own, or `Recorder`, a thread of the
+serving process) takes exchanges in the order they ended, so a conversation's next
+request finds the previous one recorded; `drain()` waits for it.
 What queued up while it was busy is recorded as one batch (`Batch`).
 Its queue is bounded (`CAPACITY`): when recording falls that far behind, an exchange is
 not recorded (counted in `dropped`, logged) rather than the client kept waiting or the
@@ -45,6 +46,7 @@ from tools_app.models import IngestedSpan
 from tools_app.proxy import conversations
 from tools_app.proxy.dialects import ProxiedRequest
 from tools_app.proxy.exchanges import Exchange, Outcome, outcome
+from tools_app.runs.store.db import write_turn
 from tools_app.runs.store.sanitize import redact
 
 logger = logging.getLogger(__name__)
@@ -133,6 +135,11 @@ class Batch:
 
 
 def _store(waiting: list[Prepared]) -> None:
+    with write_turn():  # SQLite: in turn with the server's writers (other processes too)
+        _store_now(waiting)
+
+
+def _store_now(waiting: list[Prepared]) -> None:
     user = waiting[0].exchange.user
     received = receive.receive([s for p in waiting for s in p.spans], user, Refusal(),
                                via=PROXY_VIA)
@@ -168,7 +175,7 @@ def _round_span(exchange: Exchange, request: ProxiedRequest, result: Outcome,
         attributes |= _response_attributes(response)
     if result.error_type:
         attributes["error.type"] = result.error_type
-    return _span(exchange, trace, uuid.uuid4().hex[:16], "",
+    return _span(exchange, trace, uuid.uuid4().hex[:16], _span_id(trace, "conversation"),
                  f"chat {request.model}".strip(), exchange.started_ns, exchange.finished_ns,
                  attributes, result.error_message)
 
@@ -368,5 +375,3 @@ class Recorder:
         except Exception:
             logger.exception("recording proxied exchanges failed")
 
-
-RECORDER = Recorder()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +18,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 # and ends) would leave a burst's last writes waiting. So they take turns here first.
 _SQLITE_WRITERS = threading.Lock()
 _turn = threading.local()
+_turn_files: dict[str, int] = {}  # database path -> this process's open turn file
 
 
 def drop_broken_connections() -> None:
@@ -42,17 +47,41 @@ def write_turn() -> Iterator[None]:
     before the writer's transaction and held for its statements (and what runs at its
     commit: a cancelled run's notification), none of which waits for a turn, so a
     holder never waits for another holder; taken again on the same thread, it is
-    already held. Elsewhere (PostgreSQL locks rows, not the database) nothing is
+    already held. The turn is the same for every process writing the database (a
+    file lock beside the thread lock): the proxy's recorder process takes turns with the
+    server's writers. Elsewhere (PostgreSQL locks rows, not the database) nothing is
     taken."""
-    if connections[DEFAULT_DB_ALIAS].vendor != "sqlite" or getattr(_turn, "held", False):
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.vendor != "sqlite" or getattr(_turn, "held", False):
         yield
         return
     with _SQLITE_WRITERS:
+        turn_file = _turn_file(str(connection.settings_dict["NAME"]))
+        if turn_file is not None:  # other processes' writers (the proxy's recorder)
+            fcntl.flock(turn_file, fcntl.LOCK_EX)
         _turn.held = True
         try:
             yield
         finally:
             _turn.held = False
+            if turn_file is not None:
+                fcntl.flock(turn_file, fcntl.LOCK_UN)
+
+
+def _turn_file(database: str) -> int | None:
+    """The file whose lock the processes writing one SQLite database take turns on (a
+    file of its own, never the database's: closing any descriptor of the database would
+    drop SQLite's own locks on it). None for an in-memory database. Called under
+    `_SQLITE_WRITERS`; opened once per process and kept open."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    path = os.path.realpath(database)
+    found = _turn_files.get(path)
+    if found is None:
+        digest = hashlib.sha256(path.encode()).hexdigest()[:24]
+        name = os.path.join(tempfile.gettempdir(), f"agentforge-write-turn-{digest}.lock")
+        found = _turn_files[path] = os.open(name, os.O_RDWR | os.O_CREAT, 0o600)
+    return found
 
 
 @contextmanager

@@ -8,7 +8,7 @@ Bearer`, or Anthropic's `x-api-key`); the body goes unchanged to the registered 
 with the endpoint's key; the answer comes back as the provider sent it (status, body,
 headers; a stream chunk by chunk as it arrives). Refusals (no or a wrong token, an
 unknown endpoint, a body too large or not JSON, a provider unreachable) are JSON in the
-provider's own error shape. The exchange is recorded afterwards (recording.RECORDER).
+provider's own error shape. The exchange is recorded afterwards (`recorders.recorder()`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tools_app.models import ModelEndpoint
 from tools_app.proxy import lookups, upstream
 from tools_app.proxy.dialects import ANTHROPIC_MESSAGES, OPENAI_CHAT, Dialect
 from tools_app.proxy.exchanges import Exchange
-from tools_app.proxy.recording import RECORDER
+from tools_app.proxy.recorders import recorder
 from tools_app.proxy.upstream import EndpointUnusable, Target
 from tools_app.web.api.tokens import user_for_token
 
@@ -125,7 +125,7 @@ def _told(target: Target, error: Exception) -> str:
 
 def _finish(exchange: Exchange) -> None:
     exchange.finished_ns = exchange.finished_ns or time.time_ns()
-    RECORDER.submit(exchange)
+    recorder().submit(exchange)
 
 
 def _token(request: HttpRequest) -> str:

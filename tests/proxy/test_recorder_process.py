@@ -1,0 +1,203 @@
+"""Who records the proxy's exchanges (the recorder process, a server's default, or a
+thread of the serving process) and when a proxied run ends (once its conversation has
+gone idle, as the ingest idle sweep ends it)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings as django_settings
+from django.utils import timezone
+
+from tests.proxy.conftest import Proxy
+from tools_app.ingest.idle import end_idle_runs
+from tools_app.models import Round, Run, RunStatus
+from tools_app.proxy import recorders
+from tools_app.proxy.recorders import ProcessRecorder
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WAIT_SECONDS = 20.0
+
+
+def _ask(proxy: Proxy, run: str, question: str, **extra: Any) -> httpx.Response:
+    return httpx.post(f"{proxy.openai_base()}/chat/completions",
+                      json={"model": "fake-model", **extra,
+                            "messages": [{"role": "user", "content": question}]},
+                      headers={"Authorization": f"Bearer {proxy.token}",
+                               "X-AgentForge-Run": run})
+
+
+def _questions(run: Run) -> list[str]:
+    """Each round's question, in the rounds' order."""
+    out = []
+    for request in Round.objects.filter(run=run).order_by("index").values_list(
+            "request_json", flat=True):
+        text = json.dumps(request)
+        out.append(next(q for q in ("A", "B", "C", *map(str, range(10)))
+                        if f"question {q}\"" in text))
+    return out
+
+
+def _until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _recorder_children() -> set[int]:
+    return {p.pid for p in multiprocessing.active_children()
+            if p.name == "proxy-recorder" and p.pid is not None}
+
+
+@pytest.fixture
+def own_recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcessRecorder]:
+    """A recorder process of the test's own (the view records through it), stopped at
+    the end."""
+    mine = ProcessRecorder()
+    monkeypatch.setitem(recorders._RECORDERS, "process", mine)
+    monkeypatch.setattr(django_settings, "AGENTFORGE_PROXY_RECORDER", "process")
+    try:
+        yield mine
+    finally:
+        mine.close()
+
+
+@pytest.mark.both
+@pytest.mark.parametrize("kind", ["process", "thread"])
+def test_a_conversations_exchanges_are_recorded_in_order(proxy: Proxy, kind: str,
+                                                          settings: Any) -> None:
+    settings.AGENTFORGE_PROXY_RECORDER = kind
+    for number in range(6):
+        assert _ask(proxy, "ordered", f"question {number}").status_code == 200
+    proxy.recorded()
+
+    run = Run.objects.get(created_by=proxy.user)
+    assert _questions(run) == ["0", "1", "2", "3", "4", "5"]
+    process = recorders.recorder()
+    assert isinstance(process, ProcessRecorder) == (kind == "process")
+    if isinstance(process, ProcessRecorder):
+        assert process.child_pid not in (None, os.getpid())
+
+
+def test_a_killed_recorder_process_is_restarted_losing_only_what_it_held(
+        proxy: Proxy, own_recorder: ProcessRecorder) -> None:
+    assert _ask(proxy, "before", "question 0").status_code == 200
+    proxy.recorded()
+    first = own_recorder.child_pid
+    assert first is not None
+    os.kill(first, signal.SIGSTOP)  # it takes the next exchange and holds it
+
+    assert _ask(proxy, "killed", "question A").status_code == 200
+    _until(lambda: own_recorder._in_flight == 1, "A was not handed to the recorder")
+    for question in ("question B", "question C"):  # queued meanwhile
+        assert _ask(proxy, "killed", question).status_code == 200
+    os.kill(first, signal.SIGKILL)
+    own_recorder.drain()
+
+    assert own_recorder.lost == 1  # A, which the killed process held
+    assert own_recorder.started == 2
+    assert own_recorder.child_pid not in (None, first)
+    assert _gone(first)
+    recorded = {tuple(_questions(run)) for run in Run.objects.filter(created_by=proxy.user)}
+    assert recorded == {("0",), ("B", "C")}
+
+
+def test_no_recorder_process_is_left_after_close(proxy: Proxy,
+                                                 own_recorder: ProcessRecorder) -> None:
+    before = _recorder_children()
+    assert _ask(proxy, "closing", "question 0").status_code == 200
+    proxy.recorded()
+    pid = own_recorder.child_pid
+    assert pid is not None
+    assert _recorder_children() == before | {pid}
+
+    own_recorder.close()
+
+    assert _recorder_children() == before
+    assert _gone(pid)
+    assert own_recorder.child_pid is None
+    # An exchange after the close is not recorded (counted) and starts no process.
+    assert _ask(proxy, "closing", "question 1").status_code == 200
+    assert own_recorder.dropped == 1
+    assert own_recorder.child_pid is None
+
+
+def test_the_recorder_process_exits_when_the_server_goes(
+        proxy: Proxy, own_recorder: ProcessRecorder) -> None:
+    assert _ask(proxy, "orphan", "question 0").status_code == 200
+    proxy.recorded()
+    child = own_recorder._child
+    assert child is not None
+
+    child.connection.close()  # as the server's end closes when it dies, however it dies
+    child.process.join(WAIT_SECONDS)
+
+    assert child.process.exitcode == 0
+
+
+# -- when a proxied run ends --------------------------------------------------------------
+
+
+def _idle_sweep(after_seconds: float) -> list[str]:
+    return end_idle_runs(now=timezone.now() + timedelta(seconds=after_seconds))
+
+
+@pytest.mark.both
+def test_a_proxied_run_stays_running_between_exchanges_and_ends_once_idle(
+        proxy: Proxy) -> None:
+    idle = django_settings.AGENTFORGE_OTLP_IDLE_SECONDS
+    assert _ask(proxy, "talk", "question 0").status_code == 200
+    proxy.recorded()
+    run = Run.objects.get(created_by=proxy.user)
+    assert run.status == RunStatus.RUNNING
+    assert _idle_sweep(0) == []
+
+    assert _ask(proxy, "talk", "question 1").status_code == 200
+    proxy.recorded()
+    assert _idle_sweep(idle - 5) == []  # not idle long enough yet
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING
+    assert run.rounds_count == 2
+
+    assert _idle_sweep(idle + 1) == [str(run.pk)]
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert (run.error_type, run.error_message) == ("", "")
+    last_round = Round.objects.get(run=run, index=1)
+    assert run.finished_at is not None
+    assert last_round.finished_at is not None
+    assert abs((run.finished_at - last_round.finished_at).total_seconds()) < 0.01
+
+
+@pytest.mark.both
+def test_a_proxied_run_whose_last_exchange_was_a_provider_error_ends_failed(
+        proxy: Proxy) -> None:
+    assert _ask(proxy, "broken", "question 0").status_code == 200
+    assert _ask(proxy, "broken", "question 1", foo=1).status_code == 400
+    proxy.recorded()
+    run = Run.objects.get(created_by=proxy.user)
+    assert run.status == RunStatus.RUNNING
+
+    assert proxy.ended() == [str(run.pk)]
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert "Unrecognized request argument supplied: foo" in run.error_message
