@@ -117,7 +117,7 @@ TEMPLATES = [
                 "django.template.context_processors.csp",
             ],
             "libraries": {"timeline": "tools_app.web.pages.timeline_tags",
-                          "waiting": "tools_app.web.pages.waiting"},
+                          "waiting": "tools_app.web.pages.runs.waiting"},
         },
     },
 ]

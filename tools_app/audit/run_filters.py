@@ -340,7 +340,7 @@ def _loop_detected(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
 def _tryit(runs: QuerySet[Run], value: str) -> QuerySet[Run]:
     """Try-it runs (one call of a tool from its page, and reruns of one): true only
     them, false none of them, any both. The API lists every run unless asked; the runs
-    page hides them unless asked (web/pages/run_list.run_list)."""
+    page hides them unless asked (web/pages/runs/run_list.run_list)."""
     if value not in TRYIT_VALUES:
         raise FilterError("tryit", f"tryit must be one of {', '.join(TRYIT_VALUES)}, "
                           f"not {value[:40]!r}")

@@ -2,21 +2,10 @@ from django.urls import path, re_path
 
 from tools_app.web.api import app as api
 from tools_app.web.api import otlp, proxy
-from tools_app.web.pages import (
-    audit,
-    compare,
-    endpoints,
-    fork,
-    playground,
-    probes,
-    reexecution,
-    registry,
-    run_list,
-    run_page,
-    suites,
-    tryit,
-    waiting,
-)
+from tools_app.web.pages import playground, suites
+from tools_app.web.pages.audit import calls, tools, tryit
+from tools_app.web.pages.registry import endpoints, probes, registry
+from tools_app.web.pages.runs import compare, fork, reexecution, run_list, run_page, waiting
 
 urlpatterns = [
     path("", playground.home, name="home"),
@@ -62,21 +51,21 @@ urlpatterns = [
          name="suite_cell_detail"),
     path("suite-runs/<uuid:suite_run_id>/compare/", suites.suite_run_compare,
          name="suite_run_compare"),
-    path("calls/", audit.call_list, name="call_list"),
-    path("calls/totals/", audit.call_list_totals, name="call_totals"),
+    path("calls/", calls.call_list, name="call_list"),
+    path("calls/totals/", calls.call_list_totals, name="call_totals"),
     path("calls/save-case/", suites.calls_save_case, name="calls_save_case"),
-    re_path(r"^calls/export\.(?P<fmt>csv|jsonl)$", audit.calls_export, name="calls_export"),
-    path("tools/", audit.tools_index, name="tool_index"),
+    re_path(r"^calls/export\.(?P<fmt>csv|jsonl)$", calls.calls_export, name="calls_export"),
+    path("tools/", tools.tools_index, name="tool_index"),
     # A path converter: names models called (hallucinated ones) may hold any character.
     path("tools/<path:name>/try/", tryit.tool_try, name="tool_try"),
     path("tools/<path:name>/check-arguments/", tryit.tool_check_arguments,
          name="tool_check_arguments"),
     path("tools/<path:name>/try/<uuid:run_id>/", tryit.tool_try_result,
          name="tool_try_result"),
-    path("tools/<path:name>/diff/", audit.tool_diff, name="tool_diff"),
-    path("tools/<path:name>/figures/", audit.tool_figures, name="tool_figures"),
-    path("tools/<path:name>/", audit.tool_detail, name="tool_detail"),
-    # The registry outside the admin (web/pages/registry.py).
+    path("tools/<path:name>/diff/", tools.tool_diff, name="tool_diff"),
+    path("tools/<path:name>/figures/", tools.tool_figures, name="tool_figures"),
+    path("tools/<path:name>/", tools.tool_detail, name="tool_detail"),
+    # The registry outside the admin (web/pages/registry/).
     path("registry/", registry.registry_home, name="registry"),
     path("registry/tools/new/", registry.tool_add, name="registry_tool_add"),
     path("registry/tools/import/", registry.tools_import, name="registry_tools_import"),

@@ -15,7 +15,7 @@ from django.test import Client
 from tests.web.support import Tree, playground_post
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs.worker.runner import execute_run
-from tools_app.web.pages import endpoints
+from tools_app.web.pages.registry import endpoints
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from tools_app.runs.store import selectors
 from tools_app.runs.worker.probing import may_probe
 from tools_app.web.pages.access import AuthenticatedHttpRequest
 from tools_app.web.pages.forms import PlaygroundForm
-from tools_app.web.pages.probes import probe_views
+from tools_app.web.pages.registry.probes import probe_views
 
 
 @require_GET

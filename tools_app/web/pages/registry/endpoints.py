@@ -21,7 +21,7 @@ from tools_app.runs.store import selectors
 from tools_app.runs.tasks import enqueue_probe
 from tools_app.runs.worker.probing import may_probe
 from tools_app.web.pages.access import AuthenticatedHttpRequest
-from tools_app.web.pages.probes import mark_asked, probe_views
+from tools_app.web.pages.registry.probes import mark_asked, probe_views
 
 
 @require_GET

@@ -23,8 +23,8 @@ from tools_app.runs.debugger.tryit import (
 )
 from tools_app.runs.store import selectors
 from tools_app.web.pages.access import AuthenticatedHttpRequest
-from tools_app.web.pages.audit import tool_page_context
-from tools_app.web.pages.tryit_form import recent_choices, tryit_context
+from tools_app.web.pages.audit.tools import tool_page_context
+from tools_app.web.pages.audit.tryit_form import recent_choices, tryit_context
 
 
 def _registration(name: str) -> ToolRegistration:

@@ -16,7 +16,7 @@ from django.test import Client
 from tests.web import audit_world
 from tests.web.support import PAYLOAD, Tree, assert_inert
 from tools_app.models import ToolCall
-from tools_app.web.pages.audit import CELL_CHARS
+from tools_app.web.pages.audit.calls import CELL_CHARS
 
 pytestmark = pytest.mark.django_db
 
@@ -75,7 +75,7 @@ def test_the_filters_stay_in_the_form_the_export_links_and_the_pushed_url(
 
 def test_keyset_pages(alice_client: Client, world: dict[str, Any],
                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tools_app.web.pages.audit.CALLS_PAGE_SIZE", 4)
+    monkeypatch.setattr("tools_app.web.pages.audit.calls.CALLS_PAGE_SIZE", 4)
     first = alice_client.get("/calls/?tool=get_weather")
     older = re.search(r'<a href="\?([^"]+)" rel="next">', first.content.decode())
     assert older is not None
@@ -167,7 +167,7 @@ def totals_of(client: Client, query: str) -> str:
 def test_the_totals_count_the_selection_not_the_page(
         alice_client: Client, bob_client: Client, world: dict[str, Any],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tools_app.web.pages.audit.CALLS_PAGE_SIZE", 3)
+    monkeypatch.setattr("tools_app.web.pages.audit.calls.CALLS_PAGE_SIZE", 3)
     assert totals_of(alice_client, "") == "10 calls · 7 errors (70 %) · newest first"
     assert totals_of(alice_client, "?tool=get_weather&sort=-duration") == (
         "6 calls · 3 errors (50 %) · duration, longest first")
@@ -233,7 +233,7 @@ def test_the_column_heads_sort_and_keep_the_filters(alice_client: Client,
 
 def test_sorted_pages_follow_their_cursor_back_to_the_first(
         alice_client: Client, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tools_app.web.pages.audit.CALLS_PAGE_SIZE", 4)
+    monkeypatch.setattr("tools_app.web.pages.audit.calls.CALLS_PAGE_SIZE", 4)
     seen: list[str] = []
     query = "sort=duration"
     for _ in range(5):

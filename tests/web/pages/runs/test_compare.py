@@ -16,7 +16,7 @@ from tests.web.support import Api, Tree, error_of, start_run
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolCall, ToolRegistration
 from tools_app.runs.debugger.rerun import ReplayOptions, run_rerun
 from tools_app.web.api.tokens import create_token
-from tools_app.web.pages import compare as compare_page
+from tools_app.web.pages.runs import compare as compare_page
 
 pytestmark = pytest.mark.django_db
 

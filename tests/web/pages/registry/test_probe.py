@@ -12,7 +12,7 @@ from django.test import Client
 from tests.web.support import Tree
 from tools_app.models import ModelEndpoint
 from tools_app.runs.worker.probing import probe_and_store
-from tools_app.web.pages import endpoints
+from tools_app.web.pages.registry import endpoints
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
