@@ -11,6 +11,7 @@ else. Only what the span carries is read: anything it lacks stays None.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,19 @@ MESSAGE_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "use
 
 
 def role_of(span: SpanRecord) -> str:
+    return _kept(span, "role", _role_of)
+
+
+def _kept[T](span: SpanRecord, name: str, read: Callable[[SpanRecord], T]) -> T:
+    """What `read` says of the span, read once and kept on the record (`parsed`): the
+    facts are shared by every plan of the span, none of which changes them."""
+    if name not in span.parsed:
+        span.parsed[name] = read(span)
+    found: T = span.parsed[name]
+    return found
+
+
+def _role_of(span: SpanRecord) -> str:
     attrs = span.attributes
     kind = attrs.get("openinference.span.kind")
     if isinstance(kind, str):
@@ -50,6 +64,10 @@ def role_of(span: SpanRecord) -> str:
 
 def conventions_of(span: SpanRecord) -> list[str]:
     """The conventions the span's content is written in."""
+    return _kept(span, "conventions", _conventions_of)
+
+
+def _conventions_of(span: SpanRecord) -> list[str]:
     attrs = span.attributes
     found = []
     if "openinference.span.kind" in attrs:
@@ -98,6 +116,10 @@ class ToolFacts:
 
 
 def round_facts(span: SpanRecord) -> RoundFacts:
+    return _kept(span, "round", _round_facts)
+
+
+def _round_facts(span: SpanRecord) -> RoundFacts:
     attrs = span.attributes
     facts = RoundFacts(
         model=_text(attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model")
@@ -156,6 +178,10 @@ def _from_events(span: SpanRecord) -> tuple[list[Message] | None, Message | None
 
 
 def tool_facts(span: SpanRecord) -> ToolFacts:
+    return _kept(span, "tool", _tool_facts)
+
+
+def _tool_facts(span: SpanRecord) -> ToolFacts:
     attrs = span.attributes
     error_type, error_message = error_of(span)
     result = attrs.get("gen_ai.tool.call.result", attrs.get("output.value"))

@@ -25,7 +25,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from tools_app.ingest import assemble, idle, rows
+from tools_app.ingest import assemble, idle, rows, span_cache
 from tools_app.ingest import conventions as conv
 from tools_app.ingest import snapshot as snapshots
 from tools_app.ingest.spans import Refusal, SpanRecord
@@ -57,6 +57,7 @@ class Received:
 
 
 ATTEMPTS = 3
+READ_CHUNK = 2_000  # span rows read by id in one query
 _READ = ("status", "lease_token", "error_type", "error_message")
 LAYOUT = "snapshot__imported__otlp__layout"
 
@@ -99,14 +100,15 @@ def _receive(records: list[SpanRecord], user: User, refusal: Refusal, via: str,
         by_run: dict[str, list[SpanRecord]] = defaultdict(list)
         for record in fresh:
             by_run[runs[record.trace_id]].append(record)
-        _store(fresh, runs)
         work = _Work(user, via)
+        work.stored = _store(fresh, runs)
         work.rebuild_all(sorted(set(by_run) - made))
         for run_id in sorted(made):
             work.create(run_id, by_run[run_id])  # it has no spans but these
         work.create_all()
         work.new_rows.flush()
         work.end_runs()
+        work.keep_spans()
     return Received(stored=len(fresh), duplicates=duplicates, runs=sorted(by_run))
 
 
@@ -118,12 +120,18 @@ def _known(records: list[SpanRecord]) -> dict[tuple[str, str], Any]:
     return {(trace, span): owner for trace, span, owner in found}
 
 
-def _store(records: list[SpanRecord], runs: dict[str, str]) -> None:
-    rowsql.insert(IngestedSpan, [
+def _store(records: list[SpanRecord], runs: dict[str, str],
+           ) -> dict[span_cache.RowKey, SpanRecord]:
+    """Store the spans; returns them as stored (their JSON cleaned), by their row."""
+    now = timezone.now()
+    data = {(r.trace_id, r.span_id): clean_json(r.stored()) for r in records}
+    inserted = rowsql.insert(IngestedSpan, [
         {"run": runs[r.trace_id], "trace_id": r.trace_id, "span_id": r.span_id,
-         "start_ns": r.start_ns, "data": clean_json(r.stored()),
-         "received_at": timezone.now()} for r in records],
-        conflict=("trace_id", "span_id"))
+         "start_ns": r.start_ns, "data": data[r.trace_id, r.span_id],
+         "received_at": now} for r in records],
+        conflict=("trace_id", "span_id"), returning=("id", "trace_id", "span_id"))
+    return {(pk, trace, span, now): SpanRecord.from_stored(trace, span, data[trace, span])
+            for pk, trace, span in inserted}
 
 
 def _runs_for(records: list[SpanRecord], user: User) -> tuple[dict[str, str], set[str]]:
@@ -175,6 +183,14 @@ class _Work:
         self.appends: list[Append] = []  # the events of the rebuilt runs that go on
         self.made: list[ReceivedRun] = []  # the runs this request makes
         self.notices: dict[str, int] = {}  # run id -> the last seq viewers are told of
+        self.stored: dict[span_cache.RowKey, SpanRecord] = {}  # this request's spans
+        self.read: list[tuple[span_cache.RowKey, SpanRecord]] = []  # spans read back
+
+    def keep_spans(self) -> None:
+        """Once the request commits, its spans and those it read kept for later
+        rebuilds in this process."""
+        kept = [*self.stored.items(), *self.read]
+        transaction.on_commit(lambda: span_cache.spans.put_many(kept))
 
     def create(self, run_id: str, spans: list[SpanRecord]) -> None:
         """A run made by this request (stored with the others, by `create_all`)."""
@@ -201,10 +217,7 @@ class _Work:
         # the whole snapshot, rewritten by the rebuild).
         runs = Run.objects.select_for_update().filter(pk__in=run_ids).order_by("pk").only(
             *_READ).annotate(layout=F(LAYOUT))
-        spans: dict[str, list[SpanRecord]] = defaultdict(list)
-        for run_id, trace, span, data in IngestedSpan.objects.filter(
-                run_id__in=run_ids).values_list("run_id", "trace_id", "span_id", "data"):
-            spans[run_key(run_id)].append(SpanRecord.from_stored(trace, span, data))
+        spans = self._spans_of(run_ids)
         existing = rows.Existing.of(run_ids)
         for run in runs:
             self.rebuild(run, spans[run_key(run.pk)], existing)
@@ -212,6 +225,31 @@ class _Work:
             appended = append_many(self.appends, expect={})
             for append, (seq, _) in zip(self.appends, appended, strict=True):
                 self.notices[str(uuid.UUID(append.run_id))] = seq
+
+    def _spans_of(self, run_ids: list[str]) -> dict[str, list[SpanRecord]]:
+        """Each run's spans (by run key): this request's in hand, earlier ones from this
+        process's cache (`span_cache`), the others' rows read and parsed, and kept in
+        the cache once the request commits."""
+        spans: dict[str, list[SpanRecord]] = defaultdict(list)
+        missing: dict[int, tuple[str, span_cache.RowKey]] = {}
+        for run_id, pk, trace, span, at in IngestedSpan.objects.filter(
+                run_id__in=run_ids).values_list("run_id", "id", "trace_id", "span_id",
+                                                "received_at"):
+            row = (pk, trace, span, at)
+            record = self.stored.get(row) or span_cache.spans.get(row)
+            if record is None:
+                missing[row[0]] = (run_key(run_id), row)
+            else:
+                spans[run_key(run_id)].append(record)
+        ids = list(missing)
+        for start in range(0, len(ids), READ_CHUNK):
+            for pk, data in IngestedSpan.objects.filter(
+                    pk__in=ids[start:start + READ_CHUNK]).values_list("id", "data"):
+                run, row = missing[pk]
+                record = SpanRecord.from_stored(row[1], row[2], data)
+                spans[run].append(record)
+                self.read.append((row, record))
+        return spans
 
     def rebuild(self, run: Run, spans: list[SpanRecord], existing: rows.Existing) -> None:
         run_id = run_key(run.pk)

@@ -38,6 +38,9 @@ class SpanRecord:
     resource: dict[str, Any] = field(default_factory=dict)
     scope: str = ""
     remote_parent: bool = False
+    # What conventions.py read from the span, kept with it (a span never changes): a
+    # record kept for later rebuilds (span_cache) is not parsed again. Read-only.
+    parsed: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def root(self) -> bool:

@@ -1,0 +1,86 @@
+"""Stored spans this process already holds, parsed (`SpanRecord`, with what conventions.py
+read from it kept on the record), by their row: a rebuild takes an earlier span of its
+run from here instead of reading its row's JSON and parsing it again.
+
+Only an optimisation, never the source of truth: a row not found here (stored by
+another process, or dropped past the bound) is read from the database. An entry is the
+content of a committed row, added once its transaction committed; stored spans are
+never changed, and an entry is found only by the row's id, its trace and span ids and
+the moment it was stored, so a row deleted and a span stored again (same ids) is never
+answered with the old content.
+
+Bounded (least recently used dropped first) by a number of spans and by the text their
+attributes and events hold.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from tools_app.ingest.spans import SpanRecord
+
+MAX_SPANS = 10_000
+MAX_CHARS = 16_000_000  # characters of attribute and event text, over all entries
+
+# A stored span's row: its id, trace id, span id and when it was stored.
+RowKey = tuple[int, str, str, datetime]
+
+
+class SpanCache:
+    def __init__(self, max_spans: int = MAX_SPANS, max_chars: int = MAX_CHARS) -> None:
+        self.max_spans = max_spans
+        self.max_chars = max_chars
+        self._entries: OrderedDict[RowKey, tuple[SpanRecord, int]] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: RowKey) -> SpanRecord | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
+
+    def put_many(self, entries: Iterable[tuple[RowKey, SpanRecord]]) -> None:
+        with self._lock:
+            for key, record in entries:
+                old = self._entries.pop(key, None)
+                if old is not None:
+                    self._chars -= old[1]
+                size = _text_size(record.attributes) + _text_size(record.events)
+                if size > self.max_chars:
+                    continue
+                self._entries[key] = (record, size)
+                self._chars += size
+            while self._entries and (len(self._entries) > self.max_spans
+                                     or self._chars > self.max_chars):
+                _, (_, size) = self._entries.popitem(last=False)
+                self._chars -= size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._chars = 0
+
+
+def _text_size(value: Any) -> int:
+    """The characters of the strings in a JSON value (what its memory grows with)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(len(k) + _text_size(v) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(_text_size(v) for v in value)
+    return 8
+
+
+spans = SpanCache()
+"""This process's cache (receive.py's rebuilds read and fill it)."""
