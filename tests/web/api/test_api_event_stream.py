@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from tools_app.models import (
     ToolRegistration,
 )
 from tools_app.runs import tasks
+from tools_app.runs.store.selectors import StoredEvent
 from tools_app.web.api import event_stream
 from tools_app.web.api.event_stream import STREAMS
 from tools_app.web.api.tokens import create_token
@@ -149,6 +151,42 @@ async def test_each_message_carries_what_the_events_list_returns(
                                        headers=auth(bob_token))
     messages, _ = parse_sse(await read_all(response.streaming_content))
     assert [m["data"] for m in messages] == listed.json()["events"]
+
+
+async def test_untrusted_text_in_a_payload_stays_on_its_data_line(
+    bob_run: Run, bob_token: str,
+) -> None:
+    """The data line carries the payload's stored JSON text: line breaks, a forged
+    `id:` line, quotes and markup in untrusted text stay escaped inside it."""
+    assert await execute(bob_run) == "succeeded"
+    last = (await stored(bob_run))[-1][0]
+    text = 'one\ntwo\r\n\nid: 999\nevent: x\n"quoted" </script> <b>ünïcode</b>'
+    await RunEvent.objects.acreate(run=bob_run, seq=last + 1, kind="tool_call_finished",
+                                   payload={"result": text, "nested": [{"t": text}]})
+    response = await AsyncClient().get(f"/api/runs/{bob_run.pk}/events/stream?after={last}",
+                                       headers=auth(bob_token))
+    raw = await read_all(response.streaming_content)
+    assert raw.count(b"\nid: ") == 1
+    assert raw.count(b"\ndata: ") == 1
+    messages, _ = parse_sse(raw)
+    listed = await sync_to_async(Api(bob_token).get)(
+        f"/api/runs/{bob_run.pk}/events?after={last}")
+    assert [m["data"] for m in messages] == listed.json()["events"]
+    assert messages[0]["data"]["payload"]["result"] == text
+
+
+def test_stored_json_with_line_breaks_is_sent_on_one_line() -> None:
+    """JSON text as stored holds no line break outside its strings; text that did
+    would end the data line, so it is encoded again."""
+    event = StoredEvent(7, "note", '{\n  "a": "x\\ny",\r\n  "b": [1, 2]\n}',
+                        datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    message = event_stream.sse_message(event)
+    lines = message.decode().split("\n")
+    assert lines[:2] == ["id: 7", "event: note"]
+    assert lines[3:] == ["", ""]
+    assert json.loads(lines[2].removeprefix("data: ")) == {
+        "seq": 7, "kind": "note", "payload": {"a": "x\ny", "b": [1, 2]},
+        "created_at": "2026-01-02T03:04:05+00:00"}
 
 
 async def test_resuming_with_last_event_id_sends_only_later_events(

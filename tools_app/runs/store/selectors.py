@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Exists, F, OuterRef, QuerySet, Window
+from django.db.models import Count, Exists, F, OuterRef, QuerySet, TextField, Window
+from django.db.models.functions import Cast
 
 from tools_app.models import (
     ErrorPolicy,
@@ -169,6 +171,37 @@ def event_marks_after(run_id: str | uuid.UUID, seq: int, limit: int = 500) -> li
     # Prepared: every live batch begins with this read (prepared.py).
     return [EventMark(*row) for row in prepared.rows(("event_marks", limit), marks,
                                                      as_uuid(run_id), seq)]
+
+
+class StoredEvent(NamedTuple):
+    """An event as the API sends it, its payload the JSON text the database holds."""
+
+    seq: int
+    kind: str
+    payload_json: str
+    created_at: datetime
+
+
+def event_texts_after(run_id: str | uuid.UUID, seq: int,
+                      limit: int = 500) -> list[StoredEvent]:
+    """Like events_after, each payload left as its stored JSON text: a client that is
+    sent the events as JSON (the API's event stream) gets the text itself, not the
+    text decoded into objects and encoded again, which for a wire event is a whole
+    request body."""
+    def texts(run: Any, after: Any) -> QuerySet[RunEvent, Any]:
+        return (RunEvent.objects.filter(run_id=run, seq__gt=after).order_by("seq")
+                .values_list("seq", "kind", Cast("payload", TextField()), "created_at")[:limit])
+
+    # Prepared: every read of an event stream begins with this one (prepared.py).
+    return [StoredEvent(*row) for row in prepared.rows(("event_texts", limit), texts,
+                                                       as_uuid(run_id), seq)]
+
+
+def run_status(run_id: str | uuid.UUID) -> str | None:
+    """The run's status, or None if there is no such run (a prepared read)."""
+    found = prepared.rows("run_status", lambda run: Run.objects.filter(pk=run)
+                          .values_list("status"), as_uuid(run_id))
+    return str(found[0][0]) if found else None
 
 
 def as_uuid(run_id: str | uuid.UUID) -> uuid.UUID:

@@ -23,8 +23,9 @@ from django.db import DatabaseError
 from django.http import StreamingHttpResponse
 
 from tools_app.live.run_waits import RunWaits, read_on_stream_thread
-from tools_app.models import TERMINAL_STATUSES, Run, RunEvent
+from tools_app.models import TERMINAL_STATUSES, RunEvent
 from tools_app.runs.store import selectors
+from tools_app.runs.store.selectors import StoredEvent
 from tools_app.web.api.base import ApiError
 from tools_app.web.api.tokens import user_for_token
 
@@ -40,27 +41,41 @@ def event_json(event: RunEvent) -> dict[str, Any]:
             "created_at": event.created_at.isoformat()}
 
 
-def read_after(run_id: str, after: int) -> tuple[list[dict[str, Any]], bool]:
+def read_after(run_id: str, after: int) -> tuple[list[StoredEvent], bool]:
     """The events after seq `after` (up to BATCH) and whether the run has ended with
     them. The status is read first: its end is committed with its last event, so a run
     read as ended has all its events stored. The end may also commit between the two
     reads: then the events hold it (and its notification may already be behind us)."""
-    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
-    events = [event_json(e) for e in selectors.events_after(run_id, after, BATCH)]
-    ended = status is None or status in TERMINAL_STATUSES or any(
-        e["kind"] == "run_status" and e["payload"].get("status") in TERMINAL_STATUSES
-        for e in events)
+    status = selectors.run_status(run_id)
+    events = selectors.event_texts_after(run_id, after, BATCH)
+    ended = status is None or status in TERMINAL_STATUSES or any(map(ends_run, events))
     return events, ended
+
+
+def ends_run(event: StoredEvent) -> bool:
+    if event.kind != "run_status":
+        return False
+    payload = json.loads(event.payload_json)
+    return isinstance(payload, dict) and payload.get("status") in TERMINAL_STATUSES
+
+
+def event_text(event: StoredEvent) -> str:
+    """`event_json(event)` as JSON text on one line, its payload the stored text itself
+    (stored JSON holds no line break outside its strings; one that did is re-encoded)."""
+    payload = event.payload_json
+    if "\n" in payload or "\r" in payload:
+        payload = json.dumps(json.loads(payload), separators=(",", ":"))
+    return (f'{{"seq":{event.seq},"kind":{json.dumps(event.kind)},"payload":{payload},'
+            f'"created_at":{json.dumps(event.created_at.isoformat())}}}')
 
 
 # -- the SSE stream --------------------------------------------------------------------
 
 
-def sse_message(event: dict[str, Any]) -> bytes:
+def sse_message(event: StoredEvent) -> bytes:
     """`id:` the seq (what a reconnecting client sends back as Last-Event-ID), `event:`
     the kind, `data:` the event's JSON on one line."""
-    data = json.dumps(event, separators=(",", ":"))
-    return f"id: {event['seq']}\nevent: {event['kind']}\ndata: {data}\n\n".encode()
+    return f"id: {event.seq}\nevent: {event.kind}\ndata: {event_text(event)}\n\n".encode()
 
 
 HEARTBEAT = b": keepalive\n\n"
@@ -97,7 +112,7 @@ async def _sse_events(run_id: str, after: int, token: str) -> AsyncIterator[byte
             events, ended = await read_on_stream_thread(read_after, run_id, after)
             if events:
                 yield b"".join(sse_message(event) for event in events)
-                after, sent_at = events[-1]["seq"], time.monotonic()
+                after, sent_at = events[-1].seq, time.monotonic()
             if len(events) == BATCH:
                 continue  # more stored: read on at once
             if ended:
@@ -139,7 +154,7 @@ async def long_poll(run_id: str, after: int, wait: float) -> AsyncIterator[bytes
     """`{"events", "last_seq"}` as soon as an event after `after` is stored, the run has
     ended, or `wait` seconds have passed (then with no events)."""
     deadline = time.monotonic() + wait
-    events: list[dict[str, Any]] = []
+    events: list[StoredEvent] = []
     try:
         async with RunWaits(run_id) as waits:
             while True:
@@ -153,8 +168,8 @@ async def long_poll(run_id: str, after: int, wait: float) -> AsyncIterator[bytes
     except DatabaseError as exc:
         # The 200 is sent: answer "nothing yet", which the client polls again after.
         logger.warning("long poll of run %s ended: %s: %s", run_id, type(exc).__name__, exc)
-    yield json.dumps({"events": events,
-                      "last_seq": events[-1]["seq"] if events else after}).encode()
+    texts = ",".join(map(event_text, events))
+    yield f'{{"events":[{texts}],"last_seq":{events[-1].seq if events else after}}}'.encode()
 
 
 def wait_seconds(raw: str) -> float:
