@@ -2,8 +2,8 @@
 directly and through `/proxy/<endpoint>/v1/chat/completions`, as pairs (their order
 alternating), by 1 and by 50 concurrent conversations.
 
-A real server on loopback (daphne, the embedded default: SQLite, the recorder thread in
-the server process) on a fresh database, and the fake provider (`python -m
+A real server on loopback (daphne, the embedded default: SQLite, the recorder process
+the server starts) on a fresh database, and the fake provider (`python -m
 tools_app.fake_llm`, a process of its own, no added latency) as the endpoint. Measured
 per request with aiohttp: non-streaming, until the whole body is read; streaming, until
 the first byte of the body (time to first byte). Added latency = a proxied percentile
@@ -194,7 +194,7 @@ def report(rows: list[str], pairs: int, floor_ms: list[float]) -> str:
         "",
         "The same Chat Completions request sent to the fake provider directly and through "
         f"`/proxy/{ENDPOINT}/v1/chat/completions` (daphne, the embedded default, SQLite; "
-        "the recorder thread records every exchange in the same process meanwhile), "
+        "the server's recorder process records every exchange meanwhile), "
         f"in pairs whose order alternates ({pairs} pairs per row, at least "
         f"{MIN_PAIRS_PER_CONVERSATION} per conversation, after {WARM_UP_PAIRS} warm-up "
         f"pairs per conversation); the provider answers after {LATENCY_MS} ms, and each "
