@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 from typing import Any
 
@@ -10,10 +9,6 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
-from django.urls import reverse
-from django.utils.formats import date_format
-from django.utils.html import format_html, format_html_join
-from django.utils.timezone import localtime
 
 from tools_app.runs.snapshot.policy import LOOP_DETECTORS, loop_problems, template_problem
 
@@ -22,6 +17,7 @@ from ..models import (
     PolicyRevision,
 )
 from .audit import ReadOnlyAdmin
+from .revisions import WHAT_CHANGED, WHEN, WHO, describe_changes, revision_history
 
 POLICY_FIELDS = tuple(
     f.name for f in ErrorPolicy._meta.concrete_fields if f.editable and not f.primary_key
@@ -77,13 +73,6 @@ def policy_changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict
             if before[name] != value}
 
 
-def describe_changes(changes: dict[str, list[Any]]) -> str:
-    return "; ".join(
-        f"{name}: {json.dumps(old, ensure_ascii=False)} → {json.dumps(new, ensure_ascii=False)}"
-        for name, (old, new) in changes.items()
-    )
-
-
 @admin.register(ErrorPolicy)
 class ErrorPolicyAdmin(admin.ModelAdmin[ErrorPolicy]):
     form = ErrorPolicyForm
@@ -131,23 +120,7 @@ class ErrorPolicyAdmin(admin.ModelAdmin[ErrorPolicy]):
 
     @admin.display(description="Change history")
     def revision_history(self, obj: ErrorPolicy) -> str:
-        if obj.pk is None:
-            return "Every save is recorded here."
-        revisions = list(obj.revisions.select_related("changed_by")[:50])
-        if not revisions:
-            return "No changes recorded."
-        rows = format_html_join(
-            "", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-            ((date_format(localtime(r.changed_at), "DATETIME_FORMAT"),
-              r.changed_by.get_username() if r.changed_by else "—",
-              describe_changes(r.changes)) for r in revisions),
-        )
-        url = reverse("admin:tools_app_policyrevision_changelist") + f"?policy__id__exact={obj.pk}"
-        return format_html(
-            "<table><thead><tr><th>When</th><th>Who</th><th>What changed</th></tr></thead>"
-            '<tbody>{}</tbody></table><p><a href="{}">All revisions of this policy</a></p>',
-            rows, url,
-        )
+        return revision_history(obj, (WHEN, WHO, WHAT_CHANGED), "policy")
 
 
 @admin.register(PolicyRevision)

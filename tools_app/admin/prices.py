@@ -6,15 +6,13 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
-from django.urls import reverse
-from django.utils.formats import date_format
-from django.utils.html import format_html, format_html_join
-from django.utils.timezone import localtime
 
 from ..models import ModelPrice, PriceRevision
 from ..models.prices import PRICE_FIELDS
 from .audit import ReadOnlyAdmin
-from .policies import describe_changes
+from .revisions import WHAT_CHANGED, WHEN, WHO, Column, describe_changes, revision_history
+
+NUMBER = Column("Revision", lambda r: f"#{r.pk}")  # what a run's cost names
 
 
 @admin.register(ModelPrice)
@@ -48,22 +46,7 @@ class ModelPriceAdmin(admin.ModelAdmin[ModelPrice]):
 
     @admin.display(description="Change history")
     def revision_history(self, obj: ModelPrice) -> str:
-        if obj.pk is None:
-            return "Every save is recorded here."
-        revisions = list(obj.revisions.select_related("changed_by")[:50])
-        if not revisions:
-            return "No changes recorded."
-        rows = format_html_join(
-            "", "<tr><td>#{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            ((r.pk, date_format(localtime(r.changed_at), "DATETIME_FORMAT"),
-              r.changed_by.get_username() if r.changed_by else "—",
-              describe_changes(r.changes)) for r in revisions),
-        )
-        url = reverse("admin:tools_app_pricerevision_changelist") + f"?price__id__exact={obj.pk}"
-        return format_html(
-            "<table><thead><tr><th>Revision</th><th>When</th><th>Who</th><th>What changed"
-            '</th></tr></thead><tbody>{}</tbody></table><p><a href="{}">All revisions of '
-            "this price</a></p>", rows, url)
+        return revision_history(obj, (NUMBER, WHEN, WHO, WHAT_CHANGED), "price")
 
 
 @admin.register(PriceRevision)
