@@ -23,6 +23,7 @@ from tools_app.ingest.idle import end_idle_runs
 from tools_app.models import Round, Run, RunStatus
 from tools_app.proxy import recorders
 from tools_app.proxy.recorders import ProcessRecorder
+from tools_app.runs.store.eventlog import run_event_committed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -152,6 +153,26 @@ def test_the_recorder_process_exits_when_the_server_goes(
     child.process.join(WAIT_SECONDS)
 
     assert child.process.exitcode == 0
+
+
+def test_the_runs_the_recorder_process_changed_reach_viewers_from_the_server(
+        proxy: Proxy, own_recorder: ProcessRecorder) -> None:
+    told: list[tuple[str, int]] = []
+
+    async def viewer(sender: Any, run_id: str, message: dict[str, Any], **_: Any) -> None:
+        told.append((run_id, message["seq"]))
+
+    run_event_committed.connect(viewer, dispatch_uid="test-proxy-viewer")
+    try:
+        for number in range(2):
+            assert _ask(proxy, "watched", f"question {number}").status_code == 200
+            proxy.recorded()
+    finally:
+        run_event_committed.disconnect(dispatch_uid="test-proxy-viewer")
+
+    run = Run.objects.get(created_by=proxy.user)
+    assert [run_id for run_id, _ in told] == [str(run.pk)] * 2
+    assert told[-1][1] == run.last_seq
 
 
 # -- when a proxied run ends --------------------------------------------------------------
