@@ -153,6 +153,8 @@ def test_assertions_read_as_sentences(raw: dict[str, Any], sentence: str) -> Non
       "check": {"kind": "equals", "value": 1}}, "not a JSON pointer"),
     ({"kind": "arguments_match", "tool": "x", "check": {"kind": "regex", "pattern": "("}},
      "not a regular expression"),
+    ({"kind": "final_text_matches", "pattern": "[a-"},
+     "not a regular expression: unterminated character set"),
     ({"kind": "arguments_match", "tool": "x", "check": {"kind": "range"}},
      "a range needs min, max or both"),
     ({"kind": "arguments_match", "tool": "x", "check": {"kind": "range", "min": 5, "max": 1}},

@@ -9,7 +9,20 @@ import re
 from typing import Annotated, Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+def _compiles(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {exc}") from exc
+    return pattern
+
+
+RegexPattern = Annotated[str, AfterValidator(_compiles)]
+"""A Python regular expression, refused with the compiler's reason when it is not one
+(the regex check's pattern and the final_text_matches assertion's)."""
 
 
 class Equals(BaseModel):
@@ -27,13 +40,7 @@ class Equals(BaseModel):
 class Regex(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     kind: Literal["regex"] = "regex"
-    pattern: str
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, pattern: str) -> str:
-        compiled(pattern)
-        return pattern
+    pattern: RegexPattern
 
     def words(self) -> str:
         return f"matching /{self.pattern}/"
@@ -113,13 +120,6 @@ class Schema(BaseModel):
 
 ArgumentCheck = Annotated[Equals | Regex | OneOf | NumberRange | Schema,
                           Field(discriminator="kind")]
-
-
-def compiled(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"not a regular expression: {exc}") from exc
 
 
 def shown(value: Any) -> str:

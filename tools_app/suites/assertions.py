@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, get_args
 from jsonpointer import JsonPointer, JsonPointerException
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from .argument_checks import ArgumentCheck, compiled, shown
+from .argument_checks import ArgumentCheck, RegexPattern, shown
 
 _MISSING = object()
 
@@ -251,13 +251,7 @@ class FinalTextContains(_Assertion):
 
 class FinalTextMatches(_Assertion):
     kind: Literal["final_text_matches"] = "final_text_matches"
-    pattern: str
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, pattern: str) -> str:
-        compiled(pattern)
-        return pattern
+    pattern: RegexPattern
 
     def sentence(self) -> str:
         return f"The final answer matches /{self.pattern}/."
