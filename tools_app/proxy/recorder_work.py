@@ -40,17 +40,18 @@ def serve(connection: Connection, database: str) -> None:
     while True:
         try:
             kind, payload = connection.recv()
-        except (EOFError, OSError):
-            return  # the server is gone
-        if kind == "record":
-            close_old_connections()
-            child.record(payload)
-            connection.send(notices.taken())
-        else:
+            if kind == "record":
+                close_old_connections()
+                child.record(payload)
+                connection.send(notices.taken())
+            else:
+                _close_connections()
+                connection.send(None)
+                if kind == "stop":
+                    return
+        except (EOFError, OSError):  # the server is gone (its end of the pipe closed)
             _close_connections()
-            connection.send(None)
-            if kind == "stop":
-                return
+            return
 
 
 def _close_connections() -> None:
