@@ -5,24 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from tests.web.support import Api, error_of, start_run
-from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from tools_app.runs import tasks
+from tests.web.support import Api, error_of
+from tools_app.models import ModelEndpoint, Run, ToolRegistration
 from tools_app.web.api.tokens import create_token
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def finished(bob: AbstractUser, weather_endpoint: ModelEndpoint,
-             demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> Run:
-    run = start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy)
-    assert async_to_sync(tasks.execute_run.acall)(str(run.pk)) == "succeeded"
-    return run
 
 
 def test_rerun_from_the_page_lands_on_the_new_run_linked_both_ways(

@@ -14,19 +14,11 @@ from django.core.management import call_command
 from django.test import Client
 
 from tests.runs.support import execute
-from tests.web.support import Api, Tree, error_of, start_run
-from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolCall, ToolRegistration
+from tests.web.support import Api, Tree, error_of
+from tools_app.models import Run, ToolCall
 from tools_app.runs.debugger.run_files import export_run
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def finished(bob: AbstractUser, weather_endpoint: ModelEndpoint,
-             demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> Run:
-    run = start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy)
-    assert execute(run) == "succeeded"
-    return run
 
 
 def test_the_api_reruns_with_replay_modes(bob_api: Api, finished: Run) -> None:

@@ -8,25 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
 from django.core.management import call_command
 from django.test import Client
 
-from tests.web.support import Api, Tree, error_of, inside_hx_disable, start_run
-from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
-from tools_app.runs import tasks
+from tests.web.support import Api, Tree, error_of, inside_hx_disable
+from tools_app.models import Run
 from tools_app.web.api.tokens import create_token
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def finished(bob: AbstractUser, weather_endpoint: ModelEndpoint,
-             demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> Run:
-    run = start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy)
-    assert async_to_sync(tasks.execute_run.acall)(str(run.pk)) == "succeeded"
-    return run
 
 
 def test_the_run_page_links_its_export(bob_client: Client, finished: Run) -> None:

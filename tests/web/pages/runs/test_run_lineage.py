@@ -12,21 +12,13 @@ from django.test import Client
 
 from tests.runs.support import execute
 from tests.web.support import Tree, start_run
-from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
+from tools_app.models import ErrorPolicy, Run, ToolRegistration
 from tools_app.runs.debugger.rerun import ReplayOptions, run_rerun
 from tools_app.runs.debugger.tryit import tryit_create
 
 pytestmark = pytest.mark.django_db
 
 HOSTILE = "<img src=x onerror=alert(1)>"
-
-
-@pytest.fixture
-def finished(bob: AbstractUser, weather_endpoint: ModelEndpoint,
-             demo_tools: dict[str, ToolRegistration], policy: ErrorPolicy) -> Run:
-    run = start_run(bob, weather_endpoint, [demo_tools["get_weather"]], policy)
-    assert execute(run) == "succeeded"
-    return run
 
 
 def page_of(client: Client, run: Run) -> str:
