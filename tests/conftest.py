@@ -11,6 +11,8 @@ from collections.abc import Generator
 
 import pytest
 
+from tests import async_orm_thread
+
 # Importing the ASGI app must not start the embedded worker's recovery loop in tests:
 # its reaper would interrupt and re-queue the runs whose leases tests expire by hand.
 # Forced, not defaulted: a shell that exports AGENTFORGE_EMBEDDED_WORKER=1 for a dev
@@ -52,6 +54,15 @@ def _tasks_never_run_behind_a_tests_back(settings: pytest.FixtureRequest) -> Non
     a test of a real backend sets settings.TASKS itself (tests/runs/loops/
     test_inprocess_backend.py, the scale-out harness)."""
     settings.TASKS = NEVER_EXECUTES  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def _no_connection_left_on_the_sync_to_async_thread() -> Generator[None, None, None]:
+    """An async test's ORM calls open a connection on asgiref's shared thread that
+    nothing else closes (tests/async_orm_thread.py); closed after the test's other
+    function fixtures are torn down, so none is left when the test database is dropped."""
+    yield
+    async_orm_thread.close_connections()
 
 
 @pytest.hookimpl(wrapper=True)
