@@ -5,6 +5,7 @@ gone idle, as the ingest idle sweep ends it)."""
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 import signal
@@ -120,6 +121,32 @@ def test_a_killed_recorder_process_is_restarted_losing_only_what_it_held(
     assert _gone(first)
     recorded = {tuple(_questions(run)) for run in Run.objects.filter(created_by=proxy.user)}
     assert recorded == {("0",), ("B", "C")}
+
+
+def test_past_its_queue_an_exchange_is_dropped_counted_and_logged(
+        proxy: Proxy, own_recorder: ProcessRecorder,
+        caplog: pytest.LogCaptureFixture) -> None:
+    own_recorder.capacity = 1
+    assert _ask(proxy, "full", "question 0").status_code == 200
+    proxy.recorded()
+    pid = own_recorder.child_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # busy with the next exchange for as long as it takes
+    try:
+        assert _ask(proxy, "full", "question 1").status_code == 200
+        _until(lambda: own_recorder._in_flight == 1, "1 was not handed to the recorder")
+        assert _ask(proxy, "full", "question 2").status_code == 200  # waits in the queue
+        with caplog.at_level(logging.WARNING, logger=recorders.__name__):
+            started = time.monotonic()
+            assert _ask(proxy, "full", "question 3").status_code == 200
+            assert time.monotonic() - started < WAIT_SECONDS / 2  # the client never waits
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    proxy.recorded()
+
+    assert own_recorder.dropped == 1
+    assert "recording queue full" in caplog.text
+    assert _questions(Run.objects.get(created_by=proxy.user)) == ["0", "1", "2"]
 
 
 def test_no_recorder_process_is_left_after_close(proxy: Proxy,
