@@ -1,7 +1,7 @@
 """A rebuild takes the earlier spans of its run from this process's cache (parsed once)
 and reads from the database only the rows the cache does not hold: spans another
 process stored, or those past its bound. Entries are added when the request commits,
-and found only by the row they came from."""
+for the runs still receiving spans, and found only by the row they came from."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_a_rebuild_takes_the_earlier_spans_from_the_cache(
 
     assert span_data_reads(queries) == []  # no span's JSON read back
     assert rows(run_of(bob)) == EXPECTED
-    assert len(cached_rows()) == 4
+    assert len(cached_rows()) == 3  # not the root span: it ended the run
 
 
 @pytest.mark.django_db
@@ -76,11 +76,26 @@ def test_spans_the_cache_lacks_are_read_from_their_rows(
 
     with django_capture_on_commit_callbacks(execute=True), \
             CaptureQueriesContext(connection) as queries:
-        post(client, token, protobuf([chat2, agent]))
-
+        post(client, token, protobuf([chat2]))
     assert len(span_data_reads(queries)) == 1  # the two earlier spans, in one query
+    assert len(cached_rows()) == 3  # those read, and this request's
+
+    with django_capture_on_commit_callbacks(execute=True), \
+            CaptureQueriesContext(connection) as queries:
+        post(client, token, protobuf([agent]))
+    assert span_data_reads(queries) == []
     assert rows(run_of(bob)) == EXPECTED
-    assert len(cached_rows()) == 4  # those read, and this request's
+
+
+@pytest.mark.django_db
+@pytest.mark.both
+def test_the_spans_of_an_ended_run_are_not_kept(
+        client: Client, token: str, bob: AbstractUser,
+        django_capture_on_commit_callbacks: Commits) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        post(client, token, protobuf(spans_of(weather_agent)))  # the whole trace
+    assert rows(run_of(bob)) == EXPECTED
+    assert cached_rows() == []
 
 
 @pytest.mark.django_db

@@ -3,9 +3,10 @@
 Each trace (or each `gen_ai.conversation.id` / `session.id`) of a user is one run they
 own. A span already stored (same trace and span id) is not stored again; one another
 user sent is refused. Every run a request touched is rebuilt from all its spans
-(`assemble.plan`; the runs, spans and rows of all of them read in a query each), its
-rows brought in line (`rows.sync`, writing only the rows that changed), and its
-viewers told: one `spans_received` event per round that changed.
+(`assemble.plan`; the runs, span ids and rows of all of them read in a query each; the
+earlier spans taken from this process's `span_cache`, the JSON of the others read in
+one more), its rows brought in line (`rows.sync`, writing only the rows that changed),
+and its viewers told: one `spans_received` event per round that changed.
 
 A run is received while its spans come in (status running, with no worker and no
 lease: nothing claims or reaps it) and ends, succeeded or failed as its spans say, when
@@ -121,8 +122,8 @@ def _known(records: list[SpanRecord]) -> dict[tuple[str, str], Any]:
 
 
 def _store(records: list[SpanRecord], runs: dict[str, str],
-           ) -> dict[span_cache.RowKey, SpanRecord]:
-    """Store the spans; returns them as stored (their JSON cleaned), by their row."""
+           ) -> dict[span_cache.RowKey, tuple[str, dict[str, Any]]]:
+    """Store the spans; returns each one's run and JSON as stored (cleaned), by row."""
     now = timezone.now()
     data = {(r.trace_id, r.span_id): clean_json(r.stored()) for r in records}
     inserted = rowsql.insert(IngestedSpan, [
@@ -130,7 +131,7 @@ def _store(records: list[SpanRecord], runs: dict[str, str],
          "start_ns": r.start_ns, "data": data[r.trace_id, r.span_id],
          "received_at": now} for r in records],
         conflict=("trace_id", "span_id"), returning=("id", "trace_id", "span_id"))
-    return {(pk, trace, span, now): SpanRecord.from_stored(trace, span, data[trace, span])
+    return {(pk, trace, span, now): (runs[trace], data[trace, span])
             for pk, trace, span in inserted}
 
 
@@ -183,14 +184,30 @@ class _Work:
         self.appends: list[Append] = []  # the events of the rebuilt runs that go on
         self.made: list[ReceivedRun] = []  # the runs this request makes
         self.notices: dict[str, int] = {}  # run id -> the last seq viewers are told of
-        self.stored: dict[span_cache.RowKey, SpanRecord] = {}  # this request's spans
-        self.read: list[tuple[span_cache.RowKey, SpanRecord]] = []  # spans read back
+        # This request's spans by row: their run and JSON as stored, and as records
+        # once a rebuild took them; the earlier spans it read back, with their runs.
+        self.stored: dict[span_cache.RowKey, tuple[str, dict[str, Any]]] = {}
+        self.records: dict[span_cache.RowKey, SpanRecord] = {}
+        self.read: list[tuple[span_cache.RowKey, str, SpanRecord]] = []
+        self.open: set[str] = set()  # runs still receiving after this request
 
     def keep_spans(self) -> None:
-        """Once the request commits, its spans and those it read kept for later
-        rebuilds in this process."""
-        kept = [*self.stored.items(), *self.read]
-        transaction.on_commit(lambda: span_cache.spans.put_many(kept))
+        """Once the request commits, the spans of the runs still receiving (this
+        request's and those it read) kept for their later rebuilds in this process: a
+        run that ended is rebuilt again only by a late span."""
+        kept = [(row, self._record(row)) for row, (run, _) in self.stored.items()
+                if run in self.open]
+        kept += [(row, record) for row, run, record in self.read if run in self.open]
+        if kept:
+            transaction.on_commit(lambda: span_cache.spans.put_many(kept))
+
+    def _record(self, row: span_cache.RowKey) -> SpanRecord:
+        """One of this request's spans as stored."""
+        record = self.records.get(row)
+        if record is None:
+            record = self.records[row] = SpanRecord.from_stored(row[1], row[2],
+                                                                self.stored[row][1])
+        return record
 
     def create(self, run_id: str, spans: list[SpanRecord]) -> None:
         """A run made by this request (stored with the others, by `create_all`)."""
@@ -199,6 +216,8 @@ class _Work:
         ended = _has_root(spans)
         status = (RunStatus.FAILED if plan.failed else RunStatus.SUCCEEDED) if ended \
             else RunStatus.RUNNING
+        if not ended:
+            self.open.add(run_id)
         self.made.append(ReceivedRun(status, _events(touched), {
             "id": uuid.UUID(run_id), "created_by": self.user,
             "snapshot": self._snapshot(plan, layout),
@@ -236,7 +255,7 @@ class _Work:
                 run_id__in=run_ids).values_list("run_id", "id", "trace_id", "span_id",
                                                 "received_at"):
             row = (pk, trace, span, at)
-            record = self.stored.get(row) or span_cache.spans.get(row)
+            record = self._record(row) if row in self.stored else span_cache.spans.get(row)
             if record is None:
                 missing[row[0]] = (run_key(run_id), row)
             else:
@@ -248,7 +267,7 @@ class _Work:
                 run, row = missing[pk]
                 record = SpanRecord.from_stored(row[1], row[2], data)
                 spans[run].append(record)
-                self.read.append((row, record))
+                self.read.append((row, run, record))
         return spans
 
     def rebuild(self, run: Run, spans: list[SpanRecord], existing: rows.Existing) -> None:
@@ -263,6 +282,8 @@ class _Work:
             events = [(kind, payload | {"late": True}) for kind, payload in events]
             fields |= idle.late_fields(run, plan, _has_root(spans))
         changes = {"snapshot": self._snapshot(plan, layout), **fields}
+        if run.status == RunStatus.RUNNING and not _has_root(spans):
+            self.open.add(run_id)
         if run.status == RunStatus.RUNNING and _has_root(spans):
             changes |= self._end(run_id, plan, events)
             self.notices[str(run.pk)], _ = append_events(run_id, None, events, changes)
