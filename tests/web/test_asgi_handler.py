@@ -7,6 +7,7 @@ a time."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import sqlite3
 import threading
@@ -287,5 +288,7 @@ async def test_a_streamed_answer_gives_its_request_thread_back(
             if not message.get("more_body"):
                 break
     await stream.wait(10)
-    assert b'"status":"succeeded"' in body.rsplit(b"id: ", 1)[-1]
+    last_event = body.rsplit(b"id: ", 1)[-1]
+    data = next(line for line in last_event.splitlines() if line.startswith(b"data: "))
+    assert json.loads(data.removeprefix(b"data: "))["payload"]["status"] == "succeeded"
     assert STREAMS.open(bob.pk) == 0  # the response's close ran
