@@ -411,3 +411,7 @@ AGENTFORGE_OTLP_HEADERS = envsecret("AGENTFORGE_OTLP_HEADERS") or ""
 AGENTFORGE_OTLP_QUEUE_SIZE = envint("AGENTFORGE_OTLP_QUEUE_SIZE", 2048, minimum=1)
 # Seconds one export request (with the exporter's retries) may take.
 AGENTFORGE_OTLP_TIMEOUT = envfloat("AGENTFORGE_OTLP_TIMEOUT", 10.0, above=0)
+# Megabytes (2**20 characters of JSON text) of conversation a process keeps, over all the
+# runs it exports, so that a run's next change is read from where its export got to;
+# past it the least recently changed runs' are let go (read whole once more next time).
+AGENTFORGE_OTLP_EXPORT_MEMORY_MB = envint("AGENTFORGE_OTLP_EXPORT_MEMORY_MB", 64, minimum=0)

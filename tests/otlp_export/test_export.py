@@ -22,6 +22,7 @@ from django.db.models.signals import post_init
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.runs.support import EchoingModel, execute, http_server, start
 from tests.test_settings import refused
@@ -335,3 +336,71 @@ def test_a_changed_run_is_read_from_where_its_export_got_to(
         assert copy.final_text == original.final_text == "Done: 5"
     assert reads[3] == reads[30]
     assert reads[30][1] < 1 + 30, reads  # not the run and all its rounds
+
+
+LONG_PROMPT = "Answer with the tools' results. " * 100  # 3,200 characters
+ONE_RUN = 4_500  # characters: one run's conversation fits, never two
+
+
+def taken(exporter: otlp.RunExporter) -> list[str]:
+    """The spans the exporter queued since last taken, as JSON."""
+    out = []
+    while not exporter.queue.empty():
+        out.append(exporter.queue.get_nowait().to_json())
+    return out
+
+
+def test_conversations_let_go_past_the_memory_budget_are_read_again_the_same(
+        make_endpoint: Any, demo_tools: dict[str, ToolRegistration],
+        policy: ErrorPolicy) -> None:
+    """Two runs, each waiting twice for an approval, changed in turn and collected by
+    three exporters: one keeping every conversation, one with room for a single run's,
+    one with none. A run let go is read whole at its next change (once: unchanged, it is
+    read from where it got to again), and every collection queues the same spans as the
+    exporter that kept everything; what is kept never exceeds the budget."""
+    demo_tools["calculator"].requires_approval = True
+    demo_tools["calculator"].save(update_fields=["requires_approval"])
+    exporters = {budget: otlp.RunExporter(InMemorySpanExporter(), queue_size=100,
+                                          endpoint="in memory", memory_budget=budget)
+                 for budget in (10**9, ONE_RUN, 0)}
+    everything, one, none = exporters.values()
+    runs = []
+    for name in ("first", "second"):
+        run = run_create(user=None, endpoint=make_endpoint(SCRIPT, name=name),
+                         tools=[demo_tools["get_weather"], demo_tools["calculator"]],
+                         policy=policy, messages=conversation(
+                             system_prompt=LONG_PROMPT, user_message="Weather and sums"))
+        assert execute(run) == RunStatus.WAITING
+        runs.append(run)
+    first, second = runs
+
+    def collected(run: Run, changed: bool = True) -> dict[otlp.RunExporter, tuple[int, int]]:
+        reads = {exporter: reads_of(exporter, run) for exporter in exporters.values()}
+        spans = {exporter: taken(exporter) for exporter in exporters.values()}
+        assert bool(spans[everything]) == changed
+        assert spans[one] == spans[none] == spans[everything]
+        assert one.kept_size <= ONE_RUN
+        assert none.kept_size == 0
+        return reads
+
+    def approved(run: Run, round_index: int) -> None:
+        decide_round(run=run, user=None, round_index=round_index)
+        execute(run)
+
+    collected(first)
+    collected(second)  # the first one's conversation let go
+    assert everything.kept_size > ONE_RUN
+    assert one.kept_size > 0
+    approved(first, 0)
+    collected(first)  # its snapshot read again (its rounds were all still open)
+    reads = collected(first, changed=False)  # kept: read from where it got to
+    assert reads[one] == reads[everything] < reads[none]
+    approved(second, 0)
+    collected(second)  # the first one let go, its first round over for good
+    approved(first, 1)
+    assert first.status == RunStatus.SUCCEEDED
+    reads = collected(first)  # its conversation made again from its first round
+    assert reads[one] == reads[none] > reads[everything]
+    approved(second, 1)
+    assert second.status == RunStatus.SUCCEEDED
+    collected(second)

@@ -11,7 +11,10 @@ the rest, in the manner of the SDK's BatchSpanProcessor:
   are committed meanwhile, so at most the runs going at once), reads their rows from
   where each run's export got to (`spans.Progress`: the rounds still open, not the
   whole run) and turns what ended since into spans (`spans.due`), put on a bounded
-  queue without waiting: when it is full, the span is dropped and counted;
+  queue without waiting: when it is full, the span is dropped and counted. The
+  conversations it keeps for that (`spans.Conversation`) stay within a budget of
+  characters (`AGENTFORGE_OTLP_EXPORT_MEMORY_MB`): past it, the least recently changed
+  runs' are let go, and each of those runs is read whole once more at its next change;
 - the sender takes up to a batch of spans from the queue (or what came within the
   schedule delay) and hands them to the SDK's `OTLPSpanExporter`, which encodes them and
   retries what the endpoint answers with a retryable status; a batch that still fails is
@@ -81,7 +84,8 @@ class Counts:
 class RunExporter:
     """One process's export: the changed runs, the bounded span queue, the two threads."""
 
-    def __init__(self, exporter: SpanExporter, *, queue_size: int, endpoint: str) -> None:
+    def __init__(self, exporter: SpanExporter, *, queue_size: int, endpoint: str,
+                 memory_budget: int) -> None:
         self.exporter = exporter
         self.endpoint = endpoint
         self.queue: queue.Queue[ReadableSpan] = queue.Queue(maxsize=queue_size)
@@ -89,6 +93,11 @@ class RunExporter:
         self._changed: OrderedDict[str, None] = OrderedDict()
         self._changed_lock = threading.Condition()
         self._runs: OrderedDict[str, spans.Progress | None] = OrderedDict()
+        # The runs whose conversation is kept, least recently changed first, with its
+        # size; their sum is `kept_size`, at most `memory_budget` characters.
+        self._kept: OrderedDict[str, int] = OrderedDict()
+        self.kept_size = 0
+        self.memory_budget = memory_budget
         self._threads: list[threading.Thread] = []
         self._start_lock = threading.Lock()
         self._stopping = False
@@ -129,8 +138,19 @@ class RunExporter:
     def _remember(self, run_id: str, progress: spans.Progress | None) -> None:
         self._runs[run_id] = progress
         self._runs.move_to_end(run_id)
+        self.kept_size -= self._kept.pop(run_id, 0)
+        if progress is not None and progress.conversation is not None:
+            self._kept[run_id] = progress.kept_size
+            self.kept_size += progress.kept_size
         while len(self._runs) > TRACKED_RUNS:
-            self._runs.popitem(last=False)
+            forgotten, _ = self._runs.popitem(last=False)
+            self.kept_size -= self._kept.pop(forgotten, 0)
+        while self.kept_size > self.memory_budget:
+            let_go, size = self._kept.popitem(last=False)
+            self.kept_size -= size
+            kept = self._runs[let_go]
+            if kept is not None:
+                kept.conversation = None
 
     def _collector(self) -> None:
         try:
@@ -290,7 +310,8 @@ def build(endpoint: str, headers: str, *, queue_size: int | None = None) -> RunE
     otlp = OTLPSpanExporter(endpoint=url, headers=headers_from(headers),
                             timeout=settings.AGENTFORGE_OTLP_TIMEOUT)
     return RunExporter(otlp, endpoint=url,
-                       queue_size=queue_size or settings.AGENTFORGE_OTLP_QUEUE_SIZE)
+                       queue_size=queue_size or settings.AGENTFORGE_OTLP_QUEUE_SIZE,
+                       memory_budget=settings.AGENTFORGE_OTLP_EXPORT_MEMORY_MB * 2**20)
 
 
 def shutdown() -> None:

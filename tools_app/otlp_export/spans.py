@@ -11,7 +11,10 @@ SDK's `ReadableSpan`, which its OTLP exporter encodes):
 
 A run is read as it goes, from where its export got to (`Progress`): a round over for
 good (answered, its calls ended, the loop past it) has all its spans out and is not read
-again, so what a change of the run costs does not grow with the rounds before it.
+again, so what a change of the run costs does not grow with the rounds before it. The
+conversation through those rounds (`Conversation`, where the next chat span's input
+messages start) is kept as JSON text; when the exporter lets it go to bound its memory,
+the run's next read rebuilds it from the whole run, the spans the same.
 
 Times are the rows' own (a round's and a call's start and end, the run's). Ids are
 derived from the run (its UUID is the trace id; a span id is a hash of the run and the
@@ -69,58 +72,94 @@ ROUND_ERRORS = {"failed": "model_call_failed", "cancelled": "cancelled"}
 FAILED_CALL_STATES = frozenset(FINISHED_CALL_STATES) - {"succeeded"}
 
 
+@dataclass
+class Conversation:
+    """What every chat span of a run starts with: the model asked, the system prompt as
+    system instructions and the messages through the rounds over for good, as JSON text
+    ("" for no instructions; one text a message); `size` counts their characters."""
+
+    model: str
+    instructions: str
+    history: list[str]
+    size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.size = len(self.model) + len(self.instructions) + sum(map(len, self.history))
+
+    def extend(self, messages: list[str]) -> None:
+        self.history.extend(messages)
+        self.size += sum(map(len, messages))
+
+
 @dataclass(frozen=True)
 class RunRows:
-    """What the exporter read of one run: the run and its open rounds with their calls."""
+    """What the exporter read of one run: the run, its conversation through the rounds
+    over for good and its open rounds with their calls."""
 
     run: Run
+    conversation: Conversation
     rounds: list[tuple[Round, list[ToolCall]]]
 
 
 @dataclass
 class Progress:
     """How far one run's export got. The rounds before `open_from` are over for good and
-    all their spans are out: they are not read again. `history` is the conversation
-    through them (where the next chat span's input messages start), `sent` the keys of
-    the open rounds' spans already out (sent or dropped), `ended` set once the run's own
-    span is out (a run ends with everything in it ended, in one commit: nothing of it
-    is due after that)."""
+    all their spans are out: they are not read again. `conversation` runs through them
+    (None once let go: the next read rebuilds it), `sent` holds the keys of the open
+    rounds' spans already out (sent or dropped), `ended` is set once the run's own span
+    is out (a run ends with everything in it ended, in one commit: nothing of it is due
+    after that)."""
 
-    model: str
-    instructions: list[dict[str, Any]]
-    history: list[dict[str, Any]]
+    conversation: Conversation | None = None
     open_from: int = 0
     sent: set[str] = field(default_factory=set)
     ended: bool = False
 
-    def close(self, round_: Round, calls: Iterable[ToolCall],
-              messages: list[dict[str, Any]]) -> None:
-        self.history.extend(messages)
+    @property
+    def kept_size(self) -> int:
+        return self.conversation.size if self.conversation is not None else 0
+
+    def close(self, round_: Round, calls: Iterable[ToolCall]) -> None:
         self.open_from = round_.index + 1
         self.sent.discard(f"round:{round_.index}")
         self.sent.difference_update(f"call:{round_.index}:{c.call_index}" for c in calls)
 
 
 def read(run_id: str, progress: Progress | None) -> tuple[RunRows, Progress] | None:
-    """The run's rows still open at `progress` (all of them the first time, when the
-    run's frozen conversation starts its progress), or None for a run that is gone or
-    was received over OTLP (sending it back out would echo another platform's trace)."""
+    """The run's rows still open at `progress`, or None for a run that is gone or was
+    received over OTLP (sending it back out would echo another platform's trace). With
+    no conversation kept (the first time, or once let go) the whole run is read: its
+    frozen conversation and the rounds over for good make the conversation again."""
     runs = Run.objects.filter(pk=run_id)
-    run = runs.first() if progress is None else runs.defer("snapshot").first()
+    kept = progress is not None and progress.conversation is not None
+    run = runs.defer("snapshot").first() if kept else runs.first()
     if run is None:
         return None
     if progress is None:
         if isinstance(run.snapshot, dict) and run.snapshot.get("imported"):
             return None
-        progress = _progress_of(run)
-    rounds = list(Round.objects.filter(run_id=run.pk, index__gte=progress.open_from)
+        progress = Progress()
+    if progress.conversation is not None:
+        rows = RunRows(run, progress.conversation, _rounds_from(run, progress.open_from))
+        return rows, progress
+    conversation = _conversation_of(run)
+    rounds = _rounds_from(run, 0)
+    closed = [(r, calls) for r, calls in rounds if r.index < progress.open_from]
+    for round_, calls in closed:
+        conversation.extend(_round_messages(round_, calls))
+    progress.conversation = conversation
+    return RunRows(run, conversation, rounds[len(closed):]), progress
+
+
+def _rounds_from(run: Run, index: int) -> list[tuple[Round, list[ToolCall]]]:
+    rounds = list(Round.objects.filter(run_id=run.pk, index__gte=index)
                   .defer(*UNUSED_ROUND_FIELDS).order_by("index"))
     calls: dict[int, list[ToolCall]] = {}
     if rounds:
         for call in ToolCall.objects.filter(round_id__in=[r.pk for r in rounds]) \
                 .defer(*UNUSED_CALL_FIELDS).order_by("round_id", "call_index"):
             calls.setdefault(call.round_id, []).append(call)
-    return RunRows(run, [(r, calls.get(r.pk, [])) for r in rounds]), progress
+    return [(r, calls.get(r.pk, [])) for r in rounds]
 
 
 def due(rows: RunRows, progress: Progress) -> list[ReadableSpan]:
@@ -129,14 +168,16 @@ def due(rows: RunRows, progress: Progress) -> list[ReadableSpan]:
     (a span the queue drops is not made again), and `progress` moves past the rounds
     now over for good."""
     out: list[ReadableSpan] = []
+    conversation = rows.conversation
     ended = rows.run.status in TERMINAL_STATUSES
-    pending: list[dict[str, Any]] = []  # the open rounds' messages, after the history
+    pending: list[str] = []  # the open rounds' messages, after the history
     closing = True
     for position, (round_, calls) in enumerate(rows.rounds):
         key = f"round:{round_.index}"
         if round_.finished_at is not None and key not in progress.sent:
             progress.sent.add(key)
-            out.append(chat_span(rows.run, round_, progress, progress.history + pending))
+            out.append(chat_span(rows.run, round_, conversation,
+                                 conversation.history + pending))
         for call in calls:
             call_key = f"call:{round_.index}:{call.call_index}"
             if call.finished_at is not None and call.state in FINISHED_CALL_STATES \
@@ -146,7 +187,8 @@ def due(rows: RunRows, progress: Progress) -> list[ReadableSpan]:
         messages = _round_messages(round_, calls)
         moved_on = ended or position + 1 < len(rows.rounds)
         if closing and moved_on and _over(round_, calls):
-            progress.close(round_, calls, messages)
+            conversation.extend(messages)
+            progress.close(round_, calls)
         else:
             closing = False
             pending += messages
@@ -180,15 +222,15 @@ def agent_span(run: Run) -> ReadableSpan:
                  (run.error_message or run.status) if failed else None, SpanKind.INTERNAL)
 
 
-def chat_span(run: Run, round_: Round, progress: Progress,
-              inputs: Sequence[dict[str, Any]]) -> ReadableSpan:
-    model = progress.model
+def chat_span(run: Run, round_: Round, conversation: Conversation,
+              inputs: Sequence[str]) -> ReadableSpan:
+    """`inputs`: the messages sent, each as JSON text, joined as `json.dumps` would."""
+    model = conversation.model
     attributes: dict[str, Any] = {
         gen_ai.GEN_AI_OPERATION_NAME: "chat", gen_ai.GEN_AI_REQUEST_MODEL: model,
-        gen_ai.GEN_AI_INPUT_MESSAGES: json.dumps(list(inputs), ensure_ascii=False)}
-    if progress.instructions:
-        attributes[gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS] = json.dumps(progress.instructions,
-                                                                   ensure_ascii=False)
+        gen_ai.GEN_AI_INPUT_MESSAGES: "[" + ", ".join(inputs) + "]"}
+    if conversation.instructions:
+        attributes[gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS] = conversation.instructions
     response = _response(round_)
     if response is not None:
         attributes |= _answer_attributes(round_, response)
@@ -244,21 +286,25 @@ def _round_error(round_: Round) -> str:
 # -- messages in the conventions' parts form --------------------------------------------
 
 
-def _progress_of(run: Run) -> Progress:
-    """A run's export before any of it is out: the model it asks, its system prompt as
+def _conversation_of(run: Run) -> Conversation:
+    """A run's conversation before any round: the model it asks, its system prompt as
     system instructions (a first system message; any later one is part of the chat
     history) and the other messages of its frozen conversation."""
     snapshot = snapshot_of(run)
     messages = snapshot.chat_messages()
-    instructions: list[dict[str, Any]] = []
+    instructions = ""
     if messages and isinstance(messages[0], SystemMessage):
-        instructions = [{"type": "text", "content": messages[0].text}]
+        instructions = _json([{"type": "text", "content": messages[0].text}])
         messages = messages[1:]
-    return Progress(model=snapshot.endpoint.model, instructions=instructions,
-                    history=[_parts(message) for message in messages])
+    return Conversation(model=snapshot.endpoint.model, instructions=instructions,
+                        history=[_json(_parts(message)) for message in messages])
 
 
-def _round_messages(round_: Round, calls: Iterable[ToolCall]) -> list[dict[str, Any]]:
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _round_messages(round_: Round, calls: Iterable[ToolCall]) -> list[str]:
     """What a round adds to the conversation: the answer and the results sent back."""
     response = _response(round_)
     if response is None:
@@ -266,7 +312,7 @@ def _round_messages(round_: Round, calls: Iterable[ToolCall]) -> list[dict[str, 
     results = [ToolExecutionResultMessage(id=c.call_id, tool_name=c.tool_name,
                                           text=c.result_text or "", is_error=c.is_error)
                for c in calls if c.state in FINISHED_CALL_STATES]
-    return [_parts(response.ai_message), *map(_parts, results)]
+    return [_json(_parts(response.ai_message)), *(_json(_parts(r)) for r in results)]
 
 
 def _parts(message: ChatMessage) -> dict[str, Any]:
