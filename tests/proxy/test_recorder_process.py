@@ -169,6 +169,26 @@ def test_no_recorder_process_is_left_after_close(proxy: Proxy,
     assert own_recorder.child_pid is None
 
 
+def test_close_does_not_wait_for_a_stuck_recorder_process(
+        proxy: Proxy, own_recorder: ProcessRecorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recorders, "STOP_SECONDS", 0.5)
+    assert _ask(proxy, "stuck", "question 0").status_code == 200
+    proxy.recorded()
+    pid = own_recorder.child_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # stuck in the next batch
+    assert _ask(proxy, "stuck", "question 1").status_code == 200
+    _until(lambda: own_recorder._in_flight == 1, "1 was not handed to the recorder")
+
+    started = time.monotonic()
+    own_recorder.close()
+    own_recorder.drain()
+
+    assert time.monotonic() - started < WAIT_SECONDS / 2
+    assert _gone(pid)
+    assert own_recorder.lost == 1
+
+
 def test_the_recorder_process_exits_when_the_server_goes(
         proxy: Proxy, own_recorder: ProcessRecorder) -> None:
     assert _ask(proxy, "orphan", "question 0").status_code == 200

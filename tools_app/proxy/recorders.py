@@ -142,12 +142,18 @@ class ProcessRecorder:
         with self._changed:
             self._closed = True
             self._changed.notify_all()
-        with self._talking:
+        # A child stuck in its batch is not waited for: killed, its batch counted lost.
+        talking = self._talking.acquire(timeout=STOP_SECONDS)
+        try:
             child, self._child = self._child, None
-        if child is not None:
-            with contextlib.suppress(EOFError, OSError):  # it died meanwhile
-                self._ask(child, ("stop", None))
-            _reap(child)
+            if child is not None:
+                if talking:
+                    with contextlib.suppress(EOFError, OSError):  # it died meanwhile
+                        self._ask(child, ("stop", None))
+                _reap(child)
+        finally:
+            if talking:
+                self._talking.release()
 
     @property
     def child_pid(self) -> int | None:
@@ -175,7 +181,9 @@ class ProcessRecorder:
                 self._in_flight = len(batch)
             try:
                 self._hand_over(batch)
-            except Exception:
+            except Exception:  # the process could not be started: counted as lost
+                with self._changed:
+                    self.lost += len(batch)
                 logger.exception("handing %d proxied exchanges to the recorder failed",
                                  len(batch))
             finally:
