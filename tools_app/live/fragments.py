@@ -1,6 +1,6 @@
 """HTML fragments for the live timeline: out-of-band swaps keyed by stable DOM ids.
 
-A batch of events re-renders the run header and what the batch touched from the
+A batch of events carries the run header and re-renders what the batch touched from the
 CURRENT database state, with the same template partials the page uses: every round it
 touched, except a round whose only news is that calls started or finished, of which only
 those calls' lanes and the round's time axis are rendered (the rest of the round does not
@@ -9,6 +9,10 @@ So applying a batch twice changes nothing, and the final page equals a fresh ren
 A batch that starts a round also carries the run's controls that need its rounds (the
 "Fork from a round" form), which the page shows only once the run has rounds.
 
+Every batch carries the header, so a viewer that connects or resumes later gets it; it
+is rendered again only when what it shows changed (`live_header`), most batches being
+calls starting and finishing.
+
 Streamed pieces (`render_fragment`) go into a round's stream, on the page only while the
 round waits for its answer: a batch says which rounds it left with one
 (`LiveBatch.streams`), so the consumer sends pieces only where they have a target.
@@ -16,13 +20,18 @@ round waits for its answer: a batch says which rounds it left with one
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from django.template.loader import render_to_string
+from django.utils import timezone, translation
+from django.utils.safestring import SafeString
 
-from tools_app.runs.debugger.run_header import header_view, live_run
+from tools_app.models import Run
+from tools_app.runs.debugger.run_header import RUN_COLUMNS, header_view, live_run
 from tools_app.runs.debugger.timeline import live_views
 from tools_app.runs.store.selectors import EventMark
 
@@ -53,12 +62,63 @@ def render_batch(run_id: uuid.UUID | str, events: Sequence[EventMark]) -> LiveBa
     whole, lanes = touched(events)
     rounds, lane_rounds = live_views(run, whole, lanes)
     html = render_to_string(f"{PAGE}#live_batch", {
-        "run": run, "header": header_view(run, owner), "oob": True, "rounds": rounds,
-        "lane_rounds": lane_rounds, "seq": events[-1].seq,
+        "run": run, "header_html": live_header(run, header_view(run, owner)), "oob": True,
+        "rounds": rounds, "lane_rounds": lane_rounds, "seq": events[-1].seq,
         # Only when a round starts (the form's rounds change then): a person may be
         # typing in it while the run goes on.
         "run_controls": any(event.kind == "round_started" for event in events)})
     return LiveBatch(html, {r["index"]: r["status"] == STREAMING for r in rounds})
+
+
+# The run's columns that change while it goes on but that the header does not show
+# (its counts are the lanes', in `header_view`). The snapshot is left out too: the header
+# shows only the sections of it that `header_inputs` adds. Any other column is compared,
+# shown or not, so a column added later can only make the header render more often.
+NOT_IN_HEADER = frozenset({"snapshot", "last_seq", "lease_owner", "lease_token",
+                           "lease_expires_at", "resume_count", "cancel_requested",
+                           "waiting_since", "tool_calls_count", "errors_count",
+                           "loop_detections"})
+HEADER_COLUMNS = tuple(name for name in RUN_COLUMNS if name not in NOT_IN_HEADER)
+HEADERS_KEPT = 1024  # runs whose last header is kept (about 2 KB each)
+
+_headers: OrderedDict[Any, tuple[tuple[Any, ...], SafeString]] = OrderedDict()
+_headers_lock = threading.Lock()  # the consumers' reader is one thread, tests another
+
+
+def header_inputs(run: Run, header: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Everything the header partial reads: the run's columns (`HEADER_COLUMNS`), the
+    snapshot's sections it shows, `header_view`'s values, and the time zone and
+    language its dates and words are rendered in. Equal inputs, equal header."""
+    snapshot = run.snapshot if isinstance(run.snapshot, dict) else {}
+    policy = snapshot.get("policy")
+    return (tuple(getattr(run, name) for name in HEADER_COLUMNS), snapshot.get("endpoint"),
+            policy.get("name") if isinstance(policy, dict) else policy,
+            snapshot.get("imported"), dict(header), timezone.get_current_timezone_name(),
+            translation.get_language())
+
+
+def live_header(run: Run, header: Mapping[str, Any]) -> SafeString:
+    """The run header as an out-of-band swap: the one rendered for the run's previous
+    batch when its inputs are the same (the header is the same for every viewer, so a
+    viewer that joined since gets the right one too), else rendered now."""
+    inputs = header_inputs(run, header)
+    with _headers_lock:
+        kept = _headers.get(run.pk)
+    if kept is not None and kept[0] == inputs:
+        return kept[1]
+    html = render_header(run, header)
+    with _headers_lock:
+        _headers[run.pk] = (inputs, html)
+        _headers.move_to_end(run.pk)
+        while len(_headers) > HEADERS_KEPT:
+            _headers.popitem(last=False)
+    return html
+
+
+def render_header(run: Run, header: Mapping[str, Any]) -> SafeString:
+    html: SafeString = render_to_string(f"{PAGE}#live_header",
+                                        {"run": run, "header": header, "oob": True})
+    return html
 
 
 def touched(events: Sequence[EventMark]) -> tuple[list[int], dict[int, set[str]]]:

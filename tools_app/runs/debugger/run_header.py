@@ -91,7 +91,7 @@ def header_view(run: Run, owner: str | None = None) -> dict[str, Any]:
     every moment of a live run), and the call that stopped the run, if one did (its
     error is shown in its lane), and where a replay left its recording and went on live
     (so it shows as it happens); beside the status, what it leaves out ("with 2
-    errors"), and the run's lineage badges."""
+    errors"), the run's lineage badges, and the breakpoint it waits at (`pause`)."""
     if owner is None:
         owner = run.created_by.get_username() if run.created_by is not None else ""
     counts = _lane_counts(run)
@@ -99,7 +99,17 @@ def header_view(run: Run, owner: str | None = None) -> dict[str, Any]:
             "status_note": lineage.status_note(run.status, counts["errors"]),
             "badges": lineage.badges(run.snapshot),
             "stopped_by": _stopping_call(run), "divergences": replay_divergences(run),
-            "price": price_view(run)}
+            "price": price_view(run), "pause": pause_view(run)}
+
+
+def pause_view(run: Run) -> dict[str, Any] | None:
+    """The breakpoint the run waits at, as values (a live batch compares a header's
+    inputs with the previous one's), or None."""
+    pause = run.open_pause
+    if pause is None:
+        return None
+    return {"before": pause.before, "round_index": pause.round_index,
+            "reason": pause.reason, "call_ids": list(pause.call_ids)}
 
 
 def price_view(run: Run) -> dict[str, Any] | None:
