@@ -123,6 +123,32 @@ def test_a_killed_recorder_process_is_restarted_losing_only_what_it_held(
     assert recorded == {("0",), ("B", "C")}
 
 
+def test_a_whole_answer_wakes_the_recorder_once_written(
+        proxy: Proxy, own_recorder: ProcessRecorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _ask(proxy, "woken", "question 0").status_code == 200
+    proxy.recorded()
+    monkeypatch.setattr(recorders, "LOOK_SECONDS", 60.0)  # no look of its own meanwhile
+    time.sleep(0.6)  # the look the feeder began before (0.5 s) ends: now it waits 60 s
+
+    started = time.monotonic()
+    assert _ask(proxy, "woken", "question 1").status_code == 200
+    proxy.recorded()  # woken when the server closed the response
+
+    assert time.monotonic() - started < 10
+    assert _questions(Run.objects.get(created_by=proxy.user)) == ["0", "1"]
+
+
+def test_an_exchange_queued_without_a_wake_is_taken_at_the_recorders_next_look(
+        proxy: Proxy, own_recorder: ProcessRecorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recorders, "LOOK_SECONDS", 0.2)
+    monkeypatch.setattr(ProcessRecorder, "wake", lambda self: None)  # a response never closed
+    for number in range(2):
+        assert _ask(proxy, "unwoken", f"question {number}").status_code == 200
+    proxy.recorded()
+
+    assert _questions(Run.objects.get(created_by=proxy.user)) == ["0", "1"]
+
+
 def test_past_its_queue_an_exchange_is_dropped_counted_and_logged(
         proxy: Proxy, own_recorder: ProcessRecorder,
         caplog: pytest.LogCaptureFixture) -> None:

@@ -44,12 +44,15 @@ from tools_app.runs.store.eventlog import notify
 logger = logging.getLogger(__name__)
 
 STOP_SECONDS = 10.0  # how long close() waits for the child before killing it
+LOOK_SECONDS = 0.5  # an exchange queued without waking the feeder waits at most this
 
 
 class ExchangeRecorder(Protocol):
     dropped: int
 
-    def submit(self, exchange: Exchange) -> bool: ...
+    def submit(self, exchange: Exchange, *, wake: bool = True) -> bool: ...
+
+    def wake(self) -> None: ...
 
     def drain(self) -> None: ...
 
@@ -103,9 +106,10 @@ class ProcessRecorder:
     _child: _Child | None = None
     _closed: bool = False
 
-    def submit(self, exchange: Exchange) -> bool:
-        """Queue the exchange; False (counted, logged) if the queue is full. Never
-        waits."""
+    def submit(self, exchange: Exchange, *, wake: bool = True) -> bool:
+        """Queue the exchange, in order; False (counted, logged) if the queue is full.
+        Never waits. `wake=False`: the feeder is woken later (`wake()`, once the answer
+        is written) or by its next look at the queue (`LOOK_SECONDS`)."""
         handed = exchange.handed()
         with self._changed:
             full = self._closed or len(self._pending) >= self.capacity
@@ -114,7 +118,8 @@ class ProcessRecorder:
                 dropped = self.dropped
             else:
                 self._pending.append(handed)
-                self._changed.notify_all()
+                if wake:
+                    self._changed.notify_all()
         if full:
             logger.warning("recording queue full (%d waiting): an exchange with endpoint "
                            "%s not recorded (%d dropped so far)", self.capacity,
@@ -122,6 +127,11 @@ class ProcessRecorder:
             return False
         self._start_feeder()
         return True
+
+    def wake(self) -> None:
+        """Have the feeder take what is queued now."""
+        with self._changed:
+            self._changed.notify_all()
 
     def drain(self) -> None:
         """Wait until every exchange handed over so far is recorded (or lost)."""
@@ -173,7 +183,10 @@ class ProcessRecorder:
     def _feed(self) -> None:
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: self._pending or self._closed)
+                self._changed.wait_for(lambda: self._pending or self._closed,
+                                       timeout=LOOK_SECONDS)
+                if not self._pending and not self._closed:
+                    continue
                 if self._closed:
                     return
                 batch = [self._pending.popleft()

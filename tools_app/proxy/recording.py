@@ -299,9 +299,9 @@ class Recorder:
         self.dropped = 0
         """Exchanges not recorded because the queue was full."""
 
-    def submit(self, exchange: Exchange) -> bool:
+    def submit(self, exchange: Exchange, *, wake: bool = True) -> bool:
         """Queue the exchange for recording; False (counted, logged) if the queue is
-        full. Never waits."""
+        full. Never waits. (The thread is woken at once whatever `wake` says.)"""
         try:
             self._queue.put_nowait(exchange)
         except queue.Full:
@@ -322,6 +322,9 @@ class Recorder:
                     self._thread = threading.Thread(target=self._run, name="proxy-recorder",
                                                     daemon=True)
                     self._thread.start()
+
+    def wake(self) -> None:
+        """Nothing to do: the thread is woken by each exchange queued."""
 
     def drain(self) -> None:
         """Wait until every exchange handed over so far is recorded."""

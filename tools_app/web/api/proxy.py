@@ -94,8 +94,19 @@ async def _proxy(request: HttpRequest, reference: str, dialect: Dialect) -> Http
     finally:
         await response.aclose()
     exchange.keep(content, _limit())
-    _finish(exchange)
-    return _with_headers(HttpResponse(content, status=response.status_code), headers)
+    _finish(exchange, wake=False)
+    return _with_headers(RecorderWokenWhenClosed(content, status=response.status_code),
+                         headers)
+
+
+class RecorderWokenWhenClosed(HttpResponse):
+    """A whole answer whose exchange was queued (in order) without waking the recorder,
+    woken when the server closes the response, once the answer is written: waking it
+    before would have its thread compete with the writing for the GIL."""
+
+    def close(self) -> None:
+        super().close()
+        recorder().wake()
 
 
 async def _relay(response: httpx.Response, exchange: Exchange) -> AsyncIterator[bytes]:
@@ -123,9 +134,9 @@ def _told(target: Target, error: Exception) -> str:
     return target.adapter.http.redactor.text(str(error))
 
 
-def _finish(exchange: Exchange) -> None:
+def _finish(exchange: Exchange, *, wake: bool = True) -> None:
     exchange.finished_ns = exchange.finished_ns or time.time_ns()
-    recorder().submit(exchange)
+    recorder().submit(exchange, wake=wake)
 
 
 def _token(request: HttpRequest) -> str:
