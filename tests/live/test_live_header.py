@@ -3,7 +3,8 @@
 Every batch carries the header (so a viewer that connects or resumes later gets a right
 one); a batch whose header inputs equal the run's previous batch's reuses that
 rendering, and one after the status, tokens, cost, counts or breakpoint changed carries
-a header equal to a fresh page's.
+a header equal to a fresh page's. The header's parts that stay for a run's life are
+`{% memo %}` blocks: each reads only the inputs it is keyed on.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from tests.live.test_fragments import finished, page_of
 from tests.web.support import HEADER_RE, OOB_TRUE
 from tests.web.support import start_run as _start_run
 from tools_app.live import fragments
@@ -34,8 +35,15 @@ from tools_app.models import (
     ToolRegistration,
 )
 from tools_app.runs.store.selectors import event_marks_after
+from tools_app.runs.worker.runner import execute_run
 
 pytestmark = pytest.mark.django_db
+
+
+def finished(run: Run) -> Run:
+    async_to_sync(execute_run)(str(run.pk))
+    run.refresh_from_db()
+    return run
 
 
 @pytest.fixture
@@ -66,7 +74,9 @@ def batch_header(run: Run, after: int = 0, count: int = 3) -> str:
 
 
 def page_header(client: Client, run: Run) -> str:
-    found = HEADER_RE.search(page_of(client, run))
+    response = client.get(f"/runs/{run.pk}/")
+    assert response.status_code == 200
+    found = HEADER_RE.search(response.content.decode())
     assert found is not None
     return found.group(0)
 
@@ -106,7 +116,18 @@ def _pause(run: Run) -> None:
     RunPause.objects.create(run=run, round_index=1, before="model", reason="<before> round 2")
 
 
-@pytest.mark.parametrize("change", [_status, _tokens, _cost, _running_call, _pause])
+def _title(run: Run) -> None:
+    Run.objects.filter(pk=run.pk).update(title="<i>renamed</i>")
+
+
+def _endpoint(run: Run) -> None:  # a received run's snapshot is rebuilt (ingest)
+    snapshot = dict(run.snapshot)
+    snapshot["endpoint"] = dict(snapshot["endpoint"], name="<another endpoint>")
+    Run.objects.filter(pk=run.pk).update(snapshot=snapshot)
+
+
+@pytest.mark.parametrize("change", [_status, _tokens, _cost, _running_call, _pause, _title,
+                                    _endpoint])
 def test_a_batch_after_what_the_header_shows_changed_carries_the_new_header(
     run: Run, bob_client: Client, header_renders: list[str], change: Callable[[Run], None],
 ) -> None:
@@ -154,6 +175,9 @@ STATUS_PROPERTIES = {"is_terminal", "get_status_display"}
 SNAPSHOT_SECTIONS = {"endpoint", "policy", "imported"}
 
 
+MEMO_RE = re.compile(r"{% memo (\S+) ([^%]+?) %}(.*?){% endmemo %}", re.DOTALL)
+
+
 def header_partial() -> str:
     source = TEMPLATE.read_text()
     found = re.search(r"{% partialdef header inline %}(.*?){% endpartialdef %}", source,
@@ -172,3 +196,46 @@ def test_every_run_attribute_the_header_reads_is_among_its_compared_inputs() -> 
     assert snapshot <= SNAPSHOT_SECTIONS
     assert "imported=run.snapshot.imported" in partial  # _imported_by.html's one input
     assert "open_pause" not in partial  # a query: header_view's `pause` holds its values
+
+
+def bound_names(text: str) -> set[str]:
+    return set(re.findall(r"{% for (\w+) in ", text)) | set(re.findall(r"\bwith (\w+)=", text))
+
+
+def root_names(text: str) -> set[str]:
+    """The context variables a template text reads (the first name of each lookup)."""
+    code = re.sub(r'"[^"]*"', '""', text)
+    return (set(re.findall(r"(?<![\w.])([a-z_]+)\.\w", code))
+            | set(re.findall(r"{{ ?([a-z_]+)", code))
+            | set(re.findall(r"{% for \w+ in (\w+)", code)))
+
+
+def included(text: str) -> list[str]:
+    """The text of each template (or partial) a text includes."""
+    texts = []
+    for name in re.findall(r'{% include "([^"#]+)(?:#(\w+))?"', text):
+        source = (TEMPLATE.parent / Path(name[0]).name).read_text()
+        if name[1]:
+            found = re.search(rf"{{% partialdef {name[1]} %}}(.*?){{% endpartialdef %}}", source,
+                              re.DOTALL)
+            assert found is not None
+            source = found.group(1)
+        texts.append(re.sub(r"{% comment %}.*?{% endcomment %}", "", source, flags=re.DOTALL))
+    return texts
+
+
+def test_each_memo_block_of_the_header_reads_only_its_inputs() -> None:
+    blocks = MEMO_RE.findall(header_partial())
+    assert len(blocks) == 4  # title and badges, model and policy, origin, settings
+
+    for slot, inputs, body in blocks:
+        assert slot == "run.pk"
+        keyed = inputs.split()
+        read = re.findall(r"\b((?:run|header)(?:\.\w+)+)", body)
+        assert read
+        for path in read:  # the names a block binds are bound to these paths too
+            assert any(path == key or path.startswith(key + ".") for key in keyed), (path, keyed)
+        bound = bound_names(body)
+        assert root_names(body) <= {"run", "header"} | bound, body
+        for text in included(body):  # an include sees the block's context
+            assert root_names(text) <= bound | bound_names(text) | {"forloop"}, text

@@ -10,8 +10,9 @@ A batch that starts a round also carries the run's controls that need its rounds
 "Fork from a round" form), which the page shows only once the run has rounds.
 
 Every batch carries the header, so a viewer that connects or resumes later gets it; it
-is rendered again only when what it shows changed (`live_header`), most batches being
-calls starting and finishing.
+is rendered again only when what it shows changed (`live_header`), and then its parts
+that stay the same for a run's life (title, model, origin, settings) are the template's
+`{% memo %}` blocks' kept renderings.
 
 Streamed pieces (`render_fragment`) go into a round's stream, on the page only while the
 round waits for its answer: a batch says which rounds it left with one

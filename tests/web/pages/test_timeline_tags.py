@@ -54,3 +54,41 @@ def test_a_url_whose_call_id_is_not_a_whole_segment_is_refused(
                         lambda name, args: f"/runs/{args[0]}/call-{args[1]}.txt")
     with pytest.raises(ValueError, match="call id"):
         call_url("made_up", uuid.uuid4(), 3)
+
+
+# -- {% memo %} ---------------------------------------------------------------------------
+
+MEMO = "{% load timeline %}{% memo slot a %}{{ a }}/{{ b }}{% endmemo %}"
+
+
+def test_memo_renders_its_block_again_only_when_an_input_changed() -> None:
+    block = engines["django"].from_string(MEMO)
+
+    assert block.render({"slot": 1, "a": "<one>", "b": "x"}) == "&lt;one&gt;/x"
+    # b is not an input: an unchanged input gives the block's last rendering.
+    assert block.render({"slot": 1, "a": "<one>", "b": "y"}) == "&lt;one&gt;/x"
+    assert block.render({"slot": 1, "a": "two", "b": "y"}) == "two/y"
+
+
+def test_memo_keeps_a_rendering_per_slot() -> None:
+    block = engines["django"].from_string(MEMO)
+
+    assert block.render({"slot": 1, "a": "same", "b": "first"}) == "same/first"
+    assert block.render({"slot": 2, "a": "same", "b": "second"}) == "same/second"
+    assert block.render({"slot": 1, "a": "same", "b": "third"}) == "same/first"
+
+
+def test_memo_renders_again_in_another_time_zone_or_language() -> None:
+    from datetime import UTC, datetime
+
+    from django.utils import timezone, translation
+
+    block = engines["django"].from_string(
+        '{% load timeline %}{% memo slot at %}{{ at|date:"F H:i" }}{% endmemo %}')
+    at = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    with timezone.override("UTC"), translation.override("en"):
+        assert block.render({"slot": 1, "at": at}) == "January 12:00"
+    with timezone.override("Asia/Tokyo"), translation.override("en"):
+        assert block.render({"slot": 1, "at": at}) == "January 21:00"
+    with timezone.override("UTC"), translation.override("fr"):
+        assert block.render({"slot": 1, "at": at}) == "janvier 12:00"

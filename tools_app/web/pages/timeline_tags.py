@@ -1,13 +1,20 @@
 """Template helpers for the timeline and the audit pages (`{% load timeline %}`,
 registered in settings' TEMPLATES libraries). Everything they return is plain text: the
-template's autoescaping still applies (nothing here marks anything safe)."""
+template's autoescaping still applies (nothing here marks anything safe), but for
+`{% memo %}`, which returns its own block's rendering, escaped as the block escapes it."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from functools import lru_cache
+from typing import Any
 
 from django import template
+from django.template.base import FilterExpression, NodeList, Parser, Token
+from django.template.context import Context
 from django.urls import get_script_prefix, get_urlconf, reverse
+from django.utils import timezone, translation
 
 from tools_app.models.prices import format_delta_usd, format_usd
 from tools_app.runs.debugger.lineage import Badge, badges
@@ -64,3 +71,48 @@ def _call_url_parts(name: str, run_pk: str, script_prefix: str,
     if not marker or str(_CALL_MARKER) in tail:
         raise ValueError(f"{name} does not take a call id as one path segment: {url}")
     return head + "/", "/" + tail
+
+
+# -- {% memo %} --------------------------------------------------------------------------
+
+MEMO_SLOTS = 1024  # a memo block's renderings kept (one per slot: a run)
+
+
+@register.tag
+def memo(parser: Parser, token: Token) -> MemoNode:
+    """`{% memo slot input... %}...{% endmemo %}`: the block rendered again only when one
+    of its inputs differs (by value) from its last rendering for `slot`, else that
+    rendering. The inputs must be everything the block reads (tests/live/test_live_header.py
+    checks the run header's blocks); the time zone, language and localization are added."""
+    bits = token.split_contents()
+    if len(bits) < 3:
+        raise template.TemplateSyntaxError("memo takes a slot and at least one input")
+    nodelist = parser.parse(("endmemo",))
+    parser.delete_first_token()
+    return MemoNode(parser.compile_filter(bits[1]),
+                    [parser.compile_filter(bit) for bit in bits[2:]], nodelist)
+
+
+class MemoNode(template.Node):
+    def __init__(self, slot: FilterExpression, inputs: list[FilterExpression],
+                 nodelist: NodeList) -> None:
+        self.slot, self.inputs, self.nodelist = slot, inputs, nodelist
+        self.kept: OrderedDict[Any, tuple[tuple[Any, ...], str]] = OrderedDict()
+        self.lock = threading.Lock()  # a template is shared by the request threads
+
+    def render(self, context: Context) -> str:
+        slot = self.slot.resolve(context)
+        inputs = (tuple(value.resolve(context) for value in self.inputs),
+                  timezone.get_current_timezone_name(), translation.get_language(),
+                  context.autoescape, context.use_l10n, context.use_tz)
+        with self.lock:
+            kept = self.kept.get(slot)
+        if kept is not None and kept[0] == inputs:
+            return kept[1]
+        html = self.nodelist.render(context)
+        with self.lock:
+            self.kept[slot] = (inputs, html)
+            self.kept.move_to_end(slot)
+            while len(self.kept) > MEMO_SLOTS:
+                self.kept.popitem(last=False)
+        return html
