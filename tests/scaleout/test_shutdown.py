@@ -6,17 +6,34 @@ SIGTERM makes the worker exit at once, and the run is recovered like a crashed o
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
+from django_tasks_db.models import DBTaskResult
+from psycopg._cursor_base import BaseCursor
 
 from tools_app.fake_llm import BackgroundServer
-from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall, ToolRegistration
+from tools_app.management.commands.db_worker import RunWorker
+from tools_app.models import (
+    ErrorPolicy,
+    Run,
+    RunStatus,
+    ToolCall,
+    ToolRegistration,
+    WorkerHeartbeat,
+)
+from tools_app.runs.worker import runner
 
 from .conftest import (
     RUN_TIMEOUT,
+    START_TIMEOUT,
     WorkerPool,
     assert_seqs_complete,
     counted,
@@ -141,6 +158,85 @@ def test_sigterm_to_an_idle_worker_exits_at_once(workers: WorkerPool) -> None:
     a.sigterm()
     a.assert_exits_with(0, EXIT_TIMEOUT)
     assert Run.objects.count() == 0
+
+
+def test_sigterm_while_an_idle_workers_claim_query_waits_exits_cleanly(
+        workers: WorkerPool) -> None:
+    """The stop signal arrives while the claim query waits (here for a lock on the task
+    table): the handler leaves the query be, and once it has its answer the worker
+    exits 0, with no traceback."""
+    a = workers.start("w-idle")
+    workers.wait_ready(a)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"LOCK TABLE {DBTaskResult._meta.db_table} IN ACCESS EXCLUSIVE MODE")
+        wait_until(lambda: _claims_waiting_for(cursor), START_TIMEOUT,
+                   "the worker's claim query to wait for the lock", workers)
+        a.sigterm()
+        wait_until(lambda: "shutting down gracefully" in a.log(), EXIT_TIMEOUT,
+                   "the signal to be handled", workers)
+        assert a.alive()
+        assert _claims_waiting_for(cursor)  # not cancelled, not broken off
+    a.assert_exits_with(0, EXIT_TIMEOUT)
+    assert "Traceback" not in a.log(), a.log()
+
+
+def _claims_waiting_for(cursor: Any) -> int:
+    """The worker's queries waiting for the lock this connection holds: its claim query,
+    the only one of an idle worker that reads the task table. (pg_stat_activity still
+    shows the connection's previous statement: the query waits while it is parsed.)"""
+    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                   " AND pg_backend_pid() = ANY(pg_blocking_pids(pid))")
+    return int(cursor.fetchone()[0])
+
+
+def test_sigterm_landing_between_the_claim_querys_send_and_its_answer_ends_the_loop_cleanly(
+        settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The worker's claim loop, in this process with its own signal handlers: SIGTERM is
+    raised right after psycopg has sent the claim query and before it reads the answer,
+    where a real signal can land too (an exception raised there leaves the connection
+    busy, and the claim's transaction then fails to close). The turn ends
+    normally, then the loop, without waiting out its 60 s poll interval."""
+    settings.AGENTFORGE_SHUTDOWN_GRACE_SECONDS = 0  # no hand-back timer in this process
+    monkeypatch.setattr(runner, "shutdown_requested", threading.Event())
+    worker = RunWorker(queue_names=["default"], interval=60.0, batch=False,
+                       backend_name="default", startup_delay=False, max_tasks=None,
+                       worker_id="w-in-process", excluded_queue_names=[])
+    signalled = _sigterm_after_sending_the_claim(monkeypatch)
+    handlers = {number: signal.getsignal(number)
+                for number in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT)}
+    worker.configure_signals()
+    try:
+        with caplog.at_level(logging.INFO):
+            worker.run()
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+
+    assert signalled == ["sent"]
+    assert not worker.running
+    assert runner.shutdown_requested.is_set()
+    assert any("shutting down gracefully" in r.getMessage() for r in caplog.records)
+    # Nothing failed, and no connection was left busy (psycopg's pool warns of those).
+    assert not [r for r in caplog.records
+                if r.levelno >= logging.ERROR or r.name.startswith("psycopg")]
+    assert WorkerHeartbeat.objects.get(worker_id="w-in-process").stopped_at is not None
+
+
+def _sigterm_after_sending_the_claim(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make psycopg raise SIGTERM in this process once, right after it has sent the
+    claim query (its Python handler runs at once, before the answer is read)."""
+    send = BaseCursor._execute_send
+    signalled: list[str] = []
+
+    def send_then_signal(cursor: Any, query: Any, **kwargs: Any) -> None:
+        send(cursor, query, **kwargs)
+        if not signalled and b"SKIP LOCKED" in query.query:
+            signalled.append("sent")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(BaseCursor, "_execute_send", send_then_signal)
+    return signalled
 
 
 def test_a_run_that_cannot_stop_within_the_grace_is_handed_back_as_it_is(

@@ -4,19 +4,22 @@ tests/runs/loops/test_task_wakeup.py; a real worker woken: test_worker_wakeup.py
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 from django.db import connection, transaction
 from django.tasks import task_backends
 
-from tools_app.runs.loops.task_wakeup import TaskWakeups, WakingDatabaseBackend
+from tools_app.runs.loops.task_wakeup import StopSignal, TaskWakeups, WakingDatabaseBackend
 from tools_app.runs.tasks import enqueue_run
 
 pytestmark = [pytest.mark.scaleout, pytest.mark.django_db(transaction=True)]
 
 # Upper bound of a wait that must end with a notification, never a measured duration.
 DELIVERED_WITHIN = 10.0
+# A wait that a stop must end long before.
+LONG_WAIT = 60.0
 # A wait that must end with none: PostgreSQL delivers nothing before the commit, so
 # this short bound cannot be lost to a slow machine.
 NOTHING_WITHIN = 0.2
@@ -46,6 +49,24 @@ def test_an_enqueue_wakes_a_listening_worker_at_its_commit(
         # Not before the commit: the task's row is not visible to the worker yet.
         assert wakeups.wait(NOTHING_WITHIN) is False
     assert wakeups.wait(DELIVERED_WITHIN) is True
+
+
+def test_a_stop_ends_a_listening_wait_at_once(database_backend: None) -> None:
+    """The worker's stop signal (set by its signal handler, here before the wait began)
+    ends the wait between claim turns; an enqueue still wakes a wait with no stop."""
+    stop = StopSignal()
+    stoppable = TaskWakeups(connection, stop)
+    try:
+        assert stoppable.listen()
+        stop.set()
+        started = time.monotonic()
+        assert stoppable.wait(LONG_WAIT) is False
+        assert time.monotonic() - started < DELIVERED_WITHIN
+        stop.close()
+        stop.set()  # a signal after the loop ended: nothing written, nothing raised
+    finally:
+        stoppable.close()
+        stop.close()
 
 
 def test_a_rolled_back_enqueue_wakes_nobody(database_backend: None,

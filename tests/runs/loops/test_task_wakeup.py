@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import connection
 
-from tools_app.runs.loops.task_wakeup import TaskWakeups, wake_workers
+from tools_app.runs.loops.task_wakeup import StopSignal, TaskWakeups, wake_workers
 
 pytestmark = pytest.mark.django_db
 
@@ -18,3 +20,17 @@ def test_without_notify_the_worker_polls() -> None:
     assert wakeups.wait(0) is False
     assert not wakeups.listening
     wake_workers("default")  # nothing to tell, and nothing fails
+
+
+def test_a_stop_ends_the_poll_wait_at_once() -> None:
+    """The worker's stop signal (set by its signal handler, here before the wait began)
+    ends its poll wait; the bound is far below the wait's 60 s."""
+    stop = StopSignal()
+    try:
+        wakeups = TaskWakeups(connection, stop)
+        stop.set()
+        started = time.monotonic()
+        assert wakeups.wait(60.0) is False
+        assert time.monotonic() - started < 10.0
+    finally:
+        stop.close()

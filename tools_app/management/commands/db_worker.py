@@ -1,6 +1,6 @@
 """django-tasks-db's `db_worker`, plus what runs need: several runs at once, the reaper,
 and a graceful SIGTERM that checkpoints the runs in progress instead of running them to
-the end."""
+the end, and never exits from inside its signal handler."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import inspect
 import logging
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -29,7 +30,7 @@ from tools_app.engine.isolation import shutdown_isolated_pools
 from tools_app.runs.loops import task_backend
 from tools_app.runs.loops.process import freeze_startup_objects, preload_for_runs
 from tools_app.runs.loops.provider_clients import close_at_exit
-from tools_app.runs.loops.task_wakeup import TaskWakeups
+from tools_app.runs.loops.task_wakeup import StopSignal, TaskWakeups
 from tools_app.runs.store.db import drop_broken_connections
 from tools_app.runs.store.leases import release_this_process_runs
 from tools_app.runs.store.outage import DATABASE_ERRORS, Outage
@@ -78,6 +79,7 @@ class RunWorker(db_worker.Worker):
         self._on_loop: set[Future[Any]] = set()
         self._outage = Outage(logger, f"worker {self.worker_id}")
         self._beat = WorkerBeat(self.worker_id, self.concurrency)
+        self._stop: StopSignal | None = None  # while the claim loop runs
 
     @property
     def running_task(self) -> bool:
@@ -147,6 +149,7 @@ class RunWorker(db_worker.Worker):
             self._in_flight += delta
 
     def run(self) -> None:
+        self._stop = StopSignal()
         try:
             self._claim_loop()
         finally:
@@ -155,6 +158,7 @@ class RunWorker(db_worker.Worker):
                 self._pool.shutdown(wait=True)
                 wait(list(self._on_loop))
             self._beat_safely(stopped=True)
+            self._stop.close()
 
     def _claim_loop(self) -> None:
         """django-tasks-db's loop (`Worker.run`: the same turns, stops and log lines),
@@ -165,7 +169,7 @@ class RunWorker(db_worker.Worker):
         CPU at 100 runs, paid again for every run of a burst
         (docs/benchmarks/product-path.md). A turn that claimed nothing is followed by a
         wait for the next enqueue, not a blind sleep (runs/loops/task_wakeup.py)."""
-        wakeups = TaskWakeups(connections[DBTaskResult.objects.db])
+        wakeups = TaskWakeups(connections[DBTaskResult.objects.db], self._stop)
         try:
             self._claim_turns(wakeups)
         finally:
@@ -175,7 +179,7 @@ class RunWorker(db_worker.Worker):
         db_worker.logger.info("Starting worker worker_id=%s queues=%s", self.worker_id,
                               ",".join(self.queue_names))
         if self.startup_delay and self.interval:
-            time.sleep(random.random())  # noqa: S311 (against a thundering herd)
+            self._sleep(random.random())  # noqa: S311 (against a thundering herd)
         # Before the first claim: a task enqueued after a turn found nothing still wakes
         # the wait that follows it (runs/loops/task_wakeup.py).
         wakeups.listen()
@@ -231,10 +235,10 @@ class RunWorker(db_worker.Worker):
         self._sleep(delay)
 
     def _sleep(self, seconds: float) -> None:
-        """Sleep, but no longer than the worker is running (a stop signal ends it)."""
-        deadline = time.monotonic() + seconds
-        while self.running and (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(left, 0.2))
+        """Sleep, but no longer than the worker is running (a stop signal ends it: the
+        handler clears `running`, then sets the stop)."""
+        if self.running and self._stop is not None:
+            self._stop.sleep(seconds)
 
     def _idle_wait(self, wakeups: TaskWakeups) -> bool:
         """Wait for an enqueue (True) or the poll interval (False), writing the
@@ -319,22 +323,34 @@ class RunWorker(db_worker.Worker):
         return claimed, True
 
     def shutdown(self, signum: int, frame: FrameType | None) -> None:
-        """The first SIGTERM/SIGINT also asks the runs in progress to stop at their next
-        step. A second one while runs are in progress stops the process at once, as a
-        crash would: their leases run out and other workers' reapers resume them.
-        (django-tasks-db would raise SystemExit in the task instead, but a run is an
-        async task: its event loop thread would wait forever, and the process would
-        never exit.)"""
-        if not self.running and self.running_task:
-            logger.warning("Received a second stop signal: exiting now; the runs in progress "
-                           "will be resumed by other workers when their leases expire")
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)
+        """SIGTERM/SIGINT: stop claiming, and ask the runs in progress to stop at their
+        next step. The claim loop ends at its next turn (its wait is woken). The handler
+        never exits itself (django-tasks-db's does when idle): it runs wherever the main
+        thread is, and a SystemExit raised between a claim query's send and its answer
+        leaves the connection busy, so closing the claim's transaction fails with an
+        error instead of the clean exit. A second signal forces the exit: at once
+        (os._exit, as a crash would) while runs are in progress, whose leases run out
+        and other workers' reapers resume them; otherwise django-tasks-db's
+        SystemExit(1). (django-tasks-db would raise SystemExit in the task instead, but
+        a run is an async task: its event loop thread would wait forever.)"""
+        if not self.running:
+            if self.running_task:
+                logger.warning("Received a second stop signal: exiting now; the runs in "
+                               "progress will be resumed by other workers when their "
+                               "leases expire")
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(1)
+            super().shutdown(signum, frame)  # SystemExit(1)
+            return
+        db_worker.logger.warning("Received %s - shutting down gracefully... (press Ctrl+C "
+                                 "again to force)", signal.strsignal(signum))
+        self.running = False
+        if self._stop is not None:
+            self._stop.set()
         runner.shutdown_requested.set()
-        if self.running_task:
-            _hand_back_after(settings.AGENTFORGE_SHUTDOWN_GRACE_SECONDS)
-        super().shutdown(signum, frame)
+        # Also when idle: a task claimed in the turn under way starts after the signal.
+        _hand_back_after(settings.AGENTFORGE_SHUTDOWN_GRACE_SECONDS)
 
 
 def _store_outcome(db_task_result: DBTaskResult[..., Any], value: Any = None,

@@ -21,13 +21,16 @@ that dies between the commit and the notification leaves the task to the poll.
 A worker LISTENs before its first claim, so a task enqueued between a claim turn and
 the wait that follows still wakes it (PostgreSQL keeps the notification for the
 listening connection until it is read). On other databases (SQLite has no NOTIFY) the
-workers poll as before.
+workers poll as before. Either wait also ends at once when the worker is told to stop
+(`StopSignal`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import select
 import time
 from collections.abc import Callable
 from functools import cache
@@ -103,8 +106,43 @@ class WakingDatabaseBackend(DatabaseBackend):
         return db_task
 
 
+class StopSignal:
+    """A worker's stop as its waits see it: once `set` (by a signal handler), a wait on
+    it, and every later one, ends at once. A pipe: a signal handler may write to it
+    safely (taking a lock there, as threading.Event.set does, can deadlock against the
+    code it interrupted), and a select on it misses no stop set just before it began."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._closed = False
+
+    def set(self) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(BlockingIOError):  # the pipe is full: it is set already
+            os.write(self._write, b"!")
+
+    def fileno(self) -> int:
+        return self._read
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep `seconds`, or until the stop is set."""
+        select.select([self._read], [], [], max(seconds, 0.0))
+
+    def close(self) -> None:
+        """Close the pipe; a later `set` does nothing (the flag first, so that a handler
+        running between the two never writes to a closed, or reused, descriptor)."""
+        if self._closed:
+            return
+        self._closed = True
+        os.close(self._write)
+        os.close(self._read)
+
+
 class TaskWakeups:
-    """A worker's wait between claim turns: until a task is enqueued or `timeout` passes.
+    """A worker's wait between claim turns: until a task is enqueued, `timeout` passes,
+    or the worker's `stop` is set.
 
     On PostgreSQL, a connection of its own (outside Django's pool: it must stay open and
     LISTENing for the worker's life) in autocommit mode; elsewhere a plain sleep. A
@@ -112,7 +150,8 @@ class TaskWakeups:
     next wait; until then the worker polls. The loss and the return are logged once.
     """
 
-    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+    def __init__(self, connection: BaseDatabaseWrapper, stop: StopSignal | None = None) -> None:
+        self._stop = stop
         self._params: dict[str, Any] | None = None
         if connection.vendor == "postgresql":
             params = connection.get_connection_params()
@@ -143,12 +182,13 @@ class TaskWakeups:
         return True
 
     def wait(self, timeout: float) -> bool:
-        """Whether a task was enqueued before `timeout` seconds passed."""
+        """Whether a task was enqueued before `timeout` seconds passed (False as soon as
+        the stop is set)."""
         if not self.listen():
-            time.sleep(timeout)
+            self._readable([], timeout)
             return False
         try:
-            return bool(list(self._listener.notifies(timeout=timeout, stop_after=1)))
+            return self._notified_within(timeout)
         except psycopg.Error as exc:
             # A dropped connection (a database restart): poll this turn, listen again
             # at the next one (a notification sent meanwhile is lost: the poll finds its
@@ -156,6 +196,25 @@ class TaskWakeups:
             self._outage.failed(exc)
             self.close()
             return True
+
+    def _notified_within(self, timeout: float) -> bool:
+        """Read the notifications (psycopg's) whenever the LISTEN connection's socket
+        has data, which the select also ends at a stop (psycopg's own wait could not)."""
+        deadline = time.monotonic() + timeout
+        while not list(self._listener.notifies(timeout=0, stop_after=1)):
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._readable([self._listener.fileno()], left):
+                return False
+        return True
+
+    def _readable(self, descriptors: list[int], timeout: float) -> bool:
+        """Wait for one of `descriptors` to have data (True), the stop or `timeout`."""
+        timeout = max(timeout, 0.0)
+        if self._stop is None:
+            ready, _, _ = select.select(descriptors, [], [], timeout)
+            return bool(ready)
+        ready, _, _ = select.select([*descriptors, self._stop.fileno()], [], [], timeout)
+        return bool(ready) and self._stop.fileno() not in ready
 
     def drain(self) -> None:
         """Consume the notifications already arrived (their tasks are claimed next)."""
