@@ -62,7 +62,7 @@ def test_a_rebuild_takes_the_earlier_spans_from_the_cache(
 
     assert span_data_reads(queries) == []  # no span's JSON read back
     assert rows(run_of(bob)) == EXPECTED
-    assert len(cached_rows()) == 3  # not the root span: it ended the run
+    assert cached_rows() == []  # the root span ended the run: its spans are dropped
 
 
 @pytest.mark.django_db
@@ -117,7 +117,7 @@ def record(span_id: str, text: str = "") -> SpanRecord:
 
 def test_an_entry_is_found_only_by_its_row() -> None:
     cache = SpanCache()
-    cache.put_many([((1, "a" * 32, "b" * 16, AT), record("b" * 16))])
+    cache.put_many([((1, "a" * 32, "b" * 16, AT), "run", record("b" * 16))])
     assert cache.get((1, "a" * 32, "b" * 16, AT)) is not None
     # The same id given to a span stored again later (same span ids, or another span).
     assert cache.get((1, "a" * 32, "b" * 16, AT.replace(microsecond=1))) is None
@@ -127,17 +127,28 @@ def test_an_entry_is_found_only_by_its_row() -> None:
 def test_the_least_recently_used_go_past_the_bound_of_spans() -> None:
     cache = SpanCache(max_spans=2)
     keys = [(n, "a" * 32, f"{n:016x}", AT) for n in range(3)]
-    cache.put_many([(keys[0], record(keys[0][2])), (keys[1], record(keys[1][2]))])
+    cache.put_many([(keys[0], "run", record(keys[0][2])), (keys[1], "run", record(keys[1][2]))])
     assert cache.get(keys[0]) is not None  # now used after keys[1]
-    cache.put_many([(keys[2], record(keys[2][2]))])
+    cache.put_many([(keys[2], "run", record(keys[2][2]))])
     assert [cache.get(k) is not None for k in keys] == [True, False, True]
+
+
+def test_the_spans_of_a_run_are_dropped_together() -> None:
+    cache = SpanCache()
+    keys = [(n, "a" * 32, f"{n:016x}", AT) for n in range(3)]
+    cache.put_many([(keys[0], "ended", record(keys[0][2])),
+                    (keys[1], "ended", record(keys[1][2])),
+                    (keys[2], "going on", record(keys[2][2]))])
+    cache.drop_runs(["ended"])
+    assert [cache.get(k) is not None for k in keys] == [False, False, True]
 
 
 def test_the_cache_holds_at_most_its_bound_of_text() -> None:
     cache = SpanCache(max_chars=100)
-    small = [((n, "a" * 32, f"{n:016x}", AT), record(f"{n:016x}", "x" * 30)) for n in range(4)]
+    small = [((n, "a" * 32, f"{n:016x}", AT), "run", record(f"{n:016x}", "x" * 30))
+             for n in range(4)]
     cache.put_many(small)
     assert len(cache) == 2  # each entry: 34 characters (key "text" and its value)
-    cache.put_many([((9, "a" * 32, "9" * 16, AT), record("9" * 16, "x" * 200))])
+    cache.put_many([((9, "a" * 32, "9" * 16, AT), "run", record("9" * 16, "x" * 200))])
     assert cache.get((9, "a" * 32, "9" * 16, AT)) is None  # larger than the whole bound
     assert len(cache) == 2

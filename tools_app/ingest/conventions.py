@@ -37,8 +37,11 @@ def role_of(span: SpanRecord) -> str:
 
 
 def _kept[T](span: SpanRecord, name: str, read: Callable[[SpanRecord], T]) -> T:
-    """What `read` says of the span, read once and kept on the record (`parsed`): the
-    facts are shared by every plan of the span, none of which changes them."""
+    """What `read` says of the span, read once and kept on a record that keeps what was
+    read from it (`parsed`): the facts are shared by every plan of the span, none of
+    which changes them."""
+    if span.parsed is None:
+        return read(span)
     if name not in span.parsed:
         span.parsed[name] = read(span)
     found: T = span.parsed[name]

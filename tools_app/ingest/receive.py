@@ -102,7 +102,10 @@ def _receive(records: list[SpanRecord], user: User, refusal: Refusal, via: str,
         for record in fresh:
             by_run[runs[record.trace_id]].append(record)
         work = _Work(user, via)
-        work.stored = _store(fresh, runs)
+        # A run this request makes and ends is neither rebuilt nor kept: its spans'
+        # JSON is not held past their INSERT.
+        done = {run for run in made if _has_root(by_run[run])}
+        work.stored = _store(fresh, runs, done)
         work.rebuild_all(sorted(set(by_run) - made))
         for run_id in sorted(made):
             work.create(run_id, by_run[run_id])  # it has no spans but these
@@ -121,9 +124,10 @@ def _known(records: list[SpanRecord]) -> dict[tuple[str, str], Any]:
     return {(trace, span): owner for trace, span, owner in found}
 
 
-def _store(records: list[SpanRecord], runs: dict[str, str],
+def _store(records: list[SpanRecord], runs: dict[str, str], done: set[str],
            ) -> dict[span_cache.RowKey, tuple[str, dict[str, Any]]]:
-    """Store the spans; returns each one's run and JSON as stored (cleaned), by row."""
+    """Store the spans; returns each one's run and JSON as stored (cleaned), by row,
+    but for those of the runs `done`."""
     now = timezone.now()
     data = {(r.trace_id, r.span_id): clean_json(r.stored()) for r in records}
     inserted = rowsql.insert(IngestedSpan, [
@@ -132,7 +136,7 @@ def _store(records: list[SpanRecord], runs: dict[str, str],
          "received_at": now} for r in records],
         conflict=("trace_id", "span_id"), returning=("id", "trace_id", "span_id"))
     return {(pk, trace, span, now): (runs[trace], data[trace, span])
-            for pk, trace, span in inserted}
+            for pk, trace, span in inserted if runs[trace] not in done}
 
 
 def _runs_for(records: list[SpanRecord], user: User) -> tuple[dict[str, str], set[str]]:
@@ -193,13 +197,20 @@ class _Work:
 
     def keep_spans(self) -> None:
         """Once the request commits, the spans of the runs still receiving (this
-        request's and those it read) kept for their later rebuilds in this process: a
-        run that ended is rebuilt again only by a late span."""
-        kept = [(row, self._record(row)) for row, (run, _) in self.stored.items()
+        request's and those it read) kept for their later rebuilds in this process, and
+        those of the runs it ended forgotten: such a run is rebuilt again only by a
+        late span."""
+        kept = [(row, run, self._record(row)) for row, (run, _) in self.stored.items()
                 if run in self.open]
-        kept += [(row, record) for row, run, record in self.read if run in self.open]
-        if kept:
-            transaction.on_commit(lambda: span_cache.spans.put_many(kept))
+        kept += [(row, run, record) for row, run, record in self.read if run in self.open]
+        ended = list(self.ending)
+
+        def keep() -> None:
+            span_cache.spans.put_many(kept)
+            span_cache.spans.drop_runs(ended)
+
+        if kept or ended:
+            transaction.on_commit(keep)
 
     def _record(self, row: span_cache.RowKey) -> SpanRecord:
         """One of this request's spans as stored."""

@@ -34,7 +34,8 @@ class SpanCache:
     def __init__(self, max_spans: int = MAX_SPANS, max_chars: int = MAX_CHARS) -> None:
         self.max_spans = max_spans
         self.max_chars = max_chars
-        self._entries: OrderedDict[RowKey, tuple[SpanRecord, int]] = OrderedDict()
+        self._entries: OrderedDict[RowKey, tuple[SpanRecord, int, str]] = OrderedDict()
+        self._by_run: dict[str, set[RowKey]] = {}
         self._chars = 0
         self._lock = threading.Lock()
 
@@ -46,21 +47,39 @@ class SpanCache:
             self._entries.move_to_end(key)
             return entry[0]
 
-    def put_many(self, entries: Iterable[tuple[RowKey, SpanRecord]]) -> None:
+    def put_many(self, entries: Iterable[tuple[RowKey, str, SpanRecord]]) -> None:
+        """Keep these (row, run id, record)."""
         with self._lock:
-            for key, record in entries:
-                old = self._entries.pop(key, None)
-                if old is not None:
-                    self._chars -= old[1]
+            for key, run, record in entries:
+                self._drop(key)
                 size = _text_size(record.attributes) + _text_size(record.events)
                 if size > self.max_chars:
                     continue
-                self._entries[key] = (record, size)
+                self._entries[key] = (record, size, run)
+                self._by_run.setdefault(run, set()).add(key)
                 self._chars += size
             while self._entries and (len(self._entries) > self.max_spans
                                      or self._chars > self.max_chars):
-                _, (_, size) = self._entries.popitem(last=False)
-                self._chars -= size
+                self._drop(next(iter(self._entries)))
+
+    def drop_runs(self, runs: Iterable[str]) -> None:
+        """Forget the spans of these runs (ended: only a late span rebuilds them)."""
+        with self._lock:
+            for run in runs:
+                for key in self._by_run.pop(run, set()):
+                    self._drop(key)
+
+    def _drop(self, key: RowKey) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return
+        _, size, run = entry
+        self._chars -= size
+        keys = self._by_run.get(run)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_run[run]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -68,6 +87,7 @@ class SpanCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._by_run.clear()
             self._chars = 0
 
 

@@ -38,9 +38,10 @@ class SpanRecord:
     resource: dict[str, Any] = field(default_factory=dict)
     scope: str = ""
     remote_parent: bool = False
-    # What conventions.py read from the span, kept with it (a span never changes): a
-    # record kept for later rebuilds (span_cache) is not parsed again. Read-only.
-    parsed: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # What conventions.py read from the span, kept with it (a span never changes) in a
+    # record read from its row (`from_stored`), which later rebuilds may take again from
+    # span_cache; None: read each time (a record of a request, used once). Read-only.
+    parsed: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def root(self) -> bool:
@@ -88,7 +89,7 @@ class SpanRecord:
                    events=[e for e in events if isinstance(e, dict)]
                    if isinstance(events, list) else [],
                    resource=mapping("resource"), scope=text("scope"),
-                   remote_parent=data.get("remote_parent") is True)
+                   remote_parent=data.get("remote_parent") is True, parsed={})
 
 
 @dataclass
