@@ -129,6 +129,7 @@ def _store(records: list[SpanRecord], runs: dict[str, str], done: set[str],
     """Store the spans; returns each one's run and JSON as stored (cleaned), by row,
     but for those of the runs `done`."""
     now = timezone.now()
+    records = sorted(records, key=lambda r: (r.trace_id, r.span_id))  # as the run keys
     data = {(r.trace_id, r.span_id): clean_json(r.stored()) for r in records}
     inserted = rowsql.insert(IngestedSpan, [
         {"run": runs[r.trace_id], "trace_id": r.trace_id, "span_id": r.span_id,
@@ -166,7 +167,9 @@ def _runs_for(records: list[SpanRecord], user: User) -> tuple[dict[str, str], se
                                  "key": fit_column(IngestedRunKey, "key", key)})
                 known[key] = run_id
         runs[trace] = run_id
-    rowsql.insert(IngestedRunKey, new_keys)
+    # In one order for every request: two requests making runs of the same traces wait
+    # on each other's keys (the unique index) in that order, never in a cycle.
+    rowsql.insert(IngestedRunKey, sorted(new_keys, key=lambda row: str(row["key"])))
     return runs, made
 
 
