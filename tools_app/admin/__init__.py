@@ -1,4 +1,6 @@
-"""The admin: endpoints, tools and error policies are edited here; the audit log is read.
+"""The admin: endpoints, tools, error policies, model prices (`prices`, with their
+revisions' history in `revisions`), MCP servers and API tokens are edited here; the audit
+log is read.
 
 Runs, rounds, tool calls, run events and policy revisions are read-only: they record
 what happened, and only the engine (or a policy save) writes them. No page ever shows

@@ -9,6 +9,9 @@ body there on the providers' shared HTTP clients, under the outbound policy;
 parsers); `conversations` finds the run a request continues (its `X-AgentForge-Run`
 header, or the messages of an earlier exchange as its prefix); `recording` turns an
 exchange into spans in the GenAI conventions and hands them to `tools_app.ingest`,
-which builds received runs (one builder for OTLP and the proxy), on a thread of its own
-so the client never waits for the record. The views are `web/proxy.py`.
+which builds received runs (one builder for OTLP and the proxy), off the request's path
+so the client never waits for the record: `recorders` (a recorder process by default,
+`recorder_child` and `recorder_work`; a thread with AGENTFORGE_PROXY_RECORDER=thread).
+`lookups` keeps tokens' users and built endpoints per process for a few seconds. The
+views are `web/api/proxy.py`.
 """

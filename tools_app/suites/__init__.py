@@ -5,5 +5,7 @@ and their sentences; `argument_checks`, what an arguments assertion checks), `fi
 (suites as YAML or JSON files), `services` (suites and cases written, a case saved from
 a run), `runner` (a suite run started and advanced), `evaluation` (a finished run
 checked), `matrix` (what the results page and the API show), `junit` (run_suite's JUnit
-XML) and `tasks` (the task that drives a suite run). It sits above `runs` (it starts
-runs through `runs.services.run_create`) and below `web`."""
+XML), `history` (each endpoint's pass rate per suite run), `tasks` (the task that
+drives a suite run) and `recovery` (suite runs whose driver was lost, picked up by the
+runs' sweeps). It sits above `runs` (it starts runs through `runs.services`) and below
+`web`."""
