@@ -30,7 +30,21 @@ from tools_app.runs.loops.provider_clients import PROVIDER_CLIENTS
 from tools_app.web.api.tokens import create_token
 
 START_TIMEOUT = 10.0
+ANSWERED_TIMEOUT = 10.0  # how long recorded() waits for the server's requests to end
 ENDPOINT_KEY = "sk-endpoint-secret-0123456789"
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str  # the app's root
+    server: uvicorn.Server
+
+    def wait_answered(self) -> None:
+        """Wait until every request the server took has ended (its view's code done)."""
+        deadline = time.monotonic() + ANSWERED_TIMEOUT
+        while self.server.server_state.tasks:
+            assert time.monotonic() < deadline, "the server's requests did not end"
+            time.sleep(0.005)
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,7 @@ class Proxy:
     token: str
     user: AbstractUser
     fake: BackgroundServer
+    served: Served
 
     def openai_base(self, endpoint: str = "fake-openai") -> str:
         return f"{self.url}/proxy/{endpoint}/v1"
@@ -46,9 +61,12 @@ class Proxy:
     def anthropic_base(self, endpoint: str = "fake-anthropic") -> str:
         return f"{self.url}/proxy/{endpoint}"
 
-    @staticmethod
-    def recorded() -> None:
-        """Wait until every exchange so far is recorded."""
+    def recorded(self) -> None:
+        """Wait until every exchange so far is recorded. A streamed exchange is handed
+        to the recorder when the server's relay ends, which can be after the client
+        returned (an SDK stops reading at the stream's last event): the server's
+        requests are waited for first, then the recorder."""
+        self.served.wait_answered()
         for recorder in recorders.made():
             recorder.drain()
 
@@ -68,8 +86,8 @@ def fake_server() -> Iterator[BackgroundServer]:
 
 
 @contextlib.contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """`app` (ASGI) served by uvicorn on a free loopback port in a thread; its root URL."""
+def serving(app: Any) -> Iterator[Served]:
+    """`app` (ASGI) served by uvicorn on a free loopback port in a thread."""
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                             lifespan="off")
     server = uvicorn.Server(config)
@@ -84,7 +102,7 @@ def serving(app: Any) -> Iterator[str]:
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield Served(f"http://127.0.0.1:{port}", server)
     finally:
         server.should_exit = True
         thread.join(START_TIMEOUT)
@@ -93,15 +111,15 @@ def serving(app: Any) -> Iterator[str]:
 
 
 @pytest.fixture
-def product_server(transactional_db: None) -> Iterator[str]:
-    with serving(OneHopASGIHandler()) as url:
-        yield url
+def product_server(transactional_db: None) -> Iterator[Served]:
+    with serving(OneHopASGIHandler()) as served:
+        yield served
         for recorder in recorders.made():
             recorder.release_connections()
 
 
 @pytest.fixture
-def proxy(product_server: str, fake_server: BackgroundServer, bob: AbstractUser,
+def proxy(product_server: Served, fake_server: BackgroundServer, bob: AbstractUser,
           monkeypatch: pytest.MonkeyPatch) -> Proxy:
     monkeypatch.setenv("FAKE_PROVIDER_API_KEY", ENDPOINT_KEY)
     urls = fake_server.base_urls()
@@ -109,7 +127,8 @@ def proxy(product_server: str, fake_server: BackgroundServer, bob: AbstractUser,
         ModelEndpoint.objects.create(name=name, kind=kind, base_url=urls[kind],
                                      model="fake-model", api_key_env="FAKE_PROVIDER_API_KEY")
     _, token = create_token(bob, "proxy client")
-    return Proxy(url=product_server, token=token, user=bob, fake=fake_server)
+    return Proxy(url=product_server.url, token=token, user=bob, fake=fake_server,
+                 served=product_server)
 
 
 def fake_requests(server: BackgroundServer) -> list[dict[str, Any]]:

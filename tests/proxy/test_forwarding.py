@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from tests.proxy.conftest import Proxy, serving
 from tools_app.models import ModelEndpoint, Round, Run, RunStatus
+from tools_app.proxy.exchanges import CLIENT_LEFT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,11 +50,33 @@ class GatedStream:
                     "body": _chunk({"content": "lo"}, "stop") + b"data: [DONE]\n\n"})
 
 
+class EndedLate:
+    """A provider that sends its whole stream, [DONE] included, and ends the response
+    only once the test opens the gate: an SDK that stops reading at [DONE] has returned
+    before the proxy's relay ends and hands the exchange to the recorder."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "more_body": True,
+                    "body": _chunk({"role": "assistant", "content": "Hel"})
+                    + _chunk({"content": "lo"}, "stop") + b"data: [DONE]\n\n"})
+        await asyncio.to_thread(self.gate.wait, GATE_TIMEOUT)
+        await send({"type": "http.response.body", "more_body": False, "body": b""})
+
+
 @pytest.fixture
 def gated() -> Iterator[tuple[GatedStream, str]]:
     app = GatedStream()
-    with serving(app) as url:
-        yield app, url
+    with serving(app) as served:
+        yield app, served.url
 
 
 def test_a_stream_reaches_the_client_as_it_arrives(
@@ -74,6 +98,45 @@ def test_a_stream_reaches_the_client_as_it_arrives(
     assert app.opened_by_the_test
     assert rest[-1] == "data: [DONE]"
     assert Round.objects.get(run__created_by=proxy.user).ai_text == "Hello"
+
+
+def test_a_stream_the_client_left_at_its_last_event_is_recorded_once_it_ends(
+        proxy: Proxy) -> None:
+    app = EndedLate()
+    with serving(app) as provider:
+        ModelEndpoint.objects.create(name="late", kind="openai",
+                                     base_url=f"{provider.url}/v1", model="late")
+        client = openai.OpenAI(base_url=proxy.openai_base("late"), api_key=proxy.token,
+                               max_retries=0)
+        with client.chat.completions.stream(
+                model="late", messages=[{"role": "user", "content": "hi"}]) as events:
+            answer = events.get_final_completion().choices[0].message.content
+        app.gate.set()  # the relay ends and hands the exchange over only now
+        proxy.recorded()
+
+    assert answer == "Hello"
+    round_ = Round.objects.get(run__created_by=proxy.user)
+    assert (round_.status, round_.ai_text) == ("responded", "Hello")
+
+
+def test_a_stream_the_client_left_before_its_end_is_recorded_as_failed(
+        proxy: Proxy, gated: tuple[GatedStream, str]) -> None:
+    app, url = gated
+    ModelEndpoint.objects.create(name="gated", kind="openai", base_url=f"{url}/v1",
+                                 model="gated")
+    body = {"model": "gated", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.stream("POST", f"{proxy.openai_base('gated')}/chat/completions", json=body,
+                      headers={"Authorization": f"Bearer {proxy.token}"},
+                      timeout=GATE_TIMEOUT * 2) as response:
+        first = next(line for line in response.iter_lines() if line.startswith("data:"))
+    proxy.served.wait_answered()  # the server saw the client go, the provider still open
+    app.gate.set()
+    proxy.ended()  # the conversation gone idle
+
+    assert '"content": "Hel"' in first
+    assert Round.objects.get(run__created_by=proxy.user).status == "failed"
+    run = Run.objects.get(created_by=proxy.user)
+    assert (run.status, run.error_message) == (RunStatus.FAILED, CLIENT_LEFT)
 
 
 def test_an_endpoint_the_outbound_policy_refuses_is_not_called(proxy: Proxy) -> None:

@@ -37,7 +37,11 @@ class Exchange:
     response_cut: bool = False
     """The response was larger than the record keeps: its content is not recorded."""
     failure: str = ""
-    """Why no response came (the provider unreachable, the client gone mid-stream)."""
+    """Why no response came (the provider unreachable, its stream broken off)."""
+    client_left: bool = False
+    """The client went away before the relay ended: the record says so unless what it
+    was sent reads as a whole answer (an SDK stops reading at the stream's last event
+    and closes, before the provider's response has ended)."""
     client_secret: str = ""
     """The client's token: redacted from the record like the endpoint's key."""
 
@@ -68,7 +72,7 @@ class Exchange:
                       finished_ns=self.finished_ns, status=self.status,
                       content_type=self.content_type, response_body=self.response_body,
                       response_cut=self.response_cut, failure=self.failure,
-                      secrets=self.secrets)
+                      client_left=self.client_left, secrets=self.secrets)
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class Handed:
     response_body: bytes
     response_cut: bool
     failure: str
+    client_left: bool
     secrets: tuple[str, ...]
 
     def exchange(self, user: User, target: Target, dialect: Dialect) -> Exchange:
@@ -100,7 +105,11 @@ class Handed:
                         status=self.status, content_type=self.content_type,
                         response_chunks=[self.response_body],
                         response_size=len(self.response_body),
-                        response_cut=self.response_cut, failure=self.failure)
+                        response_cut=self.response_cut, failure=self.failure,
+                        client_left=self.client_left)
+
+
+CLIENT_LEFT = "the client went away before the stream ended"
 
 
 @dataclass(frozen=True)
@@ -117,7 +126,7 @@ async def outcome(exchange: Exchange) -> Outcome:
     if exchange.status >= 400:
         return _provider_error(exchange)
     if exchange.response_cut:
-        return Outcome()
+        return _client_left() if exchange.client_left else Outcome()
     adapter = exchange.target.adapter
     try:
         if "text/event-stream" in exchange.content_type:
@@ -128,11 +137,20 @@ async def outcome(exchange: Exchange) -> Outcome:
                 raise adapter.invalid("the body is not a JSON object", body)
         return Outcome(response=adapter.parse_response(body, None))
     except ProviderError as error:
+        if exchange.client_left:
+            return _client_left()
         return Outcome(error_type=error.error_type or "invalid_response",
                        error_message=str(error))
     except ValueError as error:
+        if exchange.client_left:
+            return _client_left()
         return Outcome(error_type="invalid_response",
                        error_message=f"the response is not JSON: {error}")
+
+
+def _client_left() -> Outcome:
+    """The client left a stream that, as far as it was sent, is not a whole answer."""
+    return Outcome(error_type="proxy_error", error_message=CLIENT_LEFT)
 
 
 def _provider_error(exchange: Exchange) -> Outcome:

@@ -122,7 +122,7 @@ async def _relay(response: httpx.Response, exchange: Exchange) -> AsyncIterator[
     except httpx.HTTPError as exc:
         exchange.failure = f"the endpoint's stream broke off: {exc}"
     except BaseException:
-        exchange.failure = "the client went away before the stream ended"
+        exchange.client_left = True  # a failure unless it was sent a whole answer
         raise
     finally:
         await response.aclose()
