@@ -247,9 +247,11 @@ class _Work:
         if not run_ids:
             return
         # The fields read here and by `end_runs`, and the snapshot's layout alone (not
-        # the whole snapshot, rewritten by the rebuild).
-        runs = Run.objects.select_for_update().filter(pk__in=run_ids).order_by("pk").only(
-            *_READ).annotate(layout=F(LAYOUT))
+        # the whole snapshot, rewritten by the rebuild). Locked before their spans and
+        # rows are read: a request of another process rebuilding the same runs has then
+        # committed, and the reads below see what it wrote.
+        runs = list(Run.objects.select_for_update().filter(pk__in=run_ids).order_by(
+            "pk").only(*_READ).annotate(layout=F(LAYOUT)))
         spans = self._spans_of(run_ids)
         existing = rows.Existing.of(run_ids)
         for run in runs:
