@@ -7,6 +7,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -79,15 +80,22 @@ def gated() -> Iterator[tuple[GatedStream, str]]:
         yield app, served.url
 
 
-def test_a_stream_reaches_the_client_as_it_arrives(
-        proxy: Proxy, gated: tuple[GatedStream, str]) -> None:
-    app, url = gated
+@contextmanager
+def gated_stream(proxy: Proxy, url: str) -> Iterator[httpx.Response]:
+    """A streamed chat request through the proxy to the gated provider at `url`."""
     ModelEndpoint.objects.create(name="gated", kind="openai", base_url=f"{url}/v1",
                                  model="gated")
     body = {"model": "gated", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     with httpx.stream("POST", f"{proxy.openai_base('gated')}/chat/completions", json=body,
                       headers={"Authorization": f"Bearer {proxy.token}"},
                       timeout=GATE_TIMEOUT * 2) as response:
+        yield response
+
+
+def test_a_stream_reaches_the_client_as_it_arrives(
+        proxy: Proxy, gated: tuple[GatedStream, str]) -> None:
+    app, url = gated
+    with gated_stream(proxy, url) as response:
         lines = response.iter_lines()
         first = next(line for line in lines if line.startswith("data:"))
         app.gate.set()  # the provider sends the rest only now
@@ -122,12 +130,7 @@ def test_a_stream_the_client_left_at_its_last_event_is_recorded_once_it_ends(
 def test_a_stream_the_client_left_before_its_end_is_recorded_as_failed(
         proxy: Proxy, gated: tuple[GatedStream, str]) -> None:
     app, url = gated
-    ModelEndpoint.objects.create(name="gated", kind="openai", base_url=f"{url}/v1",
-                                 model="gated")
-    body = {"model": "gated", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-    with httpx.stream("POST", f"{proxy.openai_base('gated')}/chat/completions", json=body,
-                      headers={"Authorization": f"Bearer {proxy.token}"},
-                      timeout=GATE_TIMEOUT * 2) as response:
+    with gated_stream(proxy, url) as response:
         first = next(line for line in response.iter_lines() if line.startswith("data:"))
     proxy.served.wait_answered()  # the server saw the client go, the provider still open
     app.gate.set()
