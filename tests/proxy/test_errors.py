@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.proxy.conftest import Proxy
-from tools_app.models import IngestedSpan, Round, Run, RunStatus
+from tools_app.models import IngestedSpan, Round, Run, RunEvent, RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -137,3 +137,35 @@ def test_a_body_over_the_limit_is_refused_before_it_is_sent(
         413, "request_too_large")
     assert not any(r["path"].endswith("/chat/completions")
                    for r in proxy.fake.app.requests)
+
+
+@pytest.mark.both
+def test_an_exchange_after_the_run_ended_failed_is_filled_in_and_keeps_its_error(
+        proxy: Proxy) -> None:
+    """The conversation goes on after the sweep ended its run failed: the run stays
+    ended as it was (failed, with the provider's error), its late exchange is its next
+    round, and the round's events say they came late."""
+    client = openai.OpenAI(base_url=proxy.openai_base(), api_key=proxy.token, max_retries=0)
+    first = [{"role": "user", "content": "hello"}]
+    answer = client.chat.completions.create(model="fake-model", messages=first)  # type: ignore[arg-type]
+    later = [*first, {"role": "assistant", "content": answer.choices[0].message.content},
+             {"role": "user", "content": "more"}]
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="fake-model", messages=later,  # type: ignore[arg-type]
+                                       extra_body={"foo": 1})
+    assert len(proxy.ended()) == 1
+    ended = Run.objects.get(created_by=proxy.user)
+    assert (ended.status, ended.error_type) == (RunStatus.FAILED, "invalid_request_error")
+    assert "Unrecognized request argument supplied: foo" in ended.error_message
+
+    client.chat.completions.create(model="fake-model", messages=later)  # type: ignore[arg-type]
+    proxy.recorded()
+
+    run = Run.objects.get(created_by=proxy.user)
+    assert (run.status, run.error_type, run.error_message) == (
+        RunStatus.FAILED, ended.error_type, ended.error_message)
+    assert run.rounds_count == 3
+    late = RunEvent.objects.filter(run=run, seq__gt=ended.last_seq)
+    assert late.exists()
+    assert all(e.kind == "spans_received" and e.payload["late"] for e in late)
+    assert proxy.ended() == []  # ended once

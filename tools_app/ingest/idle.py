@@ -10,7 +10,8 @@ run_status event and on the run. A span arriving later still fills in its rounds
 The recording proxy's runs have no root span by design (each exchange is a round; no
 exchange says the conversation is over): they end here the same way, once idle, but as
 their last exchange says: failed with its error if it failed (a provider's error), else
-succeeded, with no note.
+succeeded, with no note. An exchange coming later still fills in its rounds, and the
+run keeps its end: its status and error as its last exchange then said (`late_fields`).
 """
 
 from __future__ import annotations
@@ -105,9 +106,25 @@ def ended_incomplete(run: Run) -> bool:
     return run.status != RunStatus.RUNNING and run.error_type == INCOMPLETE
 
 
+def ended_by_sweep(run: Run) -> bool:
+    """Ended here: as incomplete, or a proxied conversation gone idle (which only
+    this sweep ends)."""
+    if run.status == RunStatus.RUNNING:
+        return False
+    if ended_incomplete(run):
+        return True
+    if hasattr(run, "via"):  # annotated by the rebuild, which reads no whole snapshot
+        return bool(run.via == PROXY_VIA)
+    return _proxied(run)
+
+
 def late_fields(run: Run, plan: assemble.RunPlan, has_root: bool) -> dict[str, Any]:
-    """A run ended as incomplete that spans reached later: it keeps its end and its
-    note, which now says what came (and what its root span said, if it came)."""
+    """A run ended here that spans reached later: it keeps its end. A conversation keeps
+    its error (or none) as its last exchange then said, so its status and error agree;
+    one ended as incomplete keeps its note, which now says what came (and what its root
+    span said, if it came)."""
+    if not ended_incomplete(run):
+        return {"error_type": run.error_type, "error_message": run.error_message}
     note = (run.error_message or "").split("\n")[0]
     late = "Spans that came after it was ended are filled in"
     if has_root and plan.failed:

@@ -61,6 +61,7 @@ ATTEMPTS = 3
 READ_CHUNK = 2_000  # span rows read by id in one query
 _READ = ("status", "lease_token", "error_type", "error_message")
 LAYOUT = "snapshot__imported__otlp__layout"
+VIA = "snapshot__imported__via"
 
 
 def receive(records: list[SpanRecord], user: User, refusal: Refusal, *,
@@ -251,7 +252,7 @@ class _Work:
         # rows are read: a request of another process rebuilding the same runs has then
         # committed, and the reads below see what it wrote.
         runs = list(Run.objects.select_for_update().filter(pk__in=run_ids).order_by(
-            "pk").only(*_READ).annotate(layout=F(LAYOUT)))
+            "pk").only(*_READ).annotate(layout=F(LAYOUT), via=F(VIA)))
         spans = self._spans_of(run_ids)
         existing = rows.Existing.of(run_ids)
         for run in runs:
@@ -294,7 +295,7 @@ class _Work:
         layout, touched = rows.sync(run_id, plan, old_layout, self.new_rows, existing)
         events = _events(touched) or [(RECEIVED_EVENT, {})]
         fields = _run_fields(plan)
-        if idle.ended_incomplete(run):  # the sweep ended it: these spans came late
+        if idle.ended_by_sweep(run):  # these spans came after it was ended
             events = [(kind, payload | {"late": True}) for kind, payload in events]
             fields |= idle.late_fields(run, plan, _has_root(spans))
         changes = {"snapshot": self._snapshot(plan, layout), **fields}
