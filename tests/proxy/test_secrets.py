@@ -14,6 +14,7 @@ from tests.proxy.conftest import ENDPOINT_KEY, Proxy
 from tests.proxy.support import openai_loop
 from tools_app.fake_llm import BackgroundServer, FakeLLMApp
 from tools_app.models import IngestedRunKey, IngestedSpan, Round, Run, RunEvent, ToolCall
+from tools_app.proxy.exchanges import Handed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,3 +59,15 @@ def test_keys_reach_only_the_provider_and_are_never_stored(proxy: Proxy) -> None
     assert "[redacted]" in stored
     assert proxy.token not in stored
     assert ENDPOINT_KEY not in stored
+
+
+def test_an_exchange_handed_to_the_recorder_process_shows_no_secret_in_its_repr() -> None:
+    handed = Handed(user_id=1, endpoint_id="e", endpoint_name="endpoint", kind="openai",
+                    dialect="openai-chat", request_body=b"{}", run_header="",
+                    started_ns=0, finished_ns=1, status=200,
+                    content_type="application/json", response_body=b"{}",
+                    response_cut=False, failure="", client_left=False,
+                    secrets=("sk-the-endpoints-key",))
+
+    assert "sk-the-endpoints-key" not in repr(handed)
+    assert handed.secrets == ("sk-the-endpoints-key",)  # still handed over

@@ -95,7 +95,7 @@ class Handed:
     response_cut: bool
     failure: str
     client_left: bool
-    secrets: tuple[str, ...]
+    secrets: tuple[str, ...] = field(repr=False)  # never in a log line or a traceback
 
     def exchange(self, user: User, target: Target, dialect: Dialect) -> Exchange:
         """The exchange again, in the recorder process (`target`: built for reading)."""
