@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import resource
 import time
 
 import pytest
@@ -34,3 +36,32 @@ def test_a_stop_ends_the_poll_wait_at_once() -> None:
         assert time.monotonic() - started < 10.0
     finally:
         stop.close()
+
+
+def test_a_wait_works_on_descriptors_numbered_past_1024() -> None:
+    """A worker with many files open gets descriptors past `select.select`'s limit of
+    1024: its waits still end at a stop, and at their timeout without one."""
+    high = 1100
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, high + 100), hard))
+    fillers: list[int] = []
+    try:
+        while not fillers or fillers[-1] < high:  # the lower numbers all taken
+            fillers.append(os.open(os.devnull, os.O_RDONLY))
+        stop = StopSignal()
+        try:
+            assert stop.fileno() > high
+            wakeups = TaskWakeups(connection, stop)
+            assert wakeups.wait(0.01) is False
+            stop.sleep(0.01)
+            stop.set()
+            started = time.monotonic()
+            assert wakeups.wait(60.0) is False
+            stop.sleep(60.0)
+            assert time.monotonic() - started < 10.0
+        finally:
+            stop.close()
+    finally:
+        for descriptor in fillers:
+            os.close(descriptor)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
+import selectors
 import time
 from collections.abc import Callable
 from functools import cache
@@ -110,7 +110,7 @@ class StopSignal:
     """A worker's stop as its waits see it: once `set` (by a signal handler), a wait on
     it, and every later one, ends at once. A pipe: a signal handler may write to it
     safely (taking a lock there, as threading.Event.set does, can deadlock against the
-    code it interrupted), and a select on it misses no stop set just before it began."""
+    code it interrupted), and a wait on it misses no stop set just before it began."""
 
     def __init__(self) -> None:
         self._read, self._write = os.pipe()
@@ -128,7 +128,7 @@ class StopSignal:
 
     def sleep(self, seconds: float) -> None:
         """Sleep `seconds`, or until the stop is set."""
-        select.select([self._read], [], [], max(seconds, 0.0))
+        _ready([self._read], seconds)
 
     def close(self) -> None:
         """Close the pipe; a later `set` does nothing (the flag first, so that a handler
@@ -138,6 +138,16 @@ class StopSignal:
         self._closed = True
         os.close(self._write)
         os.close(self._read)
+
+
+def _ready(descriptors: list[int], timeout: float) -> set[int]:
+    """Those of `descriptors` with data to read within `timeout` seconds (none when it
+    passes). A selector, not `select.select`, which refuses descriptors numbered 1024 or
+    more, as a process with many files open is given."""
+    with selectors.DefaultSelector() as selector:
+        for descriptor in descriptors:
+            selector.register(descriptor, selectors.EVENT_READ)
+        return {key.fd for key, _ in selector.select(max(timeout, 0.0))}
 
 
 class TaskWakeups:
@@ -199,7 +209,7 @@ class TaskWakeups:
 
     def _notified_within(self, timeout: float) -> bool:
         """Read the notifications (psycopg's) whenever the LISTEN connection's socket
-        has data, which the select also ends at a stop (psycopg's own wait could not)."""
+        has data, a wait which also ends at a stop (psycopg's own wait could not)."""
         deadline = time.monotonic() + timeout
         while not list(self._listener.notifies(timeout=0, stop_after=1)):
             left = deadline - time.monotonic()
@@ -209,11 +219,9 @@ class TaskWakeups:
 
     def _readable(self, descriptors: list[int], timeout: float) -> bool:
         """Wait for one of `descriptors` to have data (True), the stop or `timeout`."""
-        timeout = max(timeout, 0.0)
         if self._stop is None:
-            ready, _, _ = select.select(descriptors, [], [], timeout)
-            return bool(ready)
-        ready, _, _ = select.select([*descriptors, self._stop.fileno()], [], [], timeout)
+            return bool(_ready(descriptors, timeout))
+        ready = _ready([*descriptors, self._stop.fileno()], timeout)
         return bool(ready) and self._stop.fileno() not in ready
 
     def drain(self) -> None:
