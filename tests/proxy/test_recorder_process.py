@@ -295,3 +295,23 @@ def test_a_proxied_run_whose_last_exchange_was_a_provider_error_ends_failed(
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert "Unrecognized request argument supplied: foo" in run.error_message
+
+
+def test_the_recorder_process_ignores_sigterm_and_sigint_and_ends_with_its_pipe(
+        proxy: Proxy, own_recorder: ProcessRecorder) -> None:
+    assert _ask(proxy, "signalled", "question 0").status_code == 200
+    proxy.recorded()
+    child = own_recorder._child
+    assert child is not None
+
+    for sent in (signal.SIGTERM, signal.SIGINT):  # as a process group's stop sends them
+        os.kill(child.process.pid, sent)
+    assert _ask(proxy, "signalled", "question 1").status_code == 200
+    proxy.recorded()  # the same process still records
+
+    assert own_recorder._child is child
+    assert child.process.is_alive()
+    assert _questions(Run.objects.get(created_by=proxy.user)) == ["0", "1"]
+    child.connection.close()
+    child.process.join(WAIT_SECONDS)
+    assert child.process.exitcode == 0
