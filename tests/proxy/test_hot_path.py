@@ -145,3 +145,49 @@ def test_exchanges_queued_meanwhile_are_recorded_together_as_if_one_by_one(
 
 def test_the_recording_queue_is_bounded_by_default() -> None:
     assert Recorder()._queue.maxsize == recording.CAPACITY > 0
+
+
+def test_a_failed_store_of_the_exchange_waiting_before_another_loses_only_that_one(
+        proxy: Proxy, monkeypatch: pytest.MonkeyPatch, settings: Any,
+        caplog: pytest.LogCaptureFixture) -> None:
+    settings.AGENTFORGE_PROXY_RECORDER = "thread"  # held and failed in this process
+    first = ModelEndpoint.objects.get(name="fake-openai")
+    ModelEndpoint.objects.create(name="other-openai", kind="openai", base_url=first.base_url,
+                                 model="fake-model", api_key_env=first.api_key_env)
+    entered, release = threading.Event(), threading.Event()
+    add, store = recording.Batch.add, recording._store
+    failed: list[list[str]] = []
+
+    def held_once(batch: Any, exchange: Any) -> None:
+        if not entered.is_set():
+            entered.set()
+            release.wait()
+        add(batch, exchange)
+
+    def failing_for_b_alone(waiting: list[Any]) -> None:
+        if not failed and [p.exchange.run_header for p in waiting] == ["b"]:
+            failed.append([p.exchange.target.endpoint_name for p in waiting])
+            raise RuntimeError("the store failed")
+        store(waiting)
+
+    monkeypatch.setattr(recording.Batch, "add", held_once)
+    monkeypatch.setattr(recording, "_store", failing_for_b_alone)
+    # b's second round (another endpoint) has b's first stored alone first: that fails.
+    for run, endpoint in (("a", "fake-openai"), ("b", "fake-openai"),
+                          ("b", "other-openai"), ("c", "fake-openai")):
+        response = httpx.post(f"{proxy.openai_base(endpoint)}/chat/completions", json=HELLO,
+                              headers={"Authorization": f"Bearer {proxy.token}",
+                                       "X-AgentForge-Run": run})
+        assert response.status_code == 200
+        if run == "a":
+            entered.wait()
+    with caplog.at_level(logging.ERROR, logger=recording.__name__):
+        release.set()
+        proxy.recorded()
+
+    assert failed == [["fake-openai"]]
+    logged = [r.getMessage() for r in caplog.records if r.name == recording.__name__]
+    assert logged == ["recording a proxied exchange failed (endpoint fake-openai)"]
+    # Only b's first round is missing: b's second and c are recorded.
+    assert Round.objects.filter(run__created_by_id=proxy.user.pk).count() == 3
+    assert Run.objects.filter(created_by_id=proxy.user.pk).count() == 3

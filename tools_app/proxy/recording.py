@@ -97,13 +97,13 @@ class Batch:
         except ValueError:
             return  # the view refused it before it was sent
         if self._needs_flush(exchange, request):
-            self.flush()
+            self._flush_earlier()
         result = self.loop.run_until_complete(outcome(exchange))
         user_id = exchange.user.pk
         trace, prefix = conversations.trace_for(user_id, exchange.run_header,
                                                 request.messages)
         if any(p.trace == trace for p in self.waiting):
-            self.flush()
+            self._flush_earlier()
         spans = [_round_span(exchange, request, result, trace),
                  *_tool_spans(exchange, request, trace)]
         self.waiting.append(Prepared(exchange, request, result, trace, prefix, spans))
@@ -125,6 +125,16 @@ class Batch:
                 except Exception:
                     logger.exception("recording a proxied exchange failed (endpoint %s)",
                                      prepared.exchange.target.endpoint_name)
+
+    def _flush_earlier(self) -> None:
+        """Store what waits before the exchange being added: a failure is logged under
+        the failed exchange's endpoint, and the exchange being added still goes on."""
+        waiting = self.waiting
+        try:
+            self.flush()
+        except Exception:  # flush() raises only when one exchange was waiting
+            logger.exception("recording a proxied exchange failed (endpoint %s)",
+                             waiting[0].exchange.target.endpoint_name)
 
     def _needs_flush(self, exchange: Exchange, request: ProxiedRequest) -> bool:
         if not self.waiting:
