@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +17,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 _SQLITE_WRITERS = threading.Lock()
 _turn = threading.local()
 _turn_files: dict[str, int] = {}  # database path -> this process's open turn file
+TURN_FILE_SUFFIX = ".write-turn"  # the turn file: the database's path and this
 
 
 def drop_broken_connections() -> None:
@@ -47,10 +46,10 @@ def write_turn() -> Iterator[None]:
     before the writer's transaction and held for its statements (and what runs at its
     commit: a cancelled run's notification), none of which waits for a turn, so a
     holder never waits for another holder; taken again on the same thread, it is
-    already held. The turn is the same for every process writing the database (a
-    file lock beside the thread lock): the proxy's recorder process takes turns with the
-    server's writers. Elsewhere (PostgreSQL locks rows, not the database) nothing is
-    taken."""
+    already held. The turn is the same for every process writing the database (the
+    lock of a file beside the database, after the thread lock): the proxy's recorder
+    process takes turns with the server's writers. Elsewhere (PostgreSQL locks rows,
+    not the database) nothing is taken."""
     connection = connections[DEFAULT_DB_ALIAS]
     if connection.vendor != "sqlite" or getattr(_turn, "held", False):
         yield
@@ -78,10 +77,17 @@ def _turn_file(database: str) -> int | None:
     path = os.path.realpath(database)
     found = _turn_files.get(path)
     if found is None:
-        digest = hashlib.sha256(path.encode()).hexdigest()[:24]
-        name = os.path.join(tempfile.gettempdir(), f"agentforge-write-turn-{digest}.lock")
-        found = _turn_files[path] = os.open(name, os.O_RDWR | os.O_CREAT, 0o600)
+        found = _turn_files[path] = _open_turn_file(path + TURN_FILE_SUFFIX)
     return found
+
+
+def _open_turn_file(path: str) -> int:
+    """Open (create, under the process's umask) the turn file beside the database: every
+    process writing it finds the same file there, whatever its temporary directory, and
+    the database's directory (where SQLite writes its journal too) decides who may
+    create it. Read-only is enough to lock it; a symbolic link there is refused."""
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(path, flags, 0o644)
 
 
 @contextmanager
