@@ -215,6 +215,57 @@ def test_close_does_not_wait_for_a_stuck_recorder_process(
     assert own_recorder.lost == 1
 
 
+def _queued_without_a_look(proxy: Proxy, recorder: ProcessRecorder,
+                           monkeypatch: pytest.MonkeyPatch, run: str,
+                           questions: list[str]) -> None:
+    """The questions asked and left in the recorder's queue: the feeder not woken and
+    not looking again for a long while."""
+    monkeypatch.setattr(recorders, "LOOK_SECONDS", 60.0)
+    monkeypatch.setattr(ProcessRecorder, "wake", lambda self: None)
+    time.sleep(0.6)  # the look the feeder began before (0.5 s) ends: now it waits 60 s
+    for question in questions:
+        assert _ask(proxy, run, question).status_code == 200
+    assert len(recorder._pending) == len(questions)
+
+
+def test_close_records_what_is_still_queued(
+        proxy: Proxy, own_recorder: ProcessRecorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _ask(proxy, "closing", "question 0").status_code == 200
+    proxy.recorded()
+    _queued_without_a_look(proxy, own_recorder, monkeypatch, "closing",
+                           ["question 1", "question 2"])
+
+    own_recorder.close()
+
+    assert _questions(Run.objects.get(created_by=proxy.user)) == ["0", "1", "2"]
+    assert own_recorder.lost == 0
+    assert own_recorder.child_pid is None
+
+
+def test_what_close_cannot_record_in_time_is_counted_lost_and_logged(
+        proxy: Proxy, own_recorder: ProcessRecorder, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    assert _ask(proxy, "late", "question 0").status_code == 200
+    proxy.recorded()
+    pid = own_recorder.child_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # stuck in the next batch
+    assert _ask(proxy, "late", "question 1").status_code == 200
+    _until(lambda: own_recorder._in_flight == 1, "1 was not handed to the recorder")
+    _queued_without_a_look(proxy, own_recorder, monkeypatch, "late",
+                           ["question 2", "question 3"])
+    monkeypatch.setattr(recorders, "STOP_SECONDS", 0.5)
+
+    with caplog.at_level(logging.WARNING, logger=recorders.__name__):
+        own_recorder.close()
+        own_recorder.drain()
+
+    assert _gone(pid)
+    assert own_recorder.lost == 3  # 1, which the stuck process held, and 2 and 3 queued
+    assert "closed with 2 exchanges still queued" in caplog.text
+    assert _questions(Run.objects.get(created_by=proxy.user)) == ["0"]
+
+
 def test_the_recorder_process_exits_when_the_server_goes(
         proxy: Proxy, own_recorder: ProcessRecorder) -> None:
     assert _ask(proxy, "orphan", "question 0").status_code == 200

@@ -13,7 +13,10 @@ in-memory channel layer is per process). The queue is bounded (`recording.CAPACI
 counted in `dropped` and logged past it; the client never waits). A child that dies
 is started again at the next batch; what it held is counted in `lost` and logged. It
 exits when the server's end of its pipe closes (the server gone, however it went) or
-at `close()`, called at the server's exit.
+at `close()`, called at the server's exit: that records what is queued first, waiting
+`STOP_SECONDS` at most; what is still queued then is counted in `lost` and logged.
+It ignores SIGINT and SIGTERM (sent to the whole process group at a Ctrl-C or a
+service stop): the server's exit ends it.
 
 "thread": `recording.Recorder`, a thread of the serving process (tests that reach into
 the recording in process use it).
@@ -27,6 +30,7 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -43,7 +47,7 @@ from tools_app.runs.store.eventlog import notify
 
 logger = logging.getLogger(__name__)
 
-STOP_SECONDS = 10.0  # how long close() waits for the child before killing it
+STOP_SECONDS = 10.0  # how long close() waits for the queue and the child before killing it
 LOOK_SECONDS = 0.5  # an exchange queued without waking the feeder waits at most this
 
 
@@ -95,7 +99,8 @@ class ProcessRecorder:
     dropped: int = 0
     """Exchanges not recorded because the queue was full."""
     lost: int = 0
-    """Exchanges a recorder process held when it died, not recorded."""
+    """Exchanges not recorded because a recorder process died holding them, or still
+    queued when `close()` stopped waiting for them."""
     started: int = 0
     """Recorder processes started (the first, then one per restart)."""
     _pending: deque[Handed] = field(default_factory=deque)
@@ -105,6 +110,9 @@ class ProcessRecorder:
     _feeder: threading.Thread | None = None
     _child: _Child | None = None
     _closed: bool = False
+    """No more exchanges taken (`close()` began)."""
+    _stopped: bool = False
+    """The feeder hands nothing more over (`close()` stopped waiting for the queue)."""
 
     def submit(self, exchange: Exchange, *, wake: bool = True) -> bool:
         """Queue the exchange, in order; False (counted, logged) if the queue is full.
@@ -147,13 +155,13 @@ class ProcessRecorder:
                 self._ask(self._child, ("close", None))
 
     def close(self) -> None:
-        """Stop the child (asked, then killed if it does not stop in time) and the
-        feeder; what is still queued is not recorded."""
-        with self._changed:
-            self._closed = True
-            self._changed.notify_all()
+        """Record what is queued (waiting `STOP_SECONDS` at most), then stop the feeder
+        and the child (asked, then killed if it does not stop in time); what is still
+        queued by then is not recorded (counted in `lost`, logged)."""
+        deadline = time.monotonic() + STOP_SECONDS
+        self._finish_queue()
         # A child stuck in its batch is not waited for: killed, its batch counted lost.
-        talking = self._talking.acquire(timeout=STOP_SECONDS)
+        talking = self._talking.acquire(timeout=max(0.0, deadline - time.monotonic()))
         try:
             child, self._child = self._child, None
             if child is not None:
@@ -164,6 +172,24 @@ class ProcessRecorder:
         finally:
             if talking:
                 self._talking.release()
+
+    def _finish_queue(self) -> None:
+        """Take no more exchanges, let the feeder hand over what is queued until it is
+        recorded or `STOP_SECONDS` have passed, then stop it; what is left is lost."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: not self._pending and not self._in_flight,
+                                   timeout=STOP_SECONDS)
+            self._stopped = True
+            left = len(self._pending)
+            self._pending.clear()
+            self.lost += left
+            lost = self.lost
+            self._changed.notify_all()
+        if left:
+            logger.warning("the proxy's recorder was closed with %d exchanges still queued: "
+                           "not recorded (%d lost so far)", left, lost)
 
     @property
     def child_pid(self) -> int | None:
@@ -183,12 +209,12 @@ class ProcessRecorder:
     def _feed(self) -> None:
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: self._pending or self._closed,
+                self._changed.wait_for(lambda: self._pending or self._stopped,
                                        timeout=LOOK_SECONDS)
-                if not self._pending and not self._closed:
-                    continue
-                if self._closed:
+                if self._stopped:
                     return
+                if not self._pending:
+                    continue
                 batch = [self._pending.popleft()
                          for _ in range(min(MAX_BATCH, len(self._pending)))]
                 self._in_flight = len(batch)
@@ -206,7 +232,12 @@ class ProcessRecorder:
 
     def _hand_over(self, batch: list[Handed]) -> None:
         with self._talking:
-            if self._closed:
+            if self._stopped:  # close() gave up waiting before this batch's turn
+                with self._changed:
+                    self.lost += len(batch)
+                    lost = self.lost
+                logger.warning("the proxy's recorder was closed: %d exchanges handed to "
+                               "it not recorded (%d lost so far)", len(batch), lost)
                 return
             child = self._child = self._child or self._spawn()
             try:
