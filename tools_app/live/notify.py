@@ -5,16 +5,13 @@ ToolsAppConfig.ready)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Coroutine
-from concurrent.futures import Future
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.dispatch import receiver
 
-from tools_app.runs.loops.task_backend import server_loop
+from tools_app.runs.loops.task_backend import on_server_loop
 from tools_app.runs.store.eventlog import run_children_changed, run_event_committed
 
 from .watching import anyone_watches
@@ -60,24 +57,3 @@ async def send_to_group(group: str, message: dict[str, Any]) -> None:
             await layer.group_send(group, message)
     except Exception:
         logger.warning("could not send to group %s", group, exc_info=True)
-
-
-async def on_server_loop(coroutine: Coroutine[Any, Any, None]) -> None:
-    """Run `coroutine` on the serving loop: awaited here if this is it; from another
-    loop (the worker's) posted there and not waited for, so a run's next write never
-    waits for a busy serving loop to get to the send (failures are logged)."""
-    target = server_loop()
-    if target is None or target is asyncio.get_running_loop():
-        await coroutine
-        return
-    try:
-        posted = asyncio.run_coroutine_threadsafe(coroutine, target)
-    except RuntimeError:  # the serving loop closed meanwhile
-        coroutine.close()
-        raise
-    posted.add_done_callback(_log_failure)
-
-
-def _log_failure(posted: Future[None]) -> None:
-    if not posted.cancelled() and (error := posted.exception()) is not None:
-        logger.warning("could not send to a live group", exc_info=error)
