@@ -29,14 +29,27 @@ def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     return f"data: {json.dumps(chunk)}\n\n".encode()
 
 
-class GatedStream:
-    """A provider that sends the first chunk of its stream, then waits until the test
-    has read that chunk through the proxy before it sends the rest."""
+HEL = _chunk({"role": "assistant", "content": "Hel"})
+LO_DONE = _chunk({"content": "lo"}, "stop") + b"data: [DONE]\n\n"
 
-    def __init__(self) -> None:
+
+class GatedStream:
+    """A provider that sends `first` of its stream, then waits until the test opens the
+    gate before it sends `rest` and ends the response. By default the first chunk, then
+    the rest once the test has read it through the proxy; `ended_late()`: the whole
+    stream, [DONE] included, the response ended only at the gate (an SDK that stops
+    reading at [DONE] has then returned before the proxy's relay ends and hands the
+    exchange to the recorder)."""
+
+    def __init__(self, first: bytes = HEL, rest: bytes = LO_DONE) -> None:
+        self.first, self.rest = first, rest
         self.gate = threading.Event()
         self.opened_by_the_test = False
 
+    @classmethod
+    def ended_late(cls) -> GatedStream:
+        return cls(first=HEL + LO_DONE, rest=b"")
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
@@ -44,33 +57,9 @@ class GatedStream:
             pass
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})
-        await send({"type": "http.response.body", "more_body": True,
-                    "body": _chunk({"role": "assistant", "content": "Hel"})})
+        await send({"type": "http.response.body", "more_body": True, "body": self.first})
         self.opened_by_the_test = await asyncio.to_thread(self.gate.wait, GATE_TIMEOUT)
-        await send({"type": "http.response.body", "more_body": False,
-                    "body": _chunk({"content": "lo"}, "stop") + b"data: [DONE]\n\n"})
-
-
-class EndedLate:
-    """A provider that sends its whole stream, [DONE] included, and ends the response
-    only once the test opens the gate: an SDK that stops reading at [DONE] has returned
-    before the proxy's relay ends and hands the exchange to the recorder."""
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        while (await receive()).get("more_body"):
-            pass
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})
-        await send({"type": "http.response.body", "more_body": True,
-                    "body": _chunk({"role": "assistant", "content": "Hel"})
-                    + _chunk({"content": "lo"}, "stop") + b"data: [DONE]\n\n"})
-        await asyncio.to_thread(self.gate.wait, GATE_TIMEOUT)
-        await send({"type": "http.response.body", "more_body": False, "body": b""})
+        await send({"type": "http.response.body", "more_body": False, "body": self.rest})
 
 
 @pytest.fixture
@@ -110,7 +99,7 @@ def test_a_stream_reaches_the_client_as_it_arrives(
 
 def test_a_stream_the_client_left_at_its_last_event_is_recorded_once_it_ends(
         proxy: Proxy) -> None:
-    app = EndedLate()
+    app = GatedStream.ended_late()
     with serving(app) as provider:
         ModelEndpoint.objects.create(name="late", kind="openai",
                                      base_url=f"{provider.url}/v1", model="late")
