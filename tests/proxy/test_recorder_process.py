@@ -195,16 +195,23 @@ def test_no_recorder_process_is_left_after_close(proxy: Proxy,
     assert own_recorder.child_pid is None
 
 
+def _stuck_holding_one(proxy: Proxy, recorder: ProcessRecorder, conversation: str) -> int:
+    """The recorder process recorded question 0, then was stopped (SIGSTOP) holding
+    question 1 in its next batch; its pid."""
+    assert _ask(proxy, conversation, "question 0").status_code == 200
+    proxy.recorded()
+    pid = recorder.child_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # stuck in the next batch
+    assert _ask(proxy, conversation, "question 1").status_code == 200
+    _until(lambda: recorder._in_flight == 1, "1 was not handed to the recorder")
+    return pid
+
+
 def test_close_does_not_wait_for_a_stuck_recorder_process(
         proxy: Proxy, own_recorder: ProcessRecorder, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(recorders, "STOP_SECONDS", 0.5)
-    assert _ask(proxy, "stuck", "question 0").status_code == 200
-    proxy.recorded()
-    pid = own_recorder.child_pid
-    assert pid is not None
-    os.kill(pid, signal.SIGSTOP)  # stuck in the next batch
-    assert _ask(proxy, "stuck", "question 1").status_code == 200
-    _until(lambda: own_recorder._in_flight == 1, "1 was not handed to the recorder")
+    pid = _stuck_holding_one(proxy, own_recorder, "stuck")
 
     started = time.monotonic()
     own_recorder.close()
@@ -245,13 +252,7 @@ def test_close_records_what_is_still_queued(
 def test_what_close_cannot_record_in_time_is_counted_lost_and_logged(
         proxy: Proxy, own_recorder: ProcessRecorder, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    assert _ask(proxy, "late", "question 0").status_code == 200
-    proxy.recorded()
-    pid = own_recorder.child_pid
-    assert pid is not None
-    os.kill(pid, signal.SIGSTOP)  # stuck in the next batch
-    assert _ask(proxy, "late", "question 1").status_code == 200
-    _until(lambda: own_recorder._in_flight == 1, "1 was not handed to the recorder")
+    pid = _stuck_holding_one(proxy, own_recorder, "late")
     _queued_without_a_look(proxy, own_recorder, monkeypatch, "late",
                            ["question 2", "question 3"])
     monkeypatch.setattr(recorders, "STOP_SECONDS", 0.5)
