@@ -21,9 +21,7 @@ round waits for its answer: a batch says which rounds it left with one
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -32,6 +30,7 @@ from django.utils import timezone, translation
 from django.utils.safestring import SafeString
 
 from tools_app.models import Run
+from tools_app.runs.debugger.kept_renderings import KeptRenderings
 from tools_app.runs.debugger.run_header import RUN_COLUMNS, header_view, live_run
 from tools_app.runs.debugger.timeline import live_views
 from tools_app.runs.store.selectors import EventMark
@@ -82,8 +81,7 @@ NOT_IN_HEADER = frozenset({"snapshot", "last_seq", "lease_owner", "lease_token",
 HEADER_COLUMNS = tuple(name for name in RUN_COLUMNS if name not in NOT_IN_HEADER)
 HEADERS_KEPT = 1024  # runs whose last header is kept (about 2 KB each)
 
-_headers: OrderedDict[Any, tuple[tuple[Any, ...], SafeString]] = OrderedDict()
-_headers_lock = threading.Lock()  # the consumers' reader is one thread, tests another
+_headers: KeptRenderings[SafeString] = KeptRenderings(HEADERS_KEPT)
 
 
 def header_inputs(run: Run, header: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -102,18 +100,8 @@ def live_header(run: Run, header: Mapping[str, Any]) -> SafeString:
     """The run header as an out-of-band swap: the one rendered for the run's previous
     batch when its inputs are the same (the header is the same for every viewer, so a
     viewer that joined since gets the right one too), else rendered now."""
-    inputs = header_inputs(run, header)
-    with _headers_lock:
-        kept = _headers.get(run.pk)
-    if kept is not None and kept[0] == inputs:
-        return kept[1]
-    html = render_header(run, header)
-    with _headers_lock:
-        _headers[run.pk] = (inputs, html)
-        _headers.move_to_end(run.pk)
-        while len(_headers) > HEADERS_KEPT:
-            _headers.popitem(last=False)
-    return html
+    return _headers.get(run.pk, header_inputs(run, header),
+                        lambda: render_header(run, header))
 
 
 def render_header(run: Run, header: Mapping[str, Any]) -> SafeString:

@@ -3,4 +3,5 @@
 fixtures (`run_files`), compare two runs (`compare`), re-execute one call
 (`reexecution`, `reexecution_reads`), approvals and breakpoints (`approvals`,
 `breakpoints`), try-it runs of one tool (`tryit`), what the timeline shows of a run
-(`timeline`, `run_header`) and how a run was made from another (`lineage`)."""
+(`timeline`, `run_header`; renderings of it reused while their inputs are equal,
+`kept_renderings`) and how a run was made from another (`lineage`)."""

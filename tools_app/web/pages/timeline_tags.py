@@ -5,10 +5,7 @@ template's autoescaping still applies (nothing here marks anything safe), but fo
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from functools import lru_cache
-from typing import Any
 
 from django import template
 from django.template.base import FilterExpression, NodeList, Parser, Token
@@ -17,6 +14,7 @@ from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils import timezone, translation
 
 from tools_app.models.prices import format_delta_usd, format_usd
+from tools_app.runs.debugger.kept_renderings import KeptRenderings
 from tools_app.runs.debugger.lineage import Badge, badges
 from tools_app.runs.debugger.timeline import format_ms
 
@@ -97,22 +95,11 @@ class MemoNode(template.Node):
     def __init__(self, slot: FilterExpression, inputs: list[FilterExpression],
                  nodelist: NodeList) -> None:
         self.slot, self.inputs, self.nodelist = slot, inputs, nodelist
-        self.kept: OrderedDict[Any, tuple[tuple[Any, ...], str]] = OrderedDict()
-        self.lock = threading.Lock()  # a template is shared by the request threads
+        self.kept: KeptRenderings[str] = KeptRenderings(MEMO_SLOTS)
 
     def render(self, context: Context) -> str:
         slot = self.slot.resolve(context)
         inputs = (tuple(value.resolve(context) for value in self.inputs),
                   timezone.get_current_timezone_name(), translation.get_language(),
                   context.autoescape, context.use_l10n, context.use_tz)
-        with self.lock:
-            kept = self.kept.get(slot)
-        if kept is not None and kept[0] == inputs:
-            return kept[1]
-        html = self.nodelist.render(context)
-        with self.lock:
-            self.kept[slot] = (inputs, html)
-            self.kept.move_to_end(slot)
-            while len(self.kept) > MEMO_SLOTS:
-                self.kept.popitem(last=False)
-        return html
+        return self.kept.get(slot, inputs, lambda: self.nodelist.render(context))
