@@ -924,6 +924,74 @@ async def test_live_reads_keep_their_connection_unless_it_broke(
     assert conn.errors_occurred is False or not kept
 
 
+async def runs_on_two_batch_readers(weather_run: Any) -> tuple[Any, Any]:
+    """Two runs whose batches are read on different threads."""
+    first = await weather_run()
+    for _ in range(20):
+        other = await weather_run()
+        if live_reads.batch_reader(str(other.pk)) is not live_reads.batch_reader(
+                str(first.pk)):
+            return first, other
+    raise AssertionError("twenty runs, all on one batch reader")
+
+
+async def test_a_slow_batch_read_holds_up_only_its_own_runs_reader(
+    weather_run: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Runs going at once have their batches read together: one run's read waiting (a
+    long history, the GIL) must not hold up another run's on another thread. A run's
+    reads stay on one thread, so they are read in the order asked for."""
+    import threading
+
+    slow_run, other_run = await runs_on_two_batch_readers(weather_run)
+    assert live_reads.batch_reader(str(slow_run.pk)) is live_reads.batch_reader(str(slow_run.pk))
+    entered, release = threading.Event(), threading.Event()
+    real = live_reads.event_marks_after
+
+    def held_for_the_slow_run(run_id: str, after: int, **kwargs: Any) -> Any:
+        if run_id == str(slow_run.pk):
+            entered.set()
+            assert release.wait(WAIT)
+        return real(run_id, after, **kwargs)
+
+    monkeypatch.setattr(live_reads, "event_marks_after", held_for_the_slow_run)
+    any_read = live_reads.Freshness(read_since=0.0)
+    held = asyncio.ensure_future(live_reads.updates_after(str(slow_run.pk), 0, any_read))
+    try:
+        assert await asyncio.to_thread(entered.wait, WAIT)
+        batch = await asyncio.wait_for(
+            live_reads.updates_after(str(other_run.pk), 0, any_read), WAIT)
+        assert batch.complete
+        assert batch.last == await last_seq(other_run.pk)
+        assert not held.done()
+    finally:
+        release.set()
+    assert (await asyncio.wait_for(held, WAIT)).last == await last_seq(slow_run.pk)
+
+
+async def test_batch_readers_keep_their_connections_until_closed() -> None:
+    """Each batch reader keeps one connection between reads (opening one per live message
+    was most of its cost); closing them leaves none open (a test's teardown, a process's
+    end)."""
+    from django.db import connections
+
+    def open_connection() -> bool:
+        Run.objects.exists()
+        return connections["default"].connection is not None
+
+    def still_open() -> bool:
+        return connections["default"].connection is not None
+
+    readers = live_reads.batch_readers()
+    assert len(readers) >= 2
+    for reader in readers:
+        assert await asyncio.wrap_future(reader.submit(open_connection))
+        assert await asyncio.wrap_future(reader.submit(still_open))
+    await asyncio.to_thread(live_reads.close_batch_reader_connections)
+    for reader in readers:
+        assert not await asyncio.wrap_future(reader.submit(still_open))
+
+
 async def test_cancelling_a_queued_run_reaches_its_live_viewers(
     weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
 ) -> None:
