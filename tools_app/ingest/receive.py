@@ -33,7 +33,6 @@ from tools_app.ingest.spans import Refusal, SpanRecord
 from tools_app.models import IngestedRunKey, IngestedSpan, Run, RunStatus
 from tools_app.runs.store.eventlog import (
     Append,
-    append_events,
     append_many,
     notify_many_after_commit,
     run_key,
@@ -261,6 +260,9 @@ class _Work:
             appended = append_many(self.appends, expect={})
             for append, (seq, _) in zip(self.appends, appended, strict=True):
                 self.notices[str(uuid.UUID(append.run_id))] = seq
+        if self.ending:  # the ends' token bumps: their appends were fenced on the token
+            rowsql.update(Run, {"id": rowsql.In(tuple(self.ending))},
+                          {"lease_token": rowsql.Add(1)})
 
     def _spans_of(self, run_ids: list[str]) -> dict[str, list[SpanRecord]]:
         """Each run's spans (by run key): this request's in hand, earlier ones from this
@@ -303,15 +305,16 @@ class _Work:
             self.open.add(run_id)
         if run.status == RunStatus.RUNNING and _has_root(spans):
             changes |= self._end(run_id, plan, events)
-            self.notices[str(run.pk)], _ = append_events(run_id, None, events, changes)
-        else:  # appended with the other runs' (`rebuild_all`), fenced by its token
-            self.appends.append(Append(run_id, run.lease_token, events, changes))
+        # Appended with the other runs' (`rebuild_all`), fenced by its token (read under
+        # the run's lock, so it holds).
+        self.appends.append(Append(run_id, run.lease_token, events, changes))
 
     def _end(self, run_id: str, plan: assemble.RunPlan,
              events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         """The root span came: the run's end goes with its rebuild (the move
-        `lifecycle.move_locked` makes: a run_status event after its others, the token
-        bumped, no lease; what it left in flight closed by `end_runs`). Returns the run's
+        `lifecycle.move_locked` makes: a run_status event after its others, no lease,
+        the token bumped by `rebuild_all` once the appends are in, for all the runs
+        ending; what it left in flight closed by `end_runs`). Returns the run's
         changes."""
         status = RunStatus.FAILED if plan.failed else RunStatus.SUCCEEDED
         check_move(RunStatus.RUNNING, status)
@@ -320,8 +323,8 @@ class _Work:
         last_round = {"round_index": len(plan.rounds) - 1} if plan.rounds else {}
         events.append(("run_status", {"status": status, **error, **last_round}))
         self.ending[run_id] = status
-        return {"status": status, "finished_at": plan.finished_at,
-                "lease_token": rowsql.Add(1), "lease_owner": "", "lease_expires_at": None}
+        return {"status": status, "finished_at": plan.finished_at, "lease_owner": "",
+                "lease_expires_at": None}
 
     def end_runs(self) -> None:
         """After the rows are in: what the ended runs left in flight closed (nothing, as

@@ -7,7 +7,9 @@ and removed when no span stands for them any more. Only ids and places are read 
 unchanged is not written. Rows a person works on (a call re-executed) keep their ids
 as long as their spans do.
 
-Every value from a span is untrusted: cleaned (`store.sanitize`) before it is stored.
+Every value from a span is untrusted: cleaned (`store.sanitize`) before it is stored
+(JSON values through `clean_json_data`: JSON data, whose encoded text shows at once
+whether anything needs cleaning).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from tools_app.ingest.conventions import RoundFacts
 from tools_app.ingest.messages import Message
 from tools_app.models import Round, ToolCall
 from tools_app.runs.store.eventlog import run_key
-from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
+from tools_app.runs.store.sanitize import clean_json_data, clean_text, fit_column
 from tools_app.runs.store.sql import rowsql
 from tools_app.runs.store.sql.rowsql import In
 
@@ -236,8 +238,8 @@ def round_fields(plan: RoundPlan) -> dict[str, Any]:
                if facts and facts.inputs is not None else None)
     return {
         "status": plan.status,
-        "request_json": clean_json(request),
-        "response": clean_json(_response(plan, facts, output).model_dump(mode="json"))
+        "request_json": clean_json_data(request),
+        "response": clean_json_data(_response(plan, facts, output).model_dump(mode="json"))
         if facts is not None and output is not None else None,
         "ai_text": clean_text(output.text) if output else None,
         "thinking": clean_text(output.thinking) if output else None,
@@ -269,7 +271,7 @@ def call_fields(plan: CallPlan) -> dict[str, Any]:
         "call_id": fit_column(ToolCall, "call_id", plan.call_id),
         "tool_name": fit_column(ToolCall, "tool_name", plan.tool_name),
         "arguments_raw": clean_text(plan.arguments) or "",
-        "arguments": clean_json(_parsed(plan.arguments)),
+        "arguments": clean_json_data(_parsed(plan.arguments)),
         "state": plan.state,
         "result_text": clean_text(plan.result_text),
         "is_error": plan.is_error,

@@ -34,7 +34,7 @@ from tools_app.runs.snapshot.model import (
     RunSnapshot,
     ToolSnapshot,
 )
-from tools_app.runs.store.sanitize import clean_json
+from tools_app.runs.store.sanitize import clean_json, clean_json_data
 
 VIA = "OTLP"
 PROXY_VIA = "proxy"  # spans the recording proxy made of its exchanges (tools_app/proxy)
@@ -43,10 +43,32 @@ SOURCE_NAMES = {VIA: "OpenTelemetry", PROXY_VIA: "Recording proxy"}
 
 
 class Registered:
-    """The tools registered here by name, each name read once per request."""
+    """The tools registered here by name, each name read once per request; and the
+    sections every run of a request would make alike, made once: a tool frozen from
+    its definition in the trace (by name and definition), the default policy."""
 
     def __init__(self) -> None:
         self._found: dict[str, ToolRegistration | None] = {}
+        self._from_trace: dict[tuple[str, str], ToolSnapshot] = {}
+        self._policy: PolicySnapshot | None = None
+
+    def from_trace(self, name: str, definition: dict[str, Any]) -> ToolSnapshot:
+        """The tool frozen from the trace's definition (or its name alone); never run.
+        Shared by the snapshots built from it, which only dump it."""
+        key = (name, repr(definition))  # a definition is JSON data: repr tells them apart
+        tool = self._from_trace.get(key)
+        if tool is None:
+            tool = self._from_trace[key] = _every_field(ToolSnapshot.model_validate(
+                clean_json({"name": name, "description": definition.get("description", ""),
+                            "json_schema": definition.get("parameters") or {},
+                            "kind": "mock", "config": {}})))
+        return tool
+
+    def policy(self) -> PolicySnapshot:
+        """The default policy with every field set (shared as `from_trace`'s tools)."""
+        if self._policy is None:
+            self._policy = _every_field(PolicySnapshot())
+        return self._policy
 
     def of(self, names: Iterable[str]) -> dict[str, ToolRegistration]:
         missing = sorted(set(names) - self._found.keys())
@@ -72,9 +94,11 @@ def build(plan: RunPlan, *, username: str | None, layout: list[list[Any]],
     snapshot = RunSnapshot(
         endpoint=_every_field(EndpointSnapshot(name=f"{SOURCE_NAMES.get(via, via)}: {service}",
                                                model=model or "")),
-        tools=_tools(plan, registered), policy=_every_field(PolicySnapshot()), parameters={},
+        tools=_tools(plan, registered), policy=registered.policy(), parameters={},
         messages=dump_messages(_chat_messages(plan.first_messages)),
-        imported=ImportedSection.model_validate(clean_json({
+        # JSON data made here (string keys, lists): the encoded check is clean_json's
+        # result for it, without walking every string of the layout.
+        imported=ImportedSection.model_validate(clean_json_data({
             "from": ", ".join(plan.source.get("trace_ids", [])[:3]),
             "imported_by": username, "via": via,
             "otlp": plan.source | {"layout": layout}})))
@@ -96,10 +120,7 @@ def _tools(plan: RunPlan, tools: Registered) -> list[ToolSnapshot]:
         if name in registered:
             out += tools_section([registered[name]])
         else:
-            out.append(_every_field(ToolSnapshot.model_validate(clean_json({
-                "name": name, "description": definition.get("description", ""),
-                "json_schema": definition.get("parameters") or {}, "kind": "mock",
-                "config": {}}))))
+            out.append(tools.from_trace(name, definition))
     return out
 
 
