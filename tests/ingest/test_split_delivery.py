@@ -77,7 +77,20 @@ def failing_agent(tracer: Tracer) -> None:
         agent.set_status(Status(StatusCode.ERROR, "fetch failed"))
 
 
-AGENTS: list[Callable[[Tracer], None]] = [weather_agent, lookup_agent, failing_agent]
+def untraced_tool_agent(tracer: Tracer) -> None:
+    """A call whose tool span never comes: its result is the one the next request
+    carried back to the model."""
+    with tracer.start_as_current_span("invoke_agent quiet") as agent:
+        agent.set_attributes({"gen_ai.operation.name": "invoke_agent"})
+        chat_span(tracer, inputs=[{"role": "user", "parts": [text("Time?")]}],
+                  output=assistant(call_part("call_t", "clock", {})))
+        chat_span(tracer, output=assistant(text("Noon."), finish="stop"), inputs=[
+            {"role": "tool", "parts": [
+                {"type": "tool_call_response", "id": "call_t", "response": "12:00"}]}])
+
+
+AGENTS: list[Callable[[Tracer], None]] = [weather_agent, lookup_agent, failing_agent,
+                                          untraced_tool_agent]
 
 
 def described(run: Run) -> dict[str, Any]:

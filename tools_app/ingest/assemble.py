@@ -190,7 +190,10 @@ def _fill_from_tool_span(call: CallPlan, span: SpanRecord, facts: ToolFacts) -> 
 
 
 def _fill_from_later_requests(rounds: list[RoundPlan]) -> None:
-    """Calls with no tool span: the result a later request sent back to the model."""
+    """Calls with no tool span: the result a later request sent back to the model (the
+    requests read only when a call waits for one)."""
+    if all(call.span_id for round_ in rounds for call in round_.calls):
+        return
     results: dict[str, str | None] = {}
     for round_ in rounds:
         for message in (round_.facts.inputs or []) if round_.facts else []:

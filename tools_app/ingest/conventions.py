@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from tools_app.ingest import messages as msgs
@@ -103,9 +104,24 @@ class RoundFacts:
     output_tokens: int | None = None
     finish_reason: str | None = None
     response_id: str | None = None
-    inputs: list[Message] | None = None
     output: Message | None = None
     tool_definitions: list[dict[str, Any]] = field(default_factory=list)
+    # The messages sent (`inputs`), read from the span's attributes and events when
+    # first asked for: a plan needs every round's answer but the requests of only a few
+    # (the first round's, those of rounds a row is written for), and a request carries
+    # the whole conversation so far. Holds the attributes and events, not the span, so
+    # a kept span and its facts make no reference cycle.
+    read_inputs: Callable[[], list[Message] | None] | None = field(
+        default=None, repr=False, compare=False)
+    _inputs: list[Message] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def inputs(self) -> list[Message] | None:
+        read = self.read_inputs
+        if read is not None:  # read once; another thread reading it too reads the same
+            self._inputs = read()
+            self.read_inputs = None
+        return self._inputs
 
 
 @dataclass
@@ -132,8 +148,9 @@ def _round_facts(span: SpanRecord) -> RoundFacts:
         output_tokens=_int(attrs.get("gen_ai.usage.output_tokens",
                                      attrs.get("llm.token_count.completion"))),
         response_id=_text(attrs.get("gen_ai.response.id")),
-        tool_definitions=msgs.tool_definitions(attrs))
-    facts.inputs, facts.output = _conversation(span)
+        tool_definitions=msgs.tool_definitions(attrs),
+        read_inputs=partial(_inputs, attrs, span.events))
+    facts.output = _output(attrs, span.events)
     reasons = attrs.get("gen_ai.response.finish_reasons")
     facts.finish_reason = (_text(reasons[0]) if isinstance(reasons, list) and reasons
                            else _text(attrs.get("llm.finish_reason"))
@@ -141,30 +158,51 @@ def _round_facts(span: SpanRecord) -> RoundFacts:
     return facts
 
 
-def _conversation(span: SpanRecord) -> tuple[list[Message] | None, Message | None]:
-    """The messages sent and the answer, from the first form the span carries."""
-    attrs = span.attributes
-    if "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs:
-        inputs = msgs.from_parts(msgs.parse_json(attrs.get("gen_ai.input.messages")))
+def _inputs(attrs: dict[str, Any], events: list[dict[str, Any]]) -> list[Message] | None:
+    """The messages sent, from the first form the span carries (`_form`)."""
+    form = _form(attrs)
+    if form == GENAI:
+        if "gen_ai.input.messages" not in attrs:
+            return None
         system = msgs.system_instructions(msgs.parse_json(attrs.get("gen_ai.system_instructions")))
+        return system + msgs.from_parts(msgs.parse_json(attrs.get("gen_ai.input.messages")))
+    if form == OPENINFERENCE:
+        return [msgs.openinference(m) for m in msgs.grouped(attrs, "llm.input_messages.")] \
+            or None
+    if form == GENAI_LEGACY:
+        return [msgs.legacy(m) for m in msgs.grouped(attrs, "gen_ai.prompt.")] or None
+    return _from_events(events)[0]
+
+
+def _output(attrs: dict[str, Any], events: list[dict[str, Any]]) -> Message | None:
+    """The answer, from the same form as `_inputs`."""
+    form = _form(attrs)
+    if form == GENAI:
         outputs = msgs.from_parts(msgs.parse_json(attrs.get("gen_ai.output.messages")))
-        return ((system + inputs) if "gen_ai.input.messages" in attrs else None,
-                outputs[0] if outputs else None)
-    if any(key.startswith(("llm.input_messages.", "llm.output_messages.")) for key in attrs):
-        inputs = [msgs.openinference(m) for m in msgs.grouped(attrs, "llm.input_messages.")]
+    elif form == OPENINFERENCE:
         outputs = [msgs.openinference(m) for m in msgs.grouped(attrs, "llm.output_messages.")]
-        return inputs or None, outputs[0] if outputs else None
-    if any(key.startswith(("gen_ai.prompt.", "gen_ai.completion.")) for key in attrs):
-        inputs = [msgs.legacy(m) for m in msgs.grouped(attrs, "gen_ai.prompt.")]
+    elif form == GENAI_LEGACY:
         outputs = [msgs.legacy(m) for m in msgs.grouped(attrs, "gen_ai.completion.")]
-        return inputs or None, outputs[0] if outputs else None
-    return _from_events(span)
+    else:
+        return _from_events(events)[1]
+    return outputs[0] if outputs else None
 
 
-def _from_events(span: SpanRecord) -> tuple[list[Message] | None, Message | None]:
+def _form(attrs: dict[str, Any]) -> str:
+    """The form a round's messages are read from: the first the span carries."""
+    if "gen_ai.input.messages" in attrs or "gen_ai.output.messages" in attrs:
+        return GENAI
+    if any(key.startswith(("llm.input_messages.", "llm.output_messages.")) for key in attrs):
+        return OPENINFERENCE
+    if any(key.startswith(("gen_ai.prompt.", "gen_ai.completion.")) for key in attrs):
+        return GENAI_LEGACY
+    return GENAI_EVENTS
+
+
+def _from_events(events: list[dict[str, Any]]) -> tuple[list[Message] | None, Message | None]:
     inputs: list[Message] = []
     output: Message | None = None
-    for event in span.events:
+    for event in events:
         name = event.get("name")
         body = msgs.event_body(event.get("attributes") or {})
         if name in MESSAGE_EVENTS:

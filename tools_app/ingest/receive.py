@@ -43,7 +43,7 @@ from tools_app.runs.store.lifecycle import (
     close_unfinished_of,
     create_received_many,
 )
-from tools_app.runs.store.sanitize import clean_json, clean_text, fit_column
+from tools_app.runs.store.sanitize import Encoded, clean_json_encoded, clean_text, fit_column
 from tools_app.runs.store.sql import rowsql
 
 RECEIVED_EVENT = "spans_received"
@@ -130,10 +130,15 @@ def _store(records: list[SpanRecord], runs: dict[str, str], done: set[str],
     but for those of the runs `done`."""
     now = timezone.now()
     records = sorted(records, key=lambda r: (r.trace_id, r.span_id))  # as the run keys
-    data = {(r.trace_id, r.span_id): clean_json(r.stored()) for r in records}
+    data: dict[tuple[str, str], Any] = {}
+    column: dict[tuple[str, str], Any] = {}  # stored as its JSON text when clean already
+    for r in records:
+        value, text = clean_json_encoded(r.stored())
+        data[r.trace_id, r.span_id] = value
+        column[r.trace_id, r.span_id] = value if text is None else Encoded(value, text)
     inserted = rowsql.insert(IngestedSpan, [
         {"run": runs[r.trace_id], "trace_id": r.trace_id, "span_id": r.span_id,
-         "start_ns": r.start_ns, "data": data[r.trace_id, r.span_id],
+         "start_ns": r.start_ns, "data": column[r.trace_id, r.span_id],
          "received_at": now} for r in records],
         conflict=("trace_id", "span_id"), returning=("id", "trace_id", "span_id"))
     return {(pk, trace, span, now): (runs[trace], data[trace, span])
