@@ -17,6 +17,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -130,7 +131,16 @@ def append_many(appends: Sequence[Append],
 def run_key(run_id: Any) -> str:
     """A run id as one spelling, whichever the database returned (SQLite's hex text,
     PostgreSQL's UUID) or the caller gave."""
-    return uuid.UUID(str(run_id)).hex
+    if isinstance(run_id, uuid.UUID):
+        return run_id.hex
+    return _key_of_text(str(run_id))
+
+
+@lru_cache(maxsize=4096)
+def _key_of_text(text: str) -> str:
+    # Remembered: a request's rebuild spells the ids of its runs' rows and spans, a
+    # few for every row, and parsing a UUID is most of what that costs.
+    return uuid.UUID(text).hex
 
 
 def _allocate(run_id: str | uuid.UUID, token: int | None, count: int,
