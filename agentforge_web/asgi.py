@@ -10,7 +10,8 @@ django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
 from agentforge_web.handler import http_application  # noqa: E402
 
 # Django's ASGI handler, its middleware and views run in one trip to a thread
-# (OneHopASGIHandler); AGENTFORGE_ASGI_HANDLER=django serves with Django's own instead.
+# (OneHopASGIHandler; the proxy's routes on the event loop, handler.py says how);
+# AGENTFORGE_ASGI_HANDLER=django serves with Django's own instead.
 django_asgi_app = http_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

@@ -16,8 +16,10 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from inspect import iscoroutinefunction
 from typing import Any
 
+from asgiref.sync import markcoroutinefunction, sync_to_async
 from django.core.signals import got_request_exception
 from django.db import connections
 from django.dispatch import receiver
@@ -70,16 +72,39 @@ def _failed_to_connect() -> bool:
 
 
 class DatabaseUnavailableMiddleware:
-    """First in MIDDLEWARE, so that it also sees the 500s of the middleware below it."""
+    """First in MIDDLEWARE, so that it also sees the 500s of the middleware below it.
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+    Both modes: synchronous in the site's chain, asynchronous in the chain of the routes
+    served on the event loop (agentforge_web/handler.py), where a 500's connections are
+    looked at on the request's thread (`sync_to_async`), the one its queries ran on."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def __call__(self, request: HttpRequest) -> Any:
+        if iscoroutinefunction(self):
+            return self._acall(request)
         response = self.get_response(request)
+        return self._answer(request, response, response.status_code == 500
+                            and _failed_to_connect())
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        response = await self.get_response(request)
+        failed = (response.status_code == 500
+                  and await sync_to_async(_failed_to_connect)())
+        return self._answer(request, response, failed)
+
+    @staticmethod
+    def _answer(request: HttpRequest, response: HttpResponse,
+                failed_to_connect: bool) -> HttpResponse:
         if response.status_code == 500:
             error = getattr(request, _DATABASE_ERROR, None)
-            if error is not None or _failed_to_connect():
+            if error is not None or failed_to_connect:
                 _outage.failed(error or ConnectionError("no connection could be opened"))
                 return database_unavailable(request)
         if response.status_code < 500:

@@ -237,6 +237,34 @@ def test_a_thread_still_running_a_request_s_code_is_not_lent_again(
     assert request_threads.take() is executor
 
 
+def test_a_request_on_the_loop_takes_a_kept_thread_only_when_its_code_needs_one(
+    request_threads: handler.KeptRequestThreads, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The executor of a request served on the loop (the proxy's): no thread until its
+    synchronous code first runs, then a kept one, its connections tended there as the
+    request signals would when it is taken and when it is given back (before a stream,
+    or at the end); code a cancelled request still runs after its end never gets it."""
+    tended: list[str] = []
+    monkeypatch.setattr(handler, "close_old_connections",
+                        lambda: tended.append(threading.current_thread().name))
+    lent = handler.LentOnFirstUse()
+    assert lent.kept is None
+
+    first = lent.submit(threading.current_thread).result(10)
+    again = lent.submit(threading.current_thread).result(10)
+    asyncio.run(lent.release())  # a stream is about to be written
+    wait_for(lambda: request_threads.idle_count() == 1, "the thread given back")
+    after_release = lent.submit(threading.current_thread).result(10)
+    lent.finish()
+    wait_for(lambda: request_threads.idle_count() == 1, "the thread given back")
+    late = lent.submit(threading.current_thread).result(10)
+
+    assert first is again is after_release  # the idle kept thread, taken again
+    assert first.name.startswith(handler.REQUEST_THREAD_PREFIX)
+    assert tended == [first.name] * 4  # taken, given back, taken, given back
+    assert late is not first
+
+
 # -- a streamed answer (the API's event stream) --------------------------------------------
 
 

@@ -1,7 +1,8 @@
 from django.urls import path, re_path
 
+from tools_app.web import proxy_urls
 from tools_app.web.api import app as api
-from tools_app.web.api import otlp, proxy
+from tools_app.web.api import otlp
 from tools_app.web.pages import playground, suites
 from tools_app.web.pages.audit import calls, tools, tryit
 from tools_app.web.pages.registry import endpoints, probes, registry
@@ -85,9 +86,7 @@ urlpatterns = [
     # OTLP/HTTP traces in (tools_app/ingest), where OTLP exporters send them.
     path("v1/traces", otlp.receive_traces, name="otlp_traces"),
     # The recording proxy (tools_app/proxy): OpenAI and Anthropic clients' base URLs.
-    path("proxy/<str:endpoint>/v1/chat/completions", proxy.chat_completions,
-         name="proxy_chat_completions"),
-    path("proxy/<str:endpoint>/v1/messages", proxy.messages, name="proxy_messages"),
+    *proxy_urls.urlpatterns,
     # The JSON API (django-ninja): its routes, /api/openapi.json, /api/docs, JSON 404s.
     *api.urlpatterns,
 ]
