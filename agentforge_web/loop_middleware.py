@@ -11,12 +11,14 @@ authenticate with an API token (no cookie, no form, no page):
   answered 400 as Django answers it), DISALLOWED_USER_AGENTS, PREPEND_WWW, and the
   Content-Length of a whole answer.
 - `LoopSecurityMiddleware`: X-Content-Type-Options: nosniff (a JSON error body that
-  echoes a client's text is never sniffed as HTML), Referrer-Policy,
-  Cross-Origin-Opener-Policy, HSTS on HTTPS and SECURE_SSL_REDIRECT: the site's transport
-  rules, the same for every path of the host.
+  echoes a client's text is never sniffed as HTML); HSTS on HTTPS and
+  SECURE_SSL_REDIRECT, the site's transport rules, the same for every path of the host;
+  Referrer-Policy and Cross-Origin-Opener-Policy, which concern documents and cost
+  nothing here, as the site sends them.
 Not applied: sessions, CSRF, authentication, messages, the login lockout (no cookie or
-login: the view checks the token itself), CSP and X-Frame-Options (nothing is rendered
-as a document or framed), htmx.
+login: the view checks the token itself), CSP and X-Frame-Options (the answers are
+JSON or an event stream, not a page with scripts or one to frame; a path under
+`/proxy/` that is no route gets Django's plain 404), htmx.
 """
 
 from __future__ import annotations
