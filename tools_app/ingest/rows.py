@@ -37,6 +37,7 @@ from tools_app.runs.store.sql import rowsql
 from tools_app.runs.store.sql.rowsql import In
 
 ROUND_FIELDS_VERSION = 1  # raised when `round_fields` changes: kept rounds written again
+CALL_FIELDS_VERSION = 1  # the same for `call_fields` and kept calls
 OFFSET = 1_000_000  # indexes parked out of the way while rows change places
 Layout = list[list[Any]]
 
@@ -119,17 +120,19 @@ def sync(run_id: str, plan: RunPlan, old_layout: Layout, new_rows: NewRows,
                 touched.add(index)
         call_digests = []
         for call_index, call_plan in enumerate(round_plan.calls):
-            fields = call_fields(call_plan) | {"call_index": call_index}
-            call_digests.append(digest(fields))  # a change of round parks it (a new digest)
+            # A call that changes places was parked, its digest dropped: written again.
+            call_digests.append(_call_digest(call_plan, call_index))
             call = calls.get(call_plan.key)
             if call is not None and row is None:
                 ToolCall.objects.filter(pk=call.pk).delete()  # made again in its new round
                 call = None
             if call is None:
-                new_rows.calls.append((run_id, round_plan.key, fields))
+                new_rows.calls.append((run_id, round_plan.key,
+                                       call_fields(call_plan) | {"call_index": call_index}))
                 touched.add(index)
             elif row is not None and call_digests[-1] != call.digest:
-                _write(ToolCall, call, fields | {"round_id": row.pk})
+                _write(ToolCall, call, call_fields(call_plan) | {"call_index": call_index,
+                                                                 "round_id": row.pk})
                 touched.add(index)
         layout.append([round_plan.key, [c.key for c in round_plan.calls], round_digest,
                        call_digests])
@@ -146,6 +149,14 @@ def _round_digest(plan: RoundPlan, index: int) -> str:
     by `round_fields`, and its index: those stand for them, without reading them."""
     return digest({"span": plan.span.span_id if plan.span else "", "key": plan.key,
                    "index": index, "fields": ROUND_FIELDS_VERSION})
+
+
+def _call_digest(plan: CallPlan, call_index: int) -> str:
+    """A call's fields are `call_fields` of its plan, and its place: the plan (all its
+    fields, as their repr) and the place stand for them, without making them (cleaning
+    its arguments and result) for every call of every rebuild."""
+    return digest({"plan": repr(plan), "call_index": call_index,
+                   "fields": CALL_FIELDS_VERSION})
 
 
 def _write(model: type[Round] | type[ToolCall], row: Stored, fields: dict[str, Any]) -> None:
