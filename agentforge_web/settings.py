@@ -18,6 +18,8 @@ import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
+from .channel_layers import BACKENDS as CHANNEL_LAYER_BACKENDS
+from .channel_layers import redis_channel_layers
 from .env import envbool, envfloat, envint, envlist, envsecret, envstr
 
 # Django's generic classes (ModelAdmin, ModelForm...) accept a type argument at run time
@@ -229,20 +231,17 @@ else:
     # The embedded configuration is one process: its in-memory cache is shared by every
     # request there is.
     SILENCED_SYSTEM_CHECKS = ["django_ratelimit.E003", "django_ratelimit.W001"]
+# Which of channels_redis's layers carries the live notifications between processes
+# (agentforge_web/channel_layers.py): "pubsub" or "core".
+AGENTFORGE_CHANNEL_LAYER = envstr("AGENTFORGE_CHANNEL_LAYER", "pubsub")
+if AGENTFORGE_CHANNEL_LAYER not in CHANNEL_LAYER_BACKENDS:
+    raise ImproperlyConfigured(
+        f"AGENTFORGE_CHANNEL_LAYER must be one of {', '.join(CHANNEL_LAYER_BACKENDS)}, "
+        f"got {AGENTFORGE_CHANNEL_LAYER!r}")
 if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {
-                # A read may wait longer than redis-py's default socket timeout (5 s):
-                # channels_redis blocks its receive for 5 s in BZPOPMIN, so with that
-                # default an idle socket's receive failed ("Timeout reading") and the
-                # viewer stopped getting live updates.
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
-                "capacity": envint("CHANNEL_CAPACITY", 1000),
-            },
-        }
-    }
+    CHANNEL_LAYERS = redis_channel_layers(
+        AGENTFORGE_CHANNEL_LAYER, REDIS_URL,
+        envint("CHANNEL_CAPACITY", 1000) if AGENTFORGE_CHANNEL_LAYER == "core" else 0)
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 

@@ -1171,6 +1171,31 @@ async def test_a_channel_layer_failing_during_the_handshake_answers_4013_not_500
     assert all(record.exc_info is None for record in caplog.records)
 
 
+async def test_a_channel_the_layer_cannot_make_answers_4013_not_500(
+    weather_run: Any, bob: AbstractUser, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The pub/sub layer subscribes a socket's channel when Channels makes it, before the
+    handshake is read: with Redis down, that failed the application (a 500 to the
+    browser). It is answered as a failing handshake is, with one line logged."""
+    from channels.layers import InMemoryChannelLayer
+
+    run = await weather_run()
+
+    async def redis_down(*args: Any, **kwargs: Any) -> str:
+        raise ConnectionError("Redis is down")
+
+    monkeypatch.setattr(InMemoryChannelLayer, "new_channel", redis_down)
+
+    with caplog.at_level("WARNING", logger="tools_app.live.consumers"):
+        code = await refusal(socket(run.pk, cookie=await session_cookie(bob)))
+
+    assert code == consumers.CLOSE_TRY_AGAIN
+    [made] = [r for r in caplog.records if "channel could not be made" in r.getMessage()]
+    assert "ConnectionError: Redis is down" in made.getMessage()
+    assert all(record.exc_info is None for record in caplog.records)
+
+
 async def test_a_viewer_deactivated_unnoticed_is_closed_at_the_next_poll(
     weather_run: Any, bob: AbstractUser, sockets: list[WebsocketCommunicator],
     settings: Any,

@@ -31,6 +31,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django_tasks_db.models import DBTaskResult
 
+from agentforge_web.channel_layers import redis_channel_layers
 from tools_app.fake_llm import BackgroundServer, FakeLLMApp, ScriptSet
 from tools_app.models import (
     TERMINAL_STATUSES,
@@ -67,6 +68,14 @@ def _scaleout_configuration(settings: Any) -> None:
     settings.TASK_BACKEND = "database"
     settings.TASKS = {"default": {
         "BACKEND": "tools_app.runs.loops.task_wakeup.WakingDatabaseBackend"}}
+
+
+@pytest.fixture
+def core_layer(settings: Any) -> None:
+    """channels_redis's core layer (AGENTFORGE_CHANNEL_LAYER=core) instead of the default
+    pub/sub one, in this process and in the workers the test starts."""
+    settings.AGENTFORGE_CHANNEL_LAYER = "core"
+    settings.CHANNEL_LAYERS = redis_channel_layers("core", settings.REDIS_URL, 1000)
 
 
 def database_url() -> str:
@@ -151,7 +160,10 @@ class WorkerPool:
                    "--no-startup-delay", "--interval", interval, "--worker-id", name]
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                command, cwd=REPO_ROOT, env=self.env | extra_env, stdin=subprocess.DEVNULL,
+                command, cwd=REPO_ROOT, env=self.env | {
+                    # The channel layer this process uses now (a test may choose one).
+                    "AGENTFORGE_CHANNEL_LAYER": django_settings.AGENTFORGE_CHANNEL_LAYER,
+                } | extra_env, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         worker = Worker(name, process, log_path)

@@ -19,6 +19,7 @@ import pytest
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from channels_redis.core import RedisChannelLayer
+from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.contrib.auth.models import AbstractUser
 
 from tools_app.fake_llm import BackgroundServer
@@ -57,8 +58,9 @@ async def sockets() -> AsyncIterator[list[WebsocketCommunicator]]:
 
 
 @pytest.fixture
-def paused_channel(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
-    """Consumers in this process do not read their channel until the event is set.
+def paused_channel(monkeypatch: pytest.MonkeyPatch, core_layer: None) -> asyncio.Event:
+    """On the core layer, consumers in this process do not read their channel until the
+    event is set.
 
     A consumer busy elsewhere, or a process stalled for a while: the worker's
     notifications pile up in Redis, and past the channel's capacity they are dropped.
@@ -80,7 +82,7 @@ def watched_run(
     slow_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
 ) -> Run:
     """bob's queued three-round run on the fake provider (300 ms per model turn)."""
-    assert isinstance(get_channel_layer(), RedisChannelLayer)
+    assert isinstance(get_channel_layer(), RedisPubSubChannelLayer | RedisChannelLayer)
     server = fake_llm({"scripts": {"live": THREE_ROUNDS}})
     return start_run(fake_endpoint(server, "live"), [slow_tools["tally"]], policy, user=bob)
 

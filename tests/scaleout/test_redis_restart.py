@@ -1,14 +1,17 @@
 """The channel layer's Redis restarts in the middle of a run (reliability sweep: faults).
 
-The run goes on in its worker process (notifications are best effort); an open socket
-ends with its channel-layer connection, a handshake while Redis is down is closed with
-4013 ("try again later"; daphne cannot send 1013), and the page, reconnecting with
-backoff, gets the whole run once Redis is back.
+The run goes on in its worker process (notifications are best effort). On the core
+layer an open socket ends with its channel-layer connection; on the pub/sub layer it
+stays open, kept current by its polls, and its subscriptions come back with Redis. A
+handshake while Redis is down is closed with 4013 ("try again later"; daphne cannot
+send 1013), and the page, reconnecting with backoff, gets the whole run once Redis is
+back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import subprocess
 import time
@@ -20,6 +23,7 @@ import pytest
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AbstractUser
 
+from agentforge_web.channel_layers import redis_channel_layers
 from tools_app.fake_llm import BackgroundServer
 from tools_app.models import ErrorPolicy, Run, ToolRegistration
 
@@ -79,14 +83,14 @@ class PrivateRedis:
             self.process.wait(timeout=10)
 
 
-@pytest.fixture
-def private_redis(tmp_path: Path, settings: Any) -> Iterator[PrivateRedis]:
+@pytest.fixture(params=["pubsub", "core"])
+def private_redis(request: pytest.FixtureRequest, tmp_path: Path,
+                  settings: Any) -> Iterator[PrivateRedis]:
+    """The channel layer (each kind, as settings.py configures it) on a private Redis."""
     redis = PrivateRedis(tmp_path)
     redis.start()
-    settings.CHANNEL_LAYERS = {"default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        # As settings.py configures it: a read outlasts channels_redis's blocking pop.
-        "CONFIG": {"hosts": [{"address": redis.url, "socket_timeout": 30}]}}}
+    settings.AGENTFORGE_CHANNEL_LAYER = request.param
+    settings.CHANNEL_LAYERS = redis_channel_layers(request.param, redis.url, 1000)
     settings.AGENTFORGE_LIVE_POLL_SECONDS = 0.5
     try:
         yield redis
@@ -125,6 +129,8 @@ async def socket_ended(comm: WebsocketCommunicator) -> bool:
     what the application raised; daphne would close the connection)."""
     deadline = time.monotonic() + RECEIVE_TIMEOUT
     while time.monotonic() < deadline:
+        if comm.future.done() and comm.output_queue.empty():
+            return True  # the application returned: daphne closes the connection
         try:
             output = await comm.receive_output(timeout=RECEIVE_TIMEOUT)
         except TimeoutError:
@@ -138,6 +144,7 @@ async def socket_ended(comm: WebsocketCommunicator) -> bool:
 
 async def test_a_redis_restart_mid_run_loses_nothing_and_answers_no_500(
     private_redis: PrivateRedis, slow_run: Run, bob: AbstractUser, workers: WorkerPool,
+    settings: Any,
 ) -> None:
     run = slow_run
     viewer, code = await handshake(run, bob)
@@ -151,9 +158,16 @@ async def test_a_redis_restart_mid_run_loses_nothing_and_answers_no_500(
     while await last_seq(run) < 6 and time.monotonic() < deadline:
         await viewer.receive_from(timeout=RECEIVE_TIMEOUT)
     private_redis.kill()
-    # The open socket ends with its channel layer connection (daphne closes it; the page
-    # sees an abnormal close and reconnects with backoff)...
-    assert await socket_ended(viewer)
+    if settings.AGENTFORGE_CHANNEL_LAYER == "core":
+        # The open socket ends with its channel layer connection (daphne closes it; the
+        # page sees an abnormal close and reconnects with backoff)...
+        assert await socket_ended(viewer)
+    else:
+        # The pub/sub layer's subscriptions wait for Redis: the socket stays open and
+        # its polls carry the run to its end meanwhile.
+        followed = await receive_until_done(viewer, run, workers)
+        assert status_of(followed[-1]) == "succeeded"
+        await viewer.disconnect(timeout=RECEIVE_TIMEOUT)
     # ...and a handshake while Redis is down is told to try again later, never a 500.
     during, code_during = await handshake(run, bob)
     assert code_during == 4013
@@ -178,3 +192,39 @@ async def test_a_redis_restart_mid_run_loses_nothing_and_answers_no_500(
     assert status_of(replay[-1]) == "succeeded"
     assert seq_of(replay[-1]) == final.last_seq
     await again.disconnect(timeout=RECEIVE_TIMEOUT)
+
+
+@pytest.mark.parametrize("private_redis", ["pubsub"], indirect=True)
+async def test_a_subscription_gets_notices_again_once_redis_is_back(
+    private_redis: PrivateRedis,
+) -> None:
+    """On the pub/sub layer a viewer subscribed before Redis went away hears of the run
+    again after the restart, without reconnecting: the layer subscribes again on its new
+    connection. (The core layer keeps its groups in Redis: a restart forgets them, and
+    its sockets end instead, as the test above shows.)"""
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = await layer.new_channel()
+    await layer.group_add("run.restarted", channel)
+    private_redis.kill()
+    await asyncio.sleep(1.0)
+    private_redis.start()
+
+    deadline = time.monotonic() + RECEIVE_TIMEOUT
+    received = asyncio.ensure_future(layer.receive(channel))
+    try:
+        # Sent until heard: a send made before the layer is subscribed again is lost
+        # (at most once), as a notification is; the viewer's poll covers that one.
+        while not received.done():
+            assert time.monotonic() < deadline, "no notice after the restart"
+            with contextlib.suppress(Exception):  # the layer's connection comes back
+                await layer.group_send("run.restarted", {"type": "run.event", "seq": 9})
+            await asyncio.wait({received}, timeout=0.5)
+        assert received.result() == {"type": "run.event", "seq": 9}
+    finally:
+        received.cancel()
+        with contextlib.suppress(BaseException):
+            await received
+        await layer.group_discard("run.restarted", channel)

@@ -1,4 +1,4 @@
-"""Runs nobody watches are not announced on Redis (`live.watching`): a viewer's socket
+"""Runs nobody watches are not announced on Redis's core layer (`live.watching`): a viewer's socket
 marks its run watched before its first read and renews the mark at its polls; a worker's
 notifications go to a run's group only while the run is marked, and the runs asking in
 one turn of the loop share one MGET."""
@@ -26,6 +26,12 @@ from tools_app.runs.store.eventlog import notify
 from .sockets import open_socket
 
 pytestmark = pytest.mark.scaleout
+
+
+@pytest.fixture(autouse=True)
+def _on_the_core_layer(core_layer: None) -> None:
+    """Marks gate the core layer's group sends, which cost it several commands each; on
+    the pub/sub layer a send is one PUBLISH (tests/scaleout/test_channel_layer.py)."""
 
 
 def new_run_id() -> str:

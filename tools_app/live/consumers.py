@@ -82,6 +82,22 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.flushing = asyncio.Lock()
         self.streams = PageStreams()
 
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """The pub/sub layer subscribes the socket's channel before the handshake is even
+        read (Channels makes the channel first): with Redis down that raised, and the
+        browser got a 500. Answered as a failing handshake is, 4013 (try again later);
+        any later failure is Channels' to handle."""
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:
+            if getattr(self, "channel_name", None) is not None or self.channel_layer is None:
+                raise
+            logger.warning("live socket's channel could not be made (%s: %s); closed %d, "
+                           "the client retries", type(exc).__name__, exc, CLOSE_TRY_AGAIN)
+            if (await receive())["type"] == "websocket.connect":
+                await send({"type": "websocket.accept"})
+                await send({"type": "websocket.close", "code": CLOSE_TRY_AGAIN})
+
     async def websocket_connect(self, message: WebSocketConnectEvent) -> None:
         """A channel layer that fails during the handshake (Redis restarting, a stale
         connection) must not answer 500: the socket is accepted and closed with 4013

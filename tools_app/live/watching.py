@@ -1,5 +1,6 @@
-"""Which runs someone watches live, on the Redis channel layer: a run's batches are
-announced only to a run that has a viewer.
+"""Which runs someone watches live, on channels_redis's core layer: a run's batches are
+announced only to a run that has a viewer (on the pub/sub layer an announcement is one
+PUBLISH, as cheap as the lookup, and is always sent).
 
 Announcing every committed batch with `group_send` would cost channels_redis two
 commands (it trims the group, then reads its members) before it finds nobody in it, for
