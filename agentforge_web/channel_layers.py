@@ -17,6 +17,7 @@ a notification lost (a full list, Redis restarting) costs a delay, never a gap.
 
 from __future__ import annotations
 
+import logging
 import urllib.parse
 from typing import Any
 
@@ -38,3 +39,19 @@ def redis_channel_layers(kind: str, redis_url: str, capacity: int) -> dict[str, 
         config = {"hosts": [{"address": redis_url, "socket_timeout": 30}],
                   "capacity": capacity}
     return {"default": {"BACKEND": BACKENDS[kind], "CONFIG": config}}
+
+
+class RedisOutageInOneLine(logging.Filter):
+    """The pub/sub layer logs each failed read of its subscription, once a second while
+    Redis is away, with a traceback: an outage, an expected event, is one line a
+    second instead, naming the error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, RedisConnectionError | RedisTimeoutError | OSError):
+            record.msg = f"{record.getMessage()} ({type(error).__name__}: {error})"
+            record.args, record.exc_info, record.exc_text = None, None, None
+        return True

@@ -315,7 +315,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "filters": {"redis_outage": {"()": "agentforge_web.channel_layers.RedisOutageInOneLine"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"channels_redis.pubsub": {"filters": ["redis_outage"]}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
 }
 # Values longer than this (characters) show a head with "show all" / download.

@@ -273,3 +273,28 @@ def test_the_documented_production_settings_pass_check_deploy(tmp_path: Path) ->
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_the_pubsub_layers_outage_errors_are_logged_in_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Redis away: the pub/sub layer's receive task logs each failed read with a
+    traceback, once a second; the configured filter makes each one line naming the
+    error. Other errors keep their traceback."""
+    import logging
+
+    import redis.exceptions
+
+    logger = logging.getLogger("channels_redis.pubsub")
+    with caplog.at_level("ERROR", logger="channels_redis.pubsub"):
+        for error in (redis.exceptions.ConnectionError("Error 111 connecting"),
+                      ValueError("a bug")):
+            try:
+                raise error
+            except Exception:
+                logger.exception("Unexpected exception in receive task")
+    outage, bug = caplog.records
+    assert outage.getMessage() == ("Unexpected exception in receive task "
+                                   "(ConnectionError: Error 111 connecting)")
+    assert outage.exc_info is None
+    assert bug.exc_info is not None
