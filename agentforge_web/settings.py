@@ -391,9 +391,6 @@ AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK = envbool("AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK
 # channel layer that lost its connection (Redis restarted) delays the timeline, never
 # freezes it.
 AGENTFORGE_LIVE_POLL_SECONDS = envfloat("AGENTFORGE_LIVE_POLL_SECONDS", 5.0, above=0)
-# Threads (each with a kept database connection) reading and rendering the live
-# timeline's batches of events for the WebSocket viewers of this server's runs.
-AGENTFORGE_LIVE_READ_THREADS = envint("AGENTFORGE_LIVE_READ_THREADS", 3, minimum=1)
 
 # The API's live events (GET /api/runs/<id>/events/stream, Server-Sent Events): a comment
 # line this often keeps proxies from closing a quiet stream (and re-reads the run in case

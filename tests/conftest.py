@@ -61,11 +61,8 @@ def _no_connection_left_on_the_sync_to_async_thread() -> Generator[None, None, N
     """An async test's ORM calls open a connection on asgiref's shared thread that
     nothing else closes (tests/async_orm_thread.py); closed after the test's other
     function fixtures are torn down, so none is left when the test database is dropped."""
-    from tools_app.live.reads import close_batch_reader_connections
-
     yield
     async_orm_thread.close_connections()
-    close_batch_reader_connections()  # the live timeline's batch readers (live/reads.py)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,25 +1,21 @@
-"""What the live sockets read, on kept database connections (`kept_connection`): the
-run a user may watch, the socket's user as their session says now, the run's lineage
-list, and each run's batches of events, read and rendered once and shared by the run's
-viewers (`updates_after`) on a few threads of their own (`batch_reader`).
+"""What the live sockets read, on one kept database connection (`kept_connection`):
+the run a user may watch, the socket's user as their session says now, the run's
+lineage list, and each run's batches of events, read and rendered once and shared by
+the run's viewers (`updates_after`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from functools import cache
 from importlib import import_module
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 from asgiref.sync import SyncToAsync
 from django.conf import settings
-from django.db import connections
 
 from tools_app.runs.store.db import drop_broken_connections
 from tools_app.runs.store.selectors import event_marks_after, run_get_for_user
@@ -32,9 +28,9 @@ from .lineage import lineage_update
 class _KeptConnectionSyncToAsync[**P, R](SyncToAsync[P, R]):
     """database_sync_to_async for the consumers' reads, keeping the connection.
 
-    These reads (all but the batches of events) run on one thread (asgiref's shared one:
-    Channels creates no thread-sensitive context), so one kept connection serves them
-    all; opening one per read would be most of its cost. It is kept whatever
+    Every viewer's reads run on one thread (asgiref's shared one: Channels creates no
+    thread-sensitive context), so one kept connection serves them all; opening one per
+    live message would be most of its cost. It is kept whatever
     `CONN_MAX_AGE` says (0 on PostgreSQL, whose pool the request threads borrow from and
     give back to at each request's end). A connection that failed and is no longer
     usable is closed, so the next read opens a fresh one.
@@ -143,49 +139,15 @@ def _remember(run_id: str, batch: Batch) -> None:
         _shared.popitem(last=False)
 
 
-# The batches are read and rendered on threads of their own, a run always on the same
-# one (so its batches are read in the order asked for), each thread with one kept
-# connection. Not on the shared thread of the sockets' other reads: when many runs go at
-# once, their batches come in bursts (runs started together answer together), and on
-# one thread each waited behind the whole burst, every read also waiting its turn for
-# the GIL between its queries; on several, a read's waits overlap the others' work.
-@cache
-def batch_readers() -> tuple[ThreadPoolExecutor, ...]:
-    return tuple(ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"agentforge-live-reads-{n}")
-                 for n in range(settings.AGENTFORGE_LIVE_READ_THREADS))
-
-
-def batch_reader(run_id: str) -> ThreadPoolExecutor:
-    readers = batch_readers()
-    return readers[zlib.crc32(run_id.encode()) % len(readers)]
-
-
-def close_batch_reader_connections() -> None:
-    """Close the batch readers' kept connections (after they have read what they were
-    given): for a process, or a test, done with live sockets."""
-    if not batch_readers.cache_info().currsize:
-        return  # no batch read yet: no threads, no connections
-    for reader in batch_readers():
-        reader.submit(connections.close_all).result()
-
-
-def _read_and_render_here(run_id: str, after: int) -> Batch:
-    try:
-        read_at = time.monotonic()
-        events = event_marks_after(run_id, after, limit=BATCH)
-        if not events:
-            return Batch(after, after, True, "", read_at)
-        rendered = render_batch(run_id, events)
-        return Batch(after, events[-1].seq, len(events) < BATCH, rendered.html, read_at,
-                     rendered.streams)
-    finally:
-        drop_broken_connections()  # a failed connection is not kept for the next read
-
-
-async def _read_and_render(run_id: str, after: int) -> Batch:
-    read = SyncToAsync(_read_and_render_here, thread_sensitive=False,
-                       executor=batch_reader(run_id))
-    return await read(run_id, after)
+@kept_connection
+def _read_and_render(run_id: str, after: int) -> Batch:
+    read_at = time.monotonic()
+    events = event_marks_after(run_id, after, limit=BATCH)
+    if not events:
+        return Batch(after, after, True, "", read_at)
+    rendered = render_batch(run_id, events)
+    return Batch(after, events[-1].seq, len(events) < BATCH, rendered.html, read_at,
+                 rendered.streams)
 
 
 async def updates_after(run_id: str, after: int, fresh: Freshness) -> Batch:
