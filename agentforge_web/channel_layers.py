@@ -1,15 +1,19 @@
 """The Redis channel layers the scale-out configuration can carry live notifications on
 (settings.py chooses one with AGENTFORGE_CHANNEL_LAYER).
 
-"pubsub", the default: channels_redis's Redis pub/sub layer. A notification is one
-PUBLISH, pushed by Redis to the processes subscribed to its group. Pub/sub channels are
-one namespace for a whole Redis server, whatever database the URL names, so the prefix
-keeps deployments on different databases apart. A process's messages wait in memory
-until its consumers take them (the consumers only note a seq and read the database).
+"core", the default: channels_redis's list-based layer. A group send looks the group up
+and pushes to each member's list; each process polls its lists with a blocking pop, and
+a list past `capacity` messages drops the new ones. A run nobody watches is not
+announced at all (tools_app/live/watching.py), which keeps an unwatched run's path free
+of Redis.
 
-"core": channels_redis's list-based layer. A group send looks the group up and pushes
-to each member's list; each process polls its lists with a blocking pop, and a list
-past `capacity` messages drops the new ones.
+"pubsub": channels_redis's Redis pub/sub layer. A notification is one PUBLISH, pushed by
+Redis to the processes subscribed to its group, every run's every batch (there is no
+group to look up first). A socket stays open while Redis restarts and its subscriptions
+are made again once Redis is back. Pub/sub channels are one namespace for a whole Redis
+server, whatever database the URL names, so the prefix keeps deployments on different
+databases apart. A process's messages wait in memory until its consumers take them (the
+consumers only note a seq and read the database).
 
 Either delivers at most once: the viewers read by seq from the database and poll it, so
 a notification lost (a full list, Redis restarting) costs a delay, never a gap.
@@ -21,8 +25,8 @@ import logging
 import urllib.parse
 from typing import Any
 
-BACKENDS = {"pubsub": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "core": "channels_redis.core.RedisChannelLayer"}
+BACKENDS = {"core": "channels_redis.core.RedisChannelLayer",
+            "pubsub": "channels_redis.pubsub.RedisPubSubChannelLayer"}
 
 
 def redis_channel_layers(kind: str, redis_url: str, capacity: int) -> dict[str, Any]:

@@ -232,8 +232,8 @@ else:
     # request there is.
     SILENCED_SYSTEM_CHECKS = ["django_ratelimit.E003", "django_ratelimit.W001"]
 # Which of channels_redis's layers carries the live notifications between processes
-# (agentforge_web/channel_layers.py): "pubsub" or "core".
-AGENTFORGE_CHANNEL_LAYER = envstr("AGENTFORGE_CHANNEL_LAYER", "pubsub")
+# (agentforge_web/channel_layers.py): "core" or "pubsub".
+AGENTFORGE_CHANNEL_LAYER = envstr("AGENTFORGE_CHANNEL_LAYER", "core")
 if AGENTFORGE_CHANNEL_LAYER not in CHANNEL_LAYER_BACKENDS:
     raise ImproperlyConfigured(
         f"AGENTFORGE_CHANNEL_LAYER must be one of {', '.join(CHANNEL_LAYER_BACKENDS)}, "

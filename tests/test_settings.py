@@ -173,8 +173,7 @@ def test_a_bad_value_is_refused_naming_the_variable(
 
 
 def test_a_bad_channel_capacity_is_refused_when_redis_is_used(tmp_path: Path) -> None:
-    message = refused(tmp_path, REDIS_URL="redis://127.0.0.1:6379/0", CHANNEL_CAPACITY="lots",
-                      AGENTFORGE_CHANNEL_LAYER="core")
+    message = refused(tmp_path, REDIS_URL="redis://127.0.0.1:6379/0", CHANNEL_CAPACITY="lots")
     assert "CHANNEL_CAPACITY" in message
 
 
@@ -232,30 +231,30 @@ def test_the_scale_out_configuration_is_honoured(tmp_path: Path) -> None:
     assert (database["NAME"], database["USER"], database["PASSWORD"]) == ("agentforge", "agent",
                                                                           "pw")
     assert (database["HOST"], int(database["PORT"])) == ("db.internal", 6543)
-    # Redis pub/sub by default, its channels named apart per Redis database.
     assert config["channel_layer"] == {
-        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-        "CONFIG": {"hosts": [{"address": "redis://cache.internal:6380/2"}],
-                   "prefix": "agentforge.2."},
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [{"address": "redis://cache.internal:6380/2",
+                              "socket_timeout": 30}], "capacity": 250},
     }
     assert config["tasks"] == "tools_app.runs.loops.task_wakeup.WakingDatabaseBackend"
     assert (config["lease"], config["heartbeat"]) == (12.5, 2.0)
 
 
-def test_the_core_channel_layer_is_chosen_with_its_capacity(tmp_path: Path) -> None:
+def test_the_pubsub_channel_layer_is_chosen_named_apart_per_database(tmp_path: Path,
+                                                                      ) -> None:
     config = started(tmp_path, **PRODUCTION, REDIS_URL="redis://cache.internal:6380/2",
-                     CHANNEL_CAPACITY="250", AGENTFORGE_CHANNEL_LAYER="core")
+                     AGENTFORGE_CHANNEL_LAYER="pubsub")
     assert config["channel_layer"] == {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [{"address": "redis://cache.internal:6380/2",
-                              "socket_timeout": 30}], "capacity": 250},
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [{"address": "redis://cache.internal:6380/2"}],
+                   "prefix": "agentforge.2."},
     }
 
 
 def test_an_unknown_channel_layer_is_refused(tmp_path: Path) -> None:
     message = refused(tmp_path, REDIS_URL="redis://127.0.0.1:6379/0",
                       AGENTFORGE_CHANNEL_LAYER="kafka")
-    assert "AGENTFORGE_CHANNEL_LAYER must be one of pubsub, core, got 'kafka'" in message
+    assert "AGENTFORGE_CHANNEL_LAYER must be one of core, pubsub, got 'kafka'" in message
 
 
 def test_the_documented_production_settings_pass_check_deploy(tmp_path: Path) -> None:

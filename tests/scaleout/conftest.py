@@ -72,10 +72,18 @@ def _scaleout_configuration(settings: Any) -> None:
 
 @pytest.fixture
 def core_layer(settings: Any) -> None:
-    """channels_redis's core layer (AGENTFORGE_CHANNEL_LAYER=core) instead of the default
-    pub/sub one, in this process and in the workers the test starts."""
+    """channels_redis's core layer (AGENTFORGE_CHANNEL_LAYER=core, the default), in this
+    process and in the workers the test starts, whatever the environment chose."""
     settings.AGENTFORGE_CHANNEL_LAYER = "core"
     settings.CHANNEL_LAYERS = redis_channel_layers("core", settings.REDIS_URL, 1000)
+
+
+@pytest.fixture
+def pubsub_layer(settings: Any) -> None:
+    """channels_redis's pub/sub layer (AGENTFORGE_CHANNEL_LAYER=pubsub), in this process
+    and in the workers the test starts."""
+    settings.AGENTFORGE_CHANNEL_LAYER = "pubsub"
+    settings.CHANNEL_LAYERS = redis_channel_layers("pubsub", settings.REDIS_URL, 0)
 
 
 def database_url() -> str:

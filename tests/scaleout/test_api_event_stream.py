@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from channels_redis.pubsub import RedisPubSubChannelLayer
+from channels_redis.core import RedisChannelLayer
 from django.contrib.auth.models import AbstractUser
 from django.test import AsyncClient
 
@@ -49,7 +49,7 @@ def streamed_run(
     bob: AbstractUser, fake_llm: Callable[[dict[str, Any]], BackgroundServer],
     slow_tools: dict[str, ToolRegistration], policy: ErrorPolicy,
 ) -> Run:
-    assert isinstance(get_channel_layer(), RedisPubSubChannelLayer)  # the default
+    assert isinstance(get_channel_layer(), RedisChannelLayer)  # the default
     server = fake_llm({"scripts": {"live": THREE_ROUNDS}})
     return start_run(fake_endpoint(server, "live"), [slow_tools["tally"]], policy, user=bob)
 

@@ -20,10 +20,9 @@ from tools_app.runs.store.eventlog import notify
 pytestmark = pytest.mark.scaleout
 
 
-@pytest.fixture(params=["pubsub", "core"])
+@pytest.fixture(params=["core", "pubsub"])
 def layer_kind(request: pytest.FixtureRequest) -> str:
-    if request.param == "core":
-        request.getfixturevalue("core_layer")
+    request.getfixturevalue(f"{request.param}_layer")
     return str(request.param)
 
 
@@ -50,7 +49,7 @@ async def test_an_idle_receive_outlasts_a_blocking_pop_and_still_gets_the_next_m
 
 
 async def test_on_pubsub_every_batch_is_announced_without_a_lookup(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, pubsub_layer: None,
 ) -> None:
     """On the pub/sub layer a group send is one PUBLISH, as cheap as asking whether
     anyone watches: nothing is looked up, and a subscribed viewer gets the notice."""

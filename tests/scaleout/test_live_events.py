@@ -90,8 +90,13 @@ def watched_run(
 # -- tests -----------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["core", "pubsub"])
+def either_layer(request: pytest.FixtureRequest) -> None:
+    request.getfixturevalue(f"{request.param}_layer")
+
+
 async def test_a_socket_follows_a_run_executed_by_a_worker_process(
-    watched_run: Run, bob: AbstractUser, workers: WorkerPool,
+    either_layer: None, watched_run: Run, bob: AbstractUser, workers: WorkerPool,
     sockets: list[WebsocketCommunicator],
 ) -> None:
     run = watched_run

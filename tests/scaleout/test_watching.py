@@ -30,8 +30,9 @@ pytestmark = pytest.mark.scaleout
 
 @pytest.fixture(autouse=True)
 def _on_the_core_layer(core_layer: None) -> None:
-    """Marks gate the core layer's group sends, which cost it several commands each; on
-    the pub/sub layer a send is one PUBLISH (tests/scaleout/test_channel_layer.py)."""
+    """Marks gate the core layer's group sends, which cost it several commands each (the
+    default, whatever the environment chose); on the pub/sub layer a send is one PUBLISH
+    (tests/scaleout/test_channel_layer.py)."""
 
 
 def new_run_id() -> str:
