@@ -1,5 +1,6 @@
 """The database's absence answered as such: a 503 (JSON `database_unavailable` under
-/api/, a plain page elsewhere), never a bare 500.
+/api/, the provider's own error JSON under the recording proxy's /proxy/, a plain page
+elsewhere), never a bare 500.
 
 A request meets an outage in one of three ways, all covered:
 - its view raises OperationalError / InterfaceError (`process_exception`; the JSON API
@@ -32,6 +33,8 @@ _outage = Outage(logger, "web requests")
 
 RETRY_AFTER_SECONDS = "5"
 API_PREFIX = "/api/"
+PROXY_PREFIX = "/proxy/"
+UNAVAILABLE = "The database is unavailable; try again shortly"
 PAGE = (b"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         b"<title>Service unavailable</title></head><body><h1>Service unavailable</h1>"
         b"<p>The database cannot be reached right now. Try again in a few seconds.</p>"
@@ -43,12 +46,23 @@ def database_unavailable(request: HttpRequest) -> HttpResponse:
     response: HttpResponse
     if request.path.startswith(API_PREFIX):
         response = JsonResponse({"error": {
-            "code": "database_unavailable",
-            "message": "The database is unavailable; try again shortly"}}, status=503)
+            "code": "database_unavailable", "message": UNAVAILABLE}}, status=503)
+    elif request.path.startswith(PROXY_PREFIX):
+        response = _proxy_unavailable(request.path)
     else:
         response = HttpResponse(PAGE, status=503, content_type="text/html; charset=utf-8")
     response["Retry-After"] = RETRY_AFTER_SECONDS
     return response
+
+
+def _proxy_unavailable(path: str) -> JsonResponse:
+    """The error body the proxied provider's SDK reads (the client sees a 503 it can
+    retry on, not an HTML page)."""
+    from tools_app.proxy.dialects import ANTHROPIC_MESSAGES, OPENAI_CHAT
+
+    dialect = (ANTHROPIC_MESSAGES if path.endswith("/" + ANTHROPIC_MESSAGES.path)
+               else OPENAI_CHAT)
+    return JsonResponse(dialect.error(503, "database_unavailable", UNAVAILABLE), status=503)
 
 
 _DATABASE_ERROR = "_agentforge_database_error"

@@ -124,9 +124,19 @@ def test_the_database_unavailable_is_a_503(proxy: Proxy, database_gone: None) ->
 
     assert response.status_code == 503
     assert response.headers["retry-after"]
-    assert b"Service unavailable" in response.content
+    # In the error format of the provider the client speaks to (its SDK reads it).
+    assert response.json() == {"error": {
+        "message": "The database is unavailable; try again shortly", "type": "server_error",
+        "param": None, "code": "database_unavailable"}}
     assert response.headers["x-content-type-options"] == "nosniff"
     assert middleware._outage._since is not None  # the outage noted (and logged once)
+
+    anthropic = httpx.post(f"{proxy.anthropic_base()}/v1/messages",
+                           json={**HELLO, "max_tokens": 16},
+                           headers={"x-api-key": proxy.token})
+    assert anthropic.status_code == 503
+    assert anthropic.json() == {"type": "error", "error": {
+        "type": "api_error", "message": "The database is unavailable; try again shortly"}}
 
 
 @pytest.fixture
