@@ -26,6 +26,7 @@ from django.db import connections
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from tools_app.proxy.dialects import ANTHROPIC_MESSAGES, OPENAI_CHAT
 from tools_app.runs.store.outage import DATABASE_ERRORS, Outage
 
 logger = logging.getLogger(__name__)
@@ -58,8 +59,6 @@ def database_unavailable(request: HttpRequest) -> HttpResponse:
 def _proxy_unavailable(path: str) -> JsonResponse:
     """The error body the proxied provider's SDK reads (the client sees a 503 it can
     retry on, not an HTML page)."""
-    from tools_app.proxy.dialects import ANTHROPIC_MESSAGES, OPENAI_CHAT
-
     dialect = (ANTHROPIC_MESSAGES if path.endswith("/" + ANTHROPIC_MESSAGES.path)
                else OPENAI_CHAT)
     return JsonResponse(dialect.error(503, "database_unavailable", UNAVAILABLE), status=503)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Generator
+from typing import Any
 
 import pytest
+from asgiref.sync import SyncToAsync
 
 from tests import async_orm_thread
 
@@ -54,6 +56,20 @@ def _tasks_never_run_behind_a_tests_back(settings: pytest.FixtureRequest) -> Non
     a test of a real backend sets settings.TASKS itself (tests/runs/loops/
     test_inprocess_backend.py, the scale-out harness)."""
     settings.TASKS = NEVER_EXECUTES  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the functions `sync_to_async` ran in a thread, in order."""
+    seen: list[str] = []
+    real = SyncToAsync.__call__
+
+    async def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(getattr(self.func, "__name__", type(self.func).__name__))
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(SyncToAsync, "__call__", recorded)
+    return seen
 
 
 @pytest.fixture(autouse=True)

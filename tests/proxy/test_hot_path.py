@@ -104,13 +104,12 @@ def test_a_full_recording_queue_drops_the_exchange_counted_and_logged(
     assert recorder.dropped == 1
 
 
-@pytest.mark.both
-def test_exchanges_queued_meanwhile_are_recorded_together_as_if_one_by_one(
-        proxy: Proxy, monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
-    settings.AGENTFORGE_PROXY_RECORDER = "thread"  # held and counted in this process
+@pytest.fixture
+def first_add_held(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """The recorder's first exchange held as it is added to its batch: (entered, set
+    once it is held; release, to let it go on), so the next ones queue meanwhile."""
     entered, release = threading.Event(), threading.Event()
-    add, store = recording.Batch.add, recording._store
-    stored: list[list[str]] = []
+    add = recording.Batch.add
 
     def held_once(batch: Any, exchange: Any) -> None:
         if not entered.is_set():
@@ -118,11 +117,23 @@ def test_exchanges_queued_meanwhile_are_recorded_together_as_if_one_by_one(
             release.wait()
         add(batch, exchange)
 
+    monkeypatch.setattr(recording.Batch, "add", held_once)
+    return entered, release
+
+
+@pytest.mark.both
+def test_exchanges_queued_meanwhile_are_recorded_together_as_if_one_by_one(
+        proxy: Proxy, monkeypatch: pytest.MonkeyPatch, settings: Any,
+        first_add_held: tuple[threading.Event, threading.Event]) -> None:
+    settings.AGENTFORGE_PROXY_RECORDER = "thread"  # held and counted in this process
+    entered, release = first_add_held
+    store = recording._store
+    stored: list[list[str]] = []
+
     def counted(waiting: list[Any]) -> None:
         stored.append([p.exchange.run_header for p in waiting])
         store(waiting)
 
-    monkeypatch.setattr(recording.Batch, "add", held_once)
     monkeypatch.setattr(recording, "_store", counted)
     for run in ("a", "b", "b", "c"):  # a is being recorded while the others queue
         response = httpx.post(f"{proxy.openai_base()}/chat/completions", json=HELLO,
@@ -149,20 +160,15 @@ def test_the_recording_queue_is_bounded_by_default() -> None:
 
 def test_a_failed_store_of_the_exchange_waiting_before_another_loses_only_that_one(
         proxy: Proxy, monkeypatch: pytest.MonkeyPatch, settings: Any,
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture,
+        first_add_held: tuple[threading.Event, threading.Event]) -> None:
     settings.AGENTFORGE_PROXY_RECORDER = "thread"  # held and failed in this process
     first = ModelEndpoint.objects.get(name="fake-openai")
     ModelEndpoint.objects.create(name="other-openai", kind="openai", base_url=first.base_url,
                                  model="fake-model", api_key_env=first.api_key_env)
-    entered, release = threading.Event(), threading.Event()
-    add, store = recording.Batch.add, recording._store
+    entered, release = first_add_held
+    store = recording._store
     failed: list[list[str]] = []
-
-    def held_once(batch: Any, exchange: Any) -> None:
-        if not entered.is_set():
-            entered.set()
-            release.wait()
-        add(batch, exchange)
 
     def failing_for_b_alone(waiting: list[Any]) -> None:
         if not failed and [p.exchange.run_header for p in waiting] == ["b"]:
@@ -170,7 +176,6 @@ def test_a_failed_store_of_the_exchange_waiting_before_another_loses_only_that_o
             raise RuntimeError("the store failed")
         store(waiting)
 
-    monkeypatch.setattr(recording.Batch, "add", held_once)
     monkeypatch.setattr(recording, "_store", failing_for_b_alone)
     # b's second round (another endpoint) has b's first stored alone first: that fails.
     for run, endpoint in (("a", "fake-openai"), ("b", "fake-openai"),

@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 import pytest
-from asgiref import sync
 from django.contrib.auth.models import User
 from django.core.handlers.asgi import ASGIHandler
 from django.core.signals import got_request_exception, request_finished, request_started
@@ -31,20 +30,6 @@ from tools_app.web.api.tokens import create_token
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HELLO = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture
-def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the functions `sync_to_async` ran in a thread, in order."""
-    seen: list[str] = []
-    real = sync.SyncToAsync.__call__
-
-    async def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(getattr(self.func, "__name__", type(self.func).__name__))
-        return await real(self, *args, **kwargs)
-
-    monkeypatch.setattr(sync.SyncToAsync, "__call__", recorded)
-    return seen
 
 
 def _ask(proxy: Proxy, *, stream: bool = False, **headers: str) -> httpx.Response:

@@ -33,20 +33,6 @@ MIDDLEWARE_METHODS = {"process_request", "process_view", "process_response",
                       "process_exception", "process_template_response"}
 
 
-@pytest.fixture
-def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names of the functions `sync_to_async` ran in a thread, in order."""
-    seen: list[str] = []
-    real = sync.SyncToAsync.__call__
-
-    async def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(getattr(self.func, "__name__", type(self.func).__name__))
-        return await real(self, *args, **kwargs)
-
-    monkeypatch.setattr(sync.SyncToAsync, "__call__", recorded)
-    return seen
-
-
 def session_cookie(user: AbstractUser) -> str:
     client = Client()
     client.force_login(user)
