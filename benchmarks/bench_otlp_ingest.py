@@ -83,6 +83,9 @@ def main() -> None:
     if args.servers:
         scale_out(args)
         return
+    from tools_app.runs.loops.process import freeze_startup_objects
+
+    freeze_startup_objects()  # as the server that receives does once started (asgi.py)
     rows = [measure("whole traces", args.batches, split=1),
             measure("split traces (4 batches each)", args.batches, split=4)]
     postgres = bool(args.database_url)
@@ -213,7 +216,8 @@ def report(rows: list[dict[str, Any]], batches: int, *, postgres: bool = False) 
         f"## OTLP in: spans per second into {store}", "",
         f"{batches} batches of {BATCH} spans after a warm-up batch, posted as protobuf to "
         "POST /v1/traces through Django's test client (one request at a time), on "
-        f"{database}. Each trace is an agent of 3 chat and 3 execute_tool spans "
+        f"{database}, in a process started as the server is (start-up frozen, the "
+        "collector's thresholds of runs/loops/process.py). Each trace is an agent of 3 chat and 3 execute_tool spans "
         "with messages, arguments and results (7 spans). 'split': each trace's spans "
         "spread over 4 batches, children first, so each run is made, then rebuilt 3 times. "
         f"2 cores shared with other work (load average {load:.1f} while measuring): the "

@@ -55,3 +55,29 @@ def test_the_model_clients_tls_context_is_built_at_start(tmp_path: Path) -> None
     loop every run of the process shares (seen in a db_worker's profile as the first
     runs of a burst started)."""
     assert _probe(tmp_path)["tls"] == [0, 1]
+
+
+SERVER_GC = """
+import gc, json
+import agentforge_web.asgi
+print(json.dumps({"thresholds": gc.get_threshold(), "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_a_started_server_froze_its_start_and_collects_young_objects_less_often(
+    tmp_path: Path,
+) -> None:
+    """The ASGI application, once imported (as daphne does), has frozen what start-up
+    built and raised the young generation's threshold (the older ones as Python has
+    them)."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "agentforge_web.settings",
+           "DATA_DIR": str(tmp_path), "AGENTFORGE_EMBEDDED_WORKER": "0", "DEBUG": "1",
+           "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}
+    env.pop("REDIS_URL", None)
+    env.pop("TASK_BACKEND", None)
+    done = subprocess.run([sys.executable, "-c", SERVER_GC], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60, check=True)
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert seen["thresholds"] == [10_000, 10, 10]
+    assert seen["frozen"] > 100_000  # modules, Django's setup, the validators
