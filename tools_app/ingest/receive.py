@@ -118,10 +118,18 @@ def _receive(records: list[SpanRecord], user: User, refusal: Refusal, via: str,
 
 def _known(records: list[SpanRecord]) -> dict[tuple[str, str], Any]:
     """Spans of these traces already stored: (trace, span) -> the run's owner id."""
+    # Two index lookups rather than one join: a planner without statistics on the
+    # spans (a new table, PostgreSQL's autovacuum not yet round) expects a third of the
+    # table for the IN and hashes the whole run table to join it.
     traces = {r.trace_id for r in records}
-    found = IngestedSpan.objects.filter(trace_id__in=traces).values_list(
-        "trace_id", "span_id", "run__created_by")
-    return {(trace, span): owner for trace, span, owner in found}
+    found = list(IngestedSpan.objects.filter(trace_id__in=traces).values_list(
+        "trace_id", "span_id", "run_id"))
+    if not found:
+        return {}
+    owners = dict(Run.objects.filter(pk__in={run for _, _, run in found}).values_list(
+        "pk", "created_by"))
+    return {(trace, span): owners[run] for trace, span, run in found
+            if run in owners}  # else deleted meanwhile, its spans with it
 
 
 def _store(records: list[SpanRecord], runs: dict[str, str], done: set[str],
