@@ -219,7 +219,8 @@ def report(rows: list[dict[str, Any]], batches: int, *, postgres: bool = False) 
         f"{database}, in a process started as the server is (start-up frozen, the "
         "collector's thresholds of runs/loops/process.py). Each trace is an agent of 3 "
         "chat and 3 execute_tool spans with messages, arguments and results (7 spans). "
-        "'split': each trace's spans spread over 4 batches, children first, so each run is made, then rebuilt 3 times. "
+        "'split': each trace's spans spread over 4 batches, children first, so each run "
+        "is made, then rebuilt 3 times. "
         f"2 cores shared with other work (load average {load:.1f} while measuring): the "
         "receiver is single-threaded here, so spans per CPU second (this process's "
         "user + system time) is what it does on a core of its own.", "",
