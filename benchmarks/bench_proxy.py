@@ -9,7 +9,9 @@ per request with aiohttp: non-streaming, until the whole body is read; streaming
 the first byte of the body (time to first byte). Added latency = a proxied percentile
 minus the direct one. Each conversation names its run (`X-AgentForge-Run`, a new one
 every ROUNDS_PER_RUN requests), so its requests are recorded as the rounds of runs while
-the measurement goes on. For scale, Django's request path alone is measured too.
+the measurement goes on. For scale, Django's request path alone is measured too, and
+a bare pass-through on the same server stack (benchmarks/passthrough_app.py on daphne):
+what any proxy served this way adds at least.
 
 Run: python -m benchmarks.bench_proxy [--pairs 300] [--concurrent 1,50]
 """
@@ -73,9 +75,10 @@ class Samples:
 
 
 @contextmanager
-def servers(workdir: Path) -> Iterator[tuple[str, str, str]]:
-    """(the provider's base URL, the product's root URL, an API token)."""
-    provider_port, product_port = free_port(), free_port()
+def servers(workdir: Path) -> Iterator[tuple[str, str, str, str]]:
+    """(the provider's base URL, the product's root URL, an API token, the bare
+    pass-through's base URL)."""
+    provider_port, product_port, bare_port = free_port(), free_port(), free_port()
     provider = f"http://127.0.0.1:{provider_port}/v1"
     env = base_env(f"sqlite:///{workdir / 'bench.sqlite3'}", workdir,
                    BENCH_PROVIDER_API_KEY="sk-bench-provider-key")
@@ -90,13 +93,16 @@ def servers(workdir: Path) -> Iterator[tuple[str, str, str]]:
                 ("fake", [PYTHON, "-m", "tools_app.fake_llm", "--port", str(provider_port),
                           "--record-limit", "0"]),
                 ("daphne", [DAPHNE, "-b", "127.0.0.1", "-p", str(product_port),
-                            "agentforge_web.asgi:application"])):
+                            "agentforge_web.asgi:application"]),
+                ("bare", [DAPHNE, "-b", "127.0.0.1", "-p", str(bare_port),
+                          "benchmarks.passthrough_app:app"])):
             log = (workdir / f"{name}.log").open("wb")
-            processes.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log,
-                                              stderr=subprocess.STDOUT))
-        product = f"http://127.0.0.1:{product_port}"
-        _wait_until_up(f"{provider}/models", f"{product}/api/runs", token)
-        yield provider, product, token
+            processes.append(subprocess.Popen(
+                argv, cwd=ROOT, env={**env, "PASSTHROUGH_UPSTREAM": provider.removesuffix("/v1")},
+                stdout=log, stderr=subprocess.STDOUT))
+        product, bare = f"http://127.0.0.1:{product_port}", f"http://127.0.0.1:{bare_port}"
+        _wait_until_up(f"{provider}/models", f"{product}/api/runs", f"{bare}/v1/models", token)
+        yield provider, product, token, bare
     finally:
         for process in processes:
             stop(process)
@@ -137,13 +143,17 @@ async def _timed(session: aiohttp.ClientSession, url: str, headers: dict[str, st
 
 async def _conversation(session: aiohttp.ClientSession, provider: str, product: str,
                         token: str, index: int, pairs: int, *, stream: bool,
-                        samples: Samples | None) -> None:
-    direct = (f"{provider}/chat/completions", {"Authorization": "Bearer sk-bench-provider-key"})
+                        samples: Samples | None, bare: str | None = None) -> None:
+    """Pairs of the same request, direct and through the product's proxy (or, given
+    `bare`, through the bare pass-through at that base URL)."""
+    key = {"Authorization": "Bearer sk-bench-provider-key"}
+    direct = (f"{provider}/chat/completions", key)
     proxy_url = f"{product}/proxy/{ENDPOINT}/v1/chat/completions"
     for pair in range(pairs):
         # A conversation of ROUNDS_PER_RUN rounds, then the next one.
         run = f"bench-{index}-{pair // ROUNDS_PER_RUN}"
-        proxied = (proxy_url, {"Authorization": f"Bearer {token}", "X-AgentForge-Run": run})
+        proxied = ((f"{bare}/v1/chat/completions", dict(key)) if bare is not None else
+                   (proxy_url, {"Authorization": f"Bearer {token}", "X-AgentForge-Run": run}))
         body = {"model": MODEL, "stream": stream,
                 "messages": [{"role": "user", "content": f"question {pair} of {index}"}]}
         order = (direct, proxied) if (pair + index) % 2 == 0 else (proxied, direct)
@@ -168,22 +178,25 @@ async def floor(product: str) -> list[float]:
 
 
 async def measure(provider: str, product: str, token: str, concurrent: int, pairs: int,
-                  *, stream: bool) -> Samples:
+                  *, stream: bool, bare: str | None = None) -> Samples:
     samples = Samples([], [])
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         await asyncio.gather(*(_conversation(session, provider, product, token, i,
-                                             WARM_UP_PAIRS, stream=stream, samples=None)
+                                             WARM_UP_PAIRS, stream=stream, samples=None,
+                                             bare=bare)
                                for i in range(concurrent)))
         per_conversation = max(MIN_PAIRS_PER_CONVERSATION, pairs // concurrent)
         await asyncio.gather(*(_conversation(session, provider, product, token, i,
                                              per_conversation, stream=stream,
-                                             samples=samples)
+                                             samples=samples, bare=bare)
                                for i in range(concurrent)))
     return samples
 
 
-def report(rows: list[str], pairs: int, floor_ms: list[float]) -> str:
+def report(rows: list[str], pairs: int, floor_ms: list[float], bare: Samples) -> str:
+    added = percentile(bare.proxied, 50) - percentile(bare.direct, 50)
+    added95 = percentile(bare.proxied, 95) - percentile(bare.direct, 95)
     return "\n".join([
         "# Recording proxy: added latency",
         "",
@@ -210,7 +223,11 @@ def report(rows: list[str], pairs: int, floor_ms: list[float]) -> str:
         "",
         f"For scale, Django's request path alone on the same server (a GET the proxy's view "
         f"refuses at once, 405, before any lookup; {len(floor_ms)} requests): p50 "
-        f"{percentile(floor_ms, 50):.2f} ms, p95 {percentile(floor_ms, 95):.2f} ms.",
+        f"{percentile(floor_ms, 50):.2f} ms, p95 {percentile(floor_ms, 95):.2f} ms. "
+        "And what any proxy on this server stack adds at least: a bare pass-through ASGI "
+        "app on daphne (benchmarks/passthrough_app.py: the body forwarded with one kept "
+        "aiohttp session, no Django, no lookup, no recording), measured as the first row "
+        f"({len(bare.proxied)} pairs): added p50 {added:.2f} ms, p95 {added95:.2f} ms.",
     ])
 
 
@@ -221,8 +238,10 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="agentforge-proxy-bench-") as tmp, \
-            servers(Path(tmp)) as (provider, product, token):
+            servers(Path(tmp)) as (provider, product, token, bare_url):
         floor_ms = asyncio.run(floor(product))
+        bare = asyncio.run(measure(provider, product, token, 1, args.pairs, stream=False,
+                                   bare=bare_url))
         for concurrent in (int(c) for c in args.concurrent.split(",")):
             for stream in (False, True):
                 samples = asyncio.run(measure(provider, product, token, concurrent,
@@ -231,7 +250,7 @@ def main() -> None:
                          f"{'streaming (first byte)' if stream else 'non-streaming'}")
                 rows.append(samples.row(label))
                 print(rows[-1], flush=True)
-    print(write_result("proxy", report(rows, args.pairs, floor_ms)))
+    print(write_result("proxy", report(rows, args.pairs, floor_ms, bare)))
 
 
 if __name__ == "__main__":
