@@ -247,7 +247,7 @@ def measure_export() -> dict[str, Any]:
                           headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 200
     samples = []
-    for chunk in response.streaming_content:
+    for chunk in response.streaming_content:  # type: ignore[attr-defined]  # a streaming export
         rows += 1
         size += len(chunk)
         if rows % 10_000 == 0:

@@ -120,7 +120,8 @@ def measure(count: int, new_runs: Callable[[int], list[Any]]) -> dict[str, Any]:
             runs = new_runs(count)
             cpu, _ = scenario(application, runs)
             app_cpu.append(cpu / (count * ROUNDS_PER_RUN))
-            app_walls += [run.wall_ms for run in Run.objects.filter(pk__in=[r.pk for r in runs])]
+            app_walls += [run.wall_ms for run in Run.objects.filter(pk__in=[r.pk for r in runs])
+                          if run.wall_ms is not None]
             recorder_cpu.append(spent["cpu"] / (count * ROUNDS_PER_RUN))
             batches.append(spent["batches"] / (count * ROUNDS_PER_RUN))
             groups.append(spent["groups"] / (count * ROUNDS_PER_RUN))
@@ -148,17 +149,15 @@ def scenario(body: Callable[[list[Any]], Coroutine[Any, Any, list[float]]],
 
 async def engine_alone(runs: list[Any]) -> list[float]:
     from tools_app.runs.loops.provider_clients import PROVIDER_CLIENTS
-    from tools_app.runs.snapshot.frozen import (
-        engine_for_snapshot,
-        snapshot_messages,
-        snapshot_parameters,
-    )
+    from tools_app.runs.snapshot.engine import engine_for_snapshot
+    from tools_app.runs.snapshot.model import snapshot_of
 
     async def one(run: Any) -> float:
         started = time.perf_counter()
-        engine = engine_for_snapshot(run.snapshot)
-        await engine.service.chat(engine.model, snapshot_messages(run.snapshot),
-                                  snapshot_parameters(run.snapshot))
+        snapshot = snapshot_of(run)
+        engine = engine_for_snapshot(snapshot)
+        await engine.service.chat(engine.model, snapshot.chat_messages(),
+                                  snapshot.request_parameters())
         return (time.perf_counter() - started) * 1000
 
     walls = await asyncio.gather(*(one(run) for run in runs))

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import setup_django, summary, write_result
+
+if TYPE_CHECKING:
+    from tools_app.models import Run  # imported where used, once Django is set up
 
 ROUNDS, CALLS_PER_ROUND, REPEATS = 100, 10, 7
 WIDE_ROUNDS, WIDE_CALLS = 10, 100
@@ -63,7 +66,7 @@ def _script(variant: str, *, differing: range | None = None, rounds: int = ROUND
 def build_runs() -> dict[str, str]:
     from django.contrib.auth import get_user_model
 
-    from tools_app.models import ErrorPolicy, ModelEndpoint, Run
+    from tools_app.models import ErrorPolicy, ModelEndpoint
     from tools_app.runs import services
     from tools_app.runs.debugger.rerun import ReplayOptions, run_rerun
     from tools_app.tools.importing import import_tools
@@ -96,7 +99,7 @@ def build_runs() -> dict[str, str]:
     return {name: str(run.pk) for name, run in runs.items()}
 
 
-def _finished(run: Any) -> Any:
+def _finished[R: Run](run: R) -> R:
     # TASK_BACKEND=immediate (see main): the run executed on commit, when it was queued.
     run.refresh_from_db()
     assert run.status == "succeeded", (run.status, run.error_message)

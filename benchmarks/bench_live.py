@@ -25,6 +25,8 @@ unwatched first, on the same server, give the efficiency (ideal / the run's wall
 watched runs are compared with; and the product's CPU time (its processes, from /proc)
 per delivered event. Scale-out scenarios are skipped when PostgreSQL or Redis is
 unreachable on loopback. Runs that do not finish within the time bound are reported.
+(e) is also measured on the embedded server with its live batches read but not rendered
+(live_floor_app.py): the floor of the live path on this machine, rendering aside.
 
 Run: .venv/bin/python -m benchmarks.bench_live   (a few minutes; every wait is bounded)
      [--only watched|followed] [--followed-runs N] [--name FILE]
@@ -51,6 +53,8 @@ import aiohttp
 
 from benchmarks.common import write_result
 from benchmarks.live_clients import (
+    FLOOR_APPLICATION,
+    PRODUCT_APPLICATION,
     TERMINAL,
     Server,
     Watch,
@@ -211,14 +215,16 @@ def followed(server: Server, runs: int) -> Followed:
 
 
 @contextmanager
-def embedded_server(*, provider: bool) -> Iterator[Server]:
+def embedded_server(*, provider: bool,
+                    application: str = PRODUCT_APPLICATION) -> Iterator[Server]:
     """SQLite, the in-memory channel layer, the worker inside daphne."""
     workdir = Path(tempfile.mkdtemp(prefix="agentforge-bench-live-"))
     try:
         env = base_env(f"sqlite:///{workdir / 'bench.sqlite3'}", workdir,
                        AGENTFORGE_EMBEDDED_WORKER="1",
                        AGENTFORGE_API_STREAMS_PER_USER=str(STREAMS_PER_USER))
-        with serve(env, workdir, db_worker=False, provider=provider) as server:
+        with serve(env, workdir, db_worker=False, provider=provider,
+                   application=application) as server:
             yield server
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -233,8 +239,8 @@ def embedded() -> tuple[Outcome, Outcome]:
     return one, many
 
 
-def embedded_followed(runs: int) -> Followed:
-    with embedded_server(provider=True) as server:
+def embedded_followed(runs: int, application: str = PRODUCT_APPLICATION) -> Followed:
+    with embedded_server(provider=True, application=application) as server:
         return followed(server, runs)
 
 
@@ -295,7 +301,8 @@ def main() -> str:
         watched = (one, many, scale_out(1), scale_out(RUNS))
     if args.only != "watched":
         follow = (embedded_followed(args.followed_runs),
-                  scale_out_followed(args.followed_runs))
+                  scale_out_followed(args.followed_runs),
+                  embedded_followed(args.followed_runs, FLOOR_APPLICATION))
     elapsed = time.monotonic() - started
     return write_result(args.name, render(watched, follow, elapsed)).read_text()
 

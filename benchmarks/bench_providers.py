@@ -107,7 +107,8 @@ async def raw_aiohttp_run(session: Any, url: str, model: str) -> int:
     async def ask(body: dict[str, Any]) -> dict[str, Any]:
         async with session.post(url, json=body) as response:
             response.raise_for_status()
-            return (await response.json())["choices"][0]["message"]
+            message: dict[str, Any] = (await response.json())["choices"][0]["message"]
+            return message
 
     return await hand_loop(ask, model, stream=False)
 
@@ -138,7 +139,8 @@ async def bare_run(client: Any, url: str, model: str, stream: bool) -> int:
                 return await _fold_sse(response.aiter_lines())
         response = await client.post(url, json=body)
         response.raise_for_status()
-        return response.json()["choices"][0]["message"]
+        message: dict[str, Any] = response.json()["choices"][0]["message"]
+        return message
 
     return await hand_loop(ask, model, stream)
 

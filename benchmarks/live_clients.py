@@ -108,11 +108,18 @@ class Server:
         return sum(cpu_seconds(pid) for pid in self.pids.values())
 
 
+PRODUCT_APPLICATION = "agentforge_web.asgi:application"
+# The same server with its live batches not rendered (live_floor_app.py).
+FLOOR_APPLICATION = "benchmarks.live_floor_app:application"
+
+
 @contextmanager
 def serve(env: dict[str, str], workdir: Path, *, db_worker: bool,
-          concurrency: int = 1, provider: bool = False) -> Iterator[Server]:
-    """The product on a free loopback port; with `provider`, the fake provider too (in a
-    process of its own, not counted in `Server.cpu_seconds`)."""
+          concurrency: int = 1, provider: bool = False,
+          application: str = PRODUCT_APPLICATION) -> Iterator[Server]:
+    """The product on a free loopback port (daphne serving `application`); with
+    `provider`, the fake provider too (in a process of its own, not counted in
+    `Server.cpu_seconds`)."""
     fake = FakeLLM() if provider else None
     processes: list[tuple[str, subprocess.Popen[bytes], Path]] = []
     if fake is not None:
@@ -137,8 +144,7 @@ def serve(env: dict[str, str], workdir: Path, *, db_worker: bool,
         server.pids[name] = process.pid
 
     try:
-        start("daphne", [DAPHNE, "-b", "127.0.0.1", "-p", str(port),
-                         "agentforge_web.asgi:application"])
+        start("daphne", [DAPHNE, "-b", "127.0.0.1", "-p", str(port), application])
         if db_worker:
             start("db_worker", [PYTHON, "manage.py", "db_worker", "--no-reload",
                                 "--interval", "0.05", "--no-startup-delay",

@@ -77,8 +77,8 @@ machines."""
 Watched = tuple[Outcome, Outcome, Outcome | str, Outcome | str]  # (a), (b), (c), (d)
 
 
-def render(watched: Watched | None, followed: tuple[Followed, Followed | str] | None,
-           elapsed: float) -> str:
+def render(watched: Watched | None,
+           followed: tuple[Followed, Followed | str, Followed] | None, elapsed: float) -> str:
     """The report of the scenarios run ((a)-(d), (e) or both; a scale-out one may be
     the reason it was skipped)."""
     parts = []
@@ -174,9 +174,10 @@ EFFICIENCY_HEADER = ("| configuration | runs | efficiency unwatched | efficiency
                      + "|---" * 8 + "|")
 
 
-def render_followed(embedded: Followed, scale_out: Followed | str) -> str:
+def render_followed(embedded: Followed, scale_out: Followed | str, floor: Followed) -> str:
     rows, verdicts, notes = followed_rows("embedded", embedded)
     latency, effs = rows[:2], rows[2:]
+    floor_rows, _, floor_notes = followed_rows("embedded, batches not rendered", floor)
     if isinstance(scale_out, Followed):
         more, verdicts_s, notes_s = followed_rows("scale-out", scale_out)
         latency, effs = latency + more[:2], effs + more[2:]
@@ -200,9 +201,19 @@ that minus the same runs' CPU unwatched: what following costs.
 
 {HEADER}
 {chr(10).join(latency)}
+{chr(10).join(floor_rows[:2])}
 
 {EFFICIENCY_HEADER}
 {chr(10).join(effs)}
+{floor_rows[2]}
+
+"Batches not rendered": the embedded server again (a fresh one), with its live batches
+read but not rendered (benchmarks/live_floor_app.py: each WebSocket message is the seq
+it reaches and the run's status, no template); the SSE stream is unchanged. What the
+live path costs on this machine before any rendering: the WebSocket rows above minus
+these are the rendering's share; a target below these rows is below the floor of one
+server process running and serving these runs here.
+{chr(10).join(f"- {n}" for n in floor_notes)}
 
 Targets (issue 44): p95 < {LOAD_TARGET_MS:g} ms on both channels, and the watched runs'
 efficiency >= {EFFICIENCY_SHARE:.0%} of the unwatched. By scenario: {"; ".join(verdicts)}.
