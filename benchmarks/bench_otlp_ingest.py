@@ -241,7 +241,10 @@ def report(rows: list[dict[str, Any]], batches: int, *, postgres: bool = False) 
 
 def scale_out(args: argparse.Namespace) -> None:
     """Both deliveries posted round-robin to `args.servers` daphne processes."""
+    from tools_app.models import Run
+
     in_flight = args.in_flight or 2 * args.servers
+    held = Run.objects.count()  # earlier runs' rows make every lookup and index larger
     tokens = {split: _token(f"bench-{split}") for split in (1, 4)}
     workdir = Path(tempfile.mkdtemp(prefix="agentforge-bench-otlp-"))
     extra = {"AGENTFORGE_OTLP_RATE": RATE, "AGENTFORGE_EMBEDDED_WORKER": "0",
@@ -259,7 +262,7 @@ def scale_out(args: argparse.Namespace) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     write_result("otlp_ingest_scaleout",
                  report_scale_out(rows, args.batches, args.servers, in_flight,
-                                  redis=bool(args.redis_url)))
+                                  redis=bool(args.redis_url), held=held))
 
 
 @contextmanager
@@ -351,7 +354,7 @@ async def _post_all(posts: list[tuple[str, bytes]], token: str, in_flight: int,
 
 
 def report_scale_out(rows: list[dict[str, Any]], batches: int, count: int, in_flight: int,
-                     *, redis: bool) -> str:
+                     *, redis: bool, held: int) -> str:
     load = os.getloadavg()[0]
     services = ", ".join(rows[0]["others"]) if rows else ""
     lines = [
@@ -359,7 +362,9 @@ def report_scale_out(rows: list[dict[str, Any]], batches: int, count: int, in_fl
         "(the scale-out configuration)", "",
         f"{batches} batches of {BATCH} spans after a warm-up batch per server, posted as "
         f"protobuf over loopback HTTP to POST /v1/traces of {count} daphne processes on "
-        f"one PostgreSQL database{' and Redis' if redis else ''}, round-robin, {in_flight} "
+        f"one PostgreSQL database (holding {held:,} runs before: "
+        f"{'created empty for it' if not held else 'earlier runs kept'})"
+        f"{' and Redis' if redis else ''}, round-robin, {in_flight} "
         "at a time (a split trace's batches land on different processes). Each trace is "
         "an agent of 3 chat and 3 execute_tool spans with messages, arguments and results "
         "(7 spans). 'split': each trace's spans spread over 4 consecutive batches, "
