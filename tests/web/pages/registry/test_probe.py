@@ -11,6 +11,7 @@ from django.test import Client
 
 from tests.web.support import Tree
 from tools_app.models import ModelEndpoint
+from tools_app.runs.loops.provider_clients import close_if_the_loop_ends
 from tools_app.runs.worker.probing import probe_and_store
 from tools_app.web.pages.registry import endpoints
 
@@ -22,6 +23,18 @@ ONE_CALL_THEN_TEXT = [
     {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]},
     {"text": "done"},
 ]
+
+
+def probe(endpoint_id: str) -> None:
+    """The probe as its task runs it, on a loop of its own whose model clients are
+    closed when it ends (left open, each is reported unclosed at the process's exit)."""
+    async def probed() -> None:
+        try:
+            await probe_and_store(endpoint_id)
+        finally:
+            await close_if_the_loop_ends()
+
+    asyncio.run(probed())
 
 
 @pytest.fixture
@@ -49,7 +62,7 @@ def test_a_probe_stores_its_report_and_the_page_shows_it(
     alice_client: Client, endpoint: ModelEndpoint
 ) -> None:
     assert alice_client.get("/endpoints/").content.decode().count("Not probed yet") == 1
-    asyncio.run(probe_and_store(str(endpoint.pk)))
+    probe(str(endpoint.pk))
     endpoint.refresh_from_db()
     report = endpoint.capability_report
     assert endpoint.capability_checked_at is not None
@@ -68,7 +81,7 @@ def test_the_playground_lists_each_endpoints_capabilities_with_a_probe_button(
     page = alice_client.get("/playground/").content.decode()
     assert "not probed yet" in page
     assert f"/endpoints/{endpoint.pk}/probe/" in page
-    asyncio.run(probe_and_store(str(endpoint.pk)))
+    probe(str(endpoint.pk))
     page = alice_client.get("/playground/").content.decode()
     assert "not probed yet" not in page
     assert 'class="badge probe-passed"' in page
@@ -146,7 +159,7 @@ def test_a_probe_asked_for_shows_under_way_until_its_report_is_stored(
     playground = Tree(alice_client.get("/playground/").content.decode())
     assert "hx-get" in playground.by_id(f"probe-cell-{endpoint.pk}").attrs
 
-    asyncio.run(probe_and_store(str(endpoint.pk)))
+    probe(str(endpoint.pk))
 
     done = fragment(alice_client, endpoint)  # no poll any more: the swap ends it
     assert "hx-get" not in done.by_id(f"probe-{endpoint.pk}").attrs
@@ -175,7 +188,7 @@ def test_an_error_every_check_met_is_shown_once(
     settings.AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK = True
     closed = ModelEndpoint.objects.create(name="nobody home", kind="openai_compatible",
                                           base_url="http://127.0.0.1:9/v1", model="m")
-    asyncio.run(probe_and_store(str(closed.pk)))
+    probe(str(closed.pk))
     closed.refresh_from_db()
     details = {c["detail"] for c in closed.capability_report["checks"]}
     assert len(details) == 1  # the same error, five times over
@@ -192,7 +205,7 @@ def test_a_probe_that_cannot_start_reports_why_once(
     keyless = ModelEndpoint.objects.create(name="no key", kind="openai_compatible",
                                            base_url="https://api.example.com/v1", model="m",
                                            api_key_env="NOT_AN_ALLOWED_VARIABLE")
-    asyncio.run(probe_and_store(str(keyless.pk)))
+    probe(str(keyless.pk))
     keyless.refresh_from_db()
 
     checks = keyless.capability_report["checks"]
