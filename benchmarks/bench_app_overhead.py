@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import secrets
 import socket
 import statistics
 import time
@@ -45,11 +44,8 @@ def main() -> None:
     parser.add_argument("--runs", default="1,10,50")
     args = parser.parse_args()
     counts = [int(x) for x in args.runs.split(",")]
-    os.environ["DEBUG"] = "0"  # as deployed: no query log
-    os.environ["SECRET_KEY"] = secrets.token_urlsafe(40)  # a throwaway database's
-    os.environ["ALLOWED_HOSTS"] = "127.0.0.1"
     os.environ["AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK"] = "1"  # the fake server is local
-    setup_django()
+    setup_django(allowed_hosts="127.0.0.1")
     rows = measure_all(counts)
     print(write_result("app-overhead", report(rows)).read_text())
 

@@ -75,9 +75,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.servers and not (args.database_url or "").startswith("postgres"):
         parser.error("--servers needs a PostgreSQL --database-url (the scale-out store)")
-    os.environ["DEBUG"] = "0"
-    os.environ["SECRET_KEY"] = secrets.token_urlsafe(40)
-    os.environ["ALLOWED_HOSTS"] = "testserver"
     os.environ["AGENTFORGE_OTLP_RATE"] = RATE
     setup_django(args.database_url)
     if args.servers:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import time
 from typing import Any
 
@@ -114,11 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=100)
     args = parser.parse_args(argv)
     os.environ["TASK_BACKEND"] = "inprocess"
-    os.environ["DEBUG"] = "0"  # as deployed: no query log
-    os.environ["SECRET_KEY"] = secrets.token_urlsafe(40)  # a throwaway database's
-    os.environ["ALLOWED_HOSTS"] = "127.0.0.1"
     os.environ["AGENTFORGE_OUTBOUND_ALLOW_LOOPBACK"] = "1"  # the fake server is local
-    setup_django()
+    setup_django(allowed_hosts="127.0.0.1")
     from django.conf import settings
 
     from tools_app.runs.sweeps import start_embedded_worker

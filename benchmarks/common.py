@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import statistics
 import sys
 import tempfile
@@ -21,9 +22,14 @@ UNFLAG_LOOPS_CODE = ("from tools_app.models import ErrorPolicy\n"
 """The same for a `manage.py shell -c` set-up (after seed_demo made its policy)."""
 
 
-def setup_django(database_url: str | None = None) -> Path:
-    """Configure Django on a fresh SQLite file (unless a URL is given) and migrate."""
+def setup_django(database_url: str | None = None, *,
+                 allowed_hosts: str = "testserver") -> Path:
+    """Configure Django as deployed (DEBUG off: no query log; a throwaway SECRET_KEY, so
+    it runs outside the Makefile too) on a fresh SQLite file (unless a URL is given),
+    serving `allowed_hosts` (Django's test client's by default), and migrate."""
     workdir = Path(tempfile.mkdtemp(prefix="agentforge-bench-"))
+    os.environ.update({"DEBUG": "0", "SECRET_KEY": secrets.token_urlsafe(40),
+                       "ALLOWED_HOSTS": allowed_hosts})
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentforge_web.settings")
     os.environ["DATABASE_URL"] = database_url or f"sqlite:///{workdir / 'bench.sqlite3'}"
     os.environ["AGENTFORGE_EMBEDDED_WORKER"] = "0"
