@@ -152,15 +152,15 @@ async def _conversation(session: aiohttp.ClientSession, provider: str, product: 
     for pair in range(pairs):
         # A conversation of ROUNDS_PER_RUN rounds, then the next one.
         run = f"bench-{index}-{pair // ROUNDS_PER_RUN}"
-        proxied = ((f"{bare}/v1/chat/completions", dict(key)) if bare is not None else
+        proxied = ((f"{bare}/v1/chat/completions", key) if bare is not None else
                    (proxy_url, {"Authorization": f"Bearer {token}", "X-AgentForge-Run": run}))
         body = {"model": MODEL, "stream": stream,
                 "messages": [{"role": "user", "content": f"question {pair} of {index}"}]}
         order = (direct, proxied) if (pair + index) % 2 == 0 else (proxied, direct)
-        for url, headers in order:
-            elapsed = await _timed(session, url, headers, body, stream=stream)
+        for sent in order:
+            elapsed = await _timed(session, *sent, body, stream=stream)
             if samples is not None:
-                (samples.direct if headers is direct[1] else samples.proxied).append(elapsed)
+                (samples.direct if sent is direct else samples.proxied).append(elapsed)
 
 
 async def floor(product: str) -> list[float]:
