@@ -27,15 +27,21 @@ print(json.dumps({"before": before, "after": {name: name in sys.modules for name
 """
 
 
-def _probe(tmp_path: Path) -> dict[str, Any]:
-    """What a fresh process holds before and after `preload_for_runs()`."""
+def _in_fresh_process(tmp_path: Path, code: str, env: dict[str, str]) -> dict[str, Any]:
+    """The JSON `code` prints last, run in a fresh process on a SQLite file of its own
+    with `env` over this one's environment."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "agentforge_web.settings",
-           "DATA_DIR": str(tmp_path), "REDIS_URL": "redis://127.0.0.1:1/0",
-           "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}
-    done = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env,
+           "DATA_DIR": str(tmp_path), "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+           **env}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60, check=True)
     seen: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return seen
+
+
+def _probe(tmp_path: Path) -> dict[str, Any]:
+    """What a fresh process holds before and after `preload_for_runs()`."""
+    return _in_fresh_process(tmp_path, PROBE, {"REDIS_URL": "redis://127.0.0.1:1/0"})
 
 
 def test_the_provider_adapters_and_the_channel_layer_are_imported_at_start(
@@ -70,14 +76,10 @@ def test_a_started_server_froze_its_start_and_collects_young_objects_less_often(
     """The ASGI application, once imported (as daphne does), has frozen what start-up
     built and raised the young generation's threshold (the older ones as Python has
     them)."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "agentforge_web.settings",
-           "DATA_DIR": str(tmp_path), "AGENTFORGE_EMBEDDED_WORKER": "0", "DEBUG": "1",
-           "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"}
-    env.pop("REDIS_URL", None)
-    env.pop("TASK_BACKEND", None)
-    done = subprocess.run([sys.executable, "-c", SERVER_GC], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60, check=True)
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    # The embedded default (no Redis, the in-process backend), its worker not started.
+    seen = _in_fresh_process(tmp_path, SERVER_GC, {
+        "AGENTFORGE_EMBEDDED_WORKER": "0", "DEBUG": "1", "REDIS_URL": "",
+        "TASK_BACKEND": "inprocess"})
 
     assert seen["thresholds"] == [10_000, 10, 10]
     assert seen["frozen"] > 100_000  # modules, Django's setup, the validators
