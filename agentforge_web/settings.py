@@ -355,6 +355,13 @@ AGENTFORGE_PROXY_RECORDER = envstr("AGENTFORGE_PROXY_RECORDER", "process")
 if AGENTFORGE_PROXY_RECORDER not in ("process", "thread"):
     raise ImproperlyConfigured("AGENTFORGE_PROXY_RECORDER must be process or thread, got "
                                f"{AGENTFORGE_PROXY_RECORDER!r}")
+# How much lower the recorder process's scheduling priority is than the server's (the
+# `nice` increment, 0 to 19): recording is off the request path, so when both want the
+# CPU the relayed requests go first and the recording catches up when it is free.
+AGENTFORGE_PROXY_RECORDER_NICE = envint("AGENTFORGE_PROXY_RECORDER_NICE", 10, minimum=0)
+if AGENTFORGE_PROXY_RECORDER_NICE > 19:
+    raise ImproperlyConfigured("AGENTFORGE_PROXY_RECORDER_NICE must be 0 to 19, got "
+                               f"{AGENTFORGE_PROXY_RECORDER_NICE}")
 
 # Isolated Python tools (a tool's "isolated" option; tools_app/engine/isolation): calls
 # that run at once in worker processes of their own (more wait for one), each worker's

@@ -162,6 +162,8 @@ def test_an_unreadable_secret_key_file_is_refused(tmp_path: Path) -> None:
         ("AGENTFORGE_LOGIN_FAILURE_LIMIT", "0"),
         ("AGENTFORGE_LOGIN_COOLOFF_MINUTES", "a while"),
         ("AGENTFORGE_WORKER_EVENT_LOOP", "trio"),
+        ("AGENTFORGE_PROXY_RECORDER_NICE", "-1"),
+        ("AGENTFORGE_PROXY_RECORDER_NICE", "20"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable(

@@ -100,6 +100,20 @@ def test_a_conversations_exchanges_are_recorded_in_order(proxy: Proxy, kind: str
         assert process.child_pid not in (None, os.getpid())
 
 
+@pytest.mark.parametrize("nice", [10, 0])
+def test_the_recorder_process_runs_below_the_servers_priority_by_the_setting(
+        proxy: Proxy, own_recorder: ProcessRecorder, settings: Any, nice: int) -> None:
+    settings.AGENTFORGE_PROXY_RECORDER_NICE = nice
+    assert _ask(proxy, "niced", "question 0").status_code == 200
+    proxy.recorded()
+
+    child = own_recorder.child_pid
+    assert child is not None
+    server = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, child) == min(19, server + nice)
+    assert [_questions(run) for run in Run.objects.filter(created_by=proxy.user)] == [["0"]]
+
+
 def test_a_killed_recorder_process_is_restarted_losing_only_what_it_held(
         proxy: Proxy, own_recorder: ProcessRecorder) -> None:
     assert _ask(proxy, "before", "question 0").status_code == 200

@@ -266,7 +266,8 @@ class ProcessRecorder:
         process = context.Process(
             target=recorder_child.main, name="proxy-recorder", daemon=True,
             args=(theirs, os.environ.get("DJANGO_SETTINGS_MODULE") or settings.SETTINGS_MODULE,
-                  str(connections["default"].settings_dict["NAME"])))
+                  str(connections["default"].settings_dict["NAME"]),
+                  settings.AGENTFORGE_PROXY_RECORDER_NICE))
         process.start()
         theirs.close()  # the child's end: its death is then our end's EOF
         if not self.started:
