@@ -22,6 +22,7 @@ from tests.ingest.support import (
     PROTOBUF,
     answer,
     assistant,
+    call_part,
     chat_span,
     otlp_json,
     post,
@@ -260,3 +261,23 @@ def test_a_span_whose_parent_is_in_another_service_ends_the_run(
 
     assert run_of(bob).status == "succeeded"
     assert rows(run_of(bob)) == EXPECTED
+
+
+def test_a_call_without_a_tool_span_takes_its_result_only_from_a_later_request(
+        client: Client, token: str, bob: AbstractUser) -> None:
+    """A result carried before the call was proposed (a call id used again) is not its
+    result: only a request after the call's round can answer it."""
+    def reused_id(tracer: Tracer) -> None:
+        with tracer.start_as_current_span("invoke_agent") as agent:
+            agent.set_attributes({"gen_ai.operation.name": "invoke_agent"})
+            chat_span(tracer, output=assistant(call_part("call_1", "clock", {})),
+                      inputs=[{"role": "user", "parts": [text("Time?")]}])
+            chat_span(tracer, output=assistant(call_part("call_1", "clock", {})), inputs=[
+                {"role": "tool", "parts": [
+                    {"type": "tool_call_response", "id": "call_1", "response": "09:00"}]}])
+
+    post(client, token, protobuf(spans_of(reused_id)))
+
+    calls = [(c.call_id, c.state, c.result_text) for r in run_of(bob).rounds.order_by("index")
+             for c in r.tool_calls.all()]
+    assert calls == [("call_1", "succeeded", "09:00"), ("call_1", "unknown_outcome", None)]

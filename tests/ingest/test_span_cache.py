@@ -21,6 +21,7 @@ from tools_app.ingest import span_cache
 from tools_app.ingest.span_cache import SpanCache
 from tools_app.ingest.spans import SpanRecord
 from tools_app.models import IngestedSpan
+from tools_app.runs.store.sql import rowsql
 
 Commits = Callable[..., AbstractContextManager[list[Callable[[], Any]]]]
 
@@ -34,9 +35,11 @@ def empty_cache() -> Iterator[None]:
 
 def cached_rows() -> list[str]:
     """The span ids of the stored rows the cache holds."""
-    return sorted(span for pk, trace, span, at in IngestedSpan.objects.values_list(
-        "id", "trace_id", "span_id", "received_at")
-        if span_cache.spans.get((pk, trace, span, at)) is not None)
+    ids = tuple(IngestedSpan.objects.values_list("id", flat=True))
+    # As the receiver reads a row's key: the stored time as the database returns it.
+    return sorted(span for pk, trace, span, at in rowsql.select(
+        IngestedSpan, ("id", "trace_id", "span_id", "received_at"), {"id": rowsql.In(ids)})
+        if span_cache.spans.get((pk, trace, span, at)) is not None) if ids else []
 
 
 def span_data_reads(queries: CaptureQueriesContext) -> list[str]:

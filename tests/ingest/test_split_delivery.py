@@ -1,8 +1,8 @@
 """A trace's spans split over requests in any order, any number at a time, make the run
-that all of them in one request make: the same run fields, snapshot (its layout too),
-rounds and calls, and one end. Each later request rebuilds the run from what is stored
-and what it already wrote (digests, the layout, the token); a shortcut there that
-diverged from a whole build would show here."""
+that all of them in one request make: the same run fields, snapshot, layout (and what
+the snapshot was built from), rounds and calls, and one end. Each later request
+rebuilds the run from what is stored and what it already wrote (digests, the layout,
+the token); a shortcut there that diverged from a whole build would show here."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from tests.ingest.support import (
     weather_agent,
 )
 from tools_app.ingest import span_cache
-from tools_app.models import IngestedSpan, Round, Run, RunEvent, ToolCall
+from tools_app.models import IngestedLayout, IngestedSpan, Round, Run, RunEvent, ToolCall
 
 pytestmark = [pytest.mark.django_db, pytest.mark.both]
 
@@ -104,8 +104,10 @@ def described(run: Run) -> dict[str, Any]:
             "round").order_by("round__index", "call_index"))]
     ends = [e.payload["status"] for e in RunEvent.objects.filter(
         run=run, kind="run_status").order_by("seq")]
+    layout = IngestedLayout.objects.filter(run=run).values_list(
+        "rows", "snapshot_digest").get()
     return {"run": fields, "rounds": rounds, "calls": calls, "ends": ends,
-            "token": run.lease_token}
+            "layout": layout, "token": run.lease_token}
 
 
 def _row(row: Round | ToolCall) -> dict[str, Any]:

@@ -191,18 +191,23 @@ def _fill_from_tool_span(call: CallPlan, span: SpanRecord, facts: ToolFacts) -> 
 
 def _fill_from_later_requests(rounds: list[RoundPlan]) -> None:
     """Calls with no tool span: the result a later request sent back to the model (the
-    requests read only when a call waits for one)."""
-    if all(call.span_id for round_ in rounds for call in round_.calls):
+    latest one that did). Read from the last request back to the first round with such
+    a call, and not past it: each request of a conversation may carry all of it."""
+    waiting = next((index for index, round_ in enumerate(rounds)
+                    if any(not call.span_id for call in round_.calls)), None)
+    if waiting is None:
         return
-    results: dict[str, str | None] = {}
-    for round_ in rounds:
-        for message in (round_.facts.inputs or []) if round_.facts else []:
-            if message.role == "tool" and message.tool_call_id:
-                results[message.tool_call_id] = message.text
-    for round_ in rounds:
+    results: dict[str, str | None] = {}  # the results of the requests after a round
+    for index in range(len(rounds) - 1, waiting - 1, -1):
+        round_ = rounds[index]
         for call in round_.calls:
             if not call.span_id and call.call_id in results:
                 call.state, call.result_text = "succeeded", results[call.call_id]
+        if index == waiting:
+            return
+        for message in reversed(round_.facts.inputs or []) if round_.facts else []:
+            if message.role == "tool" and message.tool_call_id:
+                results.setdefault(message.tool_call_id, message.text)
 
 
 def _failure(spans: list[SpanRecord], agents: list[SpanRecord]) -> SpanRecord | None:

@@ -30,7 +30,7 @@ from tools_app.ingest import assemble, idle, rows, span_cache
 from tools_app.ingest import conventions as conv
 from tools_app.ingest import snapshot as snapshots
 from tools_app.ingest.spans import Refusal, SpanRecord
-from tools_app.models import IngestedRunKey, IngestedSpan, Run, RunStatus
+from tools_app.models import IngestedLayout, IngestedRunKey, IngestedSpan, Run, RunStatus
 from tools_app.runs.store.eventlog import (
     Append,
     append_many,
@@ -59,7 +59,9 @@ class Received:
 ATTEMPTS = 3
 READ_CHUNK = 2_000  # span rows read by id in one query
 _READ = ("status", "lease_token", "error_type", "error_message")
-LAYOUT = "snapshot__imported__otlp__layout"
+# Where runs received before `IngestedLayout` kept their layout (read when a run has
+# no layout row yet; its next snapshot leaves it out).
+SNAPSHOT_LAYOUT = "snapshot__imported__otlp__layout"
 VIA = "snapshot__imported__via"
 
 
@@ -110,6 +112,7 @@ def _receive(records: list[SpanRecord], user: User, refusal: Refusal, via: str,
         for run_id in sorted(made):
             work.create(run_id, by_run[run_id])  # it has no spans but these
         work.create_all()
+        work.save_layouts()
         work.new_rows.flush()
         work.end_runs()
         work.keep_spans()
@@ -117,13 +120,16 @@ def _receive(records: list[SpanRecord], user: User, refusal: Refusal, via: str,
 
 
 def _known(records: list[SpanRecord]) -> dict[tuple[str, str], Any]:
-    """Spans of these traces already stored: (trace, span) -> the run's owner id."""
+    """Which of these spans are stored already: (trace, span) -> the run's owner id."""
     # Two index lookups rather than one join: a planner without statistics on the
     # spans (a new table, PostgreSQL's autovacuum not yet round) expects a third of the
-    # table for the IN and hashes the whole run table to join it.
-    traces = {r.trace_id for r in records}
-    found = list(IngestedSpan.objects.filter(trace_id__in=traces).values_list(
-        "trace_id", "span_id", "run_id"))
+    # table for the IN and hashes the whole run table to join it. Looked up by trace
+    # and span id (the unique index), so a long trace's earlier spans are not read.
+    sent = {(r.trace_id, r.span_id) for r in records}
+    found = [(trace, span, run) for trace, span, run in IngestedSpan.objects.filter(
+        trace_id__in={trace for trace, _ in sent},
+        span_id__in={span for _, span in sent}).values_list("trace_id", "span_id", "run_id")
+        if (trace, span) in sent]
     if not found:
         return {}
     owners = dict(Run.objects.filter(pk__in={run for _, _, run in found}).values_list(
@@ -148,9 +154,10 @@ def _store(records: list[SpanRecord], runs: dict[str, str], done: set[str],
         {"run": runs[r.trace_id], "trace_id": r.trace_id, "span_id": r.span_id,
          "start_ns": r.start_ns, "data": column[r.trace_id, r.span_id],
          "received_at": now} for r in records],
-        conflict=("trace_id", "span_id"), returning=("id", "trace_id", "span_id"))
-    return {(pk, trace, span, now): (runs[trace], data[trace, span])
-            for pk, trace, span in inserted if runs[trace] not in done}
+        conflict=("trace_id", "span_id"),
+        returning=("id", "trace_id", "span_id", "received_at"))
+    return {(pk, trace, span, at): (runs[trace], data[trace, span])
+            for pk, trace, span, at in inserted if runs[trace] not in done}
 
 
 def _runs_for(records: list[SpanRecord], user: User) -> tuple[dict[str, str], set[str]]:
@@ -210,6 +217,7 @@ class _Work:
         self.records: dict[span_cache.RowKey, SpanRecord] = {}
         self.read: list[tuple[span_cache.RowKey, str, SpanRecord]] = []
         self.open: set[str] = set()  # runs still receiving after this request
+        self.layouts: list[dict[str, Any]] = []  # the layout rows that changed
 
     def keep_spans(self) -> None:
         """Once the request commits, the spans of the runs still receiving (this
@@ -240,6 +248,7 @@ class _Work:
         """A run made by this request (stored with the others, by `create_all`)."""
         plan = assemble.plan(spans)
         layout, touched = rows.sync(run_id, plan, [], self.new_rows)
+        self._layout(run_id, layout, self._inputs(plan))
         ended = _has_root(spans)
         status = (RunStatus.FAILED if plan.failed else RunStatus.SUCCEEDED) if ended \
             else RunStatus.RUNNING
@@ -247,28 +256,34 @@ class _Work:
             self.open.add(run_id)
         self.made.append(ReceivedRun(status, _events(touched), {
             "id": uuid.UUID(run_id), "created_by": self.user,
-            "snapshot": self._snapshot(plan, layout),
+            "snapshot": self._snapshot(plan),
             **_run_fields(plan) | ({"finished_at": plan.finished_at} if ended else {})}))
 
     def create_all(self) -> None:
         for run in create_received_many(self.made):
             self.notices[str(run.pk)] = run.last_seq
 
+    def save_layouts(self) -> None:
+        """The changed layouts written (after the runs this request makes are in)."""
+        rowsql.insert(IngestedLayout, self.layouts, conflict=("run",),
+                      on_conflict_update=("rows", "snapshot_digest"))
+
     def rebuild_all(self, run_ids: list[str]) -> None:
         """Rebuild these runs from all their spans: the runs (locked, in id order), their
         spans and their rows read in one query each, for them all."""
         if not run_ids:
             return
-        # The fields read here and by `end_runs`, and the snapshot's layout alone (not
-        # the whole snapshot, rewritten by the rebuild). Locked before their spans and
-        # rows are read: a request of another process rebuilding the same runs has then
-        # committed, and the reads below see what it wrote.
+        # The fields read here and by `end_runs` (not the snapshot: a rebuild writes it
+        # or leaves it). Locked before their layouts, spans and rows are read: a request
+        # of another process rebuilding the same runs has then committed, and the reads
+        # below see what it wrote.
         runs = list(Run.objects.select_for_update().filter(pk__in=run_ids).order_by(
-            "pk").only(*_READ).annotate(layout=F(LAYOUT), via=F(VIA)))
+            "pk").only(*_READ).annotate(via=F(VIA)))
+        layouts = _layouts_of(run_ids)
         spans = self._spans_of(run_ids)
         existing = rows.Existing.of(run_ids)
         for run in runs:
-            self.rebuild(run, spans[run_key(run.pk)], existing)
+            self.rebuild(run, spans[run_key(run.pk)], existing, layouts)
         if self.appends:
             appended = append_many(self.appends, expect={})
             for append, (seq, _) in zip(self.appends, appended, strict=True):
@@ -283,9 +298,9 @@ class _Work:
         the cache once the request commits."""
         spans: dict[str, list[SpanRecord]] = defaultdict(list)
         missing: dict[int, tuple[str, span_cache.RowKey]] = {}
-        for run_id, pk, trace, span, at in IngestedSpan.objects.filter(
-                run_id__in=run_ids).values_list("run_id", "id", "trace_id", "span_id",
-                                                "received_at"):
+        for run_id, pk, trace, span, at in rowsql.select(
+                IngestedSpan, ("run", "id", "trace_id", "span_id", "received_at"),
+                {"run": rowsql.In(tuple(run_ids))}):
             row = (pk, trace, span, at)
             record = self._record(row) if row in self.stored else span_cache.spans.get(row)
             if record is None:
@@ -302,18 +317,24 @@ class _Work:
                 self.read.append((row, run, record))
         return spans
 
-    def rebuild(self, run: Run, spans: list[SpanRecord], existing: rows.Existing) -> None:
+    def rebuild(self, run: Run, spans: list[SpanRecord], existing: rows.Existing,
+                layouts: dict[str, _Layout]) -> None:
         run_id = run_key(run.pk)
         plan = assemble.plan(spans)
-        layout_read = getattr(run, "layout", None)  # annotated by `rebuild_all`
-        old_layout = layout_read if isinstance(layout_read, list) else []
-        layout, touched = rows.sync(run_id, plan, old_layout, self.new_rows, existing)
+        stored = layouts.get(run_id)
+        old = stored or _Layout(_old_layout(run.pk), "")
+        layout, touched = rows.sync(run_id, plan, old.entries, self.new_rows, existing)
+        inputs = self._inputs(plan)
+        if stored is None or layout != old.entries or inputs != old.snapshot_digest:
+            self._layout(run_id, layout, inputs)
         events = _events(touched) or [(RECEIVED_EVENT, {})]
         fields = _run_fields(plan)
         if idle.ended_by_sweep(run):  # these spans came after it was ended
             events = [(kind, payload | {"late": True}) for kind, payload in events]
             fields |= idle.late_fields(run, plan, _has_root(spans))
-        changes = {"snapshot": self._snapshot(plan, layout), **fields}
+        changes: dict[str, Any] = dict(fields)
+        if not inputs or inputs != old.snapshot_digest:
+            changes["snapshot"] = self._snapshot(plan)
         if run.status == RunStatus.RUNNING and not _has_root(spans):
             self.open.add(run_id)
         if run.status == RunStatus.RUNNING and _has_root(spans):
@@ -348,9 +369,37 @@ class _Work:
                                  self.ending.items()})
         notify_many_after_commit(self.notices)
 
-    def _snapshot(self, plan: assemble.RunPlan, layout: rows.Layout) -> dict[str, Any]:
-        return snapshots.build(plan, username=self.username, layout=layout,
-                               registered=self.registered, via=self.via)
+    def _snapshot(self, plan: assemble.RunPlan) -> dict[str, Any]:
+        return snapshots.build(plan, username=self.username, registered=self.registered,
+                               via=self.via)
+
+    def _inputs(self, plan: assemble.RunPlan) -> str:
+        return snapshots.inputs_digest(plan, username=self.username,
+                                       registered=self.registered, via=self.via)
+
+    def _layout(self, run_id: str, layout: rows.Layout, inputs: str) -> None:
+        self.layouts.append({"run": run_id, "rows": layout, "snapshot_digest": inputs})
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A run's layout as stored (`IngestedLayout`): its rows' keys and digests, and what
+    its snapshot was built from."""
+
+    entries: rows.Layout
+    snapshot_digest: str
+
+
+def _layouts_of(run_ids: list[str]) -> dict[str, _Layout]:
+    return {run_key(run): _Layout(layout if isinstance(layout, list) else [], digest)
+            for run, layout, digest in IngestedLayout.objects.filter(
+                run_id__in=run_ids).values_list("run_id", "rows", "snapshot_digest")}
+
+
+def _old_layout(run_id: Any) -> rows.Layout:
+    """The layout a run received before `IngestedLayout` kept in its snapshot, if any."""
+    stored = Run.objects.filter(pk=run_id).values_list(SNAPSHOT_LAYOUT, flat=True).first()
+    return stored if isinstance(stored, list) else []
 
 
 def _events(touched: set[int]) -> list[tuple[str, dict[str, Any]]]:

@@ -14,6 +14,7 @@ whether anything needs cleaning).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ from tools_app.runs.store.sql.rowsql import In
 ROUND_FIELDS_VERSION = 1  # raised when `round_fields` changes: kept rounds written again
 CALL_FIELDS_VERSION = 1  # the same for `call_fields` and kept calls
 OFFSET = 1_000_000  # indexes parked out of the way while rows change places
+_CALL_PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(CallPlan))
 Layout = list[list[Any]]
 
 
@@ -152,11 +154,18 @@ def _round_digest(plan: RoundPlan, index: int) -> str:
 
 
 def _call_digest(plan: CallPlan, call_index: int) -> str:
-    """A call's fields are `call_fields` of its plan, and its place: the plan (all its
-    fields, as their repr) and the place stand for them, without making them (cleaning
-    its arguments and result) for every call of every rebuild."""
-    return digest({"plan": repr(plan), "call_index": call_index,
-                   "fields": CALL_FIELDS_VERSION})
+    """A call's fields are `call_fields` of its plan, and its place: the plan's fields
+    and the place stand for them, without making them (cleaning its arguments and
+    result) for every call of every rebuild. Each value hashed as its text (a string's
+    own, else its repr), marked with its kind and length: no two differ alike."""
+    hashed = hashlib.blake2b(digest_size=12)
+    for value in (CALL_FIELDS_VERSION, call_index, *(getattr(plan, name)
+                                                     for name in _CALL_PLAN_FIELDS)):
+        text = (b"s" + value.encode("utf-8", "surrogatepass") if isinstance(value, str)
+                else b"r" + repr(value).encode())
+        hashed.update(b"%d:" % len(text))
+        hashed.update(text)
+    return hashed.hexdigest()
 
 
 def _write(model: type[Round] | type[ToolCall], row: Stored, fields: dict[str, Any]) -> None:

@@ -1,6 +1,8 @@
 """The snapshot of a run received over OTLP: what the trace says about its model, tools
 and first messages, marked imported (`imported.via` "OTLP", `imported.otlp` the source:
-service, SDK, conventions, scopes, and which round and call rows stand for which spans).
+service, SDK, conventions, scopes). Which round and call rows stand for which spans is
+kept beside it (`IngestedLayout`, tools_app/ingest/rows), with `inputs_digest`: a
+rebuild whose snapshot would come out the same neither builds nor writes it.
 
 A tool that is registered here under the trace's tool name is frozen as registered, so
 a person may execute one of its calls again against it; any other tool is frozen from
@@ -9,6 +11,7 @@ the trace's definition (or its name alone) and never runs.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,7 +25,6 @@ from tools_app.engine import (
     ToolExecutionResultMessage,
     UserMessage,
 )
-from tools_app.ingest import assemble
 from tools_app.ingest.assemble import RunPlan
 from tools_app.ingest.messages import Message
 from tools_app.models import ToolRegistration
@@ -37,6 +39,7 @@ from tools_app.runs.snapshot.model import (
 from tools_app.runs.store.sanitize import clean_json, clean_json_data
 
 VIA = "OTLP"
+SNAPSHOT_VERSION = 1  # raised when `build` changes: every received run's snapshot rebuilt
 PROXY_VIA = "proxy"  # spans the recording proxy made of its exchanges (tools_app/proxy)
 # What a received run's endpoint is called, by how its spans came.
 SOURCE_NAMES = {VIA: "OpenTelemetry", PROXY_VIA: "Recording proxy"}
@@ -79,17 +82,23 @@ class Registered:
         return {name: tool for name in names if (tool := self._found.get(name)) is not None}
 
 
-def placeholder(username: str | None) -> dict[str, Any]:
-    """A new run's snapshot until its spans are read (in the same transaction)."""
-    return build(assemble.plan([]), username=username, layout=[], registered=Registered())
+def inputs_digest(plan: RunPlan, *, username: str | None, registered: Registered,
+                  via: str = VIA) -> str:
+    """What `build` makes the run's snapshot from, as one short string: equal digests,
+    equal snapshots. "" when the trace names a registered tool (frozen as registered
+    now, which may have changed): such a snapshot is built every time."""
+    if registered.of(plan.tools):
+        return ""
+    inputs = (SNAPSHOT_VERSION, username, via, _model(plan), plan.source, plan.tools,
+              plan.first_messages)
+    return hashlib.blake2b(repr(inputs).encode(), digest_size=16).hexdigest()
 
 
-def build(plan: RunPlan, *, username: str | None, layout: list[list[Any]],
-          registered: Registered, via: str = VIA) -> dict[str, Any]:
-    """The stored snapshot for the run `plan` describes. `layout`: each round's key and
-    its calls' keys, in the rows' order (how the next batch finds its rows again);
-    `via`: how the spans came (OTLP, or the recording proxy)."""
-    model = next((r.facts.model for r in plan.rounds if r.facts and r.facts.model), "")
+def build(plan: RunPlan, *, username: str | None, registered: Registered,
+          via: str = VIA) -> dict[str, Any]:
+    """The stored snapshot for the run `plan` describes. `via`: how the spans came
+    (OTLP, or the recording proxy)."""
+    model = _model(plan)
     service = plan.source.get("service") or "unknown service"
     snapshot = RunSnapshot(
         endpoint=_every_field(EndpointSnapshot(name=f"{SOURCE_NAMES.get(via, via)}: {service}",
@@ -97,20 +106,15 @@ def build(plan: RunPlan, *, username: str | None, layout: list[list[Any]],
         tools=_tools(plan, registered), policy=registered.policy(), parameters={},
         messages=dump_messages(_chat_messages(plan.first_messages)),
         # JSON data made here (string keys, lists): the encoded check is clean_json's
-        # result for it, without walking every string of the layout.
+        # result for it, without walking every string of it.
         imported=ImportedSection.model_validate(clean_json_data({
             "from": ", ".join(plan.source.get("trace_ids", [])[:3]),
-            "imported_by": username, "via": via,
-            "otlp": plan.source | {"layout": layout}})))
+            "imported_by": username, "via": via, "otlp": plan.source})))
     return snapshot.stored()
 
 
-def layout_of(stored: Any) -> list[list[Any]]:
-    """The layout a stored snapshot recorded (empty for a run with no rows yet)."""
-    imported = stored.get("imported") if isinstance(stored, dict) else None
-    otlp = imported.get("otlp") if isinstance(imported, dict) else None
-    layout = otlp.get("layout") if isinstance(otlp, dict) else None
-    return layout if isinstance(layout, list) else []
+def _model(plan: RunPlan) -> str:
+    return next((r.facts.model for r in plan.rounds if r.facts and r.facts.model), "")
 
 
 def _tools(plan: RunPlan, tools: Registered) -> list[ToolSnapshot]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from tools_app.ingest.spans import SpanRecord
@@ -26,8 +25,9 @@ from tools_app.ingest.spans import SpanRecord
 MAX_SPANS = 10_000
 MAX_CHARS = 16_000_000  # characters of attribute and event text, over all entries
 
-# A stored span's row: its id, trace id, span id and when it was stored.
-RowKey = tuple[int, str, str, datetime]
+# A stored span's row: its id, trace id, span id and when it was stored (as the
+# database returns the column, unconverted: the same value from its INSERT and a SELECT).
+RowKey = tuple[int, str, str, Any]
 
 
 class SpanCache:

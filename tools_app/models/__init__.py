@@ -19,7 +19,7 @@ from .debugging import (
 )
 from .demo import DemoKind, DemoRecord
 from .endpoints import ModelEndpoint, ProviderKind
-from .ingest import IngestedRunKey, IngestedSpan
+from .ingest import IngestedLayout, IngestedRunKey, IngestedSpan
 from .policies import (
     ArgumentsErrorMode,
     ErrorPolicy,
@@ -75,6 +75,7 @@ __all__ = [
     "ErrorPolicy",
     "ExecutionErrorMode",
     "HallucinatedToolMode",
+    "IngestedLayout",
     "IngestedRunKey",
     "IngestedSpan",
     "LoopAction",

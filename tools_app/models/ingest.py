@@ -26,7 +26,13 @@ class IngestedSpan(models.Model):
             # The same span sent twice is stored once.
             models.UniqueConstraint(fields=["trace_id", "span_id"], name="ingestedspan_unique"),
         ]
-        indexes = [models.Index(fields=["run", "start_ns"], name="ingestedspan_run_start")]
+        indexes = [
+            # A run's spans in time order; and the columns a rebuild reads of each
+            # (receive._spans_of), from the index alone: SQLite keeps them after `data`
+            # in the row, so reading them there would read all of its JSON too.
+            models.Index(fields=["run", "start_ns", "trace_id", "span_id", "received_at"],
+                         name="ingestedspan_run_rows"),
+        ]
 
     def __str__(self) -> str:
         return f"span {self.span_id} of trace {self.trace_id}"
@@ -48,3 +54,18 @@ class IngestedRunKey(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class IngestedLayout(models.Model):
+    """How a received run's rows were last built from its spans (tools_app/ingest/rows):
+    each round's key and its calls' keys, in the rows' order, with a digest of the
+    fields each row was last written with; and the digest of what its snapshot was
+    last built from (an unchanged one is not built or written again)."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True,
+                               related_name="ingested_layout")
+    rows = models.JSONField(default=list)
+    snapshot_digest = models.CharField(max_length=32, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"layout of run {self.run_id}"
