@@ -28,12 +28,14 @@ def run_tool(name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
 
 
 def openai_loop(client: openai.OpenAI, prompt: str, *, stream: bool,
-                headers: dict[str, str] | None = None, max_rounds: int = 4) -> list[str]:
+                headers: dict[str, str] | None = None, max_rounds: int = 4,
+                model: str = "fake-model") -> list[str]:
     """A hand-written tool loop; returns the tool results it sent back."""
     messages: list[Any] = [{"role": "user", "content": prompt}]
     sent: list[str] = []
     for _ in range(max_rounds):
-        message, calls = _openai_turn(client, messages, stream=stream, headers=headers)
+        message, calls = _openai_turn(client, messages, stream=stream, headers=headers,
+                                      model=model)
         messages.append(message)
         if not calls:
             return sent
@@ -46,14 +48,15 @@ def openai_loop(client: openai.OpenAI, prompt: str, *, stream: bool,
 
 
 def _openai_turn(client: openai.OpenAI, messages: list[Any], *, stream: bool,
-                 headers: dict[str, str] | None) -> tuple[dict[str, Any], list[Any]]:
+                 headers: dict[str, str] | None, model: str,
+                 ) -> tuple[dict[str, Any], list[Any]]:
     tools: Any = [{"type": "function", "function": WEATHER_TOOL}]
     if not stream:
         completion = client.chat.completions.create(
-            model="fake-model", messages=messages, tools=tools, extra_headers=headers)
+            model=model, messages=messages, tools=tools, extra_headers=headers)
         message = completion.choices[0].message.model_dump(exclude_none=True)
         return message, list(message.get("tool_calls") or [])
-    with client.chat.completions.stream(model="fake-model", messages=messages,
+    with client.chat.completions.stream(model=model, messages=messages,
                                         tools=tools, extra_headers=headers) as events:
         final = events.get_final_completion()
     message = final.choices[0].message

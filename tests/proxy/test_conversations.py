@@ -8,10 +8,21 @@ from typing import Any
 import openai
 import pytest
 from django.contrib.auth.models import AbstractUser
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from tests.proxy.conftest import Proxy
 from tests.proxy.support import openai_loop
-from tools_app.models import Round, Run, RunStatus
+from tools_app.models import (
+    IngestedLayout,
+    IngestedRunKey,
+    IngestedSpan,
+    Round,
+    Run,
+    RunStatus,
+    ToolCall,
+)
+from tools_app.proxy import recording
 from tools_app.web.api.tokens import create_token
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,6 +60,38 @@ def test_a_tool_loop_with_the_header_is_one_run(proxy: Proxy) -> None:
     run = Run.objects.get(created_by=proxy.user)
     assert run.rounds_count == 2
     assert run.tool_calls_count == 1
+
+
+def test_a_request_carrying_every_earlier_result_reads_only_the_rounds_it_needs(
+        proxy: Proxy) -> None:
+    """Each request of a tool loop sends back every result so far: the results whose
+    tool spans are recorded are not looked for again, and the round that proposed a new
+    one is looked for from the latest stored span back, not in every span's JSON."""
+    sent = openai_loop(_client(proxy), "Weather in Oslo?", stream=False, max_rounds=7,
+                       headers={"X-AgentForge-Run": "oslo"}, model="fake-k5-p1")
+    proxy.recorded()
+
+    run = Run.objects.get(created_by=proxy.user)
+    calls = list(ToolCall.objects.filter(run=run).order_by("round__index").values_list(
+        "call_id", "state", "result_text"))
+    assert [(state, result) for _, state, result in calls] == \
+        [("succeeded", result) for result in sent]
+    assert len(calls) == 5
+    trace = IngestedRunKey.objects.get(run=run, key__startswith="trace:").key[len("trace:"):]
+    call_ids = {call_id for call_id, _, _ in calls}
+    with CaptureQueriesContext(connection) as all_recorded:
+        assert recording._proposals(trace, call_ids) == {}
+    assert len(all_recorded.captured_queries) == 1  # which tool spans are stored
+
+    last = calls[-1][0]
+    IngestedSpan.objects.filter(
+        trace_id=trace, span_id=recording._span_id(trace, f"tool:{last}")).delete()
+    with CaptureQueriesContext(connection) as one_missing:
+        found = recording._proposals(trace, call_ids)
+
+    proposing_round = IngestedLayout.objects.get(run=run).rows[4][0]  # the fifth round's
+    assert {call_id: span for call_id, (span, _) in found.items()} == {last: proposing_round}
+    assert len([q for q in one_missing.captured_queries if '"data"' in q["sql"]]) == 1
 
 
 def test_a_request_continues_the_run_its_prefix_came_from(proxy: Proxy) -> None:

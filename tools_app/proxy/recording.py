@@ -213,7 +213,7 @@ def _tool_spans(exchange: Exchange, request: ProxiedRequest, trace: str) -> list
     """A span per tool result the request carries for a call an earlier round of this
     run proposed (sent again in later requests, it is the same span: stored once)."""
     results = [m for m in request.messages if m.role == "tool" and m.tool_call_id]
-    proposals = _proposals(trace) if results else {}
+    proposals = _proposals(trace, {m.tool_call_id or "" for m in results}) if results else {}
     names = {c.call_id: c for m in request.messages for c in m.calls}
     spans = []
     for message in results:
@@ -238,23 +238,46 @@ def _tool_spans(exchange: Exchange, request: ProxiedRequest, trace: str) -> list
     return spans
 
 
-def _proposals(trace: str) -> dict[str, tuple[str, int]]:
+PROPOSALS_CHUNK = 8  # stored spans read at a time, newest first, looking for proposals
+
+
+def _proposals(trace: str, call_ids: set[str]) -> dict[str, tuple[str, int]]:
     """Call id -> (the span id of the round that proposed it, when that round ended),
-    for the calls the stored rounds of this trace proposed."""
+    for those of `call_ids` whose tool span is not stored yet (a request carries every
+    result of its conversation so far: the earlier ones were recorded already); from
+    the stored rounds of this trace, the latest first, read until all are found."""
+    tool_spans = {_span_id(trace, f"tool:{call_id}"): call_id for call_id in call_ids}
+    recorded = IngestedSpan.objects.filter(trace_id=trace, span_id__in=list(tool_spans))
+    wanted = call_ids - {tool_spans[s] for s in recorded.values_list("span_id", flat=True)}
     out: dict[str, tuple[str, int]] = {}
-    for span_id, data in IngestedSpan.objects.filter(trace_id=trace).values_list(
-            "span_id", "data"):
-        attributes = data.get("attributes") or {} if isinstance(data, dict) else {}
-        if attributes.get("gen_ai.operation.name") != "chat":
-            continue
-        try:
-            answers = json.loads(attributes.get("gen_ai.output.messages") or "[]")
-        except ValueError:
-            continue
-        for part in (p for a in answers if isinstance(a, dict) for p in a.get("parts") or []):
-            if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("id"):
-                out[str(part["id"])] = (span_id, int(data.get("end_ns") or 0))
+    if not wanted:
+        return out
+    newest = list(IngestedSpan.objects.filter(trace_id=trace).order_by(
+        "-start_ns", "-id").values_list("id", flat=True))
+    for start in range(0, len(newest), PROPOSALS_CHUNK):
+        chunk = newest[start:start + PROPOSALS_CHUNK]
+        rows = {pk: (span_id, data) for pk, span_id, data in IngestedSpan.objects.filter(
+            pk__in=chunk).values_list("id", "span_id", "data")}
+        for span_id, data in (rows[pk] for pk in chunk if pk in rows):
+            for call_id in _proposed(data) & wanted:
+                out.setdefault(call_id, (span_id, int(data.get("end_ns") or 0)))
+        if wanted <= out.keys():
+            break
     return out
+
+
+def _proposed(data: Any) -> set[str]:
+    """The call ids a stored span's answer proposed (none if it is not a model call)."""
+    attributes = data.get("attributes") or {} if isinstance(data, dict) else {}
+    if attributes.get("gen_ai.operation.name") != "chat":
+        return set()
+    try:
+        answers = json.loads(attributes.get("gen_ai.output.messages") or "[]")
+    except ValueError:
+        return set()
+    return {str(part["id"]) for answer in answers if isinstance(answer, dict)
+            for part in answer.get("parts") or []
+            if isinstance(part, dict) and part.get("type") == "tool_call" and part.get("id")}
 
 
 def _span(exchange: Exchange, trace: str, span_id: str, parent: str, name: str,
