@@ -20,5 +20,7 @@ def main(connection: Connection, settings_module: str, database: str, nice: int)
 
     django.setup()
     from tools_app.proxy.recorder_work import serve
+    from tools_app.runs.loops.process import freeze_startup_objects
 
+    freeze_startup_objects()  # as the server does: its span cache is large and long-lived
     serve(connection, database)

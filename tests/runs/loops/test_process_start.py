@@ -83,3 +83,24 @@ def test_a_started_server_froze_its_start_and_collects_young_objects_less_often(
 
     assert seen["thresholds"] == [10_000, 10, 10]
     assert seen["frozen"] > 100_000  # modules, Django's setup, the validators
+
+
+RECORDER_GC = """
+import gc, json, multiprocessing, os
+from tools_app.proxy import recorder_child
+ours, theirs = multiprocessing.Pipe()
+ours.close()  # the server gone at once: the recorder's loop ends after its start
+recorder_child.main(theirs, os.environ["DJANGO_SETTINGS_MODULE"], os.environ["DB_NAME"], 0)
+print(json.dumps({"thresholds": gc.get_threshold(), "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_the_proxys_recorder_process_starts_as_the_server_does(tmp_path: Path) -> None:
+    """Its span cache holds a conversation's parsed spans for as long as it goes on:
+    full collections walking all of start-up too showed in its profile as the cost of
+    whatever allocated when one began."""
+    seen = _in_fresh_process(tmp_path, RECORDER_GC, {
+        "DEBUG": "1", "REDIS_URL": "", "DB_NAME": str(tmp_path / "db.sqlite3")})
+
+    assert seen["thresholds"] == [10_000, 10, 10]
+    assert seen["frozen"] > 100_000
