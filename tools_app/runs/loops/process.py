@@ -1,4 +1,5 @@
-"""Start-up of the long-running processes that execute runs (daphne, db_worker)."""
+"""Start-up of the long-running processes that serve, execute or record runs (daphne,
+db_worker, the proxy's recorder process)."""
 
 from __future__ import annotations
 
