@@ -12,6 +12,12 @@ fresh SQLite file as the embedded server has it. Two deliveries:
 - split traces: each trace's spans spread over 4 consecutive batches, children before
   their parents, so each run is rebuilt 4 times as its spans come in.
 
+And one long trace (in process only): an agent of LONG_ROUNDS rounds whose spans are
+posted a round at a time, as an exporter sends a long agent's spans while it runs; each
+chat span carries the conversation so far, as the GenAI conventions have it. What one
+request costs as the run grows, with this process's span cache and without it (as when
+each request lands on another process).
+
 Throughput = spans / the wall time of all batches, and spans / this process's CPU time
 (what one core of its own would do); per-batch latency p50 / p95.
 
@@ -51,6 +57,8 @@ from benchmarks.processes import DAPHNE, base_env, cpu_seconds, free_port, servi
 
 BATCH = 512
 SPANS_PER_TRACE = 7
+LONG_ROUNDS = 200
+LONG_STRETCHES = (0, 90, 190)  # the first round of each stretch of 10 reported
 TARGET = 2000.0  # spans/s
 TARGET_POSTGRES = 5000.0  # spans/s, on the scale-out configuration
 RATE = "100000/m"  # the receiver's per-user request rate: never the limit here
@@ -85,9 +93,11 @@ def main() -> None:
     freeze_startup_objects()  # as the server that receives does once started (asgi.py)
     rows = [measure("whole traces", args.batches, split=1),
             measure("split traces (4 batches each)", args.batches, split=4)]
+    long_rows = [measure_long(cached=True), measure_long(cached=False)]
     postgres = bool(args.database_url)
     write_result("otlp_ingest_postgres" if postgres else "otlp_ingest",
-                 report(rows, args.batches, postgres=postgres))
+                 report(rows, args.batches, postgres=postgres) + "\n\n"
+                 + report_long(long_rows))
 
 
 def measure(label: str, batches: int, *, split: int) -> dict[str, Any]:
@@ -111,6 +121,48 @@ def measure(label: str, batches: int, *, split: int) -> dict[str, Any]:
     stats = summary(latencies)
     return {"label": label, "spans": spans, "rate": spans / elapsed, "cpu_rate": spans / cpu,
             "p50": stats["p50"], "p95": stats["p95"]}
+
+
+def measure_long(*, cached: bool) -> dict[str, Any]:
+    """The long trace posted a round a request (its root last); per-request ms by
+    stretch of rounds. `cached=False`: the span cache emptied before each request."""
+    from django.test import Client
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from tools_app.ingest import span_cache
+
+    token = _token(f"bench-long-{int(cached)}")
+    spans = _long_trace(LONG_ROUNDS)
+    rounds, root = [spans[i:i + 2] for i in range(0, len(spans) - 1, 2)], spans[-1:]
+    bodies = [encode_spans(part).SerializeToString() for part in [*rounds, root]]
+    client = Client()
+    latencies: list[float] = []
+    for body in bodies:
+        if not cached:
+            span_cache.spans.clear()
+        before = time.perf_counter()
+        response = post(client, token, body)
+        latencies.append((time.perf_counter() - before) * 1000)
+        assert response.status_code == 200, response.content
+    stretches = {f"rounds {first + 1}-{first + 10}": summary(latencies[first:first + 10])
+                 for first in LONG_STRETCHES}
+    return {"label": "with this process's span cache" if cached
+            else "no span cache (each request on another process)",
+            "stretches": stretches, "total_s": sum(latencies) / 1000}
+
+
+def _long_trace(rounds: int) -> list[Any]:
+    """The long agent's spans in the order they end: chat, tool, ..., the agent."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "bench-long"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _agent(provider.get_tracer("bench"), 0, steps=rounds)
+    return list(exporter.get_finished_spans())
 
 
 def _token(name: str) -> str:
@@ -173,13 +225,13 @@ def _spans(traces: int) -> list[Any]:
     return list(exporter.get_finished_spans())
 
 
-def _agent(tracer: Any, number: int) -> None:
+def _agent(tracer: Any, number: int, steps: int = 3) -> None:
     history: list[dict[str, Any]] = [
         {"role": "user", "parts": [{"type": "text", "content": f"Question {number}"}]}]
     with tracer.start_as_current_span("invoke_agent bench") as agent:
         agent.set_attributes({"gen_ai.operation.name": "invoke_agent",
                               "gen_ai.agent.name": "bench"})
-        for step in range(3):
+        for step in range(steps):
             call_id = f"call_{number}_{step}"
             answer = {"role": "assistant", "finish_reason": "tool_calls", "parts": [
                 {"type": "text", "content": f"Looking up step {step}."},
@@ -230,6 +282,24 @@ def report(rows: list[dict[str, Any]], batches: int, *, postgres: bool = False) 
         lines.append(f"| {row['label']} | {row['spans']} | {row['rate']:,.0f} | "
                      f"{row['cpu_rate']:,.0f} | {row['p50']:.0f} ms | {row['p95']:.0f} ms "
                      f"| {verdict} |")
+    return "\n".join(lines)
+
+
+def report_long(rows: list[dict[str, Any]]) -> str:
+    stretches = list(rows[0]["stretches"]) if rows else []
+    lines = [
+        f"### One long trace: {LONG_ROUNDS} rounds, a round (chat and execute_tool span) "
+        "per request", "",
+        "Each chat span carries the conversation so far (its input messages), as an "
+        "agent's do; the agent span comes last. Per request, p50 / p95 by stretch of "
+        "rounds (what a request costs as the run grows), and all the requests' time.", "",
+        "| | " + " | ".join(stretches) + " | all requests |",
+        "|---|" + "---|" * len(stretches) + "---|",
+    ]
+    for row in rows:
+        cells = " | ".join(f"{row['stretches'][name]['p50']:.1f} / "
+                           f"{row['stretches'][name]['p95']:.1f} ms" for name in stretches)
+        lines.append(f"| {row['label']} | {cells} | {row['total_s']:.1f} s |")
     return "\n".join(lines)
 
 
