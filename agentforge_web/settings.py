@@ -357,7 +357,8 @@ if AGENTFORGE_PROXY_RECORDER not in ("process", "thread"):
                                f"{AGENTFORGE_PROXY_RECORDER!r}")
 # How much lower the recorder process's scheduling priority is than the server's (the
 # `nice` increment, 0 to 19): recording is off the request path, so when both want the
-# CPU the relayed requests go first and the recording catches up when it is free.
+# CPU the relayed requests go first and the recording catches up when it is free. Not
+# applied on SQLite, where the recorder shares the server's write turn (a file lock).
 AGENTFORGE_PROXY_RECORDER_NICE = envint("AGENTFORGE_PROXY_RECORDER_NICE", 10, minimum=0)
 if AGENTFORGE_PROXY_RECORDER_NICE > 19:
     raise ImproperlyConfigured("AGENTFORGE_PROXY_RECORDER_NICE must be 0 to 19, got "

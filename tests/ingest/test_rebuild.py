@@ -13,7 +13,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from tests.ingest.support import EXPECTED, post, protobuf, rows, run_of, spans_of, weather_agent
-from tools_app.models import IngestedLayout, Round, Run, RunEvent
+from tools_app.models import IngestedLayout, Round, Run, RunEvent, ToolRegistration
+from tools_app.tools.registry import sync_tools
 
 pytestmark = [pytest.mark.django_db, pytest.mark.both]
 
@@ -98,6 +99,26 @@ def test_a_snapshot_that_would_come_out_the_same_is_not_written_again(
     assert rows(run_of(bob)) == EXPECTED
 
 
+def test_a_tool_registered_between_batches_is_frozen_as_registered(
+        client: Client, token: str, bob: AbstractUser) -> None:
+    """What the trace names as a registered tool is frozen as registered at each
+    rebuild (it may have changed meanwhile), whatever else the spans change."""
+    chat1, tool, chat2, _agent = spans_of(weather_agent)
+    post(client, token, protobuf([chat1, tool]))
+    assert _frozen(run_of(bob))["get_weather"]["kind"] == "mock"  # from the trace
+
+    sync_tools(["tools_app.tools.example_tools"])  # get_weather registered now
+    post(client, token, protobuf([chat2]))  # nothing the snapshot is built from
+
+    frozen = _frozen(run_of(bob))["get_weather"]
+    assert (frozen["kind"], frozen["id"]) == (
+        "python", str(ToolRegistration.objects.get(name="get_weather").pk))
+
+
+def _frozen(run: Run) -> dict[str, dict[str, object]]:
+    return {tool["name"]: tool for tool in run.snapshot["tools"]}
+
+
 def _snapshot_writes(queries: CaptureQueriesContext) -> list[str]:
     return [q["sql"] for q in queries.captured_queries
             if q["sql"].startswith("UPDATE") and '"tools_app_run"' in q["sql"]
@@ -134,7 +155,8 @@ def test_a_calls_digest_tells_every_change_of_its_fields_and_place() -> None:
     changed = [
         CallPlan(**{**call.__dict__, "result_text": None}),  # None, not the text "None"
         CallPlan(**{**call.__dict__, "result_text": "None "}),
-        CallPlan(**{**call.__dict__, "arguments": "{}", "tool_name": "clock2"}),
+        CallPlan(**{**call.__dict__, "tool_name": "clock2", "arguments": "{}"}),
+        CallPlan(**{**call.__dict__, "tool_name": "clock", "arguments": "2{}"}),
         CallPlan(**{**call.__dict__, "is_error": True}),
         CallPlan(**{**call.__dict__, "duration_ms": 1.0}),
     ]

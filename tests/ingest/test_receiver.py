@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from django.contrib.auth.models import AbstractUser
@@ -33,6 +34,7 @@ from tests.ingest.support import (
     text,
     weather_agent,
 )
+from tools_app.ingest import receive
 from tools_app.models import IngestedSpan, Run, RunEvent
 from tools_app.web.api.tokens import create_token
 
@@ -216,6 +218,24 @@ def test_spans_sent_again_are_found_by_index_lookups_not_a_join_with_the_runs(
                   in q["sql"].split(" FROM ", 1)[-1][:40]]
     assert span_reads
     assert not [sql for sql in span_reads if " JOIN " in sql]
+
+
+@pytest.mark.both
+def test_a_batch_of_many_traces_finds_each_ones_spans_sent_before(
+        client: Client, token: str, bob: AbstractUser, charlie: AbstractUser) -> None:
+    """The stored spans are looked up per trace, in groups of bounded size: whatever
+    traces a batch mixes, each span sent before is found (here: refused, as another
+    user sent it) and the others are stored."""
+    agents = [spans_of(weather_agent) for _ in range(3)]
+    post(client, token, protobuf([*agents[0], *agents[1][:2]]))
+    mixed = [span for spans in agents for span in spans]
+
+    with patch.object(receive, "KNOWN_PARAMETERS", 3):  # a group per trace or part of one
+        response = post(client, create_token(charlie, "other")[1], protobuf(mixed))
+
+    assert answer(response).partial_success.rejected_spans == 6
+    assert IngestedSpan.objects.count() == 12
+    assert sorted(run.rounds_count for run in Run.objects.filter(created_by=charlie)) == [1, 2]
 
 
 def test_a_failed_agent_span_fails_the_run(client: Client, token: str,

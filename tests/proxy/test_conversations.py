@@ -89,9 +89,15 @@ def test_a_request_carrying_every_earlier_result_reads_only_the_rounds_it_needs(
     with CaptureQueriesContext(connection) as one_missing:
         found = recording._proposals(trace, call_ids)
 
-    proposing_round = IngestedLayout.objects.get(run=run).rows[4][0]  # the fifth round's
-    assert {call_id: span for call_id, (span, _) in found.items()} == {last: proposing_round}
+    layout = IngestedLayout.objects.get(run=run).rows
+    assert {call_id: span for call_id, (span, _) in found.items()} == {last: layout[4][0]}
     assert len([q for q in one_missing.captured_queries if '"data"' in q["sql"]]) == 1
+    first = calls[0][0]  # proposed about ten spans back: past the newest few
+    IngestedSpan.objects.filter(
+        trace_id=trace, span_id=recording._span_id(trace, f"tool:{first}")).delete()
+    found = recording._proposals(trace, call_ids)
+    assert {call_id: span for call_id, (span, _) in found.items()} == \
+        {first: layout[0][0], last: layout[4][0]}
 
 
 def test_a_request_continues_the_run_its_prefix_came_from(proxy: Proxy) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -58,6 +58,7 @@ class Received:
 
 ATTEMPTS = 3
 READ_CHUNK = 2_000  # span rows read by id in one query
+KNOWN_PARAMETERS = 2_000  # trace and span ids in one lookup of the stored spans
 _READ = ("status", "lease_token", "error_type", "error_message")
 # Where runs received before `IngestedLayout` kept their layout (read when a run has
 # no layout row yet; its next snapshot leaves it out).
@@ -124,18 +125,52 @@ def _known(records: list[SpanRecord]) -> dict[tuple[str, str], Any]:
     # Two index lookups rather than one join: a planner without statistics on the
     # spans (a new table, PostgreSQL's autovacuum not yet round) expects a third of the
     # table for the IN and hashes the whole run table to join it. Looked up by trace
-    # and span id (the unique index), so a long trace's earlier spans are not read.
-    sent = {(r.trace_id, r.span_id) for r in records}
-    found = [(trace, span, run) for trace, span, run in IngestedSpan.objects.filter(
-        trace_id__in={trace for trace, _ in sent},
-        span_id__in={span for _, span in sent}).values_list("trace_id", "span_id", "run_id")
-        if (trace, span) in sent]
+    # and span ids (the unique index), so a long trace's earlier spans are not read:
+    # one condition per trace (an IN of traces and one of spans would probe every
+    # trace with every span id), a bounded number of parameters per query.
+    by_trace: dict[str, set[str]] = defaultdict(set)
+    for record in records:
+        by_trace[record.trace_id].add(record.span_id)
+    found = [row for group in _groups(by_trace) for row in _stored_of(group)]
     if not found:
         return {}
-    owners = dict(Run.objects.filter(pk__in={run for _, _, run in found}).values_list(
-        "pk", "created_by"))
-    return {(trace, span): owners[run] for trace, span, run in found
-            if run in owners}  # else deleted meanwhile, its spans with it
+    owners = {run_key(run): owner for run, owner in Run.objects.filter(
+        pk__in={run_key(run) for _, _, run in found}).values_list("pk", "created_by")}
+    return {(trace, span): owners[run_key(run)] for trace, span, run in found
+            if run_key(run) in owners}  # else deleted meanwhile, its spans with it
+
+
+def _stored_of(group: list[tuple[str, list[str]]]) -> list[tuple[str, str, Any]]:
+    """(trace, span, run id as the database returns it) of the stored spans among these
+    traces' span ids. SQL of its own: the ORM builds a condition per trace slowly."""
+    quote = connection.ops.quote_name
+    table = quote(IngestedSpan._meta.db_table)
+    conditions = " OR ".join(
+        f"({quote('trace_id')} = %s AND {quote('span_id')} IN "
+        f"({', '.join(['%s'] * len(span_ids))}))" for _, span_ids in group)
+    params = [value for trace, span_ids in group for value in (trace, *span_ids)]
+    columns = ", ".join(map(quote, ("trace_id", "span_id", "run_id")))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {columns} FROM {table} WHERE {conditions}",  # noqa: S608
+                       params)  # (names and placeholders only: the ids are parameters)
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+def _groups(by_trace: dict[str, set[str]]) -> Iterable[list[tuple[str, list[str]]]]:
+    """The traces with their span ids, in groups of at most KNOWN_PARAMETERS ids."""
+    group: list[tuple[str, list[str]]] = []
+    size = 0
+    for trace, span_ids in by_trace.items():
+        ids = sorted(span_ids)
+        for start in range(0, len(ids), KNOWN_PARAMETERS):
+            part = ids[start:start + KNOWN_PARAMETERS]
+            if group and size + len(part) + 1 > KNOWN_PARAMETERS:
+                yield group
+                group, size = [], 0
+            group.append((trace, part))
+            size += len(part) + 1
+    if group:
+        yield group
 
 
 def _store(records: list[SpanRecord], runs: dict[str, str], done: set[str],

@@ -1,6 +1,6 @@
 """A received run's rounds and calls brought in line with its plan (`assemble.RunPlan`):
-rows are found again by their keys (the layout the snapshot keeps: each round's span id
-and its calls' keys, with a digest of the fields each row was last written with),
+rows are found again by their keys (the run's layout, `IngestedLayout`: each round's span
+id and its calls' keys, with a digest of the fields each row was last written with),
 moved where a late span says they belong, created, updated where something changed,
 and removed when no span stands for them any more. Only ids and places are read back
 (`Existing`, two queries for all the runs of a request): a kept row whose digest is
@@ -38,7 +38,7 @@ from tools_app.runs.store.sql import rowsql
 from tools_app.runs.store.sql.rowsql import In
 
 ROUND_FIELDS_VERSION = 1  # raised when `round_fields` changes: kept rounds written again
-CALL_FIELDS_VERSION = 1  # the same for `call_fields` and kept calls
+CALL_FIELDS_VERSION = 2  # the same for `call_fields` (or `_call_digest`) and kept calls
 OFFSET = 1_000_000  # indexes parked out of the way while rows change places
 _CALL_PLAN_FIELDS = tuple(f.name for f in dataclasses.fields(CallPlan))
 Layout = list[list[Any]]

@@ -30,6 +30,7 @@ from tools_app.ingest.messages import Message
 from tools_app.models import ToolRegistration
 from tools_app.runs.snapshot.frozen import dump_messages, tools_section
 from tools_app.runs.snapshot.model import (
+    SNAPSHOT_VERSION,
     EndpointSnapshot,
     ImportedSection,
     PolicySnapshot,
@@ -39,7 +40,9 @@ from tools_app.runs.snapshot.model import (
 from tools_app.runs.store.sanitize import clean_json, clean_json_data
 
 VIA = "OTLP"
-SNAPSHOT_VERSION = 1  # raised when `build` changes: every received run's snapshot rebuilt
+# Raised when `build`, or anything it calls that is not in `inputs_digest` (the snapshot
+# model's own version is), changes what it makes: every received run's snapshot rebuilt.
+RECEIVED_SNAPSHOT_VERSION = 1
 PROXY_VIA = "proxy"  # spans the recording proxy made of its exchanges (tools_app/proxy)
 # What a received run's endpoint is called, by how its spans came.
 SOURCE_NAMES = {VIA: "OpenTelemetry", PROXY_VIA: "Recording proxy"}
@@ -89,8 +92,8 @@ def inputs_digest(plan: RunPlan, *, username: str | None, registered: Registered
     now, which may have changed): such a snapshot is built every time."""
     if registered.of(plan.tools):
         return ""
-    inputs = (SNAPSHOT_VERSION, username, via, _model(plan), plan.source, plan.tools,
-              plan.first_messages)
+    inputs = (RECEIVED_SNAPSHOT_VERSION, SNAPSHOT_VERSION, username, via, _model(plan),
+              plan.source, plan.tools, plan.first_messages)
     return hashlib.blake2b(repr(inputs).encode(), digest_size=16).hexdigest()
 
 

@@ -25,8 +25,8 @@ from tools_app.ingest.spans import SpanRecord
 MAX_SPANS = 10_000
 MAX_CHARS = 16_000_000  # characters of attribute and event text, over all entries
 
-# A stored span's row: its id, trace id, span id and when it was stored (as the
-# database returns the column, unconverted: the same value from its INSERT and a SELECT).
+# A stored span's row: its id, trace id, span id and when it was stored (the column as
+# the database driver returns it, the same from the INSERT's RETURNING and a SELECT).
 RowKey = tuple[int, str, str, Any]
 
 

@@ -27,6 +27,6 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='ingestedspan',
-            index=models.Index(fields=['run', 'start_ns', 'trace_id', 'span_id', 'received_at'], name='ingestedspan_run_rows'),
+            index=models.Index(fields=['run', 'start_ns', 'trace_id', 'span_id', 'received_at', 'id'], name='ingestedspan_run_rows'),
         ),
     ]

@@ -30,8 +30,8 @@ class IngestedSpan(models.Model):
             # A run's spans in time order; and the columns a rebuild reads of each
             # (receive._spans_of), from the index alone: SQLite keeps them after `data`
             # in the row, so reading them there would read all of its JSON too.
-            models.Index(fields=["run", "start_ns", "trace_id", "span_id", "received_at"],
-                         name="ingestedspan_run_rows"),
+            models.Index(fields=["run", "start_ns", "trace_id", "span_id", "received_at",
+                                 "id"], name="ingestedspan_run_rows"),
         ]
 
     def __str__(self) -> str:

@@ -266,14 +266,22 @@ class ProcessRecorder:
         process = context.Process(
             target=recorder_child.main, name="proxy-recorder", daemon=True,
             args=(theirs, os.environ.get("DJANGO_SETTINGS_MODULE") or settings.SETTINGS_MODULE,
-                  str(connections["default"].settings_dict["NAME"]),
-                  settings.AGENTFORGE_PROXY_RECORDER_NICE))
+                  str(connections["default"].settings_dict["NAME"]), _nice()))
         process.start()
         theirs.close()  # the child's end: its death is then our end's EOF
         if not self.started:
             atexit.register(self.close)
         self.started += 1
         return _Child(process, ours)
+
+
+def _nice() -> int:
+    """How much lower the recorder runs than the server. Not on SQLite: there it takes
+    the server's write turn (a file lock) for each batch, and the server's writers would
+    wait on a process the CPU serves last."""
+    if connections["default"].vendor == "sqlite":
+        return 0
+    return int(settings.AGENTFORGE_PROXY_RECORDER_NICE)
 
 
 def _reap(child: _Child) -> None:

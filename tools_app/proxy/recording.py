@@ -238,14 +238,15 @@ def _tool_spans(exchange: Exchange, request: ProxiedRequest, trace: str) -> list
     return spans
 
 
-PROPOSALS_CHUNK = 8  # stored spans read at a time, newest first, looking for proposals
+PROPOSALS_FIRST = 8  # the newest stored spans read first, looking for proposals
 
 
 def _proposals(trace: str, call_ids: set[str]) -> dict[str, tuple[str, int]]:
     """Call id -> (the span id of the round that proposed it, when that round ended),
     for those of `call_ids` whose tool span is not stored yet (a request carries every
     result of its conversation so far: the earlier ones were recorded already); from
-    the stored rounds of this trace, the latest first, read until all are found."""
+    the stored rounds of this trace: the latest few, then (if some are not there: a
+    result the model never proposed in this trace) all the others at once."""
     tool_spans = {_span_id(trace, f"tool:{call_id}"): call_id for call_id in call_ids}
     recorded = IngestedSpan.objects.filter(trace_id=trace, span_id__in=list(tool_spans))
     wanted = call_ids - {tool_spans[s] for s in recorded.values_list("span_id", flat=True)}
@@ -254,8 +255,7 @@ def _proposals(trace: str, call_ids: set[str]) -> dict[str, tuple[str, int]]:
         return out
     newest = list(IngestedSpan.objects.filter(trace_id=trace).order_by(
         "-start_ns", "-id").values_list("id", flat=True))
-    for start in range(0, len(newest), PROPOSALS_CHUNK):
-        chunk = newest[start:start + PROPOSALS_CHUNK]
+    for chunk in (newest[:PROPOSALS_FIRST], newest[PROPOSALS_FIRST:]):
         rows = {pk: (span_id, data) for pk, span_id, data in IngestedSpan.objects.filter(
             pk__in=chunk).values_list("id", "span_id", "data")}
         for span_id, data in (rows[pk] for pk in chunk if pk in rows):

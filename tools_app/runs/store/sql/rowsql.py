@@ -101,7 +101,8 @@ def update_many(model: type[Model], keys: tuple[str, ...], rows: Sequence[Mappin
 def select(model: type[Model], columns: tuple[str, ...],
            where: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """The `columns` of the rows matching `where` (as for `update`), as the database
-    returns them: for ids, numbers and text, which need no conversion."""
+    driver returns them: for ids, numbers and text, which need no conversion (a
+    timestamp comes as the driver makes it, naive on SQLite)."""
     connection = default_connection()
     sql = _select_sql(model, columns, _where_shape(where), connection.vendor)
     with executed(connection, sql, _where_params(model, where, connection)) as cursor:

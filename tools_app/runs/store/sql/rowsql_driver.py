@@ -54,8 +54,9 @@ def executed(connection: BaseDatabaseWrapper, sql: str,
     of up to 50 parameters, and a batch's INSERT has more, so the rewrite would cost a
     busy db_worker a large share of its CPU. Where Django
     logs queries (DEBUG, the test suite's query counting) its own cursor is used: its
-    log renders the `%s` form. No statement here returns a timestamp, so the time zone
-    loader Django may register on its cursors is not needed. On SQLite the driver's
+    log renders the `%s` form. A timestamp read back through here (the span rows' stored
+    time, a cache key compared by the instant it names) is as the driver makes it: the
+    time zone loader Django may register on its cursors is not needed. On SQLite the driver's
     cursor takes the statement with `?` placeholders, rewritten once per statement."""
     if connection.vendor not in ("postgresql", "sqlite") or connection.queries_logged:
         with connection.cursor() as cursor:
