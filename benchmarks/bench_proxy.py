@@ -13,6 +13,11 @@ the measurement goes on. For scale, Django's request path alone is measured too,
 a bare pass-through on the same server stack (benchmarks/passthrough_app.py on daphne):
 what any proxy served this way adds at least.
 
+And what recording a long agent costs: tool loops through the proxy (the fake provider
+calling a tool each round, the client sending every result so far back, as an agent
+does), one of LONG_ROUNDS rounds against LONG_ROUNDS / 25 of 25, with the recorder
+process's CPU time and how long after the last answer the recording caught up.
+
 Run: python -m benchmarks.bench_proxy [--pairs 300] [--concurrent 1,50]
 """
 
@@ -36,7 +41,15 @@ from pathlib import Path
 import aiohttp
 
 from benchmarks.common import ROOT, percentile, write_result
-from benchmarks.processes import DAPHNE, PYTHON, base_env, free_port, manage, stop
+from benchmarks.processes import (
+    DAPHNE,
+    PYTHON,
+    base_env,
+    cpu_seconds,
+    free_port,
+    manage,
+    stop,
+)
 
 START_TIMEOUT = 60.0
 ENDPOINT = "bench-proxy"
@@ -49,6 +62,14 @@ LATENCY_MS = 50
 MODEL = f"fake-k1-p1-l{LATENCY_MS}"
 FLOOR_SAMPLES = 300
 MIN_PAIRS_PER_CONVERSATION = 20
+LONG_ROUNDS = 100  # tool rounds of the long agent
+SHORT_ROUNDS = 25
+RESULT_BYTES = 2_000  # each tool result's size
+IDLE_SECONDS = 0.5  # the recorder is caught up once its CPU time stops moving this long
+LOOKUP_TOOL = {"type": "function", "function": {
+    "name": "lookup", "description": "Look something up",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                   "required": ["query"]}}}
 SETUP_CODE = """
 import json, os
 from django.contrib.auth.models import User
@@ -75,9 +96,9 @@ class Samples:
 
 
 @contextmanager
-def servers(workdir: Path) -> Iterator[tuple[str, str, str, str]]:
+def servers(workdir: Path) -> Iterator[tuple[str, str, str, str, int]]:
     """(the provider's base URL, the product's root URL, an API token, the bare
-    pass-through's base URL)."""
+    pass-through's base URL, the product server's pid)."""
     provider_port, product_port, bare_port = free_port(), free_port(), free_port()
     provider = f"http://127.0.0.1:{provider_port}/v1"
     env = base_env(f"sqlite:///{workdir / 'bench.sqlite3'}", workdir,
@@ -102,7 +123,7 @@ def servers(workdir: Path) -> Iterator[tuple[str, str, str, str]]:
                 stdout=log, stderr=subprocess.STDOUT))
         product, bare = f"http://127.0.0.1:{product_port}", f"http://127.0.0.1:{bare_port}"
         _wait_until_up(f"{provider}/models", f"{product}/api/runs", f"{bare}/v1/models", token)
-        yield provider, product, token, bare
+        yield provider, product, token, bare, processes[1].pid
     finally:
         for process in processes:
             stop(process)
@@ -194,7 +215,73 @@ async def measure(provider: str, product: str, token: str, concurrent: int, pair
     return samples
 
 
-def report(rows: list[str], pairs: int, floor_ms: list[float]) -> str:
+def long_agents(product: str, token: str, server_pid: int) -> list[str]:
+    """Rows of the long-agent table: the recorder's CPU for one agent of LONG_ROUNDS
+    rounds, and for LONG_ROUNDS / SHORT_ROUNDS agents of SHORT_ROUNDS."""
+    asyncio.run(_tool_loop(product, token, "long-warm-up", 2))
+    recorder = _recorder_pid(server_pid)
+    rows = []
+    for agents, rounds in ((LONG_ROUNDS // SHORT_ROUNDS, SHORT_ROUNDS), (1, LONG_ROUNDS)):
+        _caught_up(recorder)
+        cpu = cpu_seconds(recorder)
+        exchanges = sum(asyncio.run(_tool_loop(product, token, f"long-{rounds}-{n}", rounds))
+                        for n in range(agents))
+        answered = time.perf_counter()
+        _caught_up(recorder)
+        lag = time.perf_counter() - answered - IDLE_SECONDS
+        used = cpu_seconds(recorder) - cpu
+        rows.append(f"| {agents} x {rounds} rounds | {exchanges} | {used:.2f} s | "
+                    f"{used / exchanges * 1000:.1f} ms | {max(lag, 0):.1f} s |")
+        print(rows[-1], flush=True)
+    return rows
+
+
+async def _tool_loop(product: str, token: str, run: str, rounds: int) -> int:
+    """An agent's tool loop of `rounds` tool rounds and an answer; its requests."""
+    url = f"{product}/proxy/{ENDPOINT}/v1/chat/completions"
+    headers = {"Authorization": f"Bearer {token}", "X-AgentForge-Run": run}
+    messages: list[dict[str, object]] = [{"role": "user", "content": f"Research {run}."}]
+    async with aiohttp.ClientSession() as session:
+        for sent in range(1, rounds + 2):
+            body = {"model": f"fake-k{rounds}-p1", "messages": messages,
+                    "tools": [LOOKUP_TOOL]}
+            async with session.post(url, json=body, headers=headers) as response:
+                if response.status != 200:
+                    raise RuntimeError(f"HTTP {response.status} {await response.text()}")
+                message = (await response.json())["choices"][0]["message"]
+            messages.append({k: v for k, v in message.items() if v is not None})
+            calls = message.get("tool_calls") or []
+            if not calls:
+                return sent
+            messages += [{"role": "tool", "tool_call_id": call["id"],
+                          "content": json.dumps({"found": "x" * RESULT_BYTES})}
+                         for call in calls]
+    raise RuntimeError(f"the fake model kept calling tools past {rounds} rounds")
+
+
+def _recorder_pid(server_pid: int) -> int:
+    """The recorder process the server started (a child of one of its threads running
+    multiprocessing's spawn entry; another may be multiprocessing's resource tracker)."""
+    children = {int(pid) for task in Path(f"/proc/{server_pid}/task").iterdir()
+                for pid in (task / "children").read_text().split()}  # any thread's
+    for pid in sorted(children):
+        if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+            return pid
+    raise RuntimeError("the server started no recorder process")
+
+
+def _caught_up(pid: int) -> None:
+    """Wait until the process's CPU time stops moving for IDLE_SECONDS."""
+    last = cpu_seconds(pid)
+    while True:
+        time.sleep(IDLE_SECONDS)
+        now = cpu_seconds(pid)
+        if now - last < 0.01:
+            return
+        last = now
+
+
+def report(rows: list[str], pairs: int, floor_ms: list[float], long_rows: list[str]) -> str:
     return "\n".join([
         "# Recording proxy: added latency",
         "",
@@ -226,6 +313,20 @@ def report(rows: list[str], pairs: int, floor_ms: list[float]) -> str:
         "least: the same pairs through an ASGI app on daphne that forwards the body with "
         "one kept aiohttp session (benchmarks/passthrough_app.py: no Django, no lookup, "
         "no recording).",
+        "",
+        "## Recording a long agent",
+        "",
+        f"Tool loops through the proxy: the fake provider calls a tool each round, the "
+        f"client sends every result so far back ({RESULT_BYTES:,}-byte results), as an "
+        f"agent does; one agent of {LONG_ROUNDS} rounds against "
+        f"{LONG_ROUNDS // SHORT_ROUNDS} of {SHORT_ROUNDS} (the same exchanges, had "
+        "recording one cost the same whatever its run's length). The recorder process's "
+        "CPU time, and how long after the last answer it was done recording.",
+        "",
+        "| agents | exchanges | recorder CPU | per exchange | recorded after the last "
+        "answer |",
+        "|---|---|---|---|---|",
+        *long_rows,
     ])
 
 
@@ -236,7 +337,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="agentforge-proxy-bench-") as tmp, \
-            servers(Path(tmp)) as (provider, product, token, bare_url):
+            servers(Path(tmp)) as (provider, product, token, bare_url, server_pid):
         floor_ms = asyncio.run(floor(product))
         for concurrent in (int(c) for c in args.concurrent.split(",")):
             plural = "s" if concurrent > 1 else ""
@@ -252,7 +353,8 @@ def main() -> None:
                          f"{'streaming (first byte)' if stream else 'non-streaming'}")
                 rows.append(samples.row(label))
                 print(rows[-1], flush=True)
-    print(write_result("proxy", report(rows, args.pairs, floor_ms)))
+        long_rows = long_agents(product, token, server_pid)
+    print(write_result("proxy", report(rows, args.pairs, floor_ms, long_rows)))
 
 
 if __name__ == "__main__":
