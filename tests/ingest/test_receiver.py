@@ -34,7 +34,7 @@ from tests.ingest.support import (
     text,
     weather_agent,
 )
-from tools_app.ingest import receive
+from tools_app.ingest import known
 from tools_app.models import IngestedSpan, Run, RunEvent
 from tools_app.web.api.tokens import create_token
 
@@ -230,7 +230,7 @@ def test_a_batch_of_many_traces_finds_each_ones_spans_sent_before(
     post(client, token, protobuf([*agents[0], *agents[1][:2]]))
     mixed = [span for spans in agents for span in spans]
 
-    with patch.object(receive, "KNOWN_PARAMETERS", 3):  # a group per trace or part of one
+    with patch.object(known, "MAX_IDS", 3):  # a group per trace or part of one
         response = post(client, create_token(charlie, "other")[1], protobuf(mixed))
 
     assert answer(response).partial_success.rejected_spans == 6

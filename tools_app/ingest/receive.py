@@ -1,12 +1,14 @@
 """Received spans stored and turned into runs, in one transaction per request.
 
 Each trace (or each `gen_ai.conversation.id` / `session.id`) of a user is one run they
-own. A span already stored (same trace and span id) is not stored again; one another
-user sent is refused. Every run a request touched is rebuilt from all its spans
-(`assemble.plan`; the runs, span ids and rows of all of them read in a query each; the
-earlier spans taken from this process's `span_cache`, the JSON of the others read in
-one more), its rows brought in line (`rows.sync`, writing only the rows that changed),
-and its viewers told: one `spans_received` event per round that changed.
+own. A span already stored (same trace and span id, `known`) is not stored again; one
+another user sent is refused. Every run a request touched is rebuilt from all its spans
+(`assemble.plan`; the runs, layouts, span ids and rows of all of them read in a query
+each; the earlier spans taken from this process's `span_cache`, the JSON of the others
+read in one more), its rows brought in line (`rows.sync`, writing only the rows that
+changed, found again through the run's `layouts`; its snapshot only when what it is
+built from changed), and its viewers told: one `spans_received` event per round that
+changed.
 
 A run is received while its spans come in (status running, with no worker and no
 lease: nothing claims or reaps it) and ends, succeeded or failed as its spans say, when
@@ -22,15 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from tools_app.ingest import assemble, idle, rows, span_cache
+from tools_app.ingest import assemble, idle, known, layouts, rows, span_cache
 from tools_app.ingest import conventions as conv
 from tools_app.ingest import snapshot as snapshots
 from tools_app.ingest.spans import Refusal, SpanRecord
-from tools_app.models import IngestedLayout, IngestedRunKey, IngestedSpan, Run, RunStatus
+from tools_app.models import IngestedRunKey, IngestedSpan, Run, RunStatus
 from tools_app.runs.store.eventlog import (
     Append,
     append_many,
@@ -58,11 +60,7 @@ class Received:
 
 ATTEMPTS = 3
 READ_CHUNK = 2_000  # span rows read by id in one query
-KNOWN_PARAMETERS = 2_000  # trace and span ids in one lookup of the stored spans
 _READ = ("status", "lease_token", "error_type", "error_message")
-# Where runs received before `IngestedLayout` kept their layout (read when a run has
-# no layout row yet; its next snapshot leaves it out).
-SNAPSHOT_LAYOUT = "snapshot__imported__otlp__layout"
 VIA = "snapshot__imported__via"
 
 
@@ -90,10 +88,10 @@ def _receive(records: list[SpanRecord], user: User, refusal: Refusal, via: str,
              ) -> Received:
     unique = list({(r.trace_id, r.span_id): r for r in records}.values())
     with transaction.atomic():
-        known = _known(unique)
+        owners = known.owners(unique)
         fresh, duplicates = [], 0
         for record in unique:
-            owner = known.get((record.trace_id, record.span_id))
+            owner = owners.get((record.trace_id, record.span_id))
             if owner is None:
                 fresh.append(record)
             elif owner != user.pk:
@@ -118,59 +116,6 @@ def _receive(records: list[SpanRecord], user: User, refusal: Refusal, via: str,
         work.end_runs()
         work.keep_spans()
     return Received(stored=len(fresh), duplicates=duplicates, runs=sorted(by_run))
-
-
-def _known(records: list[SpanRecord]) -> dict[tuple[str, str], Any]:
-    """Which of these spans are stored already: (trace, span) -> the run's owner id."""
-    # Two index lookups rather than one join: a planner without statistics on the
-    # spans (a new table, PostgreSQL's autovacuum not yet round) expects a third of the
-    # table for the IN and hashes the whole run table to join it. Looked up by trace
-    # and span ids (the unique index), so a long trace's earlier spans are not read:
-    # one condition per trace (an IN of traces and one of spans would probe every
-    # trace with every span id), a bounded number of parameters per query.
-    by_trace: dict[str, set[str]] = defaultdict(set)
-    for record in records:
-        by_trace[record.trace_id].add(record.span_id)
-    found = [row for group in _groups(by_trace) for row in _stored_of(group)]
-    if not found:
-        return {}
-    owners = {run_key(run): owner for run, owner in Run.objects.filter(
-        pk__in={run_key(run) for _, _, run in found}).values_list("pk", "created_by")}
-    return {(trace, span): owners[run_key(run)] for trace, span, run in found
-            if run_key(run) in owners}  # else deleted meanwhile, its spans with it
-
-
-def _stored_of(group: list[tuple[str, list[str]]]) -> list[tuple[str, str, Any]]:
-    """(trace, span, run id as the database returns it) of the stored spans among these
-    traces' span ids. SQL of its own: the ORM builds a condition per trace slowly."""
-    quote = connection.ops.quote_name
-    table = quote(IngestedSpan._meta.db_table)
-    conditions = " OR ".join(
-        f"({quote('trace_id')} = %s AND {quote('span_id')} IN "
-        f"({', '.join(['%s'] * len(span_ids))}))" for _, span_ids in group)
-    params = [value for trace, span_ids in group for value in (trace, *span_ids)]
-    columns = ", ".join(map(quote, ("trace_id", "span_id", "run_id")))
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {columns} FROM {table} WHERE {conditions}",  # noqa: S608
-                       params)  # (names and placeholders only: the ids are parameters)
-        return [tuple(row) for row in cursor.fetchall()]
-
-
-def _groups(by_trace: dict[str, set[str]]) -> Iterable[list[tuple[str, list[str]]]]:
-    """The traces with their span ids, in groups of at most KNOWN_PARAMETERS ids."""
-    group: list[tuple[str, list[str]]] = []
-    size = 0
-    for trace, span_ids in by_trace.items():
-        ids = sorted(span_ids)
-        for start in range(0, len(ids), KNOWN_PARAMETERS):
-            part = ids[start:start + KNOWN_PARAMETERS]
-            if group and size + len(part) + 1 > KNOWN_PARAMETERS:
-                yield group
-                group, size = [], 0
-            group.append((trace, part))
-            size += len(part) + 1
-    if group:
-        yield group
 
 
 def _store(records: list[SpanRecord], runs: dict[str, str], done: set[str],
@@ -300,8 +245,7 @@ class _Work:
 
     def save_layouts(self) -> None:
         """The changed layouts written (after the runs this request makes are in)."""
-        rowsql.insert(IngestedLayout, self.layouts, conflict=("run",),
-                      on_conflict_update=("rows", "snapshot_digest"))
+        layouts.save(self.layouts)
 
     def rebuild_all(self, run_ids: list[str]) -> None:
         """Rebuild these runs from all their spans: the runs (locked, in id order), their
@@ -314,11 +258,11 @@ class _Work:
         # below see what it wrote.
         runs = list(Run.objects.select_for_update().filter(pk__in=run_ids).order_by(
             "pk").only(*_READ).annotate(via=F(VIA)))
-        layouts = _layouts_of(run_ids)
+        kept = layouts.of(run_ids)
         spans = self._spans_of(run_ids)
         existing = rows.Existing.of(run_ids)
         for run in runs:
-            self.rebuild(run, spans[run_key(run.pk)], existing, layouts)
+            self.rebuild(run, spans[run_key(run.pk)], existing, kept[run_key(run.pk)])
         if self.appends:
             appended = append_many(self.appends, expect={})
             for append, (seq, _) in zip(self.appends, appended, strict=True):
@@ -353,14 +297,14 @@ class _Work:
         return spans
 
     def rebuild(self, run: Run, spans: list[SpanRecord], existing: rows.Existing,
-                layouts: dict[str, _Layout]) -> None:
+                old: layouts.Stored) -> None:
         run_id = run_key(run.pk)
         plan = assemble.plan(spans)
-        stored = layouts.get(run_id)
-        old = stored or _Layout(_old_layout(run.pk), "")
         layout, touched = rows.sync(run_id, plan, old.entries, self.new_rows, existing)
         inputs = self._inputs(plan)
-        if stored is None or layout != old.entries or inputs != old.snapshot_digest:
+        # "" (a registered tool named): its snapshot is built again every time.
+        snapshot_changed = not inputs or inputs != old.snapshot_digest
+        if not old.has_row or layout != old.entries or snapshot_changed:
             self._layout(run_id, layout, inputs)
         events = _events(touched) or [(RECEIVED_EVENT, {})]
         fields = _run_fields(plan)
@@ -368,7 +312,7 @@ class _Work:
             events = [(kind, payload | {"late": True}) for kind, payload in events]
             fields |= idle.late_fields(run, plan, _has_root(spans))
         changes: dict[str, Any] = dict(fields)
-        if not inputs or inputs != old.snapshot_digest:
+        if snapshot_changed:
             changes["snapshot"] = self._snapshot(plan)
         if run.status == RunStatus.RUNNING and not _has_root(spans):
             self.open.add(run_id)
@@ -414,27 +358,6 @@ class _Work:
 
     def _layout(self, run_id: str, layout: rows.Layout, inputs: str) -> None:
         self.layouts.append({"run": run_id, "rows": layout, "snapshot_digest": inputs})
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """A run's layout as stored (`IngestedLayout`): its rows' keys and digests, and what
-    its snapshot was built from."""
-
-    entries: rows.Layout
-    snapshot_digest: str
-
-
-def _layouts_of(run_ids: list[str]) -> dict[str, _Layout]:
-    return {run_key(run): _Layout(layout if isinstance(layout, list) else [], digest)
-            for run, layout, digest in IngestedLayout.objects.filter(
-                run_id__in=run_ids).values_list("run_id", "rows", "snapshot_digest")}
-
-
-def _old_layout(run_id: Any) -> rows.Layout:
-    """The layout a run received before `IngestedLayout` kept in its snapshot, if any."""
-    stored = Run.objects.filter(pk=run_id).values_list(SNAPSHOT_LAYOUT, flat=True).first()
-    return stored if isinstance(stored, list) else []
 
 
 def _events(touched: set[int]) -> list[tuple[str, dict[str, Any]]]:

@@ -11,7 +11,6 @@ the trace's definition (or its name alone) and never runs.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,6 +26,7 @@ from tools_app.engine import (
 )
 from tools_app.ingest.assemble import RunPlan
 from tools_app.ingest.messages import Message
+from tools_app.ingest.rows import digest
 from tools_app.models import ToolRegistration
 from tools_app.runs.snapshot.frozen import dump_messages, tools_section
 from tools_app.runs.snapshot.model import (
@@ -92,9 +92,10 @@ def inputs_digest(plan: RunPlan, *, username: str | None, registered: Registered
     now, which may have changed): such a snapshot is built every time."""
     if registered.of(plan.tools):
         return ""
-    inputs = (RECEIVED_SNAPSHOT_VERSION, SNAPSHOT_VERSION, username, via, _model(plan),
-              plan.source, plan.tools, plan.first_messages)
-    return hashlib.blake2b(repr(inputs).encode(), digest_size=16).hexdigest()
+    return digest({"version": (RECEIVED_SNAPSHOT_VERSION, SNAPSHOT_VERSION),
+                   "username": username, "via": via, "model": _model(plan),
+                   "source": plan.source, "tools": plan.tools,
+                   "first_messages": plan.first_messages})
 
 
 def build(plan: RunPlan, *, username: str | None, registered: Registered,
