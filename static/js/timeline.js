@@ -126,4 +126,18 @@
     names.dataset.loaded = "true";
     htmx.ajax("GET", names.dataset.src, {target: names, swap: "innerHTML"});
   }, true);
+
+  // A round's wire panel whose bodies could not be loaded says so; its download links
+  // stay (the status code only: nothing of the answer is shown).
+  function wireNotLoaded(evt) {
+    var panel = evt.detail.elt;
+    if (!panel || !panel.matches || !panel.matches("details.wire")) { return; }
+    var status = panel.querySelector("[data-wire-status]");
+    if (!status) { return; }
+    var code = evt.detail.xhr && evt.detail.xhr.status ? " (HTTP " + evt.detail.xhr.status + ")" : "";
+    status.textContent = "Could not load the bodies" + code;
+    status.dataset.wireStatus = "failed";
+  }
+  document.addEventListener("htmx:responseError", wireNotLoaded);
+  document.addEventListener("htmx:sendError", wireNotLoaded);
 })();

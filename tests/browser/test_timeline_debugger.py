@@ -208,9 +208,13 @@ async def test_the_raw_view_shows_the_event_stream_beside_the_response(
                     policy="Default", tool_choice="auto", parallel=True, max_rounds="")
     assert await wait_status(page, "succeeded") == "succeeded"
 
+    # The bodies are not in the page: opening the panel loads them.
+    assert await page.locator("#round-0-sse").count() == 0
+    assert await page.locator("#round-0 [data-wire-status]").text_content() == "Loading…"
     await page.click("#round-0 details.wire > summary")
     stream = page.locator("#round-0-sse pre")
     await stream.wait_for()
+    assert await page.locator("#round-0 [data-wire-status]").count() == 0
     text = await stream.inner_text()
     lines = [line for line in text.splitlines() if line]
     assert lines[0].startswith("data: {")
@@ -220,6 +224,26 @@ async def test_the_raw_view_shows_the_event_stream_beside_the_response(
     response = page.locator("#round-0 .wire-grid > div").nth(1)
     assert "Streamed <b>whole</b>." in await response.inner_text()
     await shot(page, "timeline-raw-stream.png", "#round-0")
+
+
+async def test_a_wire_panel_that_cannot_load_says_so_and_keeps_its_downloads(
+    open_page: Any, fake_provider: BackgroundServer,
+) -> None:
+    page = await open_page(user="alice")
+    await start_run(page, endpoint=QUICK_STREAM, tools=[], message="Go", system_prompt="",
+                    policy="Default", tool_choice="auto", parallel=True, max_rounds="")
+    assert await wait_status(page, "succeeded") == "succeeded"
+    await page.route("**/rounds/0/wire/", lambda route: route.fulfill(
+        status=500, body="<b>not shown</b>", content_type="text/html"))
+    await page.click("#round-0 details.wire > summary")
+    status = page.locator("#round-0 [data-wire-status]")
+    await page.wait_for_function(
+        "() => document.querySelector('#round-0 [data-wire-status]')"
+        ".dataset.wireStatus === 'failed'")
+    assert await status.inner_text() == "Could not load the bodies (HTTP 500)"
+    assert await page.locator("#round-0 .wire-grid b").count() == 0
+    links = page.locator("#round-0 .wire-grid a[download]")
+    assert [await link.inner_text() for link in await links.all()] == ["request", "response"]
 
 
 async def test_the_playground_notes_scripted_endpoints_and_keeps_its_draft_over_a_probe(

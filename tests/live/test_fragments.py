@@ -393,6 +393,19 @@ def test_the_fragments_show_hostile_values_escaped_and_inert(hostile_runs: list[
     assert any(m in lanes_only for m in ("alert(", "&lt;script"))  # the payload is there
 
 
+def test_the_wire_panel_shows_hostile_bodies_escaped_and_inert(
+    bob_client: Client, hostile_runs: list[Run],
+) -> None:
+    """A round's wire bodies are not in the page or its live batches (loaded when their
+    panel is opened): the panel is untrusted text like the rest."""
+    ok = hostile_runs[0]
+    for html in (page_of(bob_client, ok), render_updates(ok.pk, event_marks_after(ok.pk, 0))):
+        assert "&quot;messages&quot;" not in html  # the request body
+    panel = bob_client.get(f"/runs/{ok.pk}/rounds/0/wire/").content.decode()
+    assert "&quot;messages&quot;" in panel
+    assert_inert(panel, scripts=0)
+
+
 def test_every_hostile_field_reaches_the_page(
     bob_client: Client, hostile_runs: list[Run],
 ) -> None:

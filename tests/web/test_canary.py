@@ -56,6 +56,7 @@ def test_an_echoed_canary_is_nowhere_to_be_read(
         page.get("/runs/"),
         page.get(f"/runs/{run.pk}/rounds/0/request.json"),
         page.get(f"/runs/{run.pk}/rounds/0/response.json"),
+        page.get(f"/runs/{run.pk}/rounds/0/wire/"),
         Client().get(f"/api/runs/{run.pk}", headers=api),
         Client().get(f"/api/runs/{run.pk}/events?after=0", headers=api),
         Client().get("/api/runs", headers=api),

@@ -35,6 +35,8 @@ urlpatterns = [
          reexecution.call_execution, name="call_execution"),
     path("runs/<uuid:run_id>/calls/<int:call_id>/executions/<int:number>/splice/",
          reexecution.call_splice, name="call_splice"),
+    path("runs/<uuid:run_id>/rounds/<int:index>/wire/", run_page.round_wire_panel,
+         name="round_wire_panel"),
     path("runs/<uuid:run_id>/rounds/<int:index>/<str:which>.json", run_page.round_wire,
          name="round_wire"),
     path("runs/<uuid:run_id>/save-case/", suites.run_save_case, name="run_save_case"),

@@ -158,6 +158,7 @@ def _pages(client: Client, user: AbstractUser, run: Run) -> list[str]:
             reverse("api_runs_export", args=["jsonl"])]
     urls += [reverse("round_wire", args=[run.pk, index, which])
              for index in (0, 1, 2) for which in ("request", "response")]
+    urls += [reverse("round_wire_panel", args=[run.pk, index]) for index in (0, 1, 2)]
     texts = []
     for url in urls:
         response = client.get(url, headers=bearer if url.startswith("/api/") else {})

@@ -11,7 +11,7 @@ from typing import Any
 
 import pydantic_core
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.utils import timezone
 
 from tools_app.models import (
@@ -103,13 +103,13 @@ def _rounds_of(run: Run, indexes: list[int] | None, by_round: dict[int, list[dic
     "id" or "index")."""
     if indexes == []:
         return []
-    fields = ROUND_FIELDS if display else RECORD_ROUND_FIELDS
+    flags = _wire_flags() if display else {}
 
     def rounds(run_pk: Any, *wanted: Any) -> QuerySet[Round, Any]:
         found = Round.objects.filter(run=run_pk).order_by("index")
         picked: QuerySet[Round, Any] = (
             found.filter(index__in=wanted[0]) if wanted else found).values(
-            "id", "response", *fields)
+            "id", "response", *RECORD_ROUND_FIELDS, **flags)
         return picked
 
     added = _added_messages(run)
@@ -119,7 +119,7 @@ def _rounds_of(run: Run, indexes: list[int] | None, by_round: dict[int, list[dic
     return [_round_view(r, by_round.get(r[key], []), finished, display) | {
         "added_messages": added.get(r["index"], []), "final": _is_final(run, r),
         "loop_notes": loops.get(r["index"], [])}
-        for r in prepared.rows(("rounds", fields), rounds, *arguments)]
+        for r in prepared.rows(("rounds", display), rounds, *arguments)]
 
 
 def _is_final(run: Run, round_: dict[str, Any]) -> bool:
@@ -265,20 +265,30 @@ def _approval_state(run: Run) -> Any:
     return add
 
 
-# A round's own values, then what only the page shows: its wire bodies and stream.
+# A round's own values; the page adds which wire bodies it has (`WIRE_FLAGS`), not the
+# bodies: those are read when their panel is opened (`wire_panel`). A round's request
+# repeats the whole conversation so far, so a long run's page (and each live batch of
+# a round) would otherwise carry every round's copy of it.
 RECORD_ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_token_ms",
                        "input_tokens", "output_tokens", "cached_input_tokens", "cost_usd",
                        "price_revision_id", "attempts", "thinking", "ai_text")
-ROUND_FIELDS = (*RECORD_ROUND_FIELDS, "request_json", "response_json", "raw_stream")
+WIRE_FLAGS = {"has_request": "request_json", "has_response": "response_json",
+              "has_stream": "raw_stream"}
 CALL_FIELDS = ("call_id", "tool_name", "state", "duration_ms", "attempts", "arguments",
                "arguments_raw", "error_details", "result_text", "result_json", "is_error",
                "error_type", "error_message", "handled_by", "stopped_run", "traceback",
                "started_at", "finished_at", "cost_usd")
 
 
+def _wire_flags() -> dict[str, ExpressionWrapper[Q]]:
+    return {flag: ExpressionWrapper(Q(**{f"{column}__isnull": False}),
+                                    output_field=BooleanField())
+            for flag, column in WIRE_FLAGS.items()}
+
+
 def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]], finished: bool,
                 display: bool) -> dict[str, Any]:
-    view = {name: round_[name] for name in (ROUND_FIELDS if display else RECORD_ROUND_FIELDS)}
+    view = {name: round_[name] for name in RECORD_ROUND_FIELDS}
     if finished:  # while the run goes on, the rows of proposed calls are about to come
         calls = calls + [_not_executed_call(round_["index"], len(calls) + n, request)
                          for n, request in enumerate(unexecuted_requests(round_, len(calls)))]
@@ -287,11 +297,22 @@ def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]], finished: b
     view["calls"], view["axis"] = _call_views(calls)
     view["not_executed"] = sum(1 for c in calls if c["state"] == "not_executed")
     view["awaiting_decisions"] = sum(1 for c in calls if c["awaiting_decision"])
-    view["has_wire"] = round_["request_json"] is not None or round_["response_json"] is not None
-    view["stream"] = _stream_view(round_["raw_stream"])
-    view["wire"] = [_wire_view("request", round_["request_json"]),
-                    _wire_view("response", round_["response_json"])]
+    view |= {flag: bool(round_[flag]) for flag in WIRE_FLAGS}
+    view["has_wire"] = view["has_request"] or view["has_response"]
     return view
+
+
+def wire_panel(run: Run, index: int) -> dict[str, Any] | None:
+    """Round `index`'s wire request and response and its stream as it arrived, as its
+    panel on the run page shows them; None: the run has no such round."""
+    found = Round.objects.filter(run=run, index=index).values(
+        "request_json", "response_json", "raw_stream").first()
+    if found is None:
+        return None
+    return {"index": index,
+            "wire": [_wire_view("request", found["request_json"]),
+                     _wire_view("response", found["response_json"])],
+            "stream": _stream_view(found["raw_stream"])}
 
 
 def pretty_json(value: Any) -> str:

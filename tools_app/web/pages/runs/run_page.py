@@ -1,6 +1,6 @@
 """The run page and its actions: the timeline, cancel, rerun, export as a run file,
-the approval and breakpoint buttons, and the downloads of one call's result or one
-round's wire bodies."""
+the approval and breakpoint buttons, one round's wire bodies (its panel, and as
+downloads) and the download of one call's result."""
 
 from __future__ import annotations
 
@@ -202,6 +202,19 @@ def call_result(request: AuthenticatedHttpRequest, run_id: Any, call_id: int) ->
     response = HttpResponse(call.result_text or "", content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="call-{call.pk}-result.txt"'
     return response
+
+
+@require_GET
+@login_required
+def round_wire_panel(request: AuthenticatedHttpRequest, run_id: Any, index: int,
+                     ) -> HttpResponse:
+    """One round's wire request and response and its stream, for its panel on the run
+    page (loaded when the panel is opened)."""
+    run = run_for_user(request, run_id)
+    panel = timeline.wire_panel(run, index)
+    if panel is None:
+        raise Http404("No such round")
+    return render(request, "tools_app/run_detail.html#wire_panel", {"run": run, "panel": panel})
 
 
 @require_GET
