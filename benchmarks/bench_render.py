@@ -25,7 +25,6 @@ def build_run() -> str:
     from django.contrib.auth import get_user_model
 
     from tools_app.models import ErrorPolicy, ModelEndpoint
-    from tools_app.runs import services
     from tools_app.tools.registry import sync_tools
 
     sync_tools(["tools_app.tools.example_tools"])
@@ -136,7 +135,8 @@ batch that brought its last tool round (what each viewer's socket is sent for it
 
 | p50 | p95 | max | page size | live batch of one round |
 |---|---|---|---|---|
-| {long_stats['p50']:.1f} ms | {long_stats['p95']:.1f} ms | {long_stats['max']:.1f} ms | {long_size / 1024:.0f} KiB | {batch / 1024:.1f} KiB |
+| {long_stats['p50']:.1f} ms | {long_stats['p95']:.1f} ms | {long_stats['max']:.1f} ms \
+| {long_size / 1024:.0f} KiB | {batch / 1024:.1f} KiB |
 """).read_text()
 
 
