@@ -127,17 +127,29 @@
     htmx.ajax("GET", names.dataset.src, {target: names, swap: "innerHTML"});
   }, true);
 
-  // A round's wire panel whose bodies could not be loaded says so; its download links
-  // stay (the status code only: nothing of the answer is shown).
+  // A round's wire panel whose bodies could not be loaded says so (the status code only:
+  // nothing of the answer is shown) and tries again when opened again; its download
+  // links stay.
   function wireNotLoaded(evt) {
     var panel = evt.detail.elt;
     if (!panel || !panel.matches || !panel.matches("details.wire")) { return; }
     var status = panel.querySelector("[data-wire-status]");
     if (!status) { return; }
     var code = evt.detail.xhr && evt.detail.xhr.status ? " (HTTP " + evt.detail.xhr.status + ")" : "";
-    status.textContent = "Could not load the bodies" + code;
+    status.textContent = "Could not load the bodies" + code + "; open again to retry";
     status.dataset.wireStatus = "failed";
   }
   document.addEventListener("htmx:responseError", wireNotLoaded);
   document.addEventListener("htmx:sendError", wireNotLoaded);
+
+  document.addEventListener("toggle", function (evt) {
+    var panel = evt.target;
+    if (!panel.matches || !panel.matches("details.wire") || !panel.open) { return; }
+    var status = panel.querySelector("[data-wire-status=failed]");
+    if (!status) { return; }
+    status.textContent = "Loading…";
+    delete status.dataset.wireStatus;
+    htmx.ajax("GET", panel.getAttribute("hx-get"),
+              {source: panel, target: panel.querySelector(".wire-grid"), swap: "outerHTML"});
+  }, true);
 })();

@@ -240,10 +240,19 @@ async def test_a_wire_panel_that_cannot_load_says_so_and_keeps_its_downloads(
     await page.wait_for_function(
         "() => document.querySelector('#round-0 [data-wire-status]')"
         ".dataset.wireStatus === 'failed'")
-    assert await status.inner_text() == "Could not load the bodies (HTTP 500)"
+    assert await status.inner_text() == "Could not load the bodies (HTTP 500); open again to retry"
     assert await page.locator("#round-0 .wire-grid b").count() == 0
     links = page.locator("#round-0 .wire-grid a[download]")
     assert [await link.inner_text() for link in await links.all()] == ["request", "response"]
+    await shot(page, "timeline-wire-not-loaded.png", "#round-0")
+
+    # Closed and opened again, once the server answers: the bodies come.
+    await page.unroute("**/rounds/0/wire/")
+    await page.click("#round-0 details.wire > summary")
+    await page.click("#round-0 details.wire > summary")
+    await page.locator("#round-0 .wire-grid[hx-disable] pre").first.wait_for()
+    assert await page.locator("#round-0 [data-wire-status]").count() == 0
+    assert '"content": "Go"' in await page.locator("#round-0 .wire-grid pre").first.inner_text()
 
 
 async def test_the_playground_notes_scripted_endpoints_and_keeps_its_draft_over_a_probe(

@@ -401,6 +401,7 @@ def test_the_wire_panel_shows_hostile_bodies_escaped_and_inert(
     ok = hostile_runs[0]
     for html in (page_of(bob_client, ok), render_updates(ok.pk, event_marks_after(ok.pk, 0))):
         assert "&quot;messages&quot;" not in html  # the request body
+        assert f'hx-get="/runs/{ok.pk}/rounds/0/wire/"' in html  # its panel, to open
     panel = bob_client.get(f"/runs/{ok.pk}/rounds/0/wire/").content.decode()
     assert "&quot;messages&quot;" in panel
     assert_inert(panel, scripts=0)

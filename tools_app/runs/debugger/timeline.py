@@ -1,6 +1,7 @@
 """What the run page and the live timeline show of a run's rounds and their calls, as
-display-ready dicts: wire bodies, bars on a time axis, approvals, what was not executed
-(the header above them is run_header.py). Rows come from prepared reads and values()
+display-ready dicts: bars on a time axis, approvals, what was not executed, which wire
+bodies a round has (the bodies themselves for its panel, `wire_panel`); the header
+above them is run_header.py. Rows come from prepared reads and values()
 queries, never a model instance per call, so a run of many calls renders quickly."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 import pydantic_core
 from django.conf import settings
-from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, JSONNull, Q, QuerySet
 from django.utils import timezone
 
 from tools_app.models import (
@@ -38,9 +39,10 @@ def round_views(run: Run, indexes: Iterable[int] | None = None, *,
 
     Rows are read with values() (no model instances) and the template gets plain dicts
     and precomputed strings: a finished run with 1,000 tool calls must render fast
-    (see docs/benchmarks.md). `display=False` gives the rows' own values only, what the
-    JSON API reports: no wire bodies (a round's request repeats the whole conversation),
-    pretty JSON or bars, which were half the cost of a client polling a run.
+    (see docs/benchmarks.md). Neither reads a round's wire bodies (a round's request
+    repeats the whole conversation): the page says which it has. `display=False` gives
+    the rows' own values only, what the JSON API reports: no pretty JSON or bars, which
+    were half the cost of a client polling a run.
     """
     wanted = list(indexes) if indexes is not None else None
     return _rounds_of(run, wanted, _calls_by_round(run, wanted), "id", display)
@@ -51,7 +53,7 @@ def live_views(run: Run, whole: Collection[int], lanes: Mapping[int, Collection[
     """For a live batch: the rounds `whole` as `round_views` shows them, and for each
     round of `lanes` (whose only news is that the calls it names started or finished)
     its time axis and those calls' lanes, the same views as in its whole round. The
-    lane rounds' own rows (their model call, with the whole request body) are not read;
+    lane rounds' own rows (their model call) are not read;
     the calls of all the rounds are read together (nothing is read when there are no
     rounds). A round some of whose named calls
     match no stored call is rendered whole: an event's call id is the one the provider
@@ -103,7 +105,7 @@ def _rounds_of(run: Run, indexes: list[int] | None, by_round: dict[int, list[dic
     "id" or "index")."""
     if indexes == []:
         return []
-    flags = _wire_flags() if display else {}
+    flags = wire_flags() if display else {}
 
     def rounds(run_pk: Any, *wanted: Any) -> QuerySet[Round, Any]:
         found = Round.objects.filter(run=run_pk).order_by("index")
@@ -274,16 +276,23 @@ RECORD_ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_
                        "price_revision_id", "attempts", "thinking", "ai_text")
 WIRE_FLAGS = {"has_request": "request_json", "has_response": "response_json",
               "has_stream": "raw_stream"}
+_JSON_WIRE = frozenset({"request_json", "response_json"})
 CALL_FIELDS = ("call_id", "tool_name", "state", "duration_ms", "attempts", "arguments",
                "arguments_raw", "error_details", "result_text", "result_json", "is_error",
                "error_type", "error_message", "handled_by", "stopped_run", "traceback",
                "started_at", "finished_at", "cost_usd")
 
 
-def _wire_flags() -> dict[str, ExpressionWrapper[Q]]:
-    return {flag: ExpressionWrapper(Q(**{f"{column}__isnull": False}),
-                                    output_field=BooleanField())
+def wire_flags() -> dict[str, ExpressionWrapper[Q]]:
+    """Whether each body is there: neither SQL NULL nor, for a JSON one, JSON null (a
+    provider's answer is stored as it came, and `null` is no body to show)."""
+    return {flag: ExpressionWrapper(_present(column), output_field=BooleanField())
             for flag, column in WIRE_FLAGS.items()}
+
+
+def _present(column: str) -> Q:
+    present = Q(**{f"{column}__isnull": False})
+    return present & ~Q(**{column: JSONNull()}) if column in _JSON_WIRE else present
 
 
 def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]], finished: bool,

@@ -12,7 +12,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import ValidationError
 from django.db import connection, connections
-from django.db.models import BooleanField, Count, ExpressionWrapper, Q, QuerySet
+from django.db.models import Count, JSONNull, Q, QuerySet
 from django.test.utils import CaptureQueriesContext
 
 from tests.web.support import start_run
@@ -26,7 +26,12 @@ from tools_app.models import (
     ToolRegistration,
 )
 from tools_app.runs.debugger.run_header import header_view, live_run
-from tools_app.runs.debugger.timeline import CALL_FIELDS, RECORD_ROUND_FIELDS, WIRE_FLAGS
+from tools_app.runs.debugger.timeline import (
+    CALL_FIELDS,
+    RECORD_ROUND_FIELDS,
+    WIRE_FLAGS,
+    wire_flags,
+)
 from tools_app.runs.store.selectors import run_row, run_rows
 from tools_app.runs.store.sql import prepared
 from tools_app.runs.worker.runner import execute_run
@@ -61,11 +66,8 @@ def calls(run_pk: Any, indexes: list[int]) -> QuerySet[ToolCall, Any]:
 def rounds(run_pk: Any) -> QuerySet[Round, Any]:
     """The rounds' own columns, their JSON wire bodies, and the page's flags of which
     bodies a round has (boolean expressions), as the timeline reads them."""
-    flags = {flag: ExpressionWrapper(Q(**{f"{column}__isnull": False}),
-                                     output_field=BooleanField())
-             for flag, column in WIRE_FLAGS.items()}
     return Round.objects.filter(run=run_pk).order_by("index").values(
-        "id", *RECORD_ROUND_FIELDS, *WIRE_FLAGS.values(), **flags)
+        "id", *RECORD_ROUND_FIELDS, *WIRE_FLAGS.values(), **wire_flags())
 
 
 def marks(run_pk: Any, after: int) -> QuerySet[RunEvent, Any]:
@@ -96,7 +98,12 @@ def test_the_values_are_converted_as_the_orm_converts_them(two_runs: list[Run]) 
     assert call["arguments"] == {"city": "Paris"}  # JSON, decoded
     assert call["started_at"].tzinfo is not None  # an aware datetime
     assert isinstance(call["is_error"], bool)
-    for round_ in prepared.rows(("test", "rounds"), rounds, two_runs[0].pk):
+    # A response stored as JSON null (a provider's `null`) is no body, as SQL NULL.
+    Round.objects.filter(run=two_runs[0], index=0).update(
+        response_json=JSONNull())
+    found = prepared.rows(("test", "rounds"), rounds, two_runs[0].pk)
+    assert found[0]["has_response"] is False
+    for round_ in found:
         for flag, column in WIRE_FLAGS.items():  # a boolean expression, as a bool
             assert round_[flag] is (round_[column] is not None)
 

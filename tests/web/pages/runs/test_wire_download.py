@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import pytest
+from django.db.models import JSONNull
 from django.test import Client
 
 from tests.web.support import start_run
@@ -40,6 +41,8 @@ def test_the_page_carries_no_body_only_the_panel_that_loads_it(
     assert panel is not None
     assert f'hx-get="/runs/{run.pk}/rounds/0/wire/"' in panel.group(1)
     assert 'hx-trigger="toggle once"' in panel.group(1)
+    # It replaces only its placeholder: the summary stays.
+    assert 'hx-target="find .wire-grid" hx-swap="outerHTML"' in panel.group(1)
     # Without the panel (no script), both bodies can still be downloaded.
     assert f"/runs/{run.pk}/rounds/0/request.json" in page
     assert f"/runs/{run.pk}/rounds/0/response.json" in page
@@ -56,6 +59,19 @@ def test_a_round_without_a_response_links_only_its_request(
     Round.objects.filter(run=run, index=0).update(request_json=None)
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
     assert '<details class="wire"' not in page  # nothing to show
+
+
+def test_a_json_null_response_is_no_body(
+    alice_client: Client, run_with_big_request: RunModel
+) -> None:
+    """A provider's answer is stored as it came: `null` is stored as JSON null, which
+    the page does not count as a response to show or download."""
+    run = run_with_big_request
+    Round.objects.filter(run=run, index=0).update(response_json=JSONNull())
+    assert Round.objects.filter(run=run, index=0, response_json__isnull=False).exists()
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    assert "/rounds/0/request.json" in page
+    assert "/rounds/0/response.json" not in page
 
 
 def test_a_large_request_shows_a_head_and_a_download_link(
@@ -104,5 +120,10 @@ def test_another_users_run_and_unknown_bodies_are_not_found(
     assert alice_client.get(f"{base}/7/wire/").status_code == 404
     assert alice_client.post(f"{base}/0/wire/").status_code == 405
     assert Client().get(f"{base}/0/wire/").status_code == 302  # to the login page
+    # The panel's own request, from a page whose login ended: told, not redirected (the
+    # login page would be shown inside the panel).
+    ended = Client().get(f"{base}/0/wire/", headers={"HX-Request": "true"})
+    assert ended.status_code == 401
+    assert ended["Content-Type"].startswith("text/plain")
     assert alice_client.get(f"{base}/0/headers.json").status_code == 404
     assert alice_client.get(f"{base}/7/request.json").status_code == 404

@@ -5,10 +5,11 @@ downloads) and the download of one call's result."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -205,12 +206,16 @@ def call_result(request: AuthenticatedHttpRequest, run_id: Any, call_id: int) ->
 
 
 @require_GET
-@login_required
-def round_wire_panel(request: AuthenticatedHttpRequest, run_id: Any, index: int,
-                     ) -> HttpResponse:
+def round_wire_panel(request: HttpRequest, run_id: Any, index: int) -> HttpResponse:
     """One round's wire request and response and its stream, for its panel on the run
-    page (loaded when the panel is opened)."""
-    run = run_for_user(request, run_id)
+    page (loaded when the panel is opened). A page whose login ended is answered 401
+    (the panel says it could not load), not sent the login page to show in the panel."""
+    if not request.user.is_authenticated:
+        if request.headers.get("HX-Request") == "true":
+            return HttpResponse("Log in again to see this round's bodies.", status=401,
+                                content_type="text/plain; charset=utf-8")
+        return redirect_to_login(request.get_full_path())
+    run = run_for_user(cast(AuthenticatedHttpRequest, request), run_id)
     panel = timeline.wire_panel(run, index)
     if panel is None:
         raise Http404("No such round")
