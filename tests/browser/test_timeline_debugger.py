@@ -29,12 +29,15 @@ from .world import LONG_ENDPOINT, STREAMING_ENDPOINTS, watched_endpoint
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
 FAILING_AND_SLOW = "Scripted: failing + slow tools"
-SLOW_STREAM, QUICK_STREAM = STREAMING_ENDPOINTS
+SLOW_STREAM, QUICK_STREAM, HELD_NAP = STREAMING_ENDPOINTS
 LONG_TEXT = "This answer streams in slowly, a few characters at a time. " * 60
 SCRIPTS = {"scripts": {
     # 8 characters per event, 40 ms apart: over ten seconds of stream, cancelled first.
     "slow-text": {"steps": [{"text": LONG_TEXT}], "chunk_delay_ms": 40},
     "quick": {"steps": [{"text": "Streamed <b>whole</b>."}], "chunk_size": 6},
+    "held-nap": {"steps": [
+        {"tool_calls": [{"name": "watched_nap", "arguments": {"seconds": 0, "key": "wire"}}]},
+        {"text": "Napped: {last_result}"}]},
 }}
 ERROR_RED = "rgb(180, 35, 24)"  # --err in static/css/app.css
 SHOTS = os.environ.get("AGENTFORGE_TIMELINE_SHOTS")  # a folder: save screenshots there
@@ -224,6 +227,25 @@ async def test_the_raw_view_shows_the_event_stream_beside_the_response(
     response = page.locator("#round-0 .wire-grid > div").nth(1)
     assert "Streamed <b>whole</b>." in await response.inner_text()
     await shot(page, "timeline-raw-stream.png", "#round-0")
+
+
+async def test_the_wire_panel_of_a_round_that_arrived_live_loads_when_opened(
+    open_page: Any, server: Server, fake_provider: BackgroundServer,
+) -> None:
+    page = await open_page(user="alice")
+    await start_run(page, endpoint=HELD_NAP, tools=["watched_nap"], message="Nap",
+                    system_prompt="", policy="Default", tool_choice="auto", parallel=True,
+                    max_rounds="")
+    await page.wait_for_selector('#live-state[data-state="live"]')
+    await page.wait_for_selector('#round-0 article.lane[data-state="started"]')
+    # The nap is held: the next round can only reach this page over its socket.
+    assert await page.locator("#round-1").count() == 0
+    await release_naps(server, "wire")
+    assert await wait_status(page, "succeeded") == "succeeded"
+    await page.click("#round-1 details.wire > summary")
+    request = page.locator("#round-1 .wire-grid[hx-disable] pre").first
+    await request.wait_for()
+    assert '"content": "Slept 0 s"' in await request.inner_text()
 
 
 async def test_a_wire_panel_that_cannot_load_says_so_and_keeps_its_downloads(

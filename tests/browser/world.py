@@ -206,10 +206,12 @@ def mcp() -> None:
 
 
 # Endpoints of a fake provider the test process serves (tests/browser/
-# test_timeline_debugger.py): real event streams, for the raw stream view and for
-# cancelling a run mid-stream.
+# test_timeline_debugger.py): real event streams, for the raw stream view, for
+# cancelling a run mid-stream, and for a round that can only arrive live (its first
+# round's `watched_nap` held until the test lets it go).
 STREAMING_ENDPOINTS = {"Browser: streaming, slow": "slow-text",
-                       "Browser: streaming, quick": "quick"}
+                       "Browser: streaming, quick": "quick",
+                       "Browser: streaming, held nap": "held-nap"}
 
 
 def streaming(base_url: str) -> None:
