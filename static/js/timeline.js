@@ -19,7 +19,9 @@
     return status === "succeeded" || status === "failed" || status === "cancelled";
   }
 
-  // Appending a block whose id already exists replaces that block instead.
+  // Appending a block whose id already exists replaces that block instead. A round's
+  // wire panel the viewer had open stays open, its bodies loaded again (the new block
+  // may hold more of them: the response once it came).
   document.addEventListener("htmx:oobBeforeSwap", function (evt) {
     var fragment = evt.detail.fragment;
     if (!fragment || !fragment.children) { return; }
@@ -27,8 +29,11 @@
       if (!child.id || !child.hasAttribute("data-upsert")) { return; }
       var existing = document.getElementById(child.id);
       if (existing) {
+        var wireOpen = existing.querySelector(":scope > .model-call > details.wire[open]");
         existing.replaceWith(child);
         if (window.htmx) { window.htmx.process(child); }
+        var wire = wireOpen && child.querySelector(":scope > .model-call > details.wire");
+        if (wire) { wire.open = true; }  // its "toggle" loads the bodies
       }
     });
   });

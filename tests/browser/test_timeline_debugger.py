@@ -29,7 +29,7 @@ from .world import LONG_ENDPOINT, STREAMING_ENDPOINTS, watched_endpoint
 pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="package")]
 
 FAILING_AND_SLOW = "Scripted: failing + slow tools"
-SLOW_STREAM, QUICK_STREAM, HELD_NAP = STREAMING_ENDPOINTS
+SLOW_STREAM, QUICK_STREAM, HELD_NAP, MAIL_TO_APPROVE = STREAMING_ENDPOINTS
 LONG_TEXT = "This answer streams in slowly, a few characters at a time. " * 60
 SCRIPTS = {"scripts": {
     # 8 characters per event, 40 ms apart: over ten seconds of stream, cancelled first.
@@ -38,6 +38,10 @@ SCRIPTS = {"scripts": {
     "held-nap": {"steps": [
         {"tool_calls": [{"name": "watched_nap", "arguments": {"seconds": 0, "key": "wire"}}]},
         {"text": "Napped: {last_result}"}]},
+    "mail-to-approve": {"steps": [
+        {"tool_calls": [{"name": "send_email",
+                         "arguments": {"to": "ann@example.com", "subject": "Hello"}}]},
+        {"text": "Done: {last_result}"}]},
 }}
 ERROR_RED = "rgb(180, 35, 24)"  # --err in static/css/app.css
 SHOTS = os.environ.get("AGENTFORGE_TIMELINE_SHOTS")  # a folder: save screenshots there
@@ -246,6 +250,32 @@ async def test_the_wire_panel_of_a_round_that_arrived_live_loads_when_opened(
     request = page.locator("#round-1 .wire-grid[hx-disable] pre").first
     await request.wait_for()
     assert '"content": "Slept 0 s"' in await request.inner_text()
+
+
+async def test_an_open_wire_panel_stays_open_when_its_round_is_shown_again(
+    open_page: Any, fake_provider: BackgroundServer,
+) -> None:
+    deciding = await open_page(user="alice")
+    run_id = await start_run(deciding, endpoint=MAIL_TO_APPROVE, tools=["send_email"],
+                             message="Email ann", system_prompt="", policy="Default",
+                             tool_choice="auto", parallel=True, max_rounds="")
+    assert await wait_status(deciding, "waiting") == "waiting"
+    watching = await open_page(user="alice")
+    await watching.goto(f"/runs/{run_id}/")
+    await watching.wait_for_selector('#live-state[data-state="live"]')
+    await watching.click("#round-0 details.wire > summary")
+    await watching.locator("#round-0 .wire-grid[hx-disable] pre").first.wait_for()
+    await watching.evaluate("document.getElementById('round-0').dataset.shown = 'before'")
+
+    # The decision, made on another page, shows round 0 again on this one (live).
+    await deciding.locator("#round-0 article.lane button.approve").click()
+    await watching.wait_for_function(
+        "() => { const round = document.getElementById('round-0');"
+        " return round && !round.dataset.shown && round.querySelector("
+        "'details.wire[open] > .wire-grid[hx-disable] pre'); }")
+    assert await watching.locator("#round-0 [data-wire-status]").count() == 0
+    response = watching.locator("#round-0 .wire-grid > div").nth(1).locator("pre").first
+    assert "ann@example.com" in await response.inner_text()  # loaded again
 
 
 async def test_a_wire_panel_that_cannot_load_says_so_and_keeps_its_downloads(

@@ -208,10 +208,12 @@ def mcp() -> None:
 # Endpoints of a fake provider the test process serves (tests/browser/
 # test_timeline_debugger.py): real event streams, for the raw stream view, for
 # cancelling a run mid-stream, and for a round that can only arrive live (its first
-# round's `watched_nap` held until the test lets it go).
+# round's `watched_nap` held until the test lets it go), and a round re-shown live once
+# a call is approved.
 STREAMING_ENDPOINTS = {"Browser: streaming, slow": "slow-text",
                        "Browser: streaming, quick": "quick",
-                       "Browser: streaming, held nap": "held-nap"}
+                       "Browser: streaming, held nap": "held-nap",
+                       "Browser: streaming, an email to approve": "mail-to-approve"}
 
 
 def streaming(base_url: str) -> None:
