@@ -43,6 +43,10 @@ SCRIPTS = {"scripts": {
                          "arguments": {"to": "ann@example.com", "subject": "Hello"}}]},
         {"text": "Done: {last_result}"}]},
 }}
+# The playground's settings left as they come: the runs below differ in endpoint, tools
+# and message only.
+AS_THEY_COME = {"system_prompt": "", "policy": "Default", "tool_choice": "auto",
+                "parallel": True, "max_rounds": ""}
 ERROR_RED = "rgb(180, 35, 24)"  # --err in static/css/app.css
 SHOTS = os.environ.get("AGENTFORGE_TIMELINE_SHOTS")  # a folder: save screenshots there
 
@@ -207,13 +211,18 @@ async def test_cancelling_a_streaming_run_keeps_what_it_streamed(
     assert await page.locator(".messages").count() == 0  # not carried to the next page
 
 
+async def quick_run(open_page: Any) -> Any:
+    """A page on a finished run of the quick stream: one streamed round, no tools."""
+    page = await open_page(user="alice")
+    await start_run(page, endpoint=QUICK_STREAM, tools=[], message="Go", **AS_THEY_COME)
+    assert await wait_status(page, "succeeded") == "succeeded"
+    return page
+
+
 async def test_the_raw_view_shows_the_event_stream_beside_the_response(
     open_page: Any, fake_provider: BackgroundServer,
 ) -> None:
-    page = await open_page(user="alice")
-    await start_run(page, endpoint=QUICK_STREAM, tools=[], message="Go", system_prompt="",
-                    policy="Default", tool_choice="auto", parallel=True, max_rounds="")
-    assert await wait_status(page, "succeeded") == "succeeded"
+    page = await quick_run(open_page)
 
     # The bodies are not in the page: opening the panel loads them.
     assert await page.locator("#round-0-sse").count() == 0
@@ -238,8 +247,7 @@ async def test_the_wire_panel_of_a_round_that_arrived_live_loads_when_opened(
 ) -> None:
     page = await open_page(user="alice")
     await start_run(page, endpoint=HELD_NAP, tools=["watched_nap"], message="Nap",
-                    system_prompt="", policy="Default", tool_choice="auto", parallel=True,
-                    max_rounds="")
+                    **AS_THEY_COME)
     await page.wait_for_selector('#live-state[data-state="live"]')
     await page.wait_for_selector('#round-0 article.lane[data-state="started"]')
     # The nap is held: the next round can only reach this page over its socket.
@@ -257,8 +265,7 @@ async def test_an_open_wire_panel_stays_open_when_its_round_is_shown_again(
 ) -> None:
     deciding = await open_page(user="alice")
     run_id = await start_run(deciding, endpoint=MAIL_TO_APPROVE, tools=["send_email"],
-                             message="Email ann", system_prompt="", policy="Default",
-                             tool_choice="auto", parallel=True, max_rounds="")
+                             message="Email ann", **AS_THEY_COME)
     assert await wait_status(deciding, "waiting") == "waiting"
     watching = await open_page(user="alice")
     await watching.goto(f"/runs/{run_id}/")
@@ -281,10 +288,7 @@ async def test_an_open_wire_panel_stays_open_when_its_round_is_shown_again(
 async def test_a_wire_panel_that_cannot_load_says_so_and_keeps_its_downloads(
     open_page: Any, fake_provider: BackgroundServer,
 ) -> None:
-    page = await open_page(user="alice")
-    await start_run(page, endpoint=QUICK_STREAM, tools=[], message="Go", system_prompt="",
-                    policy="Default", tool_choice="auto", parallel=True, max_rounds="")
-    assert await wait_status(page, "succeeded") == "succeeded"
+    page = await quick_run(open_page)
     await page.route("**/rounds/0/wire/", lambda route: route.fulfill(
         status=500, body="<b>not shown</b>", content_type="text/html"))
     await page.click("#round-0 details.wire > summary")

@@ -12,7 +12,14 @@ from typing import Any
 
 import pydantic_core
 from django.conf import settings
-from django.db.models import BooleanField, ExpressionWrapper, JSONNull, Q, QuerySet
+from django.db.models import (
+    BooleanField,
+    ExpressionWrapper,
+    JSONField,
+    JSONNull,
+    Q,
+    QuerySet,
+)
 from django.utils import timezone
 
 from tools_app.models import (
@@ -105,13 +112,12 @@ def _rounds_of(run: Run, indexes: list[int] | None, by_round: dict[int, list[dic
     "id" or "index")."""
     if indexes == []:
         return []
-    flags = wire_flags() if display else {}
 
     def rounds(run_pk: Any, *wanted: Any) -> QuerySet[Round, Any]:
         found = Round.objects.filter(run=run_pk).order_by("index")
         picked: QuerySet[Round, Any] = (
             found.filter(index__in=wanted[0]) if wanted else found).values(
-            "id", "response", *RECORD_ROUND_FIELDS, **flags)
+            "id", "response", *RECORD_ROUND_FIELDS, **(wire_flags() if display else {}))
         return picked
 
     added = _added_messages(run)
@@ -276,7 +282,6 @@ RECORD_ROUND_FIELDS = ("index", "status", "finish_reason", "latency_ms", "first_
                        "price_revision_id", "attempts", "thinking", "ai_text")
 WIRE_FLAGS = {"has_request": "request_json", "has_response": "response_json",
               "has_stream": "raw_stream"}
-_JSON_WIRE = frozenset({"request_json", "response_json"})
 CALL_FIELDS = ("call_id", "tool_name", "state", "duration_ms", "attempts", "arguments",
                "arguments_raw", "error_details", "result_text", "result_json", "is_error",
                "error_type", "error_message", "handled_by", "stopped_run", "traceback",
@@ -292,7 +297,9 @@ def wire_flags() -> dict[str, ExpressionWrapper[Q]]:
 
 def _present(column: str) -> Q:
     present = Q(**{f"{column}__isnull": False})
-    return present & ~Q(**{column: JSONNull()}) if column in _JSON_WIRE else present
+    if isinstance(Round._meta.get_field(column), JSONField):
+        present &= ~Q(**{column: JSONNull()})
+    return present
 
 
 def _round_view(round_: dict[str, Any], calls: list[dict[str, Any]], finished: bool,
