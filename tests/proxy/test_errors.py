@@ -90,6 +90,8 @@ def test_openai_refusals(proxy: Proxy) -> None:
                        {"Authorization": f"Bearer {proxy.token}"})
     not_json = httpx.post(url, content=b"{not json", headers={
         "Authorization": f"Bearer {proxy.token}", "Content-Type": "application/json"})
+    too_deep = httpx.post(url, content=b"[" * 5000 + b"]" * 5000, headers={
+        "Authorization": f"Bearer {proxy.token}", "Content-Type": "application/json"})
 
     assert (missing.status_code, _openai_error(missing)["code"]) == (401, "missing_api_key")
     assert (wrong.status_code, _openai_error(wrong)["code"]) == (401, "invalid_api_key")
@@ -97,6 +99,7 @@ def test_openai_refusals(proxy: Proxy) -> None:
     assert "'nowhere'" in _openai_error(unknown)["message"]
     assert other_kind.status_code == 404
     assert (not_json.status_code, _openai_error(not_json)["code"]) == (400, "invalid_request")
+    assert (too_deep.status_code, _openai_error(too_deep)["code"]) == (400, "invalid_request")
     proxy.recorded()
     assert not Run.objects.exists()
     assert not IngestedSpan.objects.exists()

@@ -84,6 +84,7 @@ def test_a_stored_suite_is_the_file_again(db: None) -> None:
      "two cases are named 'a'"),
     ("cases: []\n", "field name: Field required"),
     ("name: s\ncases: [\n", "the suite file is not valid YAML"),
+    ("[" * 5000 + "]" * 5000, "the suite file is not valid YAML: nested too deeply"),
     ("- just a list\n", "the suite file must hold one object"),
 ])
 def test_a_bad_file_is_refused_naming_the_case_and_the_field(text: str, message: str) -> None:

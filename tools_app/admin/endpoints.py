@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from tools_app.web.registry_forms import ModelEndpointForm, script_problems
+from tools_app.web.registry_forms import JSON_TEXT_OVERRIDES, ModelEndpointForm, script_problems
 
 from ..models import ModelEndpoint
 from ..models.prices import format_usd
@@ -32,6 +32,7 @@ def _pretty_json(value: Any) -> SafeString:
 @admin.register(ModelEndpoint)
 class ModelEndpointAdmin(admin.ModelAdmin[ModelEndpoint]):
     form = ModelEndpointForm
+    formfield_overrides = JSON_TEXT_OVERRIDES
     list_display = ("name", "kind", "model", "base_url", "api_key_env", "api_key_status",
                     "stream", "runs_cost", "updated_at")
     list_filter = ("kind", "stream")

@@ -12,7 +12,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from tools_app.runs.snapshot.mcp import McpSyncError, annotation_words, sync_server
-from tools_app.web.registry_forms import McpServerForm
+from tools_app.web.registry_forms import JSON_TEXT_OVERRIDES, McpServerForm
 
 from ..models import McpServer, McpTransport, ToolKind, ToolRegistration
 
@@ -23,6 +23,7 @@ __all__ = ["McpServerAdmin", "McpServerForm"]
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin[McpServer]):
     form = McpServerForm
+    formfield_overrides = JSON_TEXT_OVERRIDES
     list_display = ("name", "transport", "target", "enabled", "tool_count", "last_synced_at")
     list_filter = ("transport", "enabled")
     search_fields = ("name", "command", "url")

@@ -15,6 +15,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from tools_app.web.registry_forms import (
+    JSON_TEXT_OVERRIDES,
     ToolImportForm,
     ToolRegistrationForm,
     json_schema_problems,
@@ -33,6 +34,7 @@ __all__ = ["ToolImportForm", "ToolRegistrationAdmin", "ToolRegistrationForm",
 @admin.register(ToolRegistration)
 class ToolRegistrationAdmin(admin.ModelAdmin[ToolRegistration]):
     form = ToolRegistrationForm
+    formfield_overrides = JSON_TEXT_OVERRIDES
     change_list_template = "admin/tools_app/toolregistration/change_list.html"
 
     def get_urls(self) -> list[URLPattern]:

@@ -24,6 +24,7 @@ from django.db.models import Expression, F, Func, Q, QuerySet
 
 from tools_app.audit.deadline import deadline, stopped
 from tools_app.audit.run_filters import FilterError
+from tools_app.engine import json_nesting
 from tools_app.models import ToolCall
 from tools_app.models.sort_keys import DurationKey, moment_key
 
@@ -225,7 +226,7 @@ def decode_sorted_cursor(value: str, sort: Sort) -> tuple[Any, int]:
     """The key and id of the last call of the previous page, from a cursor the same
     sort made."""
     try:
-        raw = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+        raw = json_nesting.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
         kind, name, key, pk = raw
         if kind != "call" or name != sort.name or not isinstance(pk, int) \
                 or isinstance(pk, bool) or not 0 <= pk < 2**63:

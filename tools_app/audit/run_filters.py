@@ -22,6 +22,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.timezone import is_naive, make_aware
 
 from tools_app.audit.search import search_runs
+from tools_app.engine import json_nesting
 from tools_app.models import ErrorPolicy, Run, RunStatus, ToolCall
 from tools_app.models.sort_keys import DurationKey
 
@@ -414,7 +415,7 @@ def _decode_sorted_cursor(value: str, sort: Sort) -> tuple[Any, uuid.UUID]:
     """The key and id of the last run of the previous page, from a cursor the same sort
     made."""
     try:
-        raw = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+        raw = json_nesting.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
         kind, name, key, pk = raw
         if kind != "run" or name != sort.name or not isinstance(pk, str):
             raise ValueError(raw)

@@ -6,14 +6,13 @@ client was sent, a provider's error read from its body.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from django.contrib.auth.models import User
 
-from tools_app.engine import ChatResponse
+from tools_app.engine import ChatResponse, json_nesting
 from tools_app.engine.errors import ProviderError
 from tools_app.engine.providers.http.client import EventStream
 from tools_app.engine.providers.http.wire_errors import ErrorDetails
@@ -132,7 +131,7 @@ async def outcome(exchange: Exchange) -> Outcome:
         if "text/event-stream" in exchange.content_type:
             body = await adapter.read_stream(_replayed_stream(exchange))
         else:
-            body = json.loads(exchange.response_body)
+            body = json_nesting.loads(exchange.response_body)
             if not isinstance(body, dict):
                 raise adapter.invalid("the body is not a JSON object", body)
         return Outcome(response=adapter.parse_response(body, None))
@@ -155,7 +154,7 @@ def _client_left() -> Outcome:
 
 def _provider_error(exchange: Exchange) -> Outcome:
     try:
-        body: Any = json.loads(exchange.response_body)
+        body: Any = json_nesting.loads(exchange.response_body)
     except ValueError:
         body = None
     details = ErrorDetails.from_body(body)

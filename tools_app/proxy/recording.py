@@ -37,7 +37,7 @@ from typing import Any
 
 from django.db import close_old_connections, connections
 
-from tools_app.engine import ChatResponse, FinishReason
+from tools_app.engine import ChatResponse, FinishReason, json_nesting
 from tools_app.ingest import receive
 from tools_app.ingest.messages import Message, ProposedCall
 from tools_app.ingest.snapshot import PROXY_VIA
@@ -93,7 +93,7 @@ class Batch:
 
     def add(self, exchange: Exchange) -> None:
         try:
-            request = exchange.dialect.read(json.loads(exchange.request_body))
+            request = exchange.dialect.read(json_nesting.loads(exchange.request_body))
         except ValueError:
             return  # the view refused it before it was sent
         if self._needs_flush(exchange, request):
@@ -272,7 +272,7 @@ def _proposed(data: Any) -> set[str]:
     if attributes.get("gen_ai.operation.name") != "chat":
         return set()
     try:
-        answers = json.loads(attributes.get("gen_ai.output.messages") or "[]")
+        answers = json_nesting.loads(attributes.get("gen_ai.output.messages") or "[]")
     except ValueError:
         return set()
     return {str(part["id"]) for answer in answers if isinstance(answer, dict)

@@ -4,12 +4,12 @@ kept on the suite cell's run (each failing assertion's sentence and reason)."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tools_app.engine import json_nesting
 from tools_app.models import Run, RunStatus, ToolCall
 
 from .assertions import Assertion, CallRecord, RunRecord, evaluate_all
@@ -44,7 +44,7 @@ def _arguments(call: ToolCall) -> Any:
     if call.arguments is not None:
         return call.arguments
     try:
-        return json.loads(call.arguments_raw)
+        return json_nesting.loads(call.arguments_raw)
     except ValueError:
         return None
 

@@ -14,6 +14,7 @@ import yaml
 from django.db import transaction
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tools_app.engine import json_nesting
 from tools_app.engine.conversation import ConversationError, parse_conversation
 from tools_app.models import Suite, SuiteCase
 from tools_app.runs.snapshot.model import ToolsMode
@@ -76,9 +77,12 @@ def load_suite_file(path: str | Path) -> SuiteFile:
 
 def parse_suite_text(text: str, fmt: FileFormat) -> SuiteFile:
     try:
-        data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
+        data = json_nesting.loads(text) if fmt == "json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise SuiteFileError(f"the suite file is not valid {fmt.upper()}: {exc}") from exc
+    except RecursionError:  # YAML nested deeper than its parser follows
+        raise SuiteFileError(f"the suite file is not valid {fmt.upper()}: nested too deeply"
+                             ) from None
     if not isinstance(data, dict):
         raise SuiteFileError("the suite file must hold one object with name and cases")
     try:

@@ -17,10 +17,12 @@ from urllib.parse import urlsplit
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.db import models
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 from pydantic import ValidationError as PydanticValidationError
 
+from tools_app.engine import json_nesting
 from tools_app.engine.definitions import schema_problems
 from tools_app.engine.providers.scripted import ScriptStep
 from tools_app.models import (
@@ -71,8 +73,22 @@ def json_schema_problems(schema: Any) -> list[str]:
     return problems
 
 
+def json_text_formfield(db_field: models.Field[Any, Any], **kwargs: Any) -> forms.Field | None:
+    """A model field's form field; a JSON one parses with json_nesting.Decoder, so text
+    nested too deeply to parse is a field error ("Enter a valid JSON."), not a crash."""
+    if isinstance(db_field, models.JSONField):
+        kwargs.setdefault("decoder", json_nesting.Decoder)
+    return db_field.formfield(**kwargs)
+
+
+# The same for the admin, whose own callback replaces a form's.
+JSON_TEXT_OVERRIDES: dict[type[models.Field[Any, Any]], dict[str, Any]] = {
+    models.JSONField: {"decoder": json_nesting.Decoder}}
+
+
 class ToolRegistrationForm(forms.ModelForm[ToolRegistration]):
     class Meta:
+        formfield_callback = json_text_formfield
         model = ToolRegistration
         fields = ("name", "kind", "python_path", "description", "json_schema", "config",
                   "return_behavior", "strict", "timeout_seconds", "requires_approval",
@@ -153,7 +169,8 @@ class ToolImportForm(forms.Form):
     file = forms.FileField(required=False, help_text="Or upload the JSON file.")
     kind = forms.ChoiceField(choices=[(k.value, k.label) for k in IMPORTABLE_KINDS])
     config = forms.JSONField(
-        required=False, initial=dict, widget=forms.Textarea(attrs={"rows": 4, "cols": 100}),
+        decoder=json_nesting.Decoder, required=False, initial=dict,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 100}),
         help_text="The configuration of tools that carry none. " + config_help())
 
     MAX_UPLOAD_BYTES = 2_000_000
@@ -172,7 +189,7 @@ class ToolImportForm(forms.Form):
         if not text.strip():
             raise ValidationError("Paste the tools JSON or upload a file.")
         try:
-            cleaned["data"] = json.loads(text)
+            cleaned["data"] = json_nesting.loads(text)
         except json.JSONDecodeError as exc:
             raise ValidationError(f"Not JSON: {exc}") from exc
         config = cleaned.get("config")
@@ -220,6 +237,7 @@ def script_problems(script: Any) -> list[str]:
 
 class ModelEndpointForm(forms.ModelForm[ModelEndpoint]):
     class Meta:
+        formfield_callback = json_text_formfield
         model = ModelEndpoint
         fields = ("name", "kind", "model", "base_url", "stream", "api_key_env",
                   "extra_headers", "default_parameters", "proxy_url", "timeout_seconds",
@@ -322,6 +340,7 @@ def _check_secret_variable(name: str) -> None:
 
 class McpServerForm(forms.ModelForm[McpServer]):
     class Meta:
+        formfield_callback = json_text_formfield
         model = McpServer
         fields = ("name", "transport", "command", "args", "env", "url", "headers",
                   "tool_prefix", "startup_timeout", "call_timeout", "enabled")

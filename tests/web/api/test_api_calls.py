@@ -5,6 +5,7 @@ pages; an unknown filter or a bad value is a 400 naming it. Also its export. Mar
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -162,6 +163,8 @@ def test_a_sort_keeps_the_filters(staff_api: Api, bob_api: Api, world: dict[str,
 @pytest.mark.parametrize(("query", "words"), [
     ("sort=size", "sort must be one of started, -started, duration, -duration, tool, -tool"),
     ("sort=tool&cursor=not-a-cursor", "for the same sort"),
+    ("sort=tool&cursor=" + base64.urlsafe_b64encode(b"[" * 5000 + b"]" * 5000).decode(),
+     "for the same sort"),
 ])
 def test_a_bad_sort_or_its_cursor_is_a_400(staff_api: Api, world: dict[str, Any], query: str,
                                            words: str) -> None:

@@ -98,6 +98,24 @@ def test_the_run_page_shows_the_starting_conversation_escaped(
     assert "prior-1" in page
 
 
+def test_arguments_nested_too_deeply_to_parse_are_shown_as_they_came(
+    bob_api: Api, bob_client: Client, oslo: ModelEndpoint,
+) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    call = {"id": "prior-1", "type": "function",
+            "function": {"name": "get_weather", "arguments": deep}}
+    conversation = [CONVERSATION[1], {"role": "assistant", "content": None,
+                                      "tool_calls": [call]}, *CONVERSATION[3:]]
+    created = bob_api.post("/api/runs", {"endpoint": "oslo", "tools": ["get_weather"],
+                                         "messages": conversation})
+    assert created.status_code == 201, created.content
+
+    page = bob_client.get(f"/runs/{created.json()['id']}/")
+
+    assert page.status_code == 200
+    assert deep in page.content.decode()
+
+
 def test_a_rerun_keeps_the_conversation(bob_api: Api, oslo: ModelEndpoint) -> None:
     run = Run.objects.get(pk=bob_api.post("/api/runs", {
         "endpoint": "oslo", "tools": ["get_weather"], "messages": CONVERSATION}).json()["id"])
@@ -133,6 +151,7 @@ def test_the_playground_starts_from_a_pasted_conversation(
 @pytest.mark.parametrize(("pasted", "words"), [
     ("", "Paste the conversation as a JSON list."),
     ("[{'role': 'user'}]", "Not valid JSON: "),
+    ("[" * 5000 + "]" * 5000, "Not valid JSON: nested too deeply"),
     (json.dumps([*CONVERSATION[:3], {"role": "tool", "tool_call_id": "x", "content": "?"}]),
      "messages[3]: tool_call_id &#x27;x&#x27; answers no earlier tool call"),
 ])

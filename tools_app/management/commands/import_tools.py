@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from tools_app.engine import json_nesting
 from tools_app.runs.snapshot.access import secret_variable_problem
 from tools_app.tools.importing import IMPORTABLE_KINDS, ToolImportError, import_tools
 
@@ -53,6 +54,6 @@ def _read(file: str) -> str:
 
 def _json(text: str, source: str) -> Any:
     try:
-        return json.loads(text)
+        return json_nesting.loads(text)
     except json.JSONDecodeError as exc:
         raise CommandError(f"{source} is not JSON: {exc}") from exc

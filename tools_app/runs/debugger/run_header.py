@@ -5,7 +5,6 @@ batch reads, in one prepared query."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from decimal import Decimal
 from functools import partial
@@ -15,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import Count, Q, QuerySet
 
+from tools_app.engine import json_nesting
 from tools_app.engine.conversation import to_openai_messages
 from tools_app.models import (
     ArgumentsErrorMode,
@@ -63,7 +63,7 @@ def starting_conversation(run: Run) -> list[dict[str, Any]]:
 
 def _pretty_arguments(raw: str) -> str:
     try:
-        return pretty_json(json.loads(raw))
+        return pretty_json(json_nesting.loads(raw))
     except ValueError:
         return raw
 

@@ -22,6 +22,7 @@ from django.db.models import (
 )
 from django.utils import timezone
 
+from tools_app.engine import json_nesting
 from tools_app.models import (
     CallDecision,
     DecisionKind,
@@ -151,7 +152,7 @@ def _not_executed_call(round_index: int, call_index: int,
     """A lane for a proposed call that never ran (no ToolCall row: nothing happened)."""
     raw = str(request.get("arguments") or "")
     try:
-        parsed: Any = json.loads(raw) if raw else {}
+        parsed: Any = json_nesting.loads(raw) if raw else {}
     except ValueError:
         parsed = None
     return {"pk": None, "dom_id": f"round-{round_index}-unexecuted-{call_index}",

@@ -13,7 +13,6 @@ provider's own error shape. The exchange is recorded afterwards (`recorders.reco
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,6 +25,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
+from tools_app.engine import json_nesting
 from tools_app.models import ModelEndpoint
 from tools_app.proxy import lookups, upstream
 from tools_app.proxy.dialects import ANTHROPIC_MESSAGES, OPENAI_CHAT, Dialect
@@ -200,7 +200,7 @@ def _body(request: HttpRequest) -> tuple[bytes, bool]:
     if declared > limit or len(body) > limit:
         raise Refused(413, "request_too_large", f"the body is larger than {limit} bytes")
     try:
-        data: Any = json.loads(body)
+        data: Any = json_nesting.loads(body)
     except ValueError:
         raise Refused(400, "invalid_request", "the body is not JSON") from None
     if not isinstance(data, dict):

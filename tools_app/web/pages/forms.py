@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from tools_app.engine import ChatMessage
+from tools_app.engine import ChatMessage, json_nesting
 from tools_app.engine.conversation import ConversationError, parse_conversation
 from tools_app.models import ErrorPolicy, ModelEndpoint, ToolRegistration
 
@@ -109,7 +108,7 @@ class PlaygroundForm(forms.Form):
             self.add_error("conversation_json", "Paste the conversation as a JSON list.")
             return None
         try:
-            return parse_conversation(json.loads(text))
+            return parse_conversation(json_nesting.loads(text))
         except ValueError as exc:  # ConversationError, or JSON that does not parse
             prefix = "" if isinstance(exc, ConversationError) else "Not valid JSON: "
             self.add_error("conversation_json", f"{prefix}{exc}")
@@ -125,7 +124,7 @@ class PlaygroundForm(forms.Form):
                            "a value.")
             return
         try:
-            value = json.loads(parts[2])
+            value = json_nesting.loads(parts[2])
         except ValueError:
             self.add_error("break_if_value", 'The value must be JSON (a string in quotes: '
                            '"Paris").')

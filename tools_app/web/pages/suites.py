@@ -18,6 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from tools_app.audit.selectors import calls_for_user
+from tools_app.engine import json_nesting
 from tools_app.models import ModelEndpoint, Suite, SuiteCase, SuiteCell, SuiteRun, ToolRegistration
 from tools_app.runs.debugger.replay import TOOLS_MODES
 from tools_app.suites.assertions import load_assertions
@@ -155,7 +156,8 @@ def _parsed(values: dict[str, str]) -> dict[str, Any]:
     data: dict[str, Any] = {"name": values["name"]}
     for field in CASE_FIELDS:
         try:
-            data[field] = json.loads(values[field] or ("{}" if field == "tool_modes" else "[]"))
+            empty = "{}" if field == "tool_modes" else "[]"
+            data[field] = json_nesting.loads(values[field] or empty)
         except ValueError as exc:
             raise CaseError(f"{field} is not valid JSON: {exc}", field=field) from exc
     return data

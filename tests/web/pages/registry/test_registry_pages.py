@@ -263,11 +263,31 @@ def test_an_import_with_problems_imports_nothing_and_names_each(
     assert not ToolRegistration.objects.filter(name="fine").exists()
 
 
-def test_an_import_that_is_not_json_says_so(alice_client: Client) -> None:
+@pytest.mark.parametrize(("definitions", "words"), [
+    ("[{oops", "Not JSON: Expecting property name"),
+    ("[" * 5000 + "]" * 5000, "Not JSON: nested too deeply"),
+])
+def test_an_import_that_is_not_json_says_so(alice_client: Client, definitions: str,
+                                            words: str) -> None:
     response = alice_client.post(reverse("registry_tools_import"), {
-        "definitions": "[{oops", "kind": "mock", "config": "{}"})
+        "definitions": definitions, "kind": "mock", "config": "{}"})
     assert response.status_code == 400
-    assert "Not JSON:" in response.text
+    assert words in response.text
+
+
+def test_json_nested_too_deeply_is_a_field_error_in_every_registry_form(
+        alice_client: Client) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    posts = [
+        (reverse("registry_tools_import"), {"definitions": "[]", "kind": "mock",
+                                            "config": deep}, "config"),
+        (reverse("registry_tool_add"), tool_post(json_schema=deep), "json_schema"),
+        (reverse("mcp_server_add"), server_post(args=deep), "args"),
+    ]
+    for url, post, field in posts:
+        response = alice_client.post(url, post)
+        assert response.status_code == 400, (url, response.status_code)
+        assert "Enter a valid JSON." in field_errors(response.text, field), url
 
 
 # -- MCP servers -------------------------------------------------------------------------

@@ -320,6 +320,8 @@ def test_the_editor_goes_on_with_the_chosen_configuration(
     ({"round": "two"}, "round", "Cannot fork: round must be a round number"),
     ({"round": "9"}, "round", "Cannot fork: round must be a round of the run: 1 to 3"),
     ({"round": "2", "messages": "[{"}, "messages", "Cannot fork: messages are not valid JSON"),
+    ({"round": "2", "messages": "[" * 5000 + "]" * 5000}, "messages",
+     "Cannot fork: messages are not valid JSON: nested too deeply"),
     ({"round": "2", "endpoint": "not-an-id"}, "endpoint",
      "Cannot fork: the chosen endpoint does not exist"),
     ({"round": "2", "max_round_trips": "many"}, "max_round_trips",

@@ -6,6 +6,7 @@ not counted when the deadline stops it)."""
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -183,6 +184,9 @@ def test_a_cursor_serves_only_its_own_sort(bob: AbstractUser, world: dict[str, R
     api = Api(create_token(bob, "ci")[1])
     cursor = api.get("/api/runs?sort=-errors&limit=1").json()["next_cursor"]
     error = error_of(api.get(f"/api/runs?sort=duration&limit=1&cursor={cursor}"), 400)
+    assert error["field"] == "cursor"
+    too_deep = base64.urlsafe_b64encode(b"[" * 5000 + b"]" * 5000).decode()
+    error = error_of(api.get(f"/api/runs?sort=duration&limit=1&cursor={too_deep}"), 400)
     assert error["field"] == "cursor"
     error = error_of(api.get("/api/runs?sort=title"), 400)
     assert (error["field"], error["message"]) == (

@@ -27,6 +27,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_http_methods, require_POST
 
+from tools_app.engine import json_nesting
 from tools_app.models import McpServer, ToolKind, ToolRegistration
 from tools_app.runs.snapshot.mcp import McpSyncError, annotation_words, sync_server
 from tools_app.tools.registry import REDACTED, public_config, record_version
@@ -129,7 +130,7 @@ def _kept_secrets(posted: QueryDict, row: models.Model,
     for name in fields:
         stored = getattr(row, name)
         try:
-            sent = json.loads(data.get(name, ""))
+            sent = json_nesting.loads(data.get(name, ""))
         except json.JSONDecodeError:
             continue  # the form says what is wrong with it
         if isinstance(sent, dict) and isinstance(stored, dict):

@@ -15,7 +15,7 @@ from django.http import HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from tools_app.engine import ChatRequestParameters
+from tools_app.engine import ChatRequestParameters, json_nesting
 from tools_app.models import ErrorPolicy, ModelEndpoint, Run, ToolRegistration
 from tools_app.runs.debugger import fork
 from tools_app.runs.snapshot.model import RunSnapshot, snapshot_of
@@ -97,7 +97,7 @@ def _round(text: Any) -> int:
 
 def _messages(text: str) -> Any:
     try:
-        return json.loads(text)
+        return json_nesting.loads(text)
     except ValueError as exc:
         raise fork.ForkError(f"messages are not valid JSON: {exc}", field="messages") from exc
 
