@@ -29,6 +29,7 @@ from tools_app.models import (
     ToolRegistration,
 )
 from tools_app.runs.worker.runner import execute_run
+from tools_app.web.pages.forms import PlaygroundForm
 
 pytestmark = pytest.mark.django_db
 
@@ -204,6 +205,37 @@ def test_a_missing_user_message_is_a_form_error(
     assert "This field is required." in response.content.decode()
     assert not Run.objects.exists()
     assert not PlaygroundState.objects.exists()
+
+
+@pytest.mark.parametrize("fields", [
+    {"max_round_trips": "0"}, {"max_round_trips": "5000"}, {"max_round_trips": "many"},
+    {"break_before_round": "0"}, {"break_before_tool": "t" * 201},
+    {"break_if_tool": "t" * 201, "break_if_pointer": "/p" * 251, "break_if_value": "1"},
+    {"tools": ["00000000-0000-0000-0000-000000000000"]}, {"policy": "nope"},
+    {"tool_choice": "sometimes"}, {"input_mode": "other"}, {"system_prompt": "s" * 50_001},
+    {"user_message": "u" * 50_001},
+])
+def test_every_field_the_server_refuses_says_why_on_the_page(
+    bob_client: Client, weather_endpoint: ModelEndpoint, policy: ErrorPolicy,
+    fields: dict[str, Any],
+) -> None:
+    data = playground_post(weather_endpoint, policy, []) | fields
+    form = PlaygroundForm(data)
+    assert not form.is_valid()
+    assert set(form.errors) >= set(fields) - {"break_if_value"}
+
+    response = bob_client.post("/playground/", data)
+
+    page = Tree(response.content.decode())
+    shown = " ".join(text for text, element in page.texts if element is not None
+                     and "error" in (element.attrs.get("class") or "").split())
+    for field, messages in form.errors.items():
+        for message in messages:
+            assert message in shown, (field, message, shown)
+    assert "This field is required." not in shown
+    breakpoints = next(e for e in page.tags("details") if "breakpoints" in e.attrs["class"])
+    assert ("open" in breakpoints.attrs) == any(f.startswith("break_") for f in fields)
+    assert not Run.objects.exists()
 
 
 @pytest.mark.parametrize(("name", "tools", "error"), [

@@ -90,6 +90,11 @@ def test_saving_needs_a_suite_name_and_a_free_case_name(
                            follow=True).content.decode()
     assert "already has a case named &#x27;x&#x27;" in page
     assert SuiteCase.objects.count() == 1
+    # A new suite whose case is refused is not left behind, empty.
+    page = bob_client.post(f"/runs/{run.pk}/save-case/", {"suite": "new", "case": "c" * 5000},
+                           follow=True).content.decode()
+    assert "Cannot save the run as a test case" in page
+    assert list(Suite.objects.values_list("name", flat=True)) == ["s"]
 
 
 def test_someone_elses_run_cannot_be_saved(client: Client, charlie: User, bob: User,

@@ -89,7 +89,7 @@ class PlaygroundForm(forms.Form):
         data["input_mode"] = data.get("input_mode") or "simple"
         if data["input_mode"] == "conversation":
             data["messages"] = self._conversation(data.get("conversation_json") or "")
-        elif not (data.get("user_message") or "").strip():
+        elif not (data.get("user_message") or "").strip() and "user_message" not in self.errors:
             self.add_error("user_message", "This field is required.")
         if data.get("tool_choice") == "named":
             name = (data.get("tool_choice_name") or "").strip()
@@ -100,6 +100,11 @@ class PlaygroundForm(forms.Form):
                 self.add_error("tool_choice_name", f"'{name}' is not among the selected tools.")
         self._clean_condition(data)
         return data
+
+    @property
+    def breakpoint_errors(self) -> bool:
+        """Whether a breakpoint field has an error (the page opens their section)."""
+        return any(name.startswith("break_") for name in self.errors)
 
     def _conversation(self, text: str) -> list[ChatMessage] | None:
         """The pasted conversation as engine messages; None (and a field error) if it

@@ -87,9 +87,10 @@ def run_save_case(request: AuthenticatedHttpRequest, run_id: Any) -> HttpRespons
     run = run_for_user(request, run_id)
     name = request.POST.get("suite", "").strip()
     try:
-        suite = Suite.objects.filter(name=name).first() or suite_create(name=name,
-                                                                         user=request.user)
-        case = case_save_from_run(run=run, suite=suite, name=request.POST.get("case", ""))
+        with transaction.atomic():  # a suite created here goes if its case cannot
+            suite = Suite.objects.filter(name=name).first() or suite_create(
+                name=name, user=request.user)
+            case = case_save_from_run(run=run, suite=suite, name=request.POST.get("case", ""))
     except CaseError as exc:
         messages.error(request, f"Cannot save the run as a test case: {exc}")
         return redirect("run_detail", run_id=run.pk)
