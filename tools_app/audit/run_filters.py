@@ -44,6 +44,12 @@ class FilterError(ValueError):
         super().__init__(message)
         self.field = field
 
+    @property
+    def sentence(self) -> str:
+        """The message, naming its field once (most messages begin with it)."""
+        text = str(self)
+        return text if text.startswith(self.field) else f"{self.field}: {text}"
+
 
 @dataclass(frozen=True)
 class Page:

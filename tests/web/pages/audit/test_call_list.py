@@ -89,9 +89,14 @@ def test_keyset_pages(alice_client: Client, world: dict[str, Any],
 def test_a_bad_filter_says_so_and_lists_nothing(alice_client: Client,
                                                 world: dict[str, Any]) -> None:
     response = alice_client.get("/calls/?state=exploded")
+    page = response.content.decode()
     assert response.status_code == 400
-    assert "state: state must be one or more of" in response.content.decode()
+    assert "state must be one or more of" in page
+    assert "state: state" not in page
     assert shown(world, response) == []
+    assert "No calls match" not in page
+    assert "Nothing is listed until the filter above is fixed." in page
+    assert "Download these" not in page
     assert alice_client.get("/calls/?colour=red").status_code == 400
 
 

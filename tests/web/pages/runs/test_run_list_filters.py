@@ -56,9 +56,16 @@ def test_the_started_by_and_error_columns(alice_client: Client,
 def test_a_bad_filter_says_so_and_lists_nothing(alice_client: Client,
                                                 filter_world: dict[str, Run]) -> None:
     response = alice_client.get("/runs/?since=yesterday")
+    page = response.content.decode()
     assert response.status_code == 400
-    assert "since: since must be an ISO 8601" in response.content.decode()
+    assert "since must be an ISO 8601" in page
+    assert "since: since" not in page
     assert titles(response) == []
+    # The list is empty because of the filter, not because nothing matched; there is
+    # nothing to download.
+    assert "No runs match" not in page
+    assert "Nothing is listed until the filter above is fixed." in page
+    assert "Download these" not in page
 
 
 def test_a_user_filters_only_their_own_runs(bob: AbstractUser, bob_client: Client,

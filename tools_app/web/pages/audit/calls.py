@@ -62,7 +62,7 @@ def call_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         page = filtered_calls(listed, {"limit": str(CALLS_PAGE_SIZE)} | filters,
                               call_list_rows, matches=_known_count(request, filters, sort))
     except FilterError as exc:
-        status, error, page = 400, f"{exc.field}: {exc}", CallPage([], None)
+        status, error, page = 400, exc.sentence, CallPage([], None)
     shown = {k: v for k, v in filters.items() if k not in ("cursor", "limit", "sort")}
     response = render(request, "tools_app/call_list.html", {
         "calls": [(call, STATE_NAMES.get(call.state, call.state)) for call in page.calls],
@@ -103,7 +103,7 @@ def call_list_totals(request: AuthenticatedHttpRequest) -> HttpResponse:
         totals = call_totals(calls_listed_for_user(request.user), filters,
                              every_call=request.user.is_staff)
     except FilterError as exc:
-        return HttpResponseBadRequest(f"{exc.field}: {exc}", content_type="text/plain")
+        return HttpResponseBadRequest(exc.sentence, content_type="text/plain")
     return render(request, "tools_app/_call_totals.html", {"totals": totals_text(totals)})
 
 
@@ -152,4 +152,4 @@ def calls_export(request: AuthenticatedHttpRequest, fmt: str) -> HttpResponseBas
         return calls_export_response(calls_listed_for_user(request.user), request.GET.dict(),
                                      fmt)
     except FilterError as exc:
-        return HttpResponseBadRequest(f"{exc.field}: {exc}", content_type="text/plain")
+        return HttpResponseBadRequest(exc.sentence, content_type="text/plain")

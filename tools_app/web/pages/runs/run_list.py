@@ -59,7 +59,7 @@ def run_list(request: AuthenticatedHttpRequest) -> HttpResponse:
                              matched=of_kind(matched, kind),
                              matches=total.value if total.exact else None)
     except FilterError as exc:
-        status, error, page = 400, f"{exc.field}: {exc}", Page([], None)
+        status, error, page = 400, exc.sentence, Page([], None)
     shown = {k: v for k, v in filters.items() if k not in ("cursor", "limit", "sort")}
     sorted_by = {"sort": filters["sort"]} if "sort" in filters else {}
     response = render(request, "tools_app/run_list.html", {
@@ -142,4 +142,4 @@ def runs_export(request: AuthenticatedHttpRequest, fmt: str) -> HttpResponseBase
         return export_response(selectors.run_list_for_user(request.user),
                                request.GET.dict(), fmt)
     except FilterError as exc:
-        return HttpResponseBadRequest(f"{exc.field}: {exc}", content_type="text/plain")
+        return HttpResponseBadRequest(exc.sentence, content_type="text/plain")
