@@ -76,6 +76,10 @@ async def test_the_calls_list_is_a_line_per_call_sorted_and_totalled(
     table = await page.eval_on_selector("#call-results table.calls",
                                         "t => [t.scrollWidth, t.clientWidth]")
     assert table[0] <= table[1]  # nothing runs out of the table
+    # The tick boxes (compare, case) keep their size in the fixed layout.
+    boxes = await page.locator("#call-results td.tick input[type=checkbox]").evaluate_all(
+        "boxes => boxes.map(b => b.getBoundingClientRect().width)")
+    assert min(boxes) >= 12, boxes
 
     # The totals count the selection; the current order says what it is.
     await page.locator("#call-totals strong").wait_for()  # a request of their own

@@ -120,3 +120,23 @@ async def test_try_it_runs_hide_and_the_columns_sort(open_page: Any, server: Ser
     assert await page.get_attribute("th:has(a[data-sort=duration])", "aria-sort") == (
         "descending")
     assert dialogs == []
+
+
+async def test_a_title_of_one_long_word_wraps_on_the_page_and_in_the_list(
+        open_page: Any) -> None:
+    page = await open_page(user="bob")
+    word = "Unbroken" + "y" * 300
+    await start_run(page, endpoint=WEATHER, tools=["get_weather"], message=word,
+                    system_prompt="", policy="Default", tool_choice="auto", parallel=True,
+                    max_rounds="")
+    assert await wait_status(page) == "succeeded"
+    title = await page.eval_on_selector(
+        "h1", "h => [h.getBoundingClientRect().right, h.closest('.card')"
+        ".getBoundingClientRect().right, document.documentElement.scrollWidth, innerWidth]")
+    assert title[0] <= title[1] and title[2] <= title[3], title
+
+    await page.goto("/runs/")
+    widths = await page.eval_on_selector(
+        "table.runs", "t => [t.getBoundingClientRect().right, "
+        "t.closest('.card').getBoundingClientRect().right]")
+    assert widths[0] <= widths[1], widths  # the other columns stay on the page
