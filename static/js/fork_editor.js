@@ -44,12 +44,35 @@
     return box;
   }
 
+  // Arguments that are not JSON are forked as typed (a model can send such; the call then
+  // fails with an arguments error), but the editor says so while they are typed.
+  function argumentsWarning(area) {
+    const note = el("small", { class: "error arguments-warning", "aria-live": "polite" });
+    function check() {
+      let problem = "";
+      try {
+        if (area.value.trim()) JSON.parse(area.value);
+      } catch (err) {
+        problem = "Not valid JSON (" + err.message + "): forked as typed, this call fails " +
+          "with an arguments error.";
+      }
+      note.textContent = problem;
+      note.hidden = !problem;
+      area.setAttribute("aria-invalid", problem ? "true" : "false");
+    }
+    area.addEventListener("input", check);
+    check();
+    return note;
+  }
+
   function callBlock(message, call, position) {
     const block = el("div", { class: "fork-call", "data-call": String(position) });
     const fn = call.function || (call.function = { name: "", arguments: "{}" });
     block.appendChild(field("Call id", input(call.id || "", (v) => { call.id = v; }, "call-id")));
     block.appendChild(field("Tool name", input(fn.name || "", (v) => { fn.name = v; }, "call-name")));
-    block.appendChild(field("Arguments (JSON)", textarea(fn.arguments || "", (v) => { fn.arguments = v; }, "call-arguments")));
+    const args = textarea(fn.arguments || "", (v) => { fn.arguments = v; }, "call-arguments");
+    block.appendChild(field("Arguments (JSON)", args));
+    block.appendChild(argumentsWarning(args));
     const remove = el("button", { type: "button", class: "remove-call" }, "Remove this call");
     remove.addEventListener("click", () => {
       message.tool_calls.splice(position, 1);

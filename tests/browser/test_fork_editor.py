@@ -54,6 +54,17 @@ async def test_a_fork_with_an_edited_tool_result_goes_on_from_it(
     assert json.loads(await block(page, 1).locator("textarea.call-arguments").input_value()) == {
         "value": 1, "from_unit": "km", "to_unit": "m"}
     assert "1000" in await block(page, 2).locator("textarea.message-content").input_value()
+    # Arguments that are not JSON are said to be so while typed (and forked as typed).
+    arguments = block(page, 1).locator("textarea.call-arguments")
+    warning = block(page, 1).locator(".arguments-warning")
+    assert await warning.is_hidden()
+    typed = await arguments.input_value()
+    await arguments.fill("{value: 1")
+    await warning.wait_for(state="visible")
+    assert "Not valid JSON" in await warning.inner_text()
+    assert await arguments.get_attribute("aria-invalid") == "true"
+    await arguments.fill(typed)
+    await warning.wait_for(state="hidden")
 
     await block(page, 2).locator("textarea.message-content").fill(EDITED)
     await block(page, 2).locator("input.is-error").check()

@@ -125,6 +125,7 @@ def test_continue_on_a_run_not_paused_unknown_or_not_yours_is_refused(
     assert api.post(f"/api/runs/{run_id}/continue", {"step": "abort"}).status_code == 200
     finished = error_of(api.post(f"/api/runs/{run_id}/continue", {}), 409)
     assert finished["code"] == "run_finished"
+    assert finished["message"] == "The run has ended (cancelled): it cannot continue"
     assert Run.objects.get(pk=run_id).status == "cancelled"
     plain = api.post("/api/runs", body)
     assert error_of(api.post(f"/api/runs/{plain.json()['id']}/continue", {}), 409)[

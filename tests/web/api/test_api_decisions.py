@@ -156,6 +156,7 @@ def test_decisions_for_unknown_cancelled_or_finished_runs_are_refused(
 
     assert error_of(unknown, 404)["code"] == "not_found"
     assert error_of(cancelled, 409)["code"] == "run_finished"
-    assert "cancelled" in error_of(cancelled, 409)["message"]
+    assert error_of(cancelled, 409)["message"] == (
+        "The run has ended (cancelled): it takes no decisions")
     assert error_of(done, 409)["code"] == "run_finished"
     assert not CallDecision.objects.exists()

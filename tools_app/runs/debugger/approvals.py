@@ -137,7 +137,8 @@ def decide(*, run: Run, user: User | None, request: DecisionRequest) -> Decided:
         locked = Run.objects.select_for_update().get(pk=run.pk)
         if locked.is_terminal:
             raise DecisionError("run_finished",
-                                f"The run is {locked.status}: it takes no decisions")
+                                f"The run has ended ({locked.get_status_display().lower()}): "
+                                "it takes no decisions")
         call = _call_of(locked, request.call_id)
         existing = CallDecision.objects.filter(tool_call=call).first()
         if existing is not None:

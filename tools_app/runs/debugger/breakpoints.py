@@ -143,12 +143,13 @@ def cancel_paused(run: Run, pause: RunPause, user: User | None) -> None:
 
 def _open_pause(run: Run) -> RunPause:
     if run.is_terminal:
-        raise DecisionError("run_finished", f"The run is {run.status}: it cannot continue")
+        status = run.get_status_display().lower()
+        raise DecisionError("run_finished", f"The run has ended ({status}): it cannot continue")
     pause = run.open_pause
     if pause is None:
         waiting = " (it waits for approval decisions)" if pending_calls(run) else ""
-        raise DecisionError("not_paused", f"The run is {run.status}, not paused at a "
-                            f"breakpoint{waiting}")
+        raise DecisionError("not_paused", f"The run is {run.get_status_display().lower()}, "
+                            f"not paused at a breakpoint{waiting}")
     return pause
 
 
