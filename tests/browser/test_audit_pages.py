@@ -35,11 +35,13 @@ async def try_tool(page: Any, name: str, arguments: dict[str, Any]) -> str:
 
 
 def milliseconds(text: str) -> float | None:
-    """A duration as the list shows it ("-", "4.2 ms", "87 ms", "1.25 s")."""
-    found = re.fullmatch(r"([\d.]+) (ms|s)", text.strip())
+    """A duration as the list shows it ("-", "<0.01 ms", "4.2 ms", "87 ms", "1.25 s")."""
+    found = re.fullmatch(r"(<?)([\d.]+) (ms|s)", text.strip())
     if found is None:
         return None
-    return float(found.group(1)) * (1000 if found.group(2) == "s" else 1)
+    if found.group(1):
+        return 0.0  # below what is shown
+    return float(found.group(2)) * (1000 if found.group(3) == "s" else 1)
 
 
 async def column(page: Any, head: str) -> list[str]:

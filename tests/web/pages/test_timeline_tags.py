@@ -9,6 +9,7 @@ import pytest
 from django.template import engines
 from django.urls import NoReverseMatch, clear_script_prefix, reverse, set_script_prefix
 
+from tools_app.runs.debugger.timeline import format_ms
 from tools_app.web.pages import timeline_tags
 from tools_app.web.pages.timeline_tags import call_url
 
@@ -92,3 +93,11 @@ def test_memo_renders_again_in_another_time_zone_or_language() -> None:
         assert block.render({"slot": 1, "at": at}) == "January 21:00"
     with timezone.override("UTC"), translation.override("fr"):
         assert block.render({"slot": 1, "at": at}) == "janvier 12:00"
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (None, "-"), (0, "0 ms"), (0.004, "<0.01 ms"), (0.05, "0.05 ms"), (0.5, "0.50 ms"),
+    (4.21, "4.2 ms"), (87.4, "87 ms"), (1250, "1.25 s"),
+])
+def test_durations_read_as_people_read_them(value: float | None, shown: str) -> None:
+    assert format_ms(value) == shown

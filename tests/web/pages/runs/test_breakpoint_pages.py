@@ -143,7 +143,7 @@ def test_the_continue_form_needs_csrf_the_owner_and_says_why_it_refuses(
                           follow=True).content.decode()
     assert "Could not continue: a message can be added only at a pause before a model " \
            "call" in refused
-    assert "not valid JSON" in bad_json
+    assert bad_json.count("not valid JSON") == 1  # said once, not again as its problem
     assert Run.objects.get(pk=run.pk).status == "waiting"
     owner.post(url, {"step": "abort"})
     assert Run.objects.get(pk=run.pk).status == "cancelled"

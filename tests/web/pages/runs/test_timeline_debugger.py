@@ -189,7 +189,7 @@ def test_a_rounds_calls_share_one_time_axis(
     rows = [e for e in tree.elements if e.parent is axis and "wf-row" in e.attrs["class"]]
     ticks = [e for e in tree.elements if e.parent is not None
              and "wf-ticks" in (e.parent.attrs.get("class") or "")]
-    assert [text_of(tree, t) for t in ticks] == ["0.0 ms", "1.50 s", "3.00 s", "4.50 s",
+    assert [text_of(tree, t) for t in ticks] == ["0 ms", "1.50 s", "3.00 s", "4.50 s",
                                                "6.00 s"]
     bars = [[e for e in tree.elements if e.tag == "rect" and row in e.ancestors_or_self()]
             for row in rows[1:]]

@@ -139,8 +139,10 @@ def _decision_from_form(request: HttpRequest, kind: str,
 
 
 def _refusal_text(error: approvals.DecisionError, prefix: str = "Decision not recorded") -> str:
+    """The refusal, then where it applies, each problem once (a message that already
+    says it, as "not valid JSON: ..." does, is not followed by it again)."""
     problems = "; ".join(f"{where or 'arguments'}: {what}"
-                         for where, what in error.problems.items())
+                         for where, what in error.problems.items() if what not in str(error))
     return f"{prefix}: {error}" + (f" ({problems})" if problems else "")
 
 
