@@ -116,10 +116,18 @@
   }
   setInterval(tick, 100);
 
+  // A note that holds only while the run goes on ("Cancel requested: ...") goes when it ends.
+  function dropNotesOfARunningRun() {
+    document.querySelectorAll(".message.until-run-ends").forEach(function (note) { note.remove(); });
+  }
+
   document.addEventListener("htmx:wsAfterMessage", function () {
     var root = timeline();
     if (root) { root.dataset.seq = String(lastSeq()); }
-    if (isTerminal()) { showState("ended"); }
+    if (isTerminal()) {
+      showState("ended");
+      dropNotesOfARunningRun();
+    }
   });
 
   // "Save as a test case": the suites' names are offered once its panel is first opened.

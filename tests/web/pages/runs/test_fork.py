@@ -264,6 +264,19 @@ def test_the_editor_shows_the_conversation_before_the_round(bob_client: Client,
     assert shown[2]["content"] == "2"
 
 
+@pytest.mark.parametrize("chosen", ["99", "0", "two"])
+def test_a_round_the_run_does_not_have_asks_only_for_another(bob_client: Client,
+                                                             original: Run, chosen: str) -> None:
+    response = bob_client.get(f"/runs/{original.pk}/fork/?round={chosen}")
+
+    page = Tree(response.content.decode())
+    assert response.status_code == 400
+    assert page.by_id("fork-error").attrs["data-field"] == "round"
+    assert [e.tag for e in page.elements if e.attrs.get("id") == "fork-round-form"] == ["form"]
+    assert not [e for e in page.elements if e.attrs.get("id") in (
+        "fork-editor-form", "fork-messages", "fork-submit")]
+
+
 def test_the_editor_forks_with_an_edited_result(bob_client: Client, original: Run) -> None:
     page = bob_client.get(f"/runs/{original.pk}/fork/?round=2").content.decode()
     conversation = json.loads(editor_messages(page))

@@ -58,17 +58,19 @@ def _editor_for_round(request: AuthenticatedHttpRequest, run: Run) -> HttpRespon
     }
     try:
         prefix = fork.inherited_prefix(run, _round(values["round"]))
-    except fork.ForkError as exc:
-        return _editor(request, run, values, error=str(exc), field=exc.field, status=400)
+    except fork.ForkError as exc:  # only the round to choose again: nothing to edit
+        return _editor(request, run, values, error=str(exc), field=exc.field, status=400,
+                       round_refused=True)
     values["messages"] = json.dumps(fork.editable_messages(prefix), indent=2)
     return _editor(request, run, values)
 
 
 def _editor(request: AuthenticatedHttpRequest, run: Run, values: dict[str, Any], *,
             error: str | None = None, field: str | None = None,
-            status: int = 200) -> HttpResponse:
+            status: int = 200, round_refused: bool = False) -> HttpResponse:
     return render(request, TEMPLATE, {
         "run": run, "values": values, "error": error, "error_field": field or "",
+        "round_refused": round_refused,
         "endpoints": selectors.endpoints_for_playground(),
         "tools": selectors.tools_for_playground(),
         "policies": ErrorPolicy.objects.order_by("name"),
