@@ -18,6 +18,7 @@ run's viewers share a reading, is reads.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -27,6 +28,8 @@ from typing import Any
 from asgiref.typing import WebSocketConnectEvent
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tools_app.runs.loops.task_backend import remember_server_loop
 
@@ -57,6 +60,12 @@ MAX_SEQ = 2**31 - 1  # the range of a PositiveIntegerField on every database bac
 MAX_CLIENT_MESSAGE = 256  # characters: '{"type": "resume", "after": 2147483647}' is 40
 
 
+def channel_layer_unavailable(error: BaseException) -> bool:
+    """Whether `error` is the channel layer's server being away (Redis restarting, a
+    connection it closed or reset), not a fault of the socket's own."""
+    return isinstance(error, RedisConnectionError | RedisTimeoutError | OSError)
+
+
 def user_group(user_pk: Any) -> str:
     """The channel-layer group of one user's sockets: told when their rights change."""
     return f"user.{user_pk}"
@@ -83,20 +92,36 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.streams = PageStreams()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        """The pub/sub layer subscribes the socket's channel before the handshake is even
-        read (Channels makes the channel first): with Redis down that raised, and the
-        browser got a 500. Answered as a failing handshake is, 4013 (try again later);
-        any later failure is Channels' to handle."""
+        """A channel layer that fails is answered with 4013 (try again later), which the
+        page retries with a growing delay. Before the handshake: the pub/sub layer
+        subscribes the socket's channel before the handshake is even read (Channels makes
+        the channel first), and with Redis down the browser got a 500. After it: the
+        layer's read for the socket's messages fails when Redis restarts or drops a
+        connection, which ended the socket with a server error and a traceback. Any
+        other failure is Channels' to handle."""
         try:
             await super().__call__(scope, receive, send)
         except Exception as exc:
-            if getattr(self, "channel_name", None) is not None or self.channel_layer is None:
+            if getattr(self, "channel_name", None) is None and self.channel_layer is not None:
+                await self._refuse_without_a_channel(exc, receive, send)
+            elif channel_layer_unavailable(exc):
+                await self._close_after_the_layer_failed(exc, send)
+            else:
                 raise
-            logger.warning("live socket's channel could not be made (%s: %s); closed %d, "
-                           "the client retries", type(exc).__name__, exc, CLOSE_TRY_AGAIN)
-            if (await receive())["type"] == "websocket.connect":
-                await send({"type": "websocket.accept"})
-                await send({"type": "websocket.close", "code": CLOSE_TRY_AGAIN})
+
+    async def _refuse_without_a_channel(self, exc: Exception, receive: Any, send: Any) -> None:
+        logger.warning("live socket's channel could not be made (%s: %s); closed %d, "
+                       "the client retries", type(exc).__name__, exc, CLOSE_TRY_AGAIN)
+        if (await receive())["type"] == "websocket.connect":
+            await send({"type": "websocket.accept"})
+            await send({"type": "websocket.close", "code": CLOSE_TRY_AGAIN})
+
+    async def _close_after_the_layer_failed(self, exc: Exception, send: Any) -> None:
+        logger.warning("live socket's channel layer failed (%s: %s); closed %d, the client "
+                       "retries", type(exc).__name__, exc, CLOSE_TRY_AGAIN)
+        await self.disconnect(CLOSE_TRY_AGAIN)  # stops its poller, leaves what it can
+        with contextlib.suppress(Exception):  # the client may be gone already
+            await send({"type": "websocket.close", "code": CLOSE_TRY_AGAIN})
 
     async def websocket_connect(self, message: WebSocketConnectEvent) -> None:
         """A channel layer that fails during the handshake (Redis restarting, a stale
