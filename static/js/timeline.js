@@ -116,17 +116,27 @@
   }
   setInterval(tick, 100);
 
-  // A note that holds only while the run goes on ("Cancel requested: ...") goes when it ends.
-  function dropNotesOfARunningRun() {
-    document.querySelectorAll(".message.until-run-ends").forEach(function (note) { note.remove(); });
+  // "Cancel requested: the run stops at its next step" holds while the run goes on; once
+  // it has ended the note says how (textContent only).
+  function settleTheCancelNote() {
+    var badge = document.querySelector("#run-header [data-status]");
+    var status = badge ? badge.dataset.status : "";
+    document.querySelectorAll(".message.cancel-pending").forEach(function (note) {
+      note.textContent = status === "cancelled" ? "Run cancelled."
+        : "The run ended (" + status + ") before it could be cancelled.";
+      note.classList.remove("cancel-pending");
+    });
   }
+  document.addEventListener("DOMContentLoaded", function () {
+    if (isTerminal()) { settleTheCancelNote(); }
+  });
 
   document.addEventListener("htmx:wsAfterMessage", function () {
     var root = timeline();
     if (root) { root.dataset.seq = String(lastSeq()); }
     if (isTerminal()) {
       showState("ended");
-      dropNotesOfARunningRun();
+      settleTheCancelNote();
     }
   });
 

@@ -194,8 +194,9 @@ async def test_cancelling_a_streaming_run_keeps_what_it_streamed(
         await page.click("#run-header .cancel-form button")
     assert page.url == run_url
     assert await wait_status(page, "cancelled") == "cancelled"
-    # The confirmation is on the run page, where the user pressed the button.
-    assert "Cancel requested" in await page.locator(".messages").inner_text()
+    # The confirmation is on the run page, where the user pressed the button ("Cancel
+    # requested", then, once the run has ended, how).
+    assert await page.locator(".messages").inner_text() == "Run cancelled."
 
     await page.wait_for_selector('#round-0 [data-round-ended="cancelled"]')
     assert await page.locator("#round-0 .round-head .badge").first.inner_text() == "cancelled"

@@ -59,8 +59,8 @@ def run_detail(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
 @login_required
 def run_cancel(request: AuthenticatedHttpRequest, run_id: Any) -> HttpResponse:
     run = services.run_cancel(run=run_for_user(request, run_id), user=request.user)
-    # "Cancel requested" holds until the run ends: the live page then drops it.
-    pending = "" if run.is_terminal else "until-run-ends"
+    # "Cancel requested" holds until the run ends: the live page then says how it ended.
+    pending = "" if run.is_terminal else "cancel-pending"
     messages.info(request, _cancel_text(run), extra_tags=pending)
     return redirect("run_detail", run_id=run.pk)
 
