@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from tools_app.runs.debugger.timeline import format_ms
+from tools_app.runs.debugger.durations import format_ms
 
 from ..models import CallReexecution, Round, Run, RunEvent, ToolCall
 

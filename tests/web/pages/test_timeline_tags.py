@@ -9,7 +9,7 @@ import pytest
 from django.template import engines
 from django.urls import NoReverseMatch, clear_script_prefix, reverse, set_script_prefix
 
-from tools_app.runs.debugger.timeline import format_ms
+from tools_app.runs.debugger.durations import format_ms
 from tools_app.web.pages import timeline_tags
 from tools_app.web.pages.timeline_tags import call_url
 

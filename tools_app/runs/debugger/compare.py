@@ -28,7 +28,7 @@ from tools_app.engine.providers.recorded import canonical_arguments
 from tools_app.models import Round, Run, ToolCall
 from tools_app.models.prices import format_delta_usd, format_usd
 from tools_app.runs.debugger import lineage as lineage_marks
-from tools_app.runs.debugger.timeline import format_ms
+from tools_app.runs.debugger.durations import format_ms
 
 TOTALS = (("wall_ms", "wall time (ms)"), ("rounds_count", "rounds"),
           ("tool_calls_count", "tool calls"), ("errors_count", "errors"),

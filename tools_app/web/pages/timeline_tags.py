@@ -14,9 +14,9 @@ from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils import timezone, translation
 
 from tools_app.models.prices import format_delta_usd, format_usd
+from tools_app.runs.debugger.durations import format_ms
 from tools_app.runs.debugger.kept_renderings import KeptRenderings
 from tools_app.runs.debugger.lineage import Badge, badges
-from tools_app.runs.debugger.timeline import format_ms
 
 register = template.Library()
 register.filter("ms", format_ms)
